@@ -1,0 +1,36 @@
+--[[ cancel.lua — cancels an order in its home bucket.
+
+KEYS[1] ss:{e#g#h}:stock   remaining units (the cancelled units come back here)
+KEYS[2] ss:{e#g#h}:users   HASH user -> units held
+KEYS[3] ss:{e#g#h}:idx     HASH order id -> "C|user|qty|bucket|rid|at" (X when cancelled)
+KEYS[4] ss:{e#g#h}:orders  STREAM (the cancel record goes here)
+ARGV[1] now   ARGV[2] order id   ARGV[3] h
+
+Returns:
+  "ST"            bucket does not exist
+  {"OK", entry}   cancelled: units back in stock, user count down, entry marked X,
+                  cancel record in the stream; entry is the entry before the change
+  {"AC", entry}   already cancelled: nothing changed
+  {"NF"}          no such order here
+
+Atomic so that the units come back exactly once: a second cancel sees the X
+and changes nothing; the cancel record that the flusher turns into "released"
+units is written with the change, never without it.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local entry = redis.call('HGET', KEYS[3], ARGV[2])
+if not entry then
+  return {'NF'}
+end
+if string.sub(entry, 1, 1) == 'X' then
+  return {'AC', entry}
+end
+local user, qty = string.match(entry, '^C|([^|]*)|([^|]*)|')
+redis.call('HSET', KEYS[3], ARGV[2], 'X' .. string.sub(entry, 2))
+redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
+redis.call('INCRBY', KEYS[1], qty)
+redis.call('XADD', KEYS[4], '*', 'k', 'c', 'id', ARGV[2], 'u', user, 'q', qty,
+  'b', ARGV[3], 'h', ARGV[3], 'r', '', 't', ARGV[1])
+return {'OK', entry}

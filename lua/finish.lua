@@ -1,0 +1,52 @@
+--[[ finish.lua — ends a purchase saga at the home bucket.
+
+KEYS[1] ss:{e#g#h}:stock   (existence only: a missing bucket answers "ST")
+KEYS[2] ss:{e#g#h}:users   HASH user -> units held
+KEYS[3] ss:{e#g#h}:reqs    HASH request id -> record
+KEYS[4] ss:{e#g#h}:idx     HASH order id -> order entry
+ARGV[1] now   ARGV[2] rid   ARGV[3] outcome: B (bought), S (sold out), A (abort)
+ARGV[4] user  ARGV[5] qty   ARGV[6] keep (1 = keep the final record)
+ARGV[7] order id  ARGV[8] bucket the units came from  ARGV[9] probes  (for B)
+ARGV[10] remaining units seen (for S)
+
+Returns:
+  "ST"             home bucket does not exist
+  {"OK"}           this call ended the saga: B indexes the order and (keep)
+                   stores "B|q|oid|bucket|probes"; S releases the quota and
+                   (keep) stores "S|q|remaining"; A releases the quota and
+                   deletes the record. Without keep the record is deleted.
+  {"R", record}    the saga had already ended: its final record
+  {"NR"}           no record under rid
+
+One script so that the quota release, the index entry and the final record
+change together: a concurrent driver of the same saga sees either the pending
+record or the final one, never a released quota with a pending record.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local rec = redis.call('HGET', KEYS[3], ARGV[2])
+if not rec then
+  return {'NR'}
+end
+if string.sub(rec, 1, 1) ~= 'P' then
+  return {'R', rec}
+end
+local outcome, user, qty, keep = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
+local final = false
+if outcome == 'B' then
+  redis.call('HSET', KEYS[4], ARGV[7], 'C|' .. user .. '|' .. qty .. '|' .. ARGV[8] .. '|' ..
+    (keep and ARGV[2] or '') .. '|' .. ARGV[1])
+  final = 'B|' .. qty .. '|' .. ARGV[7] .. '|' .. ARGV[8] .. '|' .. ARGV[9]
+else
+  redis.call('HINCRBY', KEYS[2], user, -qty)
+  if outcome == 'S' then
+    final = 'S|' .. qty .. '|' .. ARGV[10]
+  end
+end
+if keep and final then
+  redis.call('HSET', KEYS[3], ARGV[2], final)
+else
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
+return {'OK'}

@@ -1,0 +1,75 @@
+--[[ purchase.lua — the HOME step: the fast path of a purchase, for a batch of
+entries that share one home bucket, applied in order.
+
+KEYS[1] ss:{e#g#b}:stock   remaining units (string integer); missing = no such bucket
+KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users homed here
+KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
+KEYS[4] ss:{e#g#b}:orders  STREAM of order records
+KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry
+ARGV[1] now (unix ms)
+ARGV[2] b, this bucket's index
+ARGV[3] n, the number of entries; then n groups of 6:
+        user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id
+
+Returns "ST" when the bucket does not exist (sealed, closed or lost), else an
+array of n replies, one per entry, in order:
+  {"B", stock_left}  bought: decremented, user count up, order in stream + index,
+                     record "B|q|oid|b|0" stored when keep
+  {"R", record}      the rid has a record already: the caller replays it (or
+                     re-drives the saga if it is pending "P|...")
+  {"L", held}        over the limit; record "L|q|limit|held" when keep
+  {"P", stock}       fewer than q here: the quota is reserved (user count up) and
+                     "P|q|oid|user|now" stored under rid; the caller probes the ring
+
+Why one script: the limit check, the decrement, the order record and the
+idempotency record must happen together. Split, two buyers could pass the same
+check (oversell, or a user over the limit), or a crash could leave a unit
+deducted with no order record. The stock check and the decrement of all q units
+are one step, so a multi-unit order never drives a bucket negative (the DECRBY
+trap of seed 003).
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local now, bucket, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local stock = tonumber(redis.call('GET', KEYS[1]))
+local sold = 0
+local out = {}
+for i = 1, n do
+  local a = 3 + (i - 1) * 6
+  local user, qty, limit = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local rid, keep, oid = ARGV[a + 4], ARGV[a + 5] == '1', ARGV[a + 6]
+  local rec = false
+  if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
+  if rec then
+    out[i] = {'R', rec}
+  else
+    local held = tonumber(redis.call('HGET', KEYS[2], user) or '0')
+    if limit > 0 and held + qty > limit then
+      if keep then
+        redis.call('HSET', KEYS[3], rid, 'L|' .. qty .. '|' .. limit .. '|' .. held)
+      end
+      out[i] = {'L', held}
+    elseif stock >= qty then
+      stock = stock - qty
+      sold = sold + qty
+      redis.call('HINCRBY', KEYS[2], user, qty)
+      redis.call('XADD', KEYS[4], '*', 'k', 'o', 'id', oid, 'u', user, 'q', qty,
+        'b', bucket, 'h', bucket, 'r', rid, 't', now)
+      redis.call('HSET', KEYS[5], oid,
+        'C|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. (keep and rid or '') .. '|' .. now)
+      if keep then
+        redis.call('HSET', KEYS[3], rid, 'B|' .. qty .. '|' .. oid .. '|' .. bucket .. '|0')
+      end
+      out[i] = {'B', stock}
+    else
+      redis.call('HINCRBY', KEYS[2], user, qty)
+      redis.call('HSET', KEYS[3], rid, 'P|' .. qty .. '|' .. oid .. '|' .. user .. '|' .. now)
+      out[i] = {'P', stock}
+    end
+  end
+end
+if sold > 0 then
+  redis.call('DECRBY', KEYS[1], sold)
+end
+return out

@@ -1,0 +1,50 @@
+--[[ take.lua — one probe of the ring by the purchase saga (the slow path).
+
+KEYS[1] ss:{e#g#j}:stock   remaining units of bucket j
+KEYS[2] ss:{e#g#j}:reqs    HASH; this step's marker lives at "t:<rid>:<pass>"
+KEYS[3] ss:{e#g#j}:orders  STREAM of order records
+KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o or d"
+ARGV[1] now (unix ms)   ARGV[2] j   ARGV[3] rid   ARGV[4] pass
+ARGV[5] user            ARGV[6] qty ARGV[7] order id   ARGV[8] home bucket
+
+Returns:
+  "ST"               bucket j does not exist
+  {"T", oid}         q units taken here for order oid (now, or by an earlier
+                     driver of this saga: then oid is that driver's order id)
+  {"S", available, fresh}  fewer than q here; available = stock + units
+                     journaled out; fresh = 1 when decided now, 0 when replayed
+  A marker "U|oid" (the take was undone) replays as {"S", 0, 0}.
+
+Each bucket decides once per (rid, pass) and remembers the decision in its
+marker, so a saga re-driven after a crash (or driven twice at once by a retry)
+walks the ring to the same bucket and never takes twice. The take and its
+order record are one step, so no unit leaves a bucket unrecorded.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local marker = 't:' .. ARGV[3] .. ':' .. ARGV[4]
+local seen = redis.call('HGET', KEYS[2], marker)
+if seen then
+  local kind, value = string.match(seen, '^(%a)|(.*)$')
+  if kind == 'T' then return {'T', value} end
+  if kind == 'U' then return {'S', '0', 0} end
+  return {'S', value, 0}
+end
+local qty = tonumber(ARGV[6])
+local stock = tonumber(redis.call('GET', KEYS[1]))
+if stock >= qty then
+  redis.call('DECRBY', KEYS[1], qty)
+  redis.call('XADD', KEYS[3], '*', 'k', 'o', 'id', ARGV[7], 'u', ARGV[5], 'q', qty,
+    'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
+  redis.call('HSET', KEYS[2], marker, 'T|' .. ARGV[7])
+  return {'T', ARGV[7]}
+end
+local transit = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
+  local units, state = string.match(v, '^[^|]*|([^|]*)|[^|]*|(%a)$')
+  if state == 'o' then transit = transit + tonumber(units) end
+end
+local available = string.format('%d', stock + transit)
+redis.call('HSET', KEYS[2], marker, 'S|' .. available)
+return {'S', available, 1}

@@ -1,0 +1,32 @@
+--[[ transfer_clear.lua — closes a transfer's journal entry in its source bucket.
+
+KEYS[1] ss:{e#g#a}:stock (existence)   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
+ARGV[1] fencing token   ARGV[2] transfer id
+
+Returns "ST", {"F", highest}, {"D", units} (no open entry: unknown or already
+done) or {"A", units} (entry marked done: "…|d").
+Called only after IN succeeded. The entry is kept as a tombstone rather than
+deleted, so a late duplicate OUT with the same transfer id is refused instead
+of journaling the units a second time.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local token = tonumber(ARGV[1])
+local fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+if token < fence then
+  return {'F', string.format('%d', fence)}
+end
+if token > fence then
+  redis.call('SET', KEYS[3], ARGV[1])
+end
+local seen = redis.call('HGET', KEYS[2], ARGV[2])
+if not seen then
+  return {'D', '0'}
+end
+local head, units, state = string.match(seen, '^([^|]*|([^|]*)|[^|]*|)(%a)$')
+if state ~= 'o' then
+  return {'D', units}
+end
+redis.call('HSET', KEYS[2], ARGV[2], head .. 'd')
+return {'A', units}

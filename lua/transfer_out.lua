@@ -1,0 +1,38 @@
+--[[ transfer_out.lua — OUT: takes units from a source bucket into its transfer journal.
+
+KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
+ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] target bucket   ARGV[4] units wanted
+
+Returns:
+  "ST"            bucket a does not exist
+  {"F", highest}  a has accepted a higher token: the caller is a stale mover, nothing moved
+  {"D", units}    this transfer id was journaled before (open or done): nothing changed
+  {"A", units}    min(wanted, stock) units moved from stock into the journal entry
+                  xid -> "target|units|token|o" (no entry when 0)
+
+Atomic so the units are always counted exactly once: in the stock or in the
+open journal entry, never in both and never in neither. The fence check and the
+raise of the fence are one step with the move.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local token = tonumber(ARGV[1])
+local fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+if token < fence then
+  return {'F', string.format('%d', fence)}
+end
+if token > fence then
+  redis.call('SET', KEYS[3], ARGV[1])
+end
+local seen = redis.call('HGET', KEYS[2], ARGV[2])
+if seen then
+  return {'D', string.match(seen, '^[^|]*|([^|]*)|')}
+end
+local stock = tonumber(redis.call('GET', KEYS[1]))
+local units = math.min(stock, tonumber(ARGV[4]))
+if units > 0 then
+  redis.call('DECRBY', KEYS[1], units)
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. string.format('%d', units) .. '|' .. ARGV[1] .. '|o')
+end
+return {'A', string.format('%d', units)}

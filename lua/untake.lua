@@ -1,0 +1,24 @@
+--[[ untake.lua — gives back the units a saga took in a bucket, when the saga
+ended otherwise (a concurrent driver of the same request finished first).
+
+KEYS[1] ss:{e#g#j}:stock   KEYS[2] ss:{e#g#j}:reqs   KEYS[3] ss:{e#g#j}:orders
+ARGV[1] now  ARGV[2] j  ARGV[3] rid  ARGV[4] pass  ARGV[5] user  ARGV[6] qty
+ARGV[7] order id  ARGV[8] home bucket
+
+Returns "ST", {"OK"} (marker "T|oid" became "U|oid", stock += qty, a void
+record "k=v" in the stream) or {"NO"} (no such take: nothing changed).
+Atomic and idempotent: the units come back exactly once, together with the
+void record that cancels the order record the take wrote.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local marker = 't:' .. ARGV[3] .. ':' .. ARGV[4]
+if redis.call('HGET', KEYS[2], marker) ~= 'T|' .. ARGV[7] then
+  return {'NO'}
+end
+redis.call('HSET', KEYS[2], marker, 'U|' .. ARGV[7])
+redis.call('INCRBY', KEYS[1], ARGV[6])
+redis.call('XADD', KEYS[3], '*', 'k', 'v', 'id', ARGV[7], 'u', ARGV[5], 'q', ARGV[6],
+  'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
+return {'OK'}

@@ -1,0 +1,254 @@
+//! The engine: routing, the purchase saga, consolidation, cancels and views,
+//! written once above [`Store`] and therefore the same on every backend.
+//!
+//! The engine keeps each event's meta in a process-local cache, so the fast path
+//! is one store call: route (pure) → the home step → answer. The cache never
+//! needs invalidating by other instances: a bucket that no longer exists answers
+//! `Stale`, and the engine reloads the meta and routes again.
+//!
+//! Sub-modules: `purchase` (fast path and the probe saga), `orders` (cancel,
+//! lookup), `view` (per-bucket remaining, skew).
+
+mod orders;
+mod purchase;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::try_join_all;
+
+use crate::ids::{EventId, IdError};
+use crate::keys::BucketRef;
+use crate::model::{EventMeta, EventSpec, EventStatus, SpecError};
+use crate::mover::MoverError;
+use crate::store::{CreateMeta, Store, StoreError};
+
+pub use orders::{CancelOutcome, OrderStatus, OrderView};
+pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
+pub use view::{BucketView, EventView};
+
+/// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("no such event: {0}")]
+    UnknownEvent(EventId),
+    #[error("no such order: {0}")]
+    UnknownOrder(String),
+    #[error("event {0} exists")]
+    EventExists(EventId),
+    #[error("event {event} is not on sale ({why})")]
+    NotOnSale { event: EventId, why: &'static str },
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error(transparent)]
+    Id(#[from] IdError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("request id {0} was used before for a different quantity")]
+    IdempotencyConflict(String),
+    /// Stock is fragmented and contended: no decision within the probe budget;
+    /// nothing was bought, the request may be retried.
+    #[error("no decision after {passes} probe passes under contention; retry")]
+    Contention { passes: u32 },
+    /// The store failed after the purchase may have been applied.
+    #[error("outcome unknown ({0}); retry with the same request id")]
+    OutcomeUnknown(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Mover(#[from] MoverError),
+    /// A fault injected by a test (`Faults`): the engine stopped as if it crashed.
+    #[error("injected crash at {0}")]
+    InjectedCrash(&'static str),
+}
+
+/// Tunables of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How many passes over the ring (with a consolidation between them) before giving up.
+    pub max_passes: u32,
+    /// How long a sold-out mark is trusted without a fresh probe.
+    pub sold_out_mark_ttl: Duration,
+    /// How long a purchase waits for a reshard to finish.
+    pub reshard_wait: Duration,
+    /// Lease TTL for on-demand consolidation.
+    pub gather_lease_ttl: Duration,
+    /// How long a purchase waits for the mover lease held by someone else.
+    pub gather_wait: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            max_passes: 4,
+            sold_out_mark_ttl: Duration::from_secs(1),
+            reshard_wait: Duration::from_secs(5),
+            gather_lease_ttl: Duration::from_secs(2),
+            gather_wait: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Where a test can make the engine "crash" (return without finishing).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CrashPoint {
+    None = 0,
+    /// After the home step answered (bought or pending).
+    AfterHome = 1,
+    /// After the first successful take of the probe saga, before finish.
+    AfterTake = 2,
+}
+
+/// The engine over a store `S`.
+pub struct Engine<S: Store> {
+    store: S,
+    opts: EngineOptions,
+    /// Identifies this process as a lease owner.
+    instance: String,
+    events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
+    crash: AtomicU8,
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+impl<S: Store> Engine<S> {
+    pub fn new(store: S, opts: EngineOptions) -> Self {
+        Self {
+            store,
+            opts,
+            instance: format!("i{:016x}", rand::random::<u64>()),
+            events: RwLock::new(HashMap::new()),
+            crash: AtomicU8::new(CrashPoint::None as u8),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.opts
+    }
+
+    /// This process's lease-owner id.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    #[doc(hidden)]
+    pub fn inject_crash(&self, at: CrashPoint) {
+        self.crash.store(at as u8, Ordering::SeqCst);
+    }
+
+    fn crash_at(&self, at: CrashPoint) -> Result<(), EngineError> {
+        if self.crash.load(Ordering::SeqCst) == at as u8 {
+            return Err(EngineError::InjectedCrash(match at {
+                CrashPoint::AfterHome => "after home",
+                CrashPoint::AfterTake => "after take",
+                CrashPoint::None => "none",
+            }));
+        }
+        Ok(())
+    }
+
+    /// Creates an event: meta first (status `creating`), then every bucket with
+    /// its share of the stock, then `on_sale`. Refuses an existing event, except
+    /// that an interrupted creation of the same spec is resumed.
+    pub async fn create_event(&self, spec: EventSpec) -> Result<EventView, EngineError> {
+        spec.validate()?;
+        match self.store.create_meta(&spec, now_ms()).await? {
+            CreateMeta::Created => {}
+            CreateMeta::Exists(meta) if meta.status == EventStatus::Creating && meta.spec == spec => {
+                tracing::info!(event = %spec.id, "resuming an interrupted creation");
+            }
+            CreateMeta::Exists(_) => return Err(EngineError::EventExists(spec.id)),
+        }
+        let shares = spec.split();
+        try_join_all(shares.iter().enumerate().map(|(i, &units)| {
+            let bucket = BucketRef::new(&spec.id, 0, i as u32);
+            async move { self.store.init_bucket(&bucket, units).await }
+        }))
+        .await?;
+        self.store
+            .set_status(&spec.id, EventStatus::Creating, EventStatus::OnSale)
+            .await?;
+        self.forget(&spec.id);
+        self.view(&spec.id).await
+    }
+
+    /// Creates the event unless it exists; an existing event is left as it is
+    /// (its stock, sales and user counts survive every restart). Returns whether
+    /// it was created.
+    pub async fn ensure_event(&self, spec: EventSpec) -> Result<bool, EngineError> {
+        match self.create_event(spec.clone()).await {
+            Ok(_) => Ok(true),
+            Err(EngineError::EventExists(_)) => {
+                if let Some(meta) = self.store.load_meta(&spec.id).await?
+                    && meta.spec != spec
+                {
+                    tracing::warn!(event = %spec.id, "configured spec differs from the stored event; the stored one stays");
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The cached meta of an event, loading it on first use.
+    pub async fn meta(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
+        if let Some(meta) = self.events.read().expect("meta cache poisoned").get(event) {
+            return Ok(meta.clone());
+        }
+        self.reload(event).await
+    }
+
+    /// Reloads an event's meta from the store (after a `Stale` answer).
+    pub async fn reload(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
+        let meta = self
+            .store
+            .load_meta(event)
+            .await?
+            .ok_or_else(|| EngineError::UnknownEvent(event.clone()))?;
+        let meta = Arc::new(meta);
+        if meta.status != EventStatus::Creating {
+            self.events
+                .write()
+                .expect("meta cache poisoned")
+                .insert(event.clone(), meta.clone());
+        }
+        Ok(meta)
+    }
+
+    /// Drops an event from the cache.
+    pub fn forget(&self, event: &EventId) {
+        self.events.write().expect("meta cache poisoned").remove(event);
+    }
+
+    /// Reloads until the event is out of `resharding` (or the wait is over).
+    async fn settled(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
+        let deadline = tokio::time::Instant::now() + self.opts.reshard_wait;
+        loop {
+            let meta = self.reload(event).await?;
+            if meta.status != EventStatus::Resharding || tokio::time::Instant::now() >= deadline {
+                return Ok(meta);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The bucket `index` of the event's current layout.
+    fn bucket(meta: &EventMeta, index: u32) -> BucketRef {
+        BucketRef::new(&meta.spec.id, meta.generation, index)
+    }
+}

@@ -1,0 +1,172 @@
+//! Orders after the sale: lookup and cancel, in the order's home bucket.
+//!
+//! An order id carries its user's routing hash, so its home bucket is known
+//! under any bucket count. A cancel puts the units back on sale in that home
+//! bucket and lowers the user's count in one step, then bumps the event's seq
+//! (units appeared: any sold-out decision spanning the cancel must re-probe).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Engine, EngineError, now_ms};
+use crate::ids::{EventId, OrderId, UserId};
+use crate::keys::BucketRef;
+use crate::model::{EventMeta, EventStatus, OrderEntry};
+use crate::routing::home;
+use crate::store::{CancelReply, Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    Confirmed,
+    Cancelled,
+}
+
+/// An order as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderView {
+    pub order_id: OrderId,
+    pub event_id: EventId,
+    pub user_id: UserId,
+    pub quantity: u32,
+    /// The bucket the units came from.
+    pub bucket: u32,
+    pub status: OrderStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(with = "crate::model::rfc3339_ms")]
+    pub created_at: Option<i64>,
+}
+
+impl OrderView {
+    pub fn new(order_id: OrderId, event: EventId, entry: OrderEntry) -> Self {
+        // Stored request ids are "<user>/<request id>".
+        let request_id = entry
+            .request_id
+            .split_once('/')
+            .map(|(_, rid)| rid.to_owned())
+            .filter(|rid| !rid.is_empty());
+        Self {
+            order_id,
+            event_id: event,
+            user_id: entry.user,
+            quantity: entry.qty,
+            bucket: entry.bucket,
+            status: if entry.cancelled {
+                OrderStatus::Cancelled
+            } else {
+                OrderStatus::Confirmed
+            },
+            request_id,
+            created_at: Some(entry.at_ms),
+        }
+    }
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelOutcome {
+    pub order: OrderView,
+    /// It had been cancelled before: nothing changed.
+    pub already: bool,
+}
+
+impl<S: Store> Engine<S> {
+    fn order_home(meta: &EventMeta, user_hash: u64) -> BucketRef {
+        Self::bucket(meta, home(user_hash, meta.spec.buckets))
+    }
+
+    /// Runs `step` on the order's home bucket, reloading the layout once if stale.
+    async fn on_order_home<T, F, Fut>(&self, raw: &str, step: F) -> Result<(OrderId, EventId, T), EngineError>
+    where
+        F: Fn(BucketRef, OrderId) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let (order_id, event, hash) =
+            OrderId::parse(raw).map_err(|_| EngineError::UnknownOrder(raw.to_owned()))?;
+        let mut meta = match self.meta(&event).await {
+            Err(EngineError::UnknownEvent(_)) => return Err(EngineError::UnknownOrder(raw.to_owned())),
+            other => other?,
+        };
+        for attempt in 0..3 {
+            match step(Self::order_home(&meta, hash), order_id.clone()).await {
+                Ok(v) => return Ok((order_id, event, v)),
+                Err(StoreError::Stale(_)) if attempt < 2 => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    meta = self.settled(&event).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(EngineError::UnknownOrder(raw.to_owned()))
+    }
+
+    /// The order as its home bucket knows it (orders of a live event).
+    pub async fn order(&self, raw: &str) -> Result<OrderView, EngineError> {
+        let (order_id, event, entry) = self
+            .on_order_home(raw, |bucket, oid| async move { self.store.order_entry(&bucket, &oid).await })
+            .await?;
+        let entry = entry.ok_or_else(|| EngineError::UnknownOrder(raw.to_owned()))?;
+        Ok(OrderView::new(order_id, event, entry))
+    }
+
+    /// Cancels an order: its units go back on sale, the user's count drops.
+    /// Cancelling twice changes nothing.
+    pub async fn cancel(&self, raw: &str) -> Result<CancelOutcome, EngineError> {
+        let (order_id, event, reply) = self
+            .on_order_home(raw, |bucket, oid| async move {
+                if let Some(meta) = self.store.load_meta(&bucket.event).await?
+                    && meta.status == EventStatus::Closed
+                {
+                    return Ok(None);
+                }
+                self.store.cancel(&bucket, now_ms(), &oid).await.map(Some)
+            })
+            .await?;
+        let Some(reply) = reply else {
+            return Err(EngineError::NotOnSale {
+                event,
+                why: "closed",
+            });
+        };
+        let (entry, already) = match reply {
+            CancelReply::Cancelled(entry) => {
+                self.store.bump_seq(&event).await?;
+                (entry, false)
+            }
+            CancelReply::AlreadyCancelled(entry) => (entry, true),
+            CancelReply::NotFound => return Err(EngineError::UnknownOrder(raw.to_owned())),
+        };
+        let mut order = OrderView::new(order_id, event, entry);
+        order.status = OrderStatus::Cancelled;
+        Ok(CancelOutcome { order, already })
+    }
+
+    /// Gathers fragments into bucket `target` under the event's mover lease
+    /// (waiting a little if another mover holds it). Returns the units moved.
+    pub(super) async fn gather(&self, meta: &EventMeta, target: u32, want: u64) -> Result<u64, EngineError> {
+        let event = &meta.spec.id;
+        let owner = format!("{}/gather", self.instance);
+        let ttl = self.opts.gather_lease_ttl.as_millis() as u64;
+        let deadline = tokio::time::Instant::now() + self.opts.gather_wait;
+        let token = loop {
+            match self.store.acquire_lease(event, &owner, ttl).await? {
+                Some(token) => break token,
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                None => return Ok(0),
+            }
+        };
+        let moved = async {
+            crate::mover::complete_open(&self.store, meta, token).await?;
+            crate::mover::gather(&self.store, meta, token, target, want).await
+        }
+        .await;
+        if let Err(e) = self.store.release_lease(event, &owner, token).await {
+            tracing::warn!(%event, error = %e, "releasing the gather lease failed; it expires");
+        }
+        Ok(moved?.units)
+    }
+}

@@ -1,0 +1,376 @@
+//! Purchases: the one-call fast path and the probe saga behind it.
+//!
+//! Fast path: the home step on `home(user)` checks the request id, the per-user
+//! limit and the stock, and buys — one store call. When the home bucket is short
+//! it reserves the user's quota and leaves a pending record, and the saga probes
+//! the ring (`take` on `home+1, …, home`). Each take is decided once per
+//! (request, pass, bucket) and remembered, so a saga re-driven by a retry after
+//! a crash walks to the same bucket and never takes twice; the home bucket's
+//! `finish` arbitrates between concurrent drivers, and a loser gives its units
+//! back (`untake`).
+//!
+//! "Sold out" is answered only from a consistent probe: every bucket short,
+//! decided fresh by this driver, and the event's seq unchanged over the pass (no
+//! units were added anywhere meanwhile). When the ring holds enough units in
+//! fragments, the saga consolidates them into the home bucket and probes again.
+
+use std::slice;
+
+use super::{CrashPoint, Engine, EngineError, now_ms};
+use crate::ids::{EventId, OrderId, RequestId, UserId};
+use crate::model::{EventMeta, EventStatus, Order, Record};
+use crate::routing::{home, ring, user_hash};
+use crate::store::{Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply};
+
+/// A purchase as the engine receives it (ids already validated).
+#[derive(Debug, Clone)]
+pub struct PurchaseRequest {
+    pub event: EventId,
+    pub user: UserId,
+    pub quantity: u32,
+    pub request_id: Option<RequestId>,
+}
+
+/// Why a purchase was refused: a business answer, not a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    SoldOut { remaining: u64 },
+    LimitExceeded { limit: u32, held: u64 },
+}
+
+/// The answer to a purchase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurchaseOutcome {
+    pub result: Result<Order, Refusal>,
+    /// The request id had been seen before: this answers the original request.
+    pub replayed: bool,
+}
+
+/// One purchase saga: everything a driver (the first, or a retry) needs.
+#[derive(Debug, Clone)]
+struct Saga {
+    home: u32,
+    rid: String,
+    keep: bool,
+    user: UserId,
+    qty: u32,
+    order_id: OrderId,
+}
+
+impl Saga {
+    fn take_args(&self, pass: u32) -> TakeArgs {
+        TakeArgs {
+            rid: self.rid.clone(),
+            pass,
+            user: self.user.clone(),
+            qty: self.qty,
+            order_id: self.order_id.clone(),
+            home: self.home,
+        }
+    }
+
+    fn finish_args(&self, outcome: Finish) -> FinishArgs {
+        FinishArgs {
+            rid: self.rid.clone(),
+            user: self.user.clone(),
+            qty: self.qty,
+            keep: self.keep,
+            outcome,
+        }
+    }
+}
+
+type Answer = Result<Order, Refusal>;
+
+/// Refuses what may not be bought now.
+fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
+    let event = meta.spec.id.clone();
+    let why = match meta.status {
+        EventStatus::OnSale | EventStatus::Resharding => None,
+        EventStatus::Creating => Some("being created"),
+        EventStatus::Closed => Some("closed"),
+    };
+    let why = why
+        .or_else(|| meta.spec.starts_at.filter(|&s| now < s).map(|_| "not started"))
+        .or_else(|| meta.spec.ends_at.filter(|&e| now >= e).map(|_| "ended"));
+    match why {
+        Some(why) => Err(EngineError::NotOnSale { event, why }),
+        None => Ok(()),
+    }
+}
+
+fn order(meta: &EventMeta, user: &UserId, qty: u32, order_id: OrderId, bucket: u32, probes: u32) -> Order {
+    Order {
+        order_id,
+        event_id: meta.spec.id.clone(),
+        user_id: user.clone(),
+        quantity: qty,
+        bucket,
+        probes,
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Buys `quantity` units for a user: the fast path when the home bucket
+    /// can serve, else the probe saga. Idempotent by request id.
+    pub async fn purchase(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, EngineError> {
+        let mut meta = self.meta(&req.event).await?;
+        let hash = user_hash(&req.user);
+        let (rid, keep) = match &req.request_id {
+            // Request ids are scoped per user: the same id from two users is two requests.
+            Some(r) => (format!("{}/{}", req.user, r), true),
+            None => (format!("~{:016x}", rand::random::<u64>()), false),
+        };
+        let order_id = OrderId::generate(&req.event, hash);
+        let mut stale = 0;
+        loop {
+            if meta.status == EventStatus::Resharding {
+                meta = self.settled(&req.event).await?;
+            }
+            check_on_sale(&meta, now_ms())?;
+            if req.quantity == 0 || req.quantity > meta.spec.max_per_order {
+                return Err(EngineError::Invalid {
+                    field: "quantity",
+                    reason: format!("must be between 1 and {}", meta.spec.max_per_order),
+                });
+            }
+            let saga = Saga {
+                home: home(hash, meta.spec.buckets),
+                rid: rid.clone(),
+                keep,
+                user: req.user.clone(),
+                qty: req.quantity,
+                order_id: order_id.clone(),
+            };
+            match self.attempt(&meta, saga).await {
+                Err(EngineError::Store(StoreError::Stale(_))) if stale < 3 => {
+                    stale += 1;
+                    meta = self.settled(&req.event).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn attempt(&self, meta: &EventMeta, saga: Saga) -> Result<PurchaseOutcome, EngineError> {
+        let bucket = Self::bucket(meta, saga.home);
+        let entry = HomeEntry {
+            user: saga.user.clone(),
+            qty: saga.qty,
+            limit: meta.spec.per_user_limit.unwrap_or(0),
+            rid: saga.rid.clone(),
+            keep: saga.keep,
+            order_id: saga.order_id.clone(),
+        };
+        let reply = match self.store.home(&bucket, now_ms(), slice::from_ref(&entry)).await {
+            Ok(mut replies) => replies
+                .pop()
+                .ok_or_else(|| StoreError::Protocol("empty home reply".into()))?,
+            Err(StoreError::Unavailable(why)) => return self.resolve(meta, saga, why).await,
+            Err(e) => return Err(e.into()),
+        };
+        self.crash_at(CrashPoint::AfterHome)?;
+        let fresh = |result| PurchaseOutcome {
+            result,
+            replayed: false,
+        };
+        match reply {
+            HomeReply::Bought { .. } => Ok(fresh(Ok(order(
+                meta,
+                &saga.user,
+                saga.qty,
+                saga.order_id,
+                saga.home,
+                0,
+            )))),
+            HomeReply::LimitExceeded { held } => Ok(fresh(Err(Refusal::LimitExceeded {
+                limit: entry.limit,
+                held,
+            }))),
+            HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
+            HomeReply::Replay(record) => self.replay(meta, saga, record).await,
+        }
+    }
+
+    /// Answers a request id that has a record: the stored answer, or the
+    /// result of re-driving a pending saga.
+    async fn replay(&self, meta: &EventMeta, mut saga: Saga, record: Record) -> Result<PurchaseOutcome, EngineError> {
+        if record.qty() != saga.qty {
+            return Err(EngineError::IdempotencyConflict(saga.rid));
+        }
+        let result = match record {
+            Record::Pending { order_id, .. } => {
+                saga.order_id = order_id;
+                self.drive(meta, &saga).await?
+            }
+            done => self.answer(meta, &saga, done)?,
+        };
+        Ok(PurchaseOutcome {
+            result,
+            replayed: true,
+        })
+    }
+
+    /// The answer a final record stands for.
+    fn answer(&self, meta: &EventMeta, saga: &Saga, record: Record) -> Result<Answer, EngineError> {
+        Ok(match record {
+            Record::Bought {
+                qty,
+                order_id,
+                bucket,
+                probes,
+            } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
+            Record::LimitExceeded { limit, held, .. } => Err(Refusal::LimitExceeded { limit, held }),
+            Record::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
+            Record::Pending { .. } => {
+                return Err(StoreError::Protocol("finish answered a pending record".into()).into());
+            }
+        })
+    }
+
+    /// The probe saga, from the pending record to its end.
+    async fn drive(&self, meta: &EventMeta, saga: &Saga) -> Result<Answer, EngineError> {
+        let event = &meta.spec.id;
+        let start = self.fresh_meta(meta).await?;
+        if start.sold_out_at(now_ms(), self.opts.sold_out_mark_ttl.as_millis() as i64) {
+            return self.finish_sold_out(meta, saga, 0).await;
+        }
+        let mut seq = start.seq;
+        let mut probes = 0;
+        for pass in 1..=self.opts.max_passes {
+            let args = saga.take_args(pass);
+            let (mut available, mut consistent) = (0u64, true);
+            for j in ring(saga.home, meta.spec.buckets) {
+                probes += 1;
+                match self.store.take(&Self::bucket(meta, j), now_ms(), &args).await? {
+                    TakeReply::Taken { order_id } => {
+                        self.crash_at(CrashPoint::AfterTake)?;
+                        return self.finish_bought(meta, saga, pass, order_id, j, probes).await;
+                    }
+                    TakeReply::Short { available: a, fresh } => {
+                        available += a;
+                        consistent &= fresh;
+                    }
+                }
+            }
+            let after = self.fresh_meta(meta).await?;
+            let unchanged = consistent && after.seq == seq;
+            if available < u64::from(saga.qty) && unchanged {
+                if available == 0 {
+                    self.store.mark_sold_out(event, seq, now_ms()).await?;
+                }
+                return self.finish_sold_out(meta, saga, available).await;
+            }
+            if !consistent {
+                // An earlier driver of this saga probed here: it may have ended it.
+                if let Some(record) = self.store.record(&Self::bucket(meta, saga.home), &saga.rid).await?
+                    && !matches!(record, Record::Pending { .. })
+                {
+                    return self.answer(meta, saga, record);
+                }
+            }
+            if available >= u64::from(saga.qty) {
+                if let Err(e) = self.gather(meta, saga.home, u64::from(saga.qty)).await {
+                    tracing::warn!(%event, error = %e, "on-demand consolidation failed");
+                }
+            }
+            seq = after.seq;
+        }
+        self.finish_with(meta, saga, Finish::Abort).await?;
+        Err(EngineError::Contention {
+            passes: self.opts.max_passes,
+        })
+    }
+
+    /// The meta as stored now; `Stale` if the layout changed under the saga.
+    async fn fresh_meta(&self, meta: &EventMeta) -> Result<EventMeta, EngineError> {
+        let now = self
+            .store
+            .load_meta(&meta.spec.id)
+            .await?
+            .ok_or_else(|| EngineError::UnknownEvent(meta.spec.id.clone()))?;
+        if now.generation != meta.generation || now.status == EventStatus::Resharding {
+            return Err(StoreError::Stale(format!("layout of {}", meta.spec.id)).into());
+        }
+        Ok(now)
+    }
+
+    async fn finish_with(&self, meta: &EventMeta, saga: &Saga, outcome: Finish) -> Result<FinishReply, EngineError> {
+        let bucket = Self::bucket(meta, saga.home);
+        Ok(self.store.finish(&bucket, now_ms(), &saga.finish_args(outcome)).await?)
+    }
+
+    async fn finish_bought(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        pass: u32,
+        order_id: OrderId,
+        bucket: u32,
+        probes: u32,
+    ) -> Result<Answer, EngineError> {
+        let outcome = Finish::Bought {
+            order_id: order_id.clone(),
+            bucket,
+            probes,
+        };
+        let ended = match self.finish_with(meta, saga, outcome).await? {
+            FinishReply::Done => return Ok(Ok(order(meta, &saga.user, saga.qty, order_id, bucket, probes))),
+            FinishReply::Already(Record::Bought { order_id: o, .. }) if o == order_id => {
+                return Ok(Ok(order(meta, &saga.user, saga.qty, order_id, bucket, probes)));
+            }
+            FinishReply::Already(record) => Some(record),
+            FinishReply::NoRecord => None,
+        };
+        // The saga ended without this take: give the units back.
+        let mut args = saga.take_args(pass);
+        args.order_id = order_id;
+        if self.store.untake(&Self::bucket(meta, bucket), now_ms(), &args).await? {
+            self.store.bump_seq(&meta.spec.id).await?;
+        }
+        match ended {
+            Some(record) => self.answer(meta, saga, record),
+            None => Err(EngineError::Contention { passes: pass }),
+        }
+    }
+
+    async fn finish_sold_out(&self, meta: &EventMeta, saga: &Saga, remaining: u64) -> Result<Answer, EngineError> {
+        match self.finish_with(meta, saga, Finish::SoldOut { remaining }).await? {
+            FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
+            FinishReply::Already(record) => self.answer(meta, saga, record),
+        }
+    }
+
+    /// The home step failed in transit: it may or may not have run. Look at
+    /// what it would have written before answering.
+    async fn resolve(&self, meta: &EventMeta, saga: Saga, why: String) -> Result<PurchaseOutcome, EngineError> {
+        let bucket = Self::bucket(meta, saga.home);
+        for delay_ms in [20, 100, 400] {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            let (entry, record) = match (
+                self.store.order_entry(&bucket, &saga.order_id).await,
+                self.store.record(&bucket, &saga.rid).await,
+            ) {
+                (Ok(entry), Ok(record)) => (entry, record),
+                _ => continue,
+            };
+            return match (entry, record) {
+                (Some(e), _) => Ok(PurchaseOutcome {
+                    result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)),
+                    replayed: false,
+                }),
+                (None, Some(Record::Pending { .. })) => Ok(PurchaseOutcome {
+                    result: self.drive(meta, &saga).await?,
+                    replayed: false,
+                }),
+                (None, Some(record)) if saga.keep => Ok(PurchaseOutcome {
+                    result: self.answer(meta, &saga, record)?,
+                    replayed: false,
+                }),
+                // Nothing written: the step never ran.
+                _ => Err(StoreError::Unavailable(why).into()),
+            };
+        }
+        Err(EngineError::OutcomeUnknown(why))
+    }
+}

@@ -1,0 +1,125 @@
+//! Views of an event: per-bucket remaining, totals, skew.
+
+use futures::future::try_join_all;
+use serde::Serialize;
+
+use super::{Engine, EngineError, now_ms};
+use crate::ids::EventId;
+use crate::model::{BucketState, EventMeta, EventStatus};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BucketView {
+    pub index: u32,
+    pub remaining: u64,
+}
+
+/// The event as `GET /v1/events/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventView {
+    pub id: EventId,
+    pub stock: u64,
+    /// Units still for sale: in buckets plus in transfer between them.
+    pub remaining: u64,
+    /// `stock - remaining`: units sold and not cancelled.
+    pub sold: u64,
+    pub buckets: Vec<BucketView>,
+    pub bucket_count: u32,
+    /// Max bucket remaining ÷ mean bucket remaining (1.0 = even, also when empty).
+    pub skew: f64,
+    /// `on_sale`, `sold_out`, `scheduled`, `ended`, `creating`, `resharding` or `closed`.
+    pub status: &'static str,
+    pub in_transfer: u64,
+    pub per_user_limit: Option<u32>,
+    pub max_per_order: u32,
+    #[serde(with = "crate::model::rfc3339_ms")]
+    pub starts_at: Option<i64>,
+    #[serde(with = "crate::model::rfc3339_ms")]
+    pub ends_at: Option<i64>,
+    pub generation: u32,
+}
+
+/// Max ÷ mean of the buckets' remaining units; 1.0 when all are empty.
+pub fn skew(remaining: &[u64]) -> f64 {
+    let total: u64 = remaining.iter().sum();
+    if total == 0 || remaining.is_empty() {
+        return 1.0;
+    }
+    let mean = total as f64 / remaining.len() as f64;
+    remaining.iter().copied().max().unwrap_or(0) as f64 / mean
+}
+
+impl EventView {
+    pub fn new(meta: &EventMeta, states: &[BucketState], now: i64) -> Self {
+        let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
+        let in_transfer: u64 = states.iter().map(|s| s.in_transfer).sum();
+        let remaining = stocks.iter().sum::<u64>() + in_transfer;
+        let spec = &meta.spec;
+        let status = match meta.status {
+            EventStatus::OnSale if remaining == 0 => "sold_out",
+            EventStatus::OnSale if spec.starts_at.is_some_and(|s| now < s) => "scheduled",
+            EventStatus::OnSale if spec.ends_at.is_some_and(|e| now >= e) => "ended",
+            other => other.as_str(),
+        };
+        Self {
+            id: spec.id.clone(),
+            stock: spec.stock,
+            remaining,
+            sold: spec.stock.saturating_sub(remaining),
+            buckets: stocks
+                .iter()
+                .enumerate()
+                .map(|(i, &remaining)| BucketView {
+                    index: i as u32,
+                    remaining,
+                })
+                .collect(),
+            bucket_count: spec.buckets,
+            skew: skew(&stocks),
+            status,
+            in_transfer,
+            per_user_limit: spec.per_user_limit,
+            max_per_order: spec.max_per_order,
+            starts_at: spec.starts_at,
+            ends_at: spec.ends_at,
+            generation: meta.generation,
+        }
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Every bucket's state under the event's current layout.
+    pub async fn bucket_states(&self, meta: &EventMeta) -> Result<Vec<BucketState>, StoreError> {
+        try_join_all((0..meta.spec.buckets).map(|b| {
+            let bucket = Self::bucket(meta, b);
+            async move { self.store.bucket_state(&bucket).await }
+        }))
+        .await
+    }
+
+    /// The event with its buckets, read now.
+    pub async fn view(&self, event: &EventId) -> Result<EventView, EngineError> {
+        let mut meta = self.meta(event).await?;
+        for _ in 0..3 {
+            match self.bucket_states(&meta).await {
+                Ok(states) => return Ok(EventView::new(&meta, &states, now_ms())),
+                Err(StoreError::Stale(_)) => meta = self.settled(event).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Stale(format!("layout of {event}")).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skew;
+
+    #[test]
+    fn skew_is_max_over_mean() {
+        assert_eq!(skew(&[5, 5, 5, 5]), 1.0);
+        assert_eq!(skew(&[8, 0, 0, 0]), 4.0);
+        assert_eq!(skew(&[0, 0]), 1.0);
+        assert!((skew(&[3, 1]) - 1.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,219 @@
+//! Validated identifiers: everything that ends up inside a Redis key or a URL.
+//!
+//! An id is checked once, where it enters the system, and then travels as a
+//! newtype so no unchecked string can reach key building. The charsets exclude
+//! `{` and `}` (a brace in an id would silently move a key to another Cluster
+//! slot), `|` (the field separator of stored records) and `:` in request ids
+//! (the separator of probe markers).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why an id was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("{field} must not be empty")]
+    Empty { field: &'static str },
+    #[error("{field} is longer than {max} characters")]
+    TooLong { field: &'static str, max: usize },
+    #[error("{field} may only contain {allowed}")]
+    Charset {
+        field: &'static str,
+        allowed: &'static str,
+    },
+}
+
+fn check(
+    value: &str,
+    field: &'static str,
+    max: usize,
+    allowed: &'static str,
+    ok: fn(u8) -> bool,
+) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty { field });
+    }
+    if value.len() > max {
+        return Err(IdError::TooLong { field, max });
+    }
+    if !value.bytes().all(ok) {
+        return Err(IdError::Charset { field, allowed });
+    }
+    Ok(())
+}
+
+fn event_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+fn user_byte(b: u8) -> bool {
+    event_byte(b) || matches!(b, b':' | b'@')
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $allowed:literal, $ok:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The longest id accepted.
+            pub const MAX_LEN: usize = $max;
+
+            /// Validates `value` and wraps it.
+            pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                check(&value, $field, $max, $allowed, $ok)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                Self::parse(raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// An event (one product on sale): `[A-Za-z0-9_.-]{1,64}`.
+    EventId, "event id", 64, "letters, digits, '_', '.' and '-'", event_byte
+);
+id_type!(
+    /// A buyer: `[A-Za-z0-9_.:@-]{1,128}`.
+    UserId, "user_id", 128, "letters, digits, '_', '.', '-', ':' and '@'", user_byte
+);
+id_type!(
+    /// A client's idempotency key: `[A-Za-z0-9_.-]{1,128}` (UUIDs fit).
+    RequestId, "request_id", 128, "letters, digits, '_', '.' and '-'", event_byte
+);
+
+/// An order: `<event>.<user hash, 16 hex>.<random, 16 hex>`.
+///
+/// The user's routing hash is part of the id so the order's home bucket
+/// (where its cancel and its index entry live) can be found under any bucket
+/// count, including after a reshard, without knowing the user.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct OrderId(String);
+
+impl OrderId {
+    /// Builds a fresh order id for a purchase by a user with routing hash `user_hash`.
+    pub fn generate(event: &EventId, user_hash: u64) -> Self {
+        Self(format!(
+            "{event}.{user_hash:016x}.{:016x}",
+            rand::random::<u64>()
+        ))
+    }
+
+    /// Parses an order id from a client, returning it with its event and user hash.
+    pub fn parse(value: &str) -> Result<(Self, EventId, u64), IdError> {
+        const FIELD: &str = "order id";
+        const ALLOWED: &str = "'<event>.<16 hex>.<16 hex>'";
+        let bad = || IdError::Charset {
+            field: FIELD,
+            allowed: ALLOWED,
+        };
+        if value.len() > EventId::MAX_LEN + 34 {
+            return Err(IdError::TooLong {
+                field: FIELD,
+                max: EventId::MAX_LEN + 34,
+            });
+        }
+        let mut parts = value.rsplitn(3, '.');
+        let (Some(random), Some(hash), Some(event)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let hex16 = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex16(random) || !hex16(hash) {
+            return Err(bad());
+        }
+        let event = EventId::parse(event).map_err(|_| bad())?;
+        let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
+        Ok((Self(value.to_owned()), event, hash))
+    }
+
+    /// Wraps an id read back from a store (already validated when written).
+    pub(crate) fn from_stored(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_brace_in_an_event_id_is_rejected() {
+        assert!(matches!(
+            EventId::parse("sneaker{42}"),
+            Err(IdError::Charset { .. })
+        ));
+    }
+
+    #[test]
+    fn ids_are_bounded() {
+        assert!(EventId::parse("e".repeat(64)).is_ok());
+        assert!(matches!(
+            EventId::parse("e".repeat(65)),
+            Err(IdError::TooLong { max: 64, .. })
+        ));
+        assert!(matches!(UserId::parse(""), Err(IdError::Empty { .. })));
+        assert!(UserId::parse("alice@example.com").is_ok());
+    }
+
+    #[test]
+    fn a_request_id_cannot_hold_a_record_or_marker_separator() {
+        assert!(RequestId::parse("a|b").is_err());
+        assert!(RequestId::parse("t:1").is_err());
+        assert!(RequestId::parse("9f1c2b7e-0d4a-4c55-9e57-3f0b1c2d3e4f").is_ok());
+    }
+
+    #[test]
+    fn an_order_id_round_trips_its_event_and_user_hash() {
+        let event = EventId::parse("sneaker-4.2").unwrap();
+        let id = OrderId::generate(&event, 0xdead_beef);
+        let (parsed, e, h) = OrderId::parse(id.as_str()).unwrap();
+        assert_eq!(parsed, id);
+        assert_eq!(e, event);
+        assert_eq!(h, 0xdead_beef);
+    }
+
+    #[test]
+    fn a_malformed_order_id_is_rejected() {
+        for bad in ["", "x", "ev.123.456", "ev.zzzzzzzzzzzzzzzz.0000000000000000"] {
+            assert!(OrderId::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The Redis key layout. Every name a backend writes is built here.
+//!
+//! ```text
+//! ss:{<event>}:meta              HASH  event definition, status, generation, seq, sold-out mark
+//! ss:{<event>}:lease             STR   mover lease "owner|token" (PX)
+//! ss:{<event>}:token             STR   fencing token counter (INCR)
+//! ss:{<event>#<gen>#<b>}:stock   STR   remaining units of bucket b
+//! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
+//! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record; probe markers t:<rid>:<pass>
+//! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b
+//! ss:{<event>#<gen>#<b>}:idx     HASH  order id -> order entry (orders of users homed at b)
+//! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
+//! ss:{<event>#<gen>#<b>}:xfer    HASH  open transfers out of b: xid -> "target|units|token"
+//! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
+//! ```
+//! Each bucket has its own hash tag, so one hot event spreads over every master
+//! of a Cluster, while all keys one script touches share a slot. The generation
+//! (`gen`) changes when an event is resharded: a stale instance that still routes
+//! with the old bucket count finds the old buckets sealed and reloads, instead of
+//! writing into a layout that no longer exists. Ids are validated (`crate::ids`)
+//! before they get here, so no `{` or `}` can move a key.
+
+use crate::ids::EventId;
+
+/// The keys of one event's meta slot.
+#[derive(Debug, Clone)]
+pub struct EventKeys {
+    pub meta: String,
+    pub lease: String,
+    pub token: String,
+}
+
+impl EventKeys {
+    pub fn new(event: &EventId) -> Self {
+        let tag = format!("ss:{{{event}}}");
+        Self {
+            meta: format!("{tag}:meta"),
+            lease: format!("{tag}:lease"),
+            token: format!("{tag}:token"),
+        }
+    }
+}
+
+/// Which bucket: event, layout generation and index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BucketRef {
+    pub event: EventId,
+    pub generation: u32,
+    pub index: u32,
+}
+
+impl BucketRef {
+    pub fn new(event: &EventId, generation: u32, index: u32) -> Self {
+        Self {
+            event: event.clone(),
+            generation,
+            index,
+        }
+    }
+
+    /// The bucket's hash tag, `{<event>#<gen>#<b>}`: one Cluster slot per bucket.
+    pub fn tag(&self) -> String {
+        format!("{{{}#{}#{}}}", self.event, self.generation, self.index)
+    }
+
+    /// All keys of this bucket.
+    pub fn keys(&self) -> BucketKeys {
+        let p = format!("ss:{}", self.tag());
+        BucketKeys {
+            stock: format!("{p}:stock"),
+            users: format!("{p}:users"),
+            reqs: format!("{p}:reqs"),
+            orders: format!("{p}:orders"),
+            idx: format!("{p}:idx"),
+            fence: format!("{p}:fence"),
+            xfer: format!("{p}:xfer"),
+            xin: format!("{p}:xin"),
+        }
+    }
+}
+
+/// The keys of one bucket (see the module docs for their types).
+#[derive(Debug, Clone)]
+pub struct BucketKeys {
+    pub stock: String,
+    pub users: String,
+    pub reqs: String,
+    pub orders: String,
+    pub idx: String,
+    pub fence: String,
+    pub xfer: String,
+    pub xin: String,
+}
+
+impl BucketKeys {
+    /// Every key, for expiry and deletion.
+    pub fn all(&self) -> [&str; 8] {
+        [
+            &self.stock,
+            &self.users,
+            &self.reqs,
+            &self.orders,
+            &self.idx,
+            &self.fence,
+            &self.xfer,
+            &self.xin,
+        ]
+    }
+}
+
+/// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+///
+/// Used by tests and diagnostics to show that buckets land on different slots.
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(s: &str) -> EventId {
+        EventId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn all_keys_of_a_bucket_share_one_slot() {
+        let keys = BucketRef::new(&event("sneaker-42"), 0, 5).keys();
+        let s = slot(&keys.stock);
+        assert!(keys.all().iter().all(|k| slot(k) == s));
+        assert_eq!(keys.stock, "ss:{sneaker-42#0#5}:stock");
+    }
+
+    #[test]
+    fn buckets_of_one_event_spread_over_slots() {
+        let e = event("sneaker-42");
+        let slots: std::collections::HashSet<u16> = (0..16)
+            .map(|b| slot(&BucketRef::new(&e, 0, b).keys().stock))
+            .collect();
+        assert_eq!(slots.len(), 16);
+    }
+
+    #[test]
+    fn the_slot_function_matches_redis() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("123456789"), 12739);
+    }
+
+    #[test]
+    fn the_meta_keys_share_the_event_slot() {
+        let k = EventKeys::new(&event("e1"));
+        assert_eq!(slot(&k.meta), slot(&k.lease));
+        assert_eq!(slot(&k.meta), slot(&k.token));
+    }
+}

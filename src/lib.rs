@@ -1,0 +1,36 @@
+//! # shardstock
+//!
+//! Sells hot stock (flash sales, ticket drops, limited releases) at very high
+//! request rates without ever overselling and without answering "sold out"
+//! while a unit is left. Each event's stock is split into N buckets, each under
+//! its own Redis hash tag so a hot event spreads over a Redis Cluster; a buyer
+//! is routed to `hash(user) % N` and the ring is probed when that bucket is short.
+//!
+//! # Layout
+//! - [`ids`]: validated identifiers (everything that reaches a key or a URL).
+//! - [`routing`]: the stable routing hash, home bucket and probe ring (pure).
+//! - [`keys`]: the Redis key layout and hash tags (pure).
+//! - [`model`]: events, records, orders: the domain types and their encodings.
+//! - [`store`]: the `Store` trait of per-bucket atomic steps, and its two
+//!   backends, `memory` (embedded) and `redis` (Lua scripts from `lua/`).
+//! - [`engine`]: the purchase fast path and saga, cancels, views — written once
+//!   above `Store`.
+//! - [`mover`]: fenced, journaled transfers between buckets (consolidation).
+
+/// Routing, the purchase saga, cancels and views above the store.
+pub mod engine;
+/// Validated identifiers.
+pub mod ids;
+/// The Redis key layout.
+pub mod keys;
+/// Domain types and their stored encodings.
+pub mod model;
+/// Fenced, journaled transfers of units between buckets.
+pub mod mover;
+/// Stable routing: home bucket and probe ring.
+pub mod routing;
+/// The store trait and its memory and Redis backends.
+pub mod store;
+
+pub use engine::{Engine, EngineError, EngineOptions};
+pub use store::{MemoryStore, RedisStore, Store, StoreError};

@@ -1,0 +1,397 @@
+//! The domain: events, their stored meta, orders and purchase records.
+//!
+//! These types are shared by the engine and every store backend. The compact
+//! `|`-separated encodings of [`Record`] and [`OrderEntry`] are what the Lua
+//! scripts write into Redis; the memory backend keeps the same values decoded.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{EventId, OrderId, UserId};
+
+/// Bounds every event must respect (API.md).
+pub const MAX_BUCKETS: u32 = 1024;
+pub const MAX_STOCK: u64 = 1 << 53;
+pub const DEFAULT_MAX_PER_ORDER: u32 = 10;
+/// Highest `max_per_order` accepted: a single order is a handful of units, not a wholesale.
+pub const MAX_PER_ORDER_CAP: u32 = 1000;
+
+/// What a client asks for when creating an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSpec {
+    pub id: EventId,
+    pub stock: u64,
+    pub buckets: u32,
+    pub per_user_limit: Option<u32>,
+    pub max_per_order: u32,
+    /// Unix milliseconds; `None`: open from creation.
+    pub starts_at: Option<i64>,
+    /// Unix milliseconds; `None`: open until sold out or closed.
+    pub ends_at: Option<i64>,
+}
+
+/// Why an event spec was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("buckets must be between 1 and {MAX_BUCKETS}, got {0}")]
+    Buckets(u32),
+    #[error("stock must be between 0 and 2^53, got {0}")]
+    Stock(u64),
+    #[error("max_per_order must be between 1 and {MAX_PER_ORDER_CAP}, got {0}")]
+    MaxPerOrder(u32),
+    #[error("per_user_limit must be at least 1, got {0}")]
+    PerUserLimit(u32),
+    #[error("ends_at must be after starts_at")]
+    Window,
+}
+
+impl EventSpec {
+    /// Checks the bounds of API.md.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if !(1..=MAX_BUCKETS).contains(&self.buckets) {
+            return Err(SpecError::Buckets(self.buckets));
+        }
+        if self.stock > MAX_STOCK {
+            return Err(SpecError::Stock(self.stock));
+        }
+        if !(1..=MAX_PER_ORDER_CAP).contains(&self.max_per_order) {
+            return Err(SpecError::MaxPerOrder(self.max_per_order));
+        }
+        if let Some(limit) = self.per_user_limit.filter(|&l| l == 0) {
+            return Err(SpecError::PerUserLimit(limit));
+        }
+        if let (Some(s), Some(e)) = (self.starts_at, self.ends_at)
+            && e <= s
+        {
+            return Err(SpecError::Window);
+        }
+        Ok(())
+    }
+
+    /// The initial stock of each bucket: an even split, the remainder spread
+    /// one unit each over the first buckets.
+    pub fn split(&self) -> Vec<u64> {
+        split_even(self.stock, self.buckets)
+    }
+}
+
+/// Splits `stock` over `buckets` as evenly as possible.
+pub fn split_even(stock: u64, buckets: u32) -> Vec<u64> {
+    let n = u64::from(buckets);
+    (0..n)
+        .map(|i| stock / n + u64::from(i < stock % n))
+        .collect()
+}
+
+/// The lifecycle of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventStatus {
+    /// Meta written, buckets being initialised: nothing sells yet.
+    Creating,
+    OnSale,
+    /// Moving to a new bucket count: purchases wait for the new layout.
+    Resharding,
+    Closed,
+}
+
+impl EventStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Creating => "creating",
+            Self::OnSale => "on_sale",
+            Self::Resharding => "resharding",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "creating" => Self::Creating,
+            "on_sale" => Self::OnSale,
+            "resharding" => Self::Resharding,
+            "closed" => Self::Closed,
+            _ => return None,
+        })
+    }
+}
+
+/// An event as stored: its spec plus the state every instance shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventMeta {
+    pub spec: EventSpec,
+    pub status: EventStatus,
+    /// Layout generation: bumped by every reshard.
+    pub generation: u32,
+    /// Bumped after every change that adds units to a bucket (cancel, transfer),
+    /// so a sold-out decision can tell whether its probe of the ring was consistent.
+    pub seq: u64,
+    /// `Some((seq, at_ms))`: at `seq`, a consistent probe found the whole event empty.
+    pub sold_out: Option<(u64, i64)>,
+    pub created_ms: i64,
+}
+
+impl EventMeta {
+    /// True when the sold-out mark is current (same seq, younger than `max_age_ms`).
+    pub fn sold_out_at(&self, now_ms: i64, max_age_ms: i64) -> bool {
+        matches!(self.sold_out, Some((seq, at)) if seq == self.seq && now_ms - at <= max_age_ms)
+    }
+}
+
+/// A bucket's state as one atomic read sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketState {
+    pub stock: u64,
+    /// Units journaled out of this bucket by an open transfer.
+    pub in_transfer: u64,
+    pub fence: u64,
+}
+
+/// The outcome of a request id, stored in the home bucket so a retry gets the same answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Quota reserved, the home bucket was short: the ring is being probed.
+    Pending {
+        qty: u32,
+        order_id: OrderId,
+        user: UserId,
+        at_ms: i64,
+    },
+    Bought {
+        qty: u32,
+        order_id: OrderId,
+        bucket: u32,
+        probes: u32,
+    },
+    LimitExceeded {
+        qty: u32,
+        limit: u32,
+        held: u64,
+    },
+    SoldOut {
+        qty: u32,
+        remaining: u64,
+    },
+}
+
+impl Record {
+    pub fn qty(&self) -> u32 {
+        match self {
+            Self::Pending { qty, .. }
+            | Self::Bought { qty, .. }
+            | Self::LimitExceeded { qty, .. }
+            | Self::SoldOut { qty, .. } => *qty,
+        }
+    }
+
+    /// The encoding the Lua scripts write.
+    pub fn encode(&self) -> String {
+        match self {
+            Self::Pending {
+                qty,
+                order_id,
+                user,
+                at_ms,
+            } => format!("P|{qty}|{order_id}|{user}|{at_ms}"),
+            Self::Bought {
+                qty,
+                order_id,
+                bucket,
+                probes,
+            } => format!("B|{qty}|{order_id}|{bucket}|{probes}"),
+            Self::LimitExceeded { qty, limit, held } => format!("L|{qty}|{limit}|{held}"),
+            Self::SoldOut { qty, remaining } => format!("S|{qty}|{remaining}"),
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split('|').collect();
+        let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+        let qty = n(1)? as u32;
+        Some(match *f.first()? {
+            "P" if f.len() == 5 => Self::Pending {
+                qty,
+                order_id: OrderId::from_stored(f[2].to_owned()),
+                user: UserId::parse(f[3]).ok()?,
+                at_ms: f[4].parse().ok()?,
+            },
+            "B" if f.len() == 5 => Self::Bought {
+                qty,
+                order_id: OrderId::from_stored(f[2].to_owned()),
+                bucket: n(3)? as u32,
+                probes: n(4)? as u32,
+            },
+            "L" if f.len() == 4 => Self::LimitExceeded {
+                qty,
+                limit: n(2)? as u32,
+                held: n(3)?,
+            },
+            "S" if f.len() == 3 => Self::SoldOut {
+                qty,
+                remaining: n(2)?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// An order as its home bucket indexes it (until the flusher and the DB take over).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderEntry {
+    pub cancelled: bool,
+    pub user: UserId,
+    pub qty: u32,
+    /// The bucket the units were taken from.
+    pub bucket: u32,
+    /// The client's request id, empty when none was given.
+    pub request_id: String,
+    pub at_ms: i64,
+}
+
+impl OrderEntry {
+    pub fn encode(&self) -> String {
+        let status = if self.cancelled { 'X' } else { 'C' };
+        format!(
+            "{status}|{}|{}|{}|{}|{}",
+            self.user, self.qty, self.bucket, self.request_id, self.at_ms
+        )
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split('|').collect();
+        if f.len() != 6 {
+            return None;
+        }
+        Some(Self {
+            cancelled: match f[0] {
+                "C" => false,
+                "X" => true,
+                _ => return None,
+            },
+            user: UserId::parse(f[1]).ok()?,
+            qty: f[2].parse().ok()?,
+            bucket: f[3].parse().ok()?,
+            request_id: f[4].to_owned(),
+            at_ms: f[5].parse().ok()?,
+        })
+    }
+}
+
+/// A confirmed purchase, as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Order {
+    pub order_id: OrderId,
+    pub event_id: EventId,
+    pub user_id: UserId,
+    pub quantity: u32,
+    pub bucket: u32,
+    pub probes: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(stock: u64, buckets: u32) -> EventSpec {
+        EventSpec {
+            id: EventId::parse("e").unwrap(),
+            stock,
+            buckets,
+            per_user_limit: None,
+            max_per_order: DEFAULT_MAX_PER_ORDER,
+            starts_at: None,
+            ends_at: None,
+        }
+    }
+
+    #[test]
+    fn stock_is_split_evenly_with_the_remainder_spread() {
+        assert_eq!(spec(10, 8).split(), vec![2, 2, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(spec(3, 4).split(), vec![1, 1, 1, 0]);
+        assert_eq!(spec(0, 2).split(), vec![0, 0]);
+        assert_eq!(spec(1 << 53, 1024).split().iter().sum::<u64>(), 1 << 53);
+    }
+
+    #[test]
+    fn out_of_bound_specs_are_refused() {
+        assert_eq!(spec(1, 0).validate(), Err(SpecError::Buckets(0)));
+        assert_eq!(spec(1, 1025).validate(), Err(SpecError::Buckets(1025)));
+        assert_eq!(
+            spec((1 << 53) + 1, 1).validate(),
+            Err(SpecError::Stock((1 << 53) + 1))
+        );
+        let mut s = spec(1, 1);
+        s.per_user_limit = Some(0);
+        assert!(s.validate().is_err());
+        let mut s = spec(1, 1);
+        s.starts_at = Some(10);
+        s.ends_at = Some(10);
+        assert_eq!(s.validate(), Err(SpecError::Window));
+    }
+
+    #[test]
+    fn records_round_trip_their_encoding() {
+        let oid = OrderId::from_stored("e.0000000000000001.0000000000000002".into());
+        for r in [
+            Record::Pending {
+                qty: 2,
+                order_id: oid.clone(),
+                user: UserId::parse("u-1").unwrap(),
+                at_ms: 17,
+            },
+            Record::Bought {
+                qty: 1,
+                order_id: oid,
+                bucket: 3,
+                probes: 2,
+            },
+            Record::LimitExceeded {
+                qty: 3,
+                limit: 2,
+                held: 1,
+            },
+            Record::SoldOut {
+                qty: 1,
+                remaining: 0,
+            },
+        ] {
+            assert_eq!(Record::decode(&r.encode()), Some(r));
+        }
+        assert_eq!(Record::decode("Z|1"), None);
+    }
+}
+
+/// Serde for optional unix-millisecond timestamps as RFC 3339 strings.
+pub mod rfc3339_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use time::OffsetDateTime;
+    use time::format_description::well_known::Rfc3339;
+
+    /// Formats unix milliseconds as RFC 3339 (UTC).
+    pub fn format(ms: i64) -> String {
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .ok()
+            .and_then(|t| t.format(&Rfc3339).ok())
+            .unwrap_or_default()
+    }
+
+    /// Parses RFC 3339 into unix milliseconds.
+    pub fn parse(s: &str) -> Result<i64, String> {
+        OffsetDateTime::parse(s, &Rfc3339)
+            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}"))
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(ms) => s.serialize_str(&format(*ms)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(s) => parse(&s).map(Some).map_err(serde::de::Error::custom),
+            None => Ok(None),
+        }
+    }
+}

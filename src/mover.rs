@@ -1,0 +1,150 @@
+//! The mover: fenced, journaled transfers of units between buckets.
+//!
+//! A transfer is three idempotent steps: `OUT(a)` moves units from a's stock
+//! into a's journal, `IN(b)` adds them to b once per transfer id, then the seq
+//! is bumped (units appeared in b) and `CLEAR(a)` closes the journal entry. A
+//! crash between any two steps leaves an open journal entry that the next mover
+//! completes ([`complete_open`]) before doing anything else, so no unit is lost
+//! or counted twice. Every step carries the mover's fencing token: a bucket
+//! refuses a token lower than the highest it has accepted, so a mover that
+//! paused past its lease cannot write after a newer one has.
+//!
+//! The lease itself (who may move units of an event) is taken by the caller:
+//! the engine for an on-demand consolidation, the rebalancer for its rounds.
+
+use futures::future::try_join_all;
+
+use crate::keys::BucketRef;
+use crate::model::EventMeta;
+use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MoverError {
+    /// A bucket has accepted a newer token: this mover must stop.
+    #[error("bucket {bucket} refused token {token}: it has accepted {highest}")]
+    Fenced { bucket: u32, token: u64, highest: u64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Counts of what a mover did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moved {
+    pub transfers: u64,
+    pub units: u64,
+}
+
+fn bucket(meta: &EventMeta, index: u32) -> BucketRef {
+    BucketRef::new(&meta.spec.id, meta.generation, index)
+}
+
+fn applied(reply: TransferReply, index: u32, token: u64) -> Result<u64, MoverError> {
+    match reply {
+        TransferReply::Applied(n) | TransferReply::Duplicate(n) => Ok(n),
+        TransferReply::Fenced { highest } => Err(MoverError::Fenced {
+            bucket: index,
+            token,
+            highest,
+        }),
+    }
+}
+
+/// Moves up to `units` from bucket `from` to bucket `to`; returns the units moved.
+pub async fn transfer<S: Store>(
+    store: &S,
+    meta: &EventMeta,
+    token: u64,
+    from: u32,
+    to: u32,
+    units: u64,
+) -> Result<u64, MoverError> {
+    let xid = format!("{token}.{from}.{to}.{:08x}", rand::random::<u32>());
+    let out = store
+        .transfer_out(&bucket(meta, from), token, &xid, to, units)
+        .await?;
+    let moved = applied(out, from, token)?;
+    if moved > 0 {
+        let open = OpenTransfer {
+            xid,
+            target: to,
+            units: moved,
+            token,
+        };
+        complete(store, meta, token, from, &open).await?;
+    }
+    Ok(moved)
+}
+
+/// IN, seq bump, CLEAR: the rest of a journaled transfer.
+pub async fn complete<S: Store>(
+    store: &S,
+    meta: &EventMeta,
+    token: u64,
+    source: u32,
+    t: &OpenTransfer,
+) -> Result<(), MoverError> {
+    let reply = store
+        .transfer_in(&bucket(meta, t.target), token, &t.xid, source, t.units)
+        .await?;
+    applied(reply, t.target, token)?;
+    // Units appeared in the target: a sold-out decision spanning this must retry.
+    store.bump_seq(&meta.spec.id).await?;
+    let reply = store
+        .transfer_clear(&bucket(meta, source), token, &t.xid)
+        .await?;
+    applied(reply, source, token)?;
+    Ok(())
+}
+
+/// Completes every transfer a previous mover left open; returns what it completed.
+pub async fn complete_open<S: Store>(store: &S, meta: &EventMeta, token: u64) -> Result<Moved, MoverError> {
+    let open = try_join_all((0..meta.spec.buckets).map(|b| async move {
+        store
+            .open_transfers(&bucket(meta, b))
+            .await
+            .map(|list| (b, list))
+    }))
+    .await?;
+    let mut done = Moved::default();
+    for (source, list) in open {
+        for t in list {
+            complete(store, meta, token, source, &t).await?;
+            done.transfers += 1;
+            done.units += t.units;
+        }
+    }
+    Ok(done)
+}
+
+/// Gathers units from other buckets into `target` until it holds `want`
+/// (or nothing more can be found); returns what moved.
+pub async fn gather<S: Store>(
+    store: &S,
+    meta: &EventMeta,
+    token: u64,
+    target: u32,
+    want: u64,
+) -> Result<Moved, MoverError> {
+    let states = try_join_all((0..meta.spec.buckets).map(|b| async move {
+        store.bucket_state(&bucket(meta, b)).await.map(|s| (b, s.stock))
+    }))
+    .await?;
+    let have = states.iter().find(|(b, _)| *b == target).map_or(0, |s| s.1);
+    let mut need = want.saturating_sub(have);
+    let mut sources: Vec<(u32, u64)> = states
+        .into_iter()
+        .filter(|&(b, stock)| b != target && stock > 0)
+        .collect();
+    sources.sort_by(|a, b| b.1.cmp(&a.1));
+    let mut done = Moved::default();
+    for (source, stock) in sources {
+        if need == 0 {
+            break;
+        }
+        let moved = transfer(store, meta, token, source, target, stock.min(need)).await?;
+        need = need.saturating_sub(moved);
+        done.units += moved;
+        done.transfers += u64::from(moved > 0);
+    }
+    Ok(done)
+}

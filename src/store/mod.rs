@@ -1,0 +1,332 @@
+//! The store: per-bucket atomic steps, and the two backends that provide them.
+//!
+//! [`Store`] is the whole contract between the engine and a backend. Every method
+//! is one atomic step on one slot (one bucket, or one event's meta): a Lua script
+//! in `redis`, one critical section under the bucket's mutex in `memory`. The
+//! engine composes them (routing, probing, the purchase saga, consolidation) and
+//! is written once; the conformance suite in `tests/` runs it on every backend.
+//!
+//! A bucket that does not exist (sealed by a reshard, retired by a close, lost
+//! with a Redis that restarted empty) answers [`StoreError::Stale`]: the caller's
+//! view of the event is out of date and it must reload the meta.
+
+pub mod memory;
+pub mod redis;
+
+use std::future::Future;
+
+use crate::ids::{EventId, OrderId, UserId};
+use crate::keys::BucketRef;
+use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+
+pub use memory::MemoryStore;
+pub use redis::RedisStore;
+
+/// Failures of one store step.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The backend could not be reached or did not answer in time.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The bucket does not exist under this layout generation.
+    #[error("bucket {0} does not exist (sealed, closed or lost)")]
+    Stale(String),
+    /// The backend answered something this version does not understand.
+    #[error("unexpected store reply: {0}")]
+    Protocol(String),
+}
+
+/// One purchase in a home step (a batch holds one or more).
+#[derive(Debug, Clone)]
+pub struct HomeEntry {
+    pub user: UserId,
+    pub qty: u32,
+    /// 0: no per-user limit.
+    pub limit: u32,
+    /// The request id: the client's, or an internal one (then `keep` is false).
+    pub rid: String,
+    /// Store the outcome under `rid` for replays (only for client request ids).
+    pub keep: bool,
+    pub order_id: OrderId,
+}
+
+/// The answer of a home step to one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HomeReply {
+    /// Bought on the fast path; the order is in the bucket's stream and index.
+    Bought { stock_left: u64 },
+    /// The request id already has a record.
+    Replay(Record),
+    /// Over the per-user limit; `held` is what the user holds already.
+    LimitExceeded { held: u64 },
+    /// The home bucket holds fewer than `qty`: quota reserved, a pending record written.
+    Pending { stock: u64 },
+}
+
+/// One probe of the ring by the purchase saga.
+#[derive(Debug, Clone)]
+pub struct TakeArgs {
+    pub rid: String,
+    /// Probe pass (1-based): each bucket decides once per (rid, pass), so a
+    /// re-driven saga makes the same decisions and never takes twice.
+    pub pass: u32,
+    pub user: UserId,
+    pub qty: u32,
+    pub order_id: OrderId,
+    pub home: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeReply {
+    /// Units taken here (now or by an earlier driver of the same saga) for this order.
+    Taken { order_id: OrderId },
+    /// Not enough here; `available` counts stock plus units journaled out by
+    /// open transfers. `fresh`: decided by this call (false: an earlier driver's
+    /// decision, replayed — too old to support a sold-out answer).
+    Short { available: u64, fresh: bool },
+}
+
+/// How a saga ends at the home bucket.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Bought {
+        order_id: OrderId,
+        bucket: u32,
+        probes: u32,
+    },
+    /// Release the quota; answer sold out with `remaining` units seen.
+    SoldOut { remaining: u64 },
+    /// Release the quota and forget the request: nothing was bought, a retry starts afresh.
+    Abort,
+}
+
+#[derive(Debug, Clone)]
+pub struct FinishArgs {
+    pub rid: String,
+    pub user: UserId,
+    pub qty: u32,
+    pub keep: bool,
+    pub outcome: Finish,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReply {
+    /// This call ended the saga.
+    Done,
+    /// The saga had already ended (a concurrent driver): this is its record.
+    Already(Record),
+    /// No record for this request id (nothing pending).
+    NoRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelReply {
+    Cancelled(OrderEntry),
+    AlreadyCancelled(OrderEntry),
+    NotFound,
+}
+
+/// Whether an event's meta was written by this call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateMeta {
+    Created,
+    Exists(EventMeta),
+}
+
+/// The answer of a fenced transfer step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferReply {
+    /// Done; for `transfer_out`, the units actually journaled (≤ asked).
+    Applied(u64),
+    /// Already done before (same transfer id): nothing changed.
+    Duplicate(u64),
+    /// The bucket has accepted a higher token: this mover is stale.
+    Fenced { highest: u64 },
+}
+
+/// An open transfer journaled in its source bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTransfer {
+    pub xid: String,
+    pub target: u32,
+    pub units: u64,
+    pub token: u64,
+}
+
+/// The per-slot atomic steps every backend provides.
+///
+/// Futures are `Send` so the engine can run on a multi-threaded runtime.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// Short name for logs and metrics (`memory`, `redis`).
+    fn kind(&self) -> &'static str;
+
+    /// Does the backend answer?
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    // ---- event meta (the event's own slot) ----
+
+    /// Writes the meta with status `creating` unless the event exists.
+    fn create_meta(
+        &self,
+        spec: &EventSpec,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<CreateMeta, StoreError>> + Send;
+
+    fn load_meta(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<Option<EventMeta>, StoreError>> + Send;
+
+    /// Moves the status from `from` to `to`; false if it was not `from`.
+    fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Increments the event's seq (after units were added to a bucket); returns the new value.
+    fn bump_seq(&self, event: &EventId) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Marks the event sold out at `seq` if its seq is still `seq`.
+    fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    // ---- buckets ----
+
+    /// Creates the bucket with `stock` units unless it exists (idempotent).
+    fn init_bucket(
+        &self,
+        bucket: &BucketRef,
+        stock: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The fast path: one atomic step per batch, entries applied in order.
+    fn home(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[HomeEntry],
+    ) -> impl Future<Output = Result<Vec<HomeReply>, StoreError>> + Send;
+
+    fn take(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &TakeArgs,
+    ) -> impl Future<Output = Result<TakeReply, StoreError>> + Send;
+
+    /// Undoes this saga's take in `bucket` (a concurrent driver ended the saga
+    /// otherwise): units back, a void record in the stream. False if there was no take.
+    fn untake(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &TakeArgs,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    fn finish(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &FinishArgs,
+    ) -> impl Future<Output = Result<FinishReply, StoreError>> + Send;
+
+    /// Cancels an order in its home bucket: units back on sale there, the user's count down.
+    fn cancel(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> impl Future<Output = Result<CancelReply, StoreError>> + Send;
+
+    /// The order's entry in its home bucket's index.
+    fn order_entry(
+        &self,
+        bucket: &BucketRef,
+        order: &OrderId,
+    ) -> impl Future<Output = Result<Option<OrderEntry>, StoreError>> + Send;
+
+    /// The record stored under a request id in its home bucket.
+    fn record(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Units a user holds (bought and reserved) in their home bucket.
+    fn held(
+        &self,
+        bucket: &BucketRef,
+        user: &UserId,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    fn bucket_state(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<BucketState, StoreError>> + Send;
+
+    // ---- the mover: lease and fenced transfers ----
+
+    /// Takes (or renews, for the same owner) the event's mover lease; returns its
+    /// fencing token, or `None` when another owner holds it.
+    fn acquire_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
+    /// Extends the lease if `owner` still holds it with `token`.
+    fn renew_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    fn release_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// OUT: journals up to `units` from `bucket` for transfer `xid` to `target`.
+    fn transfer_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`.
+    fn transfer_in(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// Clears transfer `xid` from the source's journal.
+    fn transfer_clear(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    fn open_transfers(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<Vec<OpenTransfer>, StoreError>> + Send;
+}

@@ -1,0 +1,658 @@
+//! The Redis backend: every store step is one Lua script from `lua/`, run with
+//! EVALSHA on the slot of the bucket (or event) it touches. Standalone Redis and
+//! Redis Cluster are the same code: fred routes each call by its first key.
+//!
+//! Scripts are embedded with `include_str!`, loaded on every primary at connect
+//! time, and reloaded on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a
+//! failover) by `evalsha_with_reload`. The client reconnects with exponential
+//! backoff and gives every command a timeout; it never re-sends a script whose
+//! connection died mid-flight (a purchase is not idempotent without its request
+//! id), so such a call fails and the engine resolves what happened.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use super::{
+    CancelReply, CreateMeta, Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, OpenTransfer,
+    Store, StoreError, TakeArgs, TakeReply, TransferReply,
+};
+use crate::ids::{EventId, OrderId, UserId};
+use crate::keys::{BucketRef, EventKeys};
+use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// `redis://host:port` or `redis-cluster://host:port?node=host:port&node=…`.
+    pub url: String,
+    /// Per-command timeout.
+    pub command_timeout: Duration,
+    /// How long `connect` waits for the first connection.
+    pub connect_timeout: Duration,
+}
+
+impl RedisOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            command_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+struct Scripts {
+    purchase: Script,
+    take: Script,
+    untake: Script,
+    finish: Script,
+    cancel: Script,
+    create_event: Script,
+    set_status: Script,
+    bump_seq: Script,
+    mark_sold_out: Script,
+    init_bucket: Script,
+    bucket_state: Script,
+    lease_acquire: Script,
+    lease_renew: Script,
+    transfer_out: Script,
+    transfer_in: Script,
+    transfer_clear: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let s = |lua: &'static str| Script::from_lua(lua);
+        Self {
+            purchase: s(include_str!("../../lua/purchase.lua")),
+            take: s(include_str!("../../lua/take.lua")),
+            untake: s(include_str!("../../lua/untake.lua")),
+            finish: s(include_str!("../../lua/finish.lua")),
+            cancel: s(include_str!("../../lua/cancel.lua")),
+            create_event: s(include_str!("../../lua/create_event.lua")),
+            set_status: s(include_str!("../../lua/set_status.lua")),
+            bump_seq: s(include_str!("../../lua/bump_seq.lua")),
+            mark_sold_out: s(include_str!("../../lua/mark_sold_out.lua")),
+            init_bucket: s(include_str!("../../lua/init_bucket.lua")),
+            bucket_state: s(include_str!("../../lua/bucket_state.lua")),
+            lease_acquire: s(include_str!("../../lua/lease_acquire.lua")),
+            lease_renew: s(include_str!("../../lua/lease_renew.lua")),
+            transfer_out: s(include_str!("../../lua/transfer_out.lua")),
+            transfer_in: s(include_str!("../../lua/transfer_in.lua")),
+            transfer_clear: s(include_str!("../../lua/transfer_clear.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 16] {
+        [
+            &self.purchase,
+            &self.take,
+            &self.untake,
+            &self.finish,
+            &self.cancel,
+            &self.create_event,
+            &self.set_status,
+            &self.bump_seq,
+            &self.mark_sold_out,
+            &self.init_bucket,
+            &self.bucket_state,
+            &self.lease_acquire,
+            &self.lease_renew,
+            &self.transfer_out,
+            &self.transfer_in,
+            &self.transfer_clear,
+        ]
+    }
+}
+
+/// The Redis (standalone or Cluster) store.
+#[derive(Clone)]
+pub struct RedisStore {
+    client: Client,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+impl RedisStore {
+    /// Connects, and loads every script on every primary.
+    pub async fn connect(opts: &RedisOptions) -> Result<Self, StoreError> {
+        let config = Config::from_url(&opts.url)
+            .map_err(|e| StoreError::Unavailable(format!("bad Redis URL {:?}: {e}", opts.url)))?;
+        let client = Builder::from_config(config)
+            .with_performance_config(|p| p.default_command_timeout = opts.command_timeout)
+            .with_connection_config(|c| {
+                c.connection_timeout = opts.connect_timeout;
+                c.internal_command_timeout = opts.connect_timeout;
+                // A command whose connection died may have run: never re-send it.
+                c.max_command_attempts = 1;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build()
+            .map_err(unavailable)?;
+        tokio::time::timeout(opts.connect_timeout, client.init())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "no answer from Redis at {} within {:?}",
+                    opts.url, opts.connect_timeout
+                ))
+            })?
+            .map_err(unavailable)?;
+        let store = Self {
+            client,
+            scripts: std::sync::Arc::new(Scripts::new()),
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// `SCRIPT LOAD` of every script on every primary.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        for script in self.scripts.all() {
+            script.load(&self.client).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// The underlying client, for diagnostics and tests (INFO, SCRIPT FLUSH …).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        script
+            .evalsha_with_reload(&self.client, keys, args)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Runs a bucket script; "ST" becomes [`StoreError::Stale`].
+    async fn eval_bucket(
+        &self,
+        bucket: &BucketRef,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Vec<Value>, StoreError> {
+        match self.eval(script, keys, args).await? {
+            Value::Array(parts) => Ok(parts),
+            v if v.as_str().as_deref() == Some("ST") => Err(StoreError::Stale(bucket.tag())),
+            other => Err(protocol("array", &other)),
+        }
+    }
+}
+
+fn unavailable(e: Error) -> StoreError {
+    match e.kind() {
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Backpressure
+        | ErrorKind::Cluster
+        | ErrorKind::Routing => StoreError::Unavailable(e.to_string()),
+        _ if e.details().starts_with("CLUSTERDOWN") || e.details().starts_with("LOADING") => {
+            StoreError::Unavailable(e.to_string())
+        }
+        _ => StoreError::Protocol(e.to_string()),
+    }
+}
+
+fn protocol(what: &str, got: &Value) -> StoreError {
+    StoreError::Protocol(format!("expected {what}, got {got:?}"))
+}
+
+fn text(v: &Value) -> Result<String, StoreError> {
+    v.as_str()
+        .map(|s| s.into_owned())
+        .ok_or_else(|| protocol("string", v))
+}
+
+fn num(v: &Value) -> Result<u64, StoreError> {
+    v.as_u64().ok_or_else(|| protocol("number", v))
+}
+
+fn code(parts: &[Value]) -> Result<String, StoreError> {
+    parts
+        .first()
+        .ok_or_else(|| StoreError::Protocol("empty reply".into()))
+        .and_then(text)
+}
+
+fn arg(parts: &[Value], i: usize) -> Result<&Value, StoreError> {
+    parts
+        .get(i)
+        .ok_or_else(|| StoreError::Protocol(format!("reply too short: {parts:?}")))
+}
+
+fn record(v: &Value) -> Result<Record, StoreError> {
+    let s = text(v)?;
+    Record::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad record {s:?}")))
+}
+
+fn entry(v: &Value) -> Result<OrderEntry, StoreError> {
+    let s = text(v)?;
+    OrderEntry::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad order entry {s:?}")))
+}
+
+fn transfer_reply(parts: &[Value]) -> Result<TransferReply, StoreError> {
+    let n = num(arg(parts, 1)?)?;
+    match code(parts)?.as_str() {
+        "A" => Ok(TransferReply::Applied(n)),
+        "D" => Ok(TransferReply::Duplicate(n)),
+        "F" => Ok(TransferReply::Fenced { highest: n }),
+        other => Err(StoreError::Protocol(format!("transfer reply {other:?}"))),
+    }
+}
+
+fn opt_ms(v: Option<i64>) -> String {
+    v.map(|ms| ms.to_string()).unwrap_or_default()
+}
+
+fn parse_meta(fields: std::collections::HashMap<String, String>) -> Result<EventMeta, StoreError> {
+    let bad = |f: &str| StoreError::Protocol(format!("event meta field {f:?} missing or bad"));
+    let get = |f: &str| fields.get(f).ok_or_else(|| bad(f));
+    let num = |f: &str| get(f)?.parse::<u64>().map_err(|_| bad(f));
+    let opt = |f: &str| -> Result<Option<i64>, StoreError> {
+        match get(f)?.as_str() {
+            "" => Ok(None),
+            s => s.parse().map(Some).map_err(|_| bad(f)),
+        }
+    };
+    let limit = num("limit")? as u32;
+    let sold_out = match get("soldout")?.split_once('|') {
+        Some((seq, at)) => Some((
+            seq.parse().map_err(|_| bad("soldout"))?,
+            at.parse().map_err(|_| bad("soldout"))?,
+        )),
+        None => None,
+    };
+    Ok(EventMeta {
+        spec: EventSpec {
+            id: EventId::parse(get("id")?.as_str()).map_err(|_| bad("id"))?,
+            stock: num("stock")?,
+            buckets: num("buckets")? as u32,
+            per_user_limit: (limit > 0).then_some(limit),
+            max_per_order: num("max_per_order")? as u32,
+            starts_at: opt("starts_at")?,
+            ends_at: opt("ends_at")?,
+        },
+        status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,
+        generation: num("gen")? as u32,
+        seq: num("seq")?,
+        sold_out,
+        created_ms: num("created")? as i64,
+    })
+}
+
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client.ping::<()>(None).await.map_err(unavailable)
+    }
+
+    async fn create_meta(&self, spec: &EventSpec, now_ms: i64) -> Result<CreateMeta, StoreError> {
+        let keys = EventKeys::new(&spec.id);
+        let args = vec![
+            spec.id.to_string(),
+            spec.stock.to_string(),
+            spec.buckets.to_string(),
+            spec.per_user_limit.unwrap_or(0).to_string(),
+            spec.max_per_order.to_string(),
+            opt_ms(spec.starts_at),
+            opt_ms(spec.ends_at),
+            now_ms.to_string(),
+        ];
+        let reply = self
+            .eval(&self.scripts.create_event, vec![keys.meta], args)
+            .await?;
+        match code(&reply.into_array())?.as_str() {
+            "OK" => Ok(CreateMeta::Created),
+            _ => match self.load_meta(&spec.id).await? {
+                Some(meta) => Ok(CreateMeta::Exists(meta)),
+                None => Err(StoreError::Protocol("event vanished during create".into())),
+            },
+        }
+    }
+
+    async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {
+        let fields: std::collections::HashMap<String, String> = self
+            .client
+            .hgetall(EventKeys::new(event).meta)
+            .await
+            .map_err(unavailable)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse_meta(fields).map(Some)
+    }
+
+    async fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> Result<bool, StoreError> {
+        let keys = vec![EventKeys::new(event).meta];
+        let args = vec![from.as_str().to_owned(), to.as_str().to_owned()];
+        let v = self.eval(&self.scripts.set_status, keys, args).await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn bump_seq(&self, event: &EventId) -> Result<u64, StoreError> {
+        let keys = vec![EventKeys::new(event).meta];
+        let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;
+        match v.as_i64() {
+            Some(seq) if seq >= 0 => Ok(seq as u64),
+            Some(_) => Err(StoreError::Stale(format!("meta of {event}"))),
+            None => Err(protocol("seq", &v)),
+        }
+    }
+
+    async fn mark_sold_out(&self, event: &EventId, seq: u64, now_ms: i64) -> Result<bool, StoreError> {
+        let keys = vec![EventKeys::new(event).meta];
+        let args = vec![seq.to_string(), now_ms.to_string()];
+        let v = self.eval(&self.scripts.mark_sold_out, keys, args).await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn init_bucket(&self, bucket: &BucketRef, stock: u64) -> Result<(), StoreError> {
+        let keys = vec![bucket.keys().stock];
+        self.eval(&self.scripts.init_bucket, keys, vec![stock.to_string()])
+            .await
+            .map(drop)
+    }
+
+    async fn home(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[HomeEntry],
+    ) -> Result<Vec<HomeReply>, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.users, k.reqs, k.orders, k.idx];
+        let mut args = Vec::with_capacity(3 + 6 * entries.len());
+        args.extend([
+            now_ms.to_string(),
+            bucket.index.to_string(),
+            entries.len().to_string(),
+        ]);
+        for e in entries {
+            args.extend([
+                e.user.to_string(),
+                e.qty.to_string(),
+                e.limit.to_string(),
+                e.rid.clone(),
+                if e.keep { "1" } else { "0" }.to_owned(),
+                e.order_id.to_string(),
+            ]);
+        }
+        let replies = self
+            .eval_bucket(bucket, &self.scripts.purchase, keys, args)
+            .await?;
+        if replies.len() != entries.len() {
+            return Err(StoreError::Protocol(format!(
+                "{} replies for {} entries",
+                replies.len(),
+                entries.len()
+            )));
+        }
+        replies
+            .into_iter()
+            .map(|r| {
+                let parts = r.into_array();
+                Ok(match code(&parts)?.as_str() {
+                    "B" => HomeReply::Bought {
+                        stock_left: num(arg(&parts, 1)?)?,
+                    },
+                    "R" => HomeReply::Replay(record(arg(&parts, 1)?)?),
+                    "L" => HomeReply::LimitExceeded {
+                        held: num(arg(&parts, 1)?)?,
+                    },
+                    "P" => HomeReply::Pending {
+                        stock: num(arg(&parts, 1)?)?,
+                    },
+                    other => return Err(StoreError::Protocol(format!("home reply {other:?}"))),
+                })
+            })
+            .collect()
+    }
+
+    async fn take(&self, bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<TakeReply, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.reqs, k.orders, k.xfer];
+        let args = vec![
+            now_ms.to_string(),
+            bucket.index.to_string(),
+            a.rid.clone(),
+            a.pass.to_string(),
+            a.user.to_string(),
+            a.qty.to_string(),
+            a.order_id.to_string(),
+            a.home.to_string(),
+        ];
+        let parts = self.eval_bucket(bucket, &self.scripts.take, keys, args).await?;
+        match code(&parts)?.as_str() {
+            "T" => Ok(TakeReply::Taken {
+                order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
+            }),
+            "S" => Ok(TakeReply::Short {
+                available: num(arg(&parts, 1)?)?,
+                fresh: num(arg(&parts, 2)?)? == 1,
+            }),
+            other => Err(StoreError::Protocol(format!("take reply {other:?}"))),
+        }
+    }
+
+    async fn untake(&self, bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<bool, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.reqs, k.orders];
+        let args = vec![
+            now_ms.to_string(),
+            bucket.index.to_string(),
+            a.rid.clone(),
+            a.pass.to_string(),
+            a.user.to_string(),
+            a.qty.to_string(),
+            a.order_id.to_string(),
+            a.home.to_string(),
+        ];
+        let parts = self.eval_bucket(bucket, &self.scripts.untake, keys, args).await?;
+        Ok(code(&parts)? == "OK")
+    }
+
+    async fn finish(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        a: &FinishArgs,
+    ) -> Result<FinishReply, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.users, k.reqs, k.idx];
+        let (kind, oid, from, probes, remaining) = match &a.outcome {
+            Finish::Bought {
+                order_id,
+                bucket,
+                probes,
+            } => ("B", order_id.to_string(), *bucket, *probes, 0),
+            Finish::SoldOut { remaining } => ("S", String::new(), 0, 0, *remaining),
+            Finish::Abort => ("A", String::new(), 0, 0, 0),
+        };
+        let args = vec![
+            now_ms.to_string(),
+            a.rid.clone(),
+            kind.to_owned(),
+            a.user.to_string(),
+            a.qty.to_string(),
+            if a.keep { "1" } else { "0" }.to_owned(),
+            oid,
+            from.to_string(),
+            probes.to_string(),
+            remaining.to_string(),
+        ];
+        let parts = self.eval_bucket(bucket, &self.scripts.finish, keys, args).await?;
+        match code(&parts)?.as_str() {
+            "OK" => Ok(FinishReply::Done),
+            "R" => Ok(FinishReply::Already(record(arg(&parts, 1)?)?)),
+            "NR" => Ok(FinishReply::NoRecord),
+            other => Err(StoreError::Protocol(format!("finish reply {other:?}"))),
+        }
+    }
+
+    async fn cancel(&self, bucket: &BucketRef, now_ms: i64, order: &OrderId) -> Result<CancelReply, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.users, k.idx, k.orders];
+        let args = vec![now_ms.to_string(), order.to_string(), bucket.index.to_string()];
+        let parts = self.eval_bucket(bucket, &self.scripts.cancel, keys, args).await?;
+        match code(&parts)?.as_str() {
+            "OK" => Ok(CancelReply::Cancelled(entry(arg(&parts, 1)?)?)),
+            "AC" => Ok(CancelReply::AlreadyCancelled(entry(arg(&parts, 1)?)?)),
+            "NF" => Ok(CancelReply::NotFound),
+            other => Err(StoreError::Protocol(format!("cancel reply {other:?}"))),
+        }
+    }
+
+    async fn order_entry(&self, bucket: &BucketRef, order: &OrderId) -> Result<Option<OrderEntry>, StoreError> {
+        let v: Value = self
+            .client
+            .hget(bucket.keys().idx, order.as_str())
+            .await
+            .map_err(unavailable)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        entry(&v).map(Some)
+    }
+
+    async fn record(&self, bucket: &BucketRef, rid: &str) -> Result<Option<Record>, StoreError> {
+        let v: Value = self
+            .client
+            .hget(bucket.keys().reqs, rid)
+            .await
+            .map_err(unavailable)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        record(&v).map(Some)
+    }
+
+    async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
+        let v: Option<u64> = self
+            .client
+            .hget(bucket.keys().users, user.as_str())
+            .await
+            .map_err(unavailable)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
+        let k = bucket.keys();
+        let keys = vec![k.stock, k.xfer, k.fence];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
+            .await?;
+        Ok(BucketState {
+            stock: num(arg(&parts, 0)?)?,
+            in_transfer: num(arg(&parts, 1)?)?,
+            fence: num(arg(&parts, 2)?)?,
+        })
+    }
+
+    async fn acquire_lease(&self, event: &EventId, owner: &str, ttl_ms: u64) -> Result<Option<u64>, StoreError> {
+        let k = EventKeys::new(event);
+        let args = vec![owner.to_owned(), ttl_ms.to_string()];
+        let parts = self
+            .eval(&self.scripts.lease_acquire, vec![k.lease, k.token], args)
+            .await?
+            .into_array();
+        match code(&parts)?.as_str() {
+            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn renew_lease(&self, event: &EventId, owner: &str, token: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        let k = EventKeys::new(event);
+        let args = vec![owner.to_owned(), token.to_string(), ttl_ms.to_string()];
+        let v = self.eval(&self.scripts.lease_renew, vec![k.lease], args).await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn release_lease(&self, event: &EventId, owner: &str, token: u64) -> Result<(), StoreError> {
+        self.renew_lease(event, owner, token, 0).await.map(drop)
+    }
+
+    async fn transfer_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        let k = bucket.keys();
+        let args = vec![token.to_string(), xid.to_owned(), target.to_string(), units.to_string()];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_out, vec![k.stock, k.xfer, k.fence], args)
+            .await?;
+        transfer_reply(&parts)
+    }
+
+    async fn transfer_in(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        let k = bucket.keys();
+        let args = vec![token.to_string(), xid.to_owned(), source.to_string(), units.to_string()];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_in, vec![k.stock, k.xin, k.fence], args)
+            .await?;
+        transfer_reply(&parts)
+    }
+
+    async fn transfer_clear(&self, bucket: &BucketRef, token: u64, xid: &str) -> Result<TransferReply, StoreError> {
+        let k = bucket.keys();
+        let args = vec![token.to_string(), xid.to_owned()];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_clear, vec![k.stock, k.xfer, k.fence], args)
+            .await?;
+        transfer_reply(&parts)
+    }
+
+    async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
+        let all: std::collections::HashMap<String, String> = self
+            .client
+            .hgetall(bucket.keys().xfer)
+            .await
+            .map_err(unavailable)?;
+        let mut open = Vec::new();
+        for (xid, v) in all {
+            let f: Vec<&str> = v.split('|').collect();
+            let bad = || StoreError::Protocol(format!("bad journal entry {v:?}"));
+            if f.len() != 4 {
+                return Err(bad());
+            }
+            if f[3] == "o" {
+                open.push(OpenTransfer {
+                    xid,
+                    target: f[0].parse().map_err(|_| bad())?,
+                    units: f[1].parse().map_err(|_| bad())?,
+                    token: f[2].parse().map_err(|_| bad())?,
+                });
+            }
+        }
+        Ok(open)
+    }
+}

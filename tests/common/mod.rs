@@ -1,0 +1,325 @@
+//! Test harness: real backends only.
+//!
+//! - `standalone()`: the machine's Redis on 127.0.0.1:6379 (each test uses its
+//!   own event ids, so tests share it safely).
+//! - `RedisServer::start()`: a private `redis-server` on a free port, for tests
+//!   that flush scripts, count commands or restart the server.
+//! - `cluster()`: a 3-master Redis Cluster on free ports, started once per test
+//!   binary with `redis-server --cluster-enabled yes` + `redis-cli --cluster create`.
+//!
+//! Private servers run under a tiny `sh` watchdog that kills them when the test
+//! process is gone, so nothing outlives `cargo test` (not even after a panic or
+//! a kill -9). When a backend is missing the tests fail loudly with the command
+//! that starts it; they never skip.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use shardstock::ids::{EventId, UserId};
+use shardstock::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
+use shardstock::store::redis::RedisOptions;
+use shardstock::{Engine, EngineOptions, MemoryStore, RedisStore};
+
+pub const START_REDIS: &str = "redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save \"\" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log";
+pub const START_POSTGRES: &str =
+    "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start";
+
+/// A unique event id for this test run.
+pub fn event_id(prefix: &str) -> EventId {
+    EventId::parse(format!("{prefix}-{:08x}", rand::random::<u32>())).unwrap()
+}
+
+pub fn user(name: impl Into<String>) -> UserId {
+    UserId::parse(name.into()).unwrap()
+}
+
+pub fn spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
+    EventSpec {
+        id: id.clone(),
+        stock,
+        buckets,
+        per_user_limit: None,
+        max_per_order: DEFAULT_MAX_PER_ORDER,
+        starts_at: None,
+        ends_at: None,
+    }
+}
+
+pub fn memory() -> Engine<MemoryStore> {
+    Engine::new(MemoryStore::new(), EngineOptions::default())
+}
+
+pub async fn connect(url: &str) -> RedisStore {
+    RedisStore::connect(&RedisOptions::new(url))
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e}"))
+}
+
+/// The machine's Redis (127.0.0.1:6379).
+pub async fn standalone() -> Engine<RedisStore> {
+    let url = "redis://127.0.0.1:6379";
+    let store = RedisStore::connect(&RedisOptions::new(url))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("Redis is not answering on 127.0.0.1:6379 ({e}); start it with:\n  {START_REDIS}")
+        });
+    Engine::new(store, EngineOptions::default())
+}
+
+/// An engine on the shared test Cluster.
+pub async fn cluster() -> Engine<RedisStore> {
+    let url = shared_cluster().url();
+    Engine::new(connect(&url).await, EngineOptions::default())
+}
+
+pub fn shared_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
+fn require(binary: &str) {
+    let ok = Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "`{binary}` is not installed; install Redis 7 (Debian: apt-get install redis-server)"
+    );
+}
+
+/// A port whose cluster-bus twin (port + 10000) is free too.
+pub fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "shardstock-{name}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Spawns `redis-server args…` under a watchdog that kills it once this test
+/// process has exited.
+fn spawn_redis(dir: &PathBuf, args: &str) -> Child {
+    require("redis-server");
+    let me = std::process::id();
+    let script = format!(
+        "redis-server {args} --dir {dir} --daemonize no --logfile {dir}/redis.log & r=$!; \
+         trap 'kill $r 2>/dev/null' TERM; \
+         while kill -0 {me} 2>/dev/null && kill -0 $r 2>/dev/null; do sleep 0.5; done; \
+         kill $r 2>/dev/null; wait $r",
+        dir = dir.display()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server")
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A private standalone redis-server.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    extra: String,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_with("--save '' --appendonly no")
+    }
+
+    /// Starts with extra `redis-server` arguments (e.g. AOF settings).
+    pub fn start_with(extra: &str) -> Self {
+        let mut s = Self {
+            port: free_port(),
+            dir: temp_dir("redis"),
+            extra: extra.to_owned(),
+            child: None,
+        };
+        s.boot();
+        s
+    }
+
+    fn boot(&mut self) {
+        let args = format!("--port {} --bind 127.0.0.1 {}", self.port, self.extra);
+        self.child = Some(spawn_redis(&self.dir, &args));
+        let port = self.port;
+        wait_until("redis-server to answer", Duration::from_secs(10), || {
+            redis_cli(port, &["ping"]).trim() == "PONG"
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// Stops the server (SHUTDOWN NOSAVE unless `save`), keeping its directory.
+    pub fn stop(&mut self, save: bool) {
+        let _ = self.cli(&["shutdown", if save { "save" } else { "nosave" }]);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.stop(false);
+        self.boot();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop(false);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A 3-master Redis Cluster on free ports.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    children: Vec<Child>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        require("redis-cli");
+        let dir = temp_dir("cluster");
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let children = ports
+            .iter()
+            .map(|p| {
+                let node_dir = dir.join(p.to_string());
+                std::fs::create_dir_all(&node_dir).unwrap();
+                spawn_redis(
+                    &node_dir,
+                    &format!(
+                        "--port {p} --bind 127.0.0.1 --cluster-enabled yes \
+                         --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+                         --save '' --appendonly no"
+                    ),
+                )
+            })
+            .collect();
+        for &p in &ports {
+            wait_until("cluster node to answer", Duration::from_secs(10), || {
+                redis_cli(p, &["ping"]).trim() == "PONG"
+            });
+        }
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for &p in &ports {
+            wait_until("cluster_state:ok", Duration::from_secs(20), || {
+                redis_cli(p, &["cluster", "info"]).contains("cluster_state:ok")
+            });
+        }
+        Self { ports, children }
+    }
+
+    pub fn url(&self) -> String {
+        let rest: Vec<String> = self.ports[1..]
+            .iter()
+            .map(|p| format!("node=127.0.0.1:{p}"))
+            .collect();
+        format!("redis-cluster://127.0.0.1:{}?{}", self.ports[0], rest.join("&"))
+    }
+
+    pub fn cli(&self, node: usize, args: &[&str]) -> String {
+        redis_cli(self.ports[node], args)
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for (p, c) in self.ports.iter().zip(&mut self.children) {
+            let _ = redis_cli(*p, &["shutdown", "nosave"]);
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs each listed `async fn name<S: Store>(engine: Engine<S>)` against the
+/// memory store, the machine's Redis and the test Cluster.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::common::memory()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::common::standalone().await).await;
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::common::cluster().await).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,340 @@
+//! The engine's conformance suite: every test runs on memory, standalone Redis
+//! and a 3-master Redis Cluster (see `on_every_backend!`).
+
+mod common;
+
+use common::{event_id, spec, user};
+use shardstock::engine::{CrashPoint, PurchaseOutcome, PurchaseRequest, Refusal};
+use shardstock::ids::{EventId, RequestId, UserId};
+use shardstock::keys::BucketRef;
+use shardstock::model::{EventSpec, Order, SpecError};
+use shardstock::routing::{home, user_hash};
+use shardstock::store::Store;
+use shardstock::{Engine, EngineError};
+
+on_every_backend!(
+    creating_splits_the_stock_and_refuses_to_overwrite,
+    bad_input_is_refused_and_changes_nothing,
+    the_fast_path_buys_from_the_home_bucket,
+    an_empty_home_bucket_is_served_by_the_ring,
+    fragments_never_cause_a_false_sold_out,
+    the_per_user_limit_holds_across_buckets,
+    a_replay_returns_the_original_answer,
+    a_request_id_reused_for_another_quantity_is_refused,
+    a_cancel_puts_units_back_and_is_idempotent,
+    a_cancelled_unit_sells_again_after_a_sold_out,
+    purchases_outside_the_sale_window_are_refused,
+    a_crash_after_the_home_step_is_completed_by_a_retry,
+    a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take,
+    a_stale_mover_is_fenced_and_moves_nothing,
+    an_interrupted_transfer_is_completed_by_the_next_mover,
+);
+
+fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
+    PurchaseRequest {
+        event: event.clone(),
+        user: user(user_id),
+        quantity: qty,
+        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
+    }
+}
+
+async fn buy<S: Store>(engine: &Engine<S>, event: &EventId, user_id: &str, qty: u32) -> Result<Order, Refusal> {
+    engine.purchase(&req(event, user_id, qty, None)).await.unwrap().result
+}
+
+/// A user id whose home bucket is `bucket` among `n`.
+fn user_homed_at(bucket: u32, n: u32, salt: &str) -> String {
+    (0..)
+        .map(|i| format!("u-{salt}-{i}"))
+        .find(|u| home(user_hash(&user(u.as_str())), n) == bucket)
+        .unwrap()
+}
+
+async fn remaining<S: Store>(engine: &Engine<S>, event: &EventId) -> Vec<u64> {
+    engine.view(event).await.unwrap().buckets.iter().map(|b| b.remaining).collect()
+}
+
+/// Empties bucket `b` by buying its units with users homed there.
+async fn drain_bucket<S: Store>(engine: &Engine<S>, event: &EventId, b: u32, n: u32) {
+    let left = remaining(engine, event).await[b as usize];
+    for i in 0..left {
+        let u = user_homed_at(b, n, &format!("drain{i}"));
+        let order = buy(engine, event, &u, 1).await.unwrap();
+        assert_eq!((order.bucket, order.probes), (b, 0));
+    }
+}
+
+async fn creating_splits_the_stock_and_refuses_to_overwrite<S: Store>(engine: Engine<S>) {
+    let id = event_id("create");
+    let view = engine.create_event(spec(&id, 10, 4)).await.unwrap();
+    assert_eq!(remaining(&engine, &id).await, vec![3, 3, 2, 2]);
+    assert_eq!((view.stock, view.remaining, view.sold, view.status), (10, 10, 0, "on_sale"));
+    buy(&engine, &id, "u-1", 1).await.unwrap();
+    let again = engine.create_event(spec(&id, 99, 2)).await;
+    assert!(matches!(again, Err(EngineError::EventExists(_))), "{again:?}");
+    assert!(!engine.ensure_event(spec(&id, 10, 4)).await.unwrap());
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!((view.stock, view.remaining, view.bucket_count), (10, 9, 4));
+}
+
+async fn bad_input_is_refused_and_changes_nothing<S: Store>(engine: Engine<S>) {
+    let id = event_id("bad");
+    let mut s = spec(&id, 10, 2);
+    s.max_per_order = 2;
+    engine.create_event(s).await.unwrap();
+    let before = engine.view(&id).await.unwrap();
+    for qty in [0, 3] {
+        let r = engine.purchase(&req(&id, "u-1", qty, Some("r1"))).await;
+        assert!(matches!(r, Err(EngineError::Invalid { field: "quantity", .. })), "{r:?}");
+    }
+    let unknown = engine.purchase(&req(&event_id("nope"), "u-1", 1, None)).await;
+    assert!(matches!(unknown, Err(EngineError::UnknownEvent(_))));
+    for bad in [spec(&event_id("b0"), 1, 0), spec(&event_id("b1"), 1, 1025)] {
+        let r = engine.create_event(bad.clone()).await;
+        assert!(matches!(r, Err(EngineError::Spec(SpecError::Buckets(_)))), "{r:?}");
+        assert!(matches!(engine.view(&bad.id).await, Err(EngineError::UnknownEvent(_))));
+    }
+    assert_eq!(engine.view(&id).await.unwrap(), before);
+    // The refused request id was not consumed.
+    let ok = engine.purchase(&req(&id, "u-1", 1, Some("r1"))).await.unwrap();
+    assert!(ok.result.is_ok() && !ok.replayed);
+}
+
+async fn the_fast_path_buys_from_the_home_bucket<S: Store>(engine: Engine<S>) {
+    let id = event_id("fast");
+    engine.create_event(spec(&id, 40, 4)).await.unwrap();
+    for i in 0..20 {
+        let u = user_homed_at(i % 4, 4, &format!("fast{i}"));
+        let order = buy(&engine, &id, &u, 2).await.unwrap();
+        assert_eq!(order.bucket, i % 4);
+        assert_eq!((order.probes, order.quantity), (0, 2));
+    }
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 0);
+}
+
+async fn an_empty_home_bucket_is_served_by_the_ring<S: Store>(engine: Engine<S>) {
+    let id = event_id("ring");
+    engine.create_event(spec(&id, 8, 4)).await.unwrap();
+    drain_bucket(&engine, &id, 1, 4).await;
+    let u = user_homed_at(1, 4, "ring");
+    let order = buy(&engine, &id, &u, 2).await.unwrap();
+    assert_eq!((order.bucket, order.probes), (2, 1));
+    let order = buy(&engine, &id, &u, 1).await.unwrap();
+    assert_eq!((order.bucket, order.probes), (3, 2));
+    assert_eq!(remaining(&engine, &id).await, vec![2, 0, 0, 1]);
+}
+
+async fn fragments_never_cause_a_false_sold_out<S: Store>(engine: Engine<S>) {
+    let id = event_id("frag");
+    engine.create_event(spec(&id, 10, 8)).await.unwrap();
+    assert_eq!(remaining(&engine, &id).await, vec![2, 2, 1, 1, 1, 1, 1, 1]);
+    for i in 0..3 {
+        let order = buy(&engine, &id, &format!("u-{i}"), 3).await;
+        assert_eq!(order.map(|o| o.quantity), Ok(3), "order {i}");
+    }
+    assert_eq!(
+        buy(&engine, &id, "u-3", 3).await,
+        Err(Refusal::SoldOut { remaining: 1 })
+    );
+    assert_eq!(buy(&engine, &id, "u-4", 1).await.map(|o| o.quantity), Ok(1));
+    assert_eq!(buy(&engine, &id, "u-5", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.sold, view.in_transfer), (0, 10, 0));
+}
+
+async fn the_per_user_limit_holds_across_buckets<S: Store>(engine: Engine<S>) {
+    let id = event_id("limit");
+    let mut s = spec(&id, 20, 4);
+    s.per_user_limit = Some(3);
+    engine.create_event(s).await.unwrap();
+    let u = user_homed_at(0, 4, "lim");
+    drain_bucket(&engine, &id, 0, 4).await;
+    assert!(buy(&engine, &id, &u, 2).await.is_ok());
+    assert_eq!(
+        buy(&engine, &id, &u, 2).await,
+        Err(Refusal::LimitExceeded { limit: 3, held: 2 })
+    );
+    assert!(buy(&engine, &id, &u, 1).await.is_ok());
+    assert_eq!(
+        buy(&engine, &id, &u, 1).await,
+        Err(Refusal::LimitExceeded { limit: 3, held: 3 })
+    );
+    let b = BucketRef::new(&id, 0, 0);
+    assert_eq!(engine.store().held(&b, &user(u.as_str())).await.unwrap(), 3);
+}
+
+async fn a_replay_returns_the_original_answer<S: Store>(engine: Engine<S>) {
+    let id = event_id("replay");
+    let mut s = spec(&id, 3, 2);
+    s.per_user_limit = Some(2);
+    engine.create_event(s).await.unwrap();
+    let first = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
+    let again = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
+    assert!(first.result.is_ok() && !first.replayed);
+    assert_eq!(again, PurchaseOutcome { replayed: true, ..first.clone() });
+    // The same request id from another user is another request.
+    let other = engine.purchase(&req(&id, "u-2", 1, Some("a"))).await.unwrap();
+    assert!(!other.replayed && other.result.is_ok());
+    let limited = engine.purchase(&req(&id, "u-1", 1, Some("b"))).await.unwrap();
+    assert_eq!(limited.result, Err(Refusal::LimitExceeded { limit: 2, held: 2 }));
+    let sold_out = engine.purchase(&req(&id, "u-3", 2, Some("c"))).await.unwrap();
+    assert_eq!(sold_out.result, Err(Refusal::SoldOut { remaining: 0 }));
+    // Cancelling frees units, but the stored answers stay what they were.
+    engine.cancel(first.result.unwrap().order_id.as_str()).await.unwrap();
+    for (u, r) in [("u-1", "b"), ("u-3", "c")] {
+        let q = if r == "b" { 1 } else { 2 };
+        let replay = engine.purchase(&req(&id, u, q, Some(r))).await.unwrap();
+        assert!(replay.replayed);
+        assert!(replay.result.is_err(), "{replay:?}");
+    }
+    let replay = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
+    assert_eq!(replay.result.unwrap().order_id, again.result.unwrap().order_id);
+}
+
+async fn a_request_id_reused_for_another_quantity_is_refused<S: Store>(engine: Engine<S>) {
+    let id = event_id("conflict");
+    engine.create_event(spec(&id, 10, 2)).await.unwrap();
+    engine.purchase(&req(&id, "u-1", 1, Some("x"))).await.unwrap();
+    let r = engine.purchase(&req(&id, "u-1", 2, Some("x"))).await;
+    assert!(matches!(r, Err(EngineError::IdempotencyConflict(_))), "{r:?}");
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 9);
+}
+
+async fn a_cancel_puts_units_back_and_is_idempotent<S: Store>(engine: Engine<S>) {
+    let id = event_id("cancel");
+    let mut s = spec(&id, 4, 2);
+    s.per_user_limit = Some(2);
+    engine.create_event(s).await.unwrap();
+    let order = buy(&engine, &id, "u-1", 2).await.unwrap();
+    assert!(matches!(buy(&engine, &id, "u-1", 1).await, Err(Refusal::LimitExceeded { .. })));
+    let cancelled = engine.cancel(order.order_id.as_str()).await.unwrap();
+    assert!(!cancelled.already);
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 4);
+    let again = engine.cancel(order.order_id.as_str()).await.unwrap();
+    assert!(again.already);
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 4);
+    let looked_up = engine.order(order.order_id.as_str()).await.unwrap();
+    assert_eq!(looked_up.status, shardstock::engine::OrderStatus::Cancelled);
+    assert!(buy(&engine, &id, "u-1", 2).await.is_ok(), "quota came back");
+    for bad in ["nope", &format!("{id}.0000000000000000.0000000000000000")] {
+        assert!(matches!(engine.cancel(bad).await, Err(EngineError::UnknownOrder(_))));
+    }
+}
+
+async fn a_cancelled_unit_sells_again_after_a_sold_out<S: Store>(engine: Engine<S>) {
+    let id = event_id("resell");
+    engine.create_event(spec(&id, 2, 2)).await.unwrap();
+    let a = buy(&engine, &id, "u-1", 1).await.unwrap();
+    buy(&engine, &id, "u-2", 1).await.unwrap();
+    // A consistent probe marks the event sold out…
+    assert_eq!(buy(&engine, &id, "u-3", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
+    assert_eq!(buy(&engine, &id, "u-4", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
+    // …and a cancel invalidates the mark at once.
+    engine.cancel(a.order_id.as_str()).await.unwrap();
+    assert!(buy(&engine, &id, "u-5", 1).await.is_ok());
+}
+
+async fn purchases_outside_the_sale_window_are_refused<S: Store>(engine: Engine<S>) {
+    let now = shardstock::engine::now_ms();
+    let later = event_id("later");
+    let mut s: EventSpec = spec(&later, 5, 1);
+    s.starts_at = Some(now + 3_600_000);
+    engine.create_event(s).await.unwrap();
+    let r = engine.purchase(&req(&later, "u-1", 1, None)).await;
+    assert!(matches!(r, Err(EngineError::NotOnSale { why: "not started", .. })), "{r:?}");
+    assert_eq!(engine.view(&later).await.unwrap().status, "scheduled");
+    let past = event_id("past");
+    let mut s = spec(&past, 5, 1);
+    s.starts_at = Some(now - 7_200_000);
+    s.ends_at = Some(now - 3_600_000);
+    engine.create_event(s).await.unwrap();
+    let r = engine.purchase(&req(&past, "u-1", 1, None)).await;
+    assert!(matches!(r, Err(EngineError::NotOnSale { why: "ended", .. })), "{r:?}");
+    assert_eq!(engine.view(&past).await.unwrap().remaining, 5);
+}
+
+async fn held_by<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId, n: u32) -> u64 {
+    let b = BucketRef::new(id, 0, home(user_hash(u), n));
+    engine.store().held(&b, u).await.unwrap()
+}
+
+async fn a_crash_after_the_home_step_is_completed_by_a_retry<S: Store>(engine: Engine<S>) {
+    let id = event_id("crash-home");
+    engine.create_event(spec(&id, 6, 3)).await.unwrap();
+    drain_bucket(&engine, &id, 0, 3).await;
+    let u = user_homed_at(0, 3, "crash");
+    engine.inject_crash(CrashPoint::AfterHome);
+    let crashed = engine.purchase(&req(&id, &u, 2, Some("k1"))).await;
+    assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))), "{crashed:?}");
+    // The quota is reserved, nothing is taken yet.
+    assert_eq!(held_by(&engine, &id, &user(u.as_str()), 3).await, 2);
+    assert_eq!(engine.view(&id).await.unwrap().sold, 2);
+    engine.inject_crash(CrashPoint::None);
+    let retry = engine.purchase(&req(&id, &u, 2, Some("k1"))).await.unwrap();
+    let order = retry.result.unwrap();
+    assert!(retry.replayed);
+    assert_eq!(held_by(&engine, &id, &user(u.as_str()), 3).await, 2);
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!(view.sold, 4);
+    let again = engine.purchase(&req(&id, &u, 2, Some("k1"))).await.unwrap();
+    assert_eq!(again.result.unwrap().order_id, order.order_id);
+    assert_eq!(engine.view(&id).await.unwrap().sold, 4);
+}
+
+async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: Store>(engine: Engine<S>) {
+    let id = event_id("crash-take");
+    engine.create_event(spec(&id, 6, 3)).await.unwrap();
+    drain_bucket(&engine, &id, 0, 3).await;
+    let u = user_homed_at(0, 3, "crash2");
+    engine.inject_crash(CrashPoint::AfterTake);
+    let crashed = engine.purchase(&req(&id, &u, 1, Some("k2"))).await;
+    assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))), "{crashed:?}");
+    assert_eq!(engine.view(&id).await.unwrap().sold, 3, "one unit taken");
+    // A retry that did not find the first driver's take would take a second unit here.
+    engine.inject_crash(CrashPoint::None);
+    let retry = engine.purchase(&req(&id, &u, 1, Some("k2"))).await.unwrap();
+    let order = retry.result.unwrap();
+    assert_eq!((order.bucket, order.probes), (1, 1));
+    assert_eq!(engine.view(&id).await.unwrap().sold, 3, "no second take");
+    assert_eq!(held_by(&engine, &id, &user(u.as_str()), 3).await, 1);
+    assert_eq!(engine.order(order.order_id.as_str()).await.unwrap().quantity, 1);
+}
+
+async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) {
+    use shardstock::mover::{self, MoverError};
+    let id = event_id("fence");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let meta = engine.meta(&id).await.unwrap();
+    let store = engine.store();
+    let old = store.acquire_lease(&id, "old", 50).await.unwrap().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let new = store.acquire_lease(&id, "new", 5_000).await.unwrap().unwrap();
+    assert!(new > old);
+    assert_eq!(mover::transfer(store, &meta, new, 0, 1, 1).await.unwrap(), 1);
+    let stale = mover::transfer(store, &meta, old, 1, 0, 3).await;
+    assert!(matches!(stale, Err(MoverError::Fenced { .. })), "{stale:?}");
+    assert_eq!(remaining(&engine, &id).await, vec![3, 5]);
+    assert!(!store.renew_lease(&id, "old", old, 1000).await.unwrap());
+}
+
+async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {
+    use shardstock::mover;
+    use shardstock::store::TransferReply;
+    let id = event_id("xfer");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let meta = engine.meta(&id).await.unwrap();
+    let store = engine.store();
+    // A mover journals 3 units out of bucket 0 and dies before IN.
+    let b0 = BucketRef::new(&id, 0, 0);
+    assert_eq!(store.transfer_out(&b0, 1, "x1", 1, 3).await.unwrap(), TransferReply::Applied(3));
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.in_transfer), (8, 3), "units in transfer still count");
+    let done = mover::complete_open(store, &meta, 2).await.unwrap();
+    assert_eq!((done.transfers, done.units), (1, 3));
+    assert_eq!(remaining(&engine, &id).await, vec![1, 7]);
+    // Completing again, or a late duplicate OUT, changes nothing.
+    assert_eq!(mover::complete_open(store, &meta, 3).await.unwrap().units, 0);
+    assert_eq!(store.transfer_out(&b0, 3, "x1", 1, 3).await.unwrap(), TransferReply::Duplicate(3));
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 8);
+}
