@@ -4,6 +4,7 @@ KEYS[1] ss:{e#g#h}:stock   remaining units (the cancelled units come back here)
 KEYS[2] ss:{e#g#h}:users   HASH user -> units held
 KEYS[3] ss:{e#g#h}:idx     HASH order id -> "C|user|qty|bucket|rid|at" (X when cancelled)
 KEYS[4] ss:{e#g#h}:orders  STREAM (the cancel record goes here)
+KEYS[5] ss:{e#g#h}:adds    addition count, +1 (units appeared here)
 ARGV[1] now   ARGV[2] order id   ARGV[3] h
 
 Returns:
@@ -31,6 +32,7 @@ local user, qty = string.match(entry, '^C|([^|]*)|([^|]*)|')
 redis.call('HSET', KEYS[3], ARGV[2], 'X' .. string.sub(entry, 2))
 redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 redis.call('INCRBY', KEYS[1], qty)
+redis.call('INCR', KEYS[5])
 redis.call('XADD', KEYS[4], '*', 'k', 'c', 'id', ARGV[2], 'u', user, 'q', qty,
   'b', ARGV[3], 'h', ARGV[3], 'r', '', 't', ARGV[1])
 return {'OK', entry}

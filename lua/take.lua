@@ -4,21 +4,27 @@ KEYS[1] ss:{e#g#j}:stock   remaining units of bucket j
 KEYS[2] ss:{e#g#j}:reqs    HASH; this step's marker lives at "t:<rid>:<pass>"
 KEYS[3] ss:{e#g#j}:orders  STREAM of order records
 KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o or d"
+KEYS[5] ss:{e#g#j}:adds    count of steps that added units to j (cancel, IN, untake)
 ARGV[1] now (unix ms)   ARGV[2] j   ARGV[3] rid   ARGV[4] pass
 ARGV[5] user            ARGV[6] qty ARGV[7] order id   ARGV[8] home bucket
 
 Returns:
-  "ST"               bucket j does not exist
-  {"T", oid}         q units taken here for order oid (now, or by an earlier
-                     driver of this saga: then oid is that driver's order id)
-  {"S", available, fresh}  fewer than q here; available = stock + units
-                     journaled out; fresh = 1 when decided now, 0 when replayed
-  A marker "U|oid" (the take was undone) replays as {"S", 0, 0}.
+  "ST"                          bucket j does not exist
+  {"T", oid}                    q units taken here for order oid (now, or by an
+                                earlier driver of this saga: then its order id)
+  {"S", available, fresh, adds} fewer than q here. available = stock + units
+                                journaled out; adds = j's addition count when
+                                that was decided; fresh = 1 when decided by this
+                                call, 0 when an earlier driver's decision is replayed
 
 Each bucket decides once per (rid, pass) and remembers the decision in its
-marker, so a saga re-driven after a crash (or driven twice at once by a retry)
-walks the ring to the same bucket and never takes twice. The take and its
-order record are one step, so no unit leaves a bucket unrecorded.
+marker ("T|oid" or "S|available|adds"), so a saga re-driven after a crash (or
+driven twice at once by a retry) walks the ring to the same bucket and never
+takes twice. A replayed "S" is as good as a fresh one for a sold-out answer:
+the engine compares its adds with a second collect, which tells whether units
+arrived since the decision. A marker "U|oid" (take undone) answers with the
+bucket as it is now. The take and its order record are one step, so no unit
+leaves a bucket unrecorded.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -26,14 +32,14 @@ end
 local marker = 't:' .. ARGV[3] .. ':' .. ARGV[4]
 local seen = redis.call('HGET', KEYS[2], marker)
 if seen then
-  local kind, value = string.match(seen, '^(%a)|(.*)$')
+  local kind, value, adds = string.match(seen, '^(%a)|([^|]*)|?(.*)$')
   if kind == 'T' then return {'T', value} end
-  if kind == 'U' then return {'S', '0', 0} end
-  return {'S', value, 0}
+  if kind == 'S' then return {'S', value, 0, adds} end
 end
+local adds = redis.call('GET', KEYS[5]) or '0'
 local qty = tonumber(ARGV[6])
 local stock = tonumber(redis.call('GET', KEYS[1]))
-if stock >= qty then
+if stock >= qty and not seen then
   redis.call('DECRBY', KEYS[1], qty)
   redis.call('XADD', KEYS[3], '*', 'k', 'o', 'id', ARGV[7], 'u', ARGV[5], 'q', qty,
     'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
@@ -46,5 +52,9 @@ for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
   if state == 'o' then transit = transit + tonumber(units) end
 end
 local available = string.format('%d', stock + transit)
-redis.call('HSET', KEYS[2], marker, 'S|' .. available)
-return {'S', available, 1}
+if seen then
+  -- "U|oid": this saga's take here was undone; report the bucket as it is.
+  return {'S', available, 0, adds}
+end
+redis.call('HSET', KEYS[2], marker, 'S|' .. available .. '|' .. adds)
+return {'S', available, 1, adds}

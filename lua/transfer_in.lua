@@ -1,11 +1,12 @@
 --[[ transfer_in.lua — IN: adds a journaled transfer's units to the target bucket, once.
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:xin   KEYS[3] ss:{e#g#b}:fence
+KEYS[4] ss:{e#g#b}:adds    addition count, +1 when applied
 ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] source bucket   ARGV[4] units
 
 Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
 {"D", units} (this transfer id was applied before: nothing changed) or
-{"A", units} (stock += units, xid remembered in xin).
+{"A", units} (stock += units, xid remembered in xin, adds + 1).
 Idempotent per transfer id, so a new leader can finish a transfer a crashed
 one left half-done without ever adding its units twice.
 ]]
@@ -25,5 +26,6 @@ if seen then
   return {'D', string.match(seen, '^[^|]*|(.*)$')}
 end
 redis.call('INCRBY', KEYS[1], ARGV[4])
+redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[4])
 return {'A', ARGV[4]}

@@ -2,6 +2,7 @@
 ended otherwise (a concurrent driver of the same request finished first).
 
 KEYS[1] ss:{e#g#j}:stock   KEYS[2] ss:{e#g#j}:reqs   KEYS[3] ss:{e#g#j}:orders
+KEYS[4] ss:{e#g#j}:adds    addition count, +1 when units come back
 ARGV[1] now  ARGV[2] j  ARGV[3] rid  ARGV[4] pass  ARGV[5] user  ARGV[6] qty
 ARGV[7] order id  ARGV[8] home bucket
 
@@ -19,6 +20,7 @@ if redis.call('HGET', KEYS[2], marker) ~= 'T|' .. ARGV[7] then
 end
 redis.call('HSET', KEYS[2], marker, 'U|' .. ARGV[7])
 redis.call('INCRBY', KEYS[1], ARGV[6])
+redis.call('INCR', KEYS[4])
 redis.call('XADD', KEYS[3], '*', 'k', 'v', 'id', ARGV[7], 'u', ARGV[5], 'q', ARGV[6],
   'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
 return {'OK'}

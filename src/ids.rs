@@ -212,7 +212,12 @@ mod tests {
 
     #[test]
     fn a_malformed_order_id_is_rejected() {
-        for bad in ["", "x", "ev.123.456", "ev.zzzzzzzzzzzzzzzz.0000000000000000"] {
+        for bad in [
+            "",
+            "x",
+            "ev.123.456",
+            "ev.zzzzzzzzzzzzzzzz.0000000000000000",
+        ] {
             assert!(OrderId::parse(bad).is_err(), "{bad}");
         }
     }

@@ -12,6 +12,7 @@
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
 //! ss:{<event>#<gen>#<b>}:xfer    HASH  open transfers out of b: xid -> "target|units|token"
 //! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
+//! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -75,6 +76,7 @@ impl BucketRef {
             fence: format!("{p}:fence"),
             xfer: format!("{p}:xfer"),
             xin: format!("{p}:xin"),
+            adds: format!("{p}:adds"),
         }
     }
 }
@@ -90,11 +92,12 @@ pub struct BucketKeys {
     pub fence: String,
     pub xfer: String,
     pub xin: String,
+    pub adds: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 8] {
+    pub fn all(&self) -> [&str; 9] {
         [
             &self.stock,
             &self.users,
@@ -104,6 +107,7 @@ impl BucketKeys {
             &self.fence,
             &self.xfer,
             &self.xin,
+            &self.adds,
         ]
     }
 }

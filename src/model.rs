@@ -144,6 +144,8 @@ pub struct BucketState {
     /// Units journaled out of this bucket by an open transfer.
     pub in_transfer: u64,
     pub fence: u64,
+    /// How many steps have added units to this bucket.
+    pub adds: u64,
 }
 
 /// The outcome of a request id, stored in the home bucket so a retry gets the same answer.

@@ -22,7 +22,11 @@ use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
 pub enum MoverError {
     /// A bucket has accepted a newer token: this mover must stop.
     #[error("bucket {bucket} refused token {token}: it has accepted {highest}")]
-    Fenced { bucket: u32, token: u64, highest: u64 },
+    Fenced {
+        bucket: u32,
+        token: u64,
+        highest: u64,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -97,7 +101,11 @@ pub async fn complete<S: Store>(
 }
 
 /// Completes every transfer a previous mover left open; returns what it completed.
-pub async fn complete_open<S: Store>(store: &S, meta: &EventMeta, token: u64) -> Result<Moved, MoverError> {
+pub async fn complete_open<S: Store>(
+    store: &S,
+    meta: &EventMeta,
+    token: u64,
+) -> Result<Moved, MoverError> {
     let open = try_join_all((0..meta.spec.buckets).map(|b| async move {
         store
             .open_transfers(&bucket(meta, b))
@@ -126,7 +134,10 @@ pub async fn gather<S: Store>(
     want: u64,
 ) -> Result<Moved, MoverError> {
     let states = try_join_all((0..meta.spec.buckets).map(|b| async move {
-        store.bucket_state(&bucket(meta, b)).await.map(|s| (b, s.stock))
+        store
+            .bucket_state(&bucket(meta, b))
+            .await
+            .map(|s| (b, s.stock))
     }))
     .await?;
     let have = states.iter().find(|(b, _)| *b == target).map_or(0, |s| s.1);
@@ -135,7 +146,7 @@ pub async fn gather<S: Store>(
         .into_iter()
         .filter(|&(b, stock)| b != target && stock > 0)
         .collect();
-    sources.sort_by(|a, b| b.1.cmp(&a.1));
+    sources.sort_by_key(|&(_, stock)| std::cmp::Reverse(stock));
     let mut done = Moved::default();
     for (source, stock) in sources {
         if need == 0 {

@@ -45,7 +45,10 @@ mod tests {
         assert_eq!(u("alice"), 0x4da1_0dd6_1a01_16b0);
         assert_eq!(u("u-1"), 0xea72_db3c_4998_47f0);
         assert_eq!(home(u("u-1001"), 16), 9);
-        assert_eq!(home(u("alice"), 10), 0x4da1_0dd6_1a01_16b0_u64.rem_euclid(10) as u32);
+        assert_eq!(
+            home(u("alice"), 10),
+            0x4da1_0dd6_1a01_16b0_u64.rem_euclid(10) as u32
+        );
     }
 
     #[test]
@@ -61,6 +64,9 @@ mod tests {
             let user = UserId::parse(format!("u-{i}")).unwrap();
             counts[home(user_hash(&user), 16) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

@@ -39,8 +39,17 @@ fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseR
     }
 }
 
-async fn buy<S: Store>(engine: &Engine<S>, event: &EventId, user_id: &str, qty: u32) -> Result<Order, Refusal> {
-    engine.purchase(&req(event, user_id, qty, None)).await.unwrap().result
+async fn buy<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    user_id: &str,
+    qty: u32,
+) -> Result<Order, Refusal> {
+    engine
+        .purchase(&req(event, user_id, qty, None))
+        .await
+        .unwrap()
+        .result
 }
 
 /// A user id whose home bucket is `bucket` among `n`.
@@ -52,7 +61,14 @@ fn user_homed_at(bucket: u32, n: u32, salt: &str) -> String {
 }
 
 async fn remaining<S: Store>(engine: &Engine<S>, event: &EventId) -> Vec<u64> {
-    engine.view(event).await.unwrap().buckets.iter().map(|b| b.remaining).collect()
+    engine
+        .view(event)
+        .await
+        .unwrap()
+        .buckets
+        .iter()
+        .map(|b| b.remaining)
+        .collect()
 }
 
 /// Empties bucket `b` by buying its units with users homed there.
@@ -69,10 +85,16 @@ async fn creating_splits_the_stock_and_refuses_to_overwrite<S: Store>(engine: En
     let id = event_id("create");
     let view = engine.create_event(spec(&id, 10, 4)).await.unwrap();
     assert_eq!(remaining(&engine, &id).await, vec![3, 3, 2, 2]);
-    assert_eq!((view.stock, view.remaining, view.sold, view.status), (10, 10, 0, "on_sale"));
+    assert_eq!(
+        (view.stock, view.remaining, view.sold, view.status),
+        (10, 10, 0, "on_sale")
+    );
     buy(&engine, &id, "u-1", 1).await.unwrap();
     let again = engine.create_event(spec(&id, 99, 2)).await;
-    assert!(matches!(again, Err(EngineError::EventExists(_))), "{again:?}");
+    assert!(
+        matches!(again, Err(EngineError::EventExists(_))),
+        "{again:?}"
+    );
     assert!(!engine.ensure_event(spec(&id, 10, 4)).await.unwrap());
     let view = engine.view(&id).await.unwrap();
     assert_eq!((view.stock, view.remaining, view.bucket_count), (10, 9, 4));
@@ -86,18 +108,38 @@ async fn bad_input_is_refused_and_changes_nothing<S: Store>(engine: Engine<S>) {
     let before = engine.view(&id).await.unwrap();
     for qty in [0, 3] {
         let r = engine.purchase(&req(&id, "u-1", qty, Some("r1"))).await;
-        assert!(matches!(r, Err(EngineError::Invalid { field: "quantity", .. })), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Err(EngineError::Invalid {
+                    field: "quantity",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
     }
-    let unknown = engine.purchase(&req(&event_id("nope"), "u-1", 1, None)).await;
+    let unknown = engine
+        .purchase(&req(&event_id("nope"), "u-1", 1, None))
+        .await;
     assert!(matches!(unknown, Err(EngineError::UnknownEvent(_))));
     for bad in [spec(&event_id("b0"), 1, 0), spec(&event_id("b1"), 1, 1025)] {
         let r = engine.create_event(bad.clone()).await;
-        assert!(matches!(r, Err(EngineError::Spec(SpecError::Buckets(_)))), "{r:?}");
-        assert!(matches!(engine.view(&bad.id).await, Err(EngineError::UnknownEvent(_))));
+        assert!(
+            matches!(r, Err(EngineError::Spec(SpecError::Buckets(_)))),
+            "{r:?}"
+        );
+        assert!(matches!(
+            engine.view(&bad.id).await,
+            Err(EngineError::UnknownEvent(_))
+        ));
     }
     assert_eq!(engine.view(&id).await.unwrap(), before);
     // The refused request id was not consumed.
-    let ok = engine.purchase(&req(&id, "u-1", 1, Some("r1"))).await.unwrap();
+    let ok = engine
+        .purchase(&req(&id, "u-1", 1, Some("r1")))
+        .await
+        .unwrap();
     assert!(ok.result.is_ok() && !ok.replayed);
 }
 
@@ -138,7 +180,10 @@ async fn fragments_never_cause_a_false_sold_out<S: Store>(engine: Engine<S>) {
         Err(Refusal::SoldOut { remaining: 1 })
     );
     assert_eq!(buy(&engine, &id, "u-4", 1).await.map(|o| o.quantity), Ok(1));
-    assert_eq!(buy(&engine, &id, "u-5", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
+    assert_eq!(
+        buy(&engine, &id, "u-5", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
     let view = engine.view(&id).await.unwrap();
     assert_eq!((view.remaining, view.sold, view.in_transfer), (0, 10, 0));
 }
@@ -169,35 +214,74 @@ async fn a_replay_returns_the_original_answer<S: Store>(engine: Engine<S>) {
     let mut s = spec(&id, 3, 2);
     s.per_user_limit = Some(2);
     engine.create_event(s).await.unwrap();
-    let first = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
-    let again = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
+    let first = engine
+        .purchase(&req(&id, "u-1", 2, Some("a")))
+        .await
+        .unwrap();
+    let again = engine
+        .purchase(&req(&id, "u-1", 2, Some("a")))
+        .await
+        .unwrap();
     assert!(first.result.is_ok() && !first.replayed);
-    assert_eq!(again, PurchaseOutcome { replayed: true, ..first.clone() });
+    assert_eq!(
+        again,
+        PurchaseOutcome {
+            replayed: true,
+            ..first.clone()
+        }
+    );
     // The same request id from another user is another request.
-    let other = engine.purchase(&req(&id, "u-2", 1, Some("a"))).await.unwrap();
+    let other = engine
+        .purchase(&req(&id, "u-2", 1, Some("a")))
+        .await
+        .unwrap();
     assert!(!other.replayed && other.result.is_ok());
-    let limited = engine.purchase(&req(&id, "u-1", 1, Some("b"))).await.unwrap();
-    assert_eq!(limited.result, Err(Refusal::LimitExceeded { limit: 2, held: 2 }));
-    let sold_out = engine.purchase(&req(&id, "u-3", 2, Some("c"))).await.unwrap();
+    let limited = engine
+        .purchase(&req(&id, "u-1", 1, Some("b")))
+        .await
+        .unwrap();
+    assert_eq!(
+        limited.result,
+        Err(Refusal::LimitExceeded { limit: 2, held: 2 })
+    );
+    let sold_out = engine
+        .purchase(&req(&id, "u-3", 2, Some("c")))
+        .await
+        .unwrap();
     assert_eq!(sold_out.result, Err(Refusal::SoldOut { remaining: 0 }));
     // Cancelling frees units, but the stored answers stay what they were.
-    engine.cancel(first.result.unwrap().order_id.as_str()).await.unwrap();
+    engine
+        .cancel(first.result.unwrap().order_id.as_str())
+        .await
+        .unwrap();
     for (u, r) in [("u-1", "b"), ("u-3", "c")] {
         let q = if r == "b" { 1 } else { 2 };
         let replay = engine.purchase(&req(&id, u, q, Some(r))).await.unwrap();
         assert!(replay.replayed);
         assert!(replay.result.is_err(), "{replay:?}");
     }
-    let replay = engine.purchase(&req(&id, "u-1", 2, Some("a"))).await.unwrap();
-    assert_eq!(replay.result.unwrap().order_id, again.result.unwrap().order_id);
+    let replay = engine
+        .purchase(&req(&id, "u-1", 2, Some("a")))
+        .await
+        .unwrap();
+    assert_eq!(
+        replay.result.unwrap().order_id,
+        again.result.unwrap().order_id
+    );
 }
 
 async fn a_request_id_reused_for_another_quantity_is_refused<S: Store>(engine: Engine<S>) {
     let id = event_id("conflict");
     engine.create_event(spec(&id, 10, 2)).await.unwrap();
-    engine.purchase(&req(&id, "u-1", 1, Some("x"))).await.unwrap();
+    engine
+        .purchase(&req(&id, "u-1", 1, Some("x")))
+        .await
+        .unwrap();
     let r = engine.purchase(&req(&id, "u-1", 2, Some("x"))).await;
-    assert!(matches!(r, Err(EngineError::IdempotencyConflict(_))), "{r:?}");
+    assert!(
+        matches!(r, Err(EngineError::IdempotencyConflict(_))),
+        "{r:?}"
+    );
     assert_eq!(engine.view(&id).await.unwrap().remaining, 9);
 }
 
@@ -207,7 +291,10 @@ async fn a_cancel_puts_units_back_and_is_idempotent<S: Store>(engine: Engine<S>)
     s.per_user_limit = Some(2);
     engine.create_event(s).await.unwrap();
     let order = buy(&engine, &id, "u-1", 2).await.unwrap();
-    assert!(matches!(buy(&engine, &id, "u-1", 1).await, Err(Refusal::LimitExceeded { .. })));
+    assert!(matches!(
+        buy(&engine, &id, "u-1", 1).await,
+        Err(Refusal::LimitExceeded { .. })
+    ));
     let cancelled = engine.cancel(order.order_id.as_str()).await.unwrap();
     assert!(!cancelled.already);
     assert_eq!(engine.view(&id).await.unwrap().remaining, 4);
@@ -218,7 +305,10 @@ async fn a_cancel_puts_units_back_and_is_idempotent<S: Store>(engine: Engine<S>)
     assert_eq!(looked_up.status, shardstock::engine::OrderStatus::Cancelled);
     assert!(buy(&engine, &id, "u-1", 2).await.is_ok(), "quota came back");
     for bad in ["nope", &format!("{id}.0000000000000000.0000000000000000")] {
-        assert!(matches!(engine.cancel(bad).await, Err(EngineError::UnknownOrder(_))));
+        assert!(matches!(
+            engine.cancel(bad).await,
+            Err(EngineError::UnknownOrder(_))
+        ));
     }
 }
 
@@ -228,8 +318,14 @@ async fn a_cancelled_unit_sells_again_after_a_sold_out<S: Store>(engine: Engine<
     let a = buy(&engine, &id, "u-1", 1).await.unwrap();
     buy(&engine, &id, "u-2", 1).await.unwrap();
     // A consistent probe marks the event sold out…
-    assert_eq!(buy(&engine, &id, "u-3", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
-    assert_eq!(buy(&engine, &id, "u-4", 1).await, Err(Refusal::SoldOut { remaining: 0 }));
+    assert_eq!(
+        buy(&engine, &id, "u-3", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
+    assert_eq!(
+        buy(&engine, &id, "u-4", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
     // …and a cancel invalidates the mark at once.
     engine.cancel(a.order_id.as_str()).await.unwrap();
     assert!(buy(&engine, &id, "u-5", 1).await.is_ok());
@@ -242,7 +338,16 @@ async fn purchases_outside_the_sale_window_are_refused<S: Store>(engine: Engine<
     s.starts_at = Some(now + 3_600_000);
     engine.create_event(s).await.unwrap();
     let r = engine.purchase(&req(&later, "u-1", 1, None)).await;
-    assert!(matches!(r, Err(EngineError::NotOnSale { why: "not started", .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(EngineError::NotOnSale {
+                why: "not started",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     assert_eq!(engine.view(&later).await.unwrap().status, "scheduled");
     let past = event_id("past");
     let mut s = spec(&past, 5, 1);
@@ -250,7 +355,10 @@ async fn purchases_outside_the_sale_window_are_refused<S: Store>(engine: Engine<
     s.ends_at = Some(now - 3_600_000);
     engine.create_event(s).await.unwrap();
     let r = engine.purchase(&req(&past, "u-1", 1, None)).await;
-    assert!(matches!(r, Err(EngineError::NotOnSale { why: "ended", .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(EngineError::NotOnSale { why: "ended", .. })),
+        "{r:?}"
+    );
     assert_eq!(engine.view(&past).await.unwrap().remaining, 5);
 }
 
@@ -266,7 +374,10 @@ async fn a_crash_after_the_home_step_is_completed_by_a_retry<S: Store>(engine: E
     let u = user_homed_at(0, 3, "crash");
     engine.inject_crash(CrashPoint::AfterHome);
     let crashed = engine.purchase(&req(&id, &u, 2, Some("k1"))).await;
-    assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))), "{crashed:?}");
+    assert!(
+        matches!(crashed, Err(EngineError::InjectedCrash(_))),
+        "{crashed:?}"
+    );
     // The quota is reserved, nothing is taken yet.
     assert_eq!(held_by(&engine, &id, &user(u.as_str()), 3).await, 2);
     assert_eq!(engine.view(&id).await.unwrap().sold, 2);
@@ -282,14 +393,19 @@ async fn a_crash_after_the_home_step_is_completed_by_a_retry<S: Store>(engine: E
     assert_eq!(engine.view(&id).await.unwrap().sold, 4);
 }
 
-async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: Store>(engine: Engine<S>) {
+async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: Store>(
+    engine: Engine<S>,
+) {
     let id = event_id("crash-take");
     engine.create_event(spec(&id, 6, 3)).await.unwrap();
     drain_bucket(&engine, &id, 0, 3).await;
     let u = user_homed_at(0, 3, "crash2");
     engine.inject_crash(CrashPoint::AfterTake);
     let crashed = engine.purchase(&req(&id, &u, 1, Some("k2"))).await;
-    assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))), "{crashed:?}");
+    assert!(
+        matches!(crashed, Err(EngineError::InjectedCrash(_))),
+        "{crashed:?}"
+    );
     assert_eq!(engine.view(&id).await.unwrap().sold, 3, "one unit taken");
     // A retry that did not find the first driver's take would take a second unit here.
     engine.inject_crash(CrashPoint::None);
@@ -298,7 +414,14 @@ async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: S
     assert_eq!((order.bucket, order.probes), (1, 1));
     assert_eq!(engine.view(&id).await.unwrap().sold, 3, "no second take");
     assert_eq!(held_by(&engine, &id, &user(u.as_str()), 3).await, 1);
-    assert_eq!(engine.order(order.order_id.as_str()).await.unwrap().quantity, 1);
+    assert_eq!(
+        engine
+            .order(order.order_id.as_str())
+            .await
+            .unwrap()
+            .quantity,
+        1
+    );
 }
 
 async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) {
@@ -309,9 +432,16 @@ async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) 
     let store = engine.store();
     let old = store.acquire_lease(&id, "old", 50).await.unwrap().unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(120)).await;
-    let new = store.acquire_lease(&id, "new", 5_000).await.unwrap().unwrap();
+    let new = store
+        .acquire_lease(&id, "new", 5_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(new > old);
-    assert_eq!(mover::transfer(store, &meta, new, 0, 1, 1).await.unwrap(), 1);
+    assert_eq!(
+        mover::transfer(store, &meta, new, 0, 1, 1).await.unwrap(),
+        1
+    );
     let stale = mover::transfer(store, &meta, old, 1, 0, 3).await;
     assert!(matches!(stale, Err(MoverError::Fenced { .. })), "{stale:?}");
     assert_eq!(remaining(&engine, &id).await, vec![3, 5]);
@@ -327,14 +457,27 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
     let store = engine.store();
     // A mover journals 3 units out of bucket 0 and dies before IN.
     let b0 = BucketRef::new(&id, 0, 0);
-    assert_eq!(store.transfer_out(&b0, 1, "x1", 1, 3).await.unwrap(), TransferReply::Applied(3));
+    assert_eq!(
+        store.transfer_out(&b0, 1, "x1", 1, 3).await.unwrap(),
+        TransferReply::Applied(3)
+    );
     let view = engine.view(&id).await.unwrap();
-    assert_eq!((view.remaining, view.in_transfer), (8, 3), "units in transfer still count");
+    assert_eq!(
+        (view.remaining, view.in_transfer),
+        (8, 3),
+        "units in transfer still count"
+    );
     let done = mover::complete_open(store, &meta, 2).await.unwrap();
     assert_eq!((done.transfers, done.units), (1, 3));
     assert_eq!(remaining(&engine, &id).await, vec![1, 7]);
     // Completing again, or a late duplicate OUT, changes nothing.
-    assert_eq!(mover::complete_open(store, &meta, 3).await.unwrap().units, 0);
-    assert_eq!(store.transfer_out(&b0, 3, "x1", 1, 3).await.unwrap(), TransferReply::Duplicate(3));
+    assert_eq!(
+        mover::complete_open(store, &meta, 3).await.unwrap().units,
+        0
+    );
+    assert_eq!(
+        store.transfer_out(&b0, 3, "x1", 1, 3).await.unwrap(),
+        TransferReply::Duplicate(3)
+    );
     assert_eq!(engine.view(&id).await.unwrap().remaining, 8);
 }

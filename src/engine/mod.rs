@@ -87,7 +87,7 @@ impl Default for EngineOptions {
             sold_out_mark_ttl: Duration::from_secs(1),
             reshard_wait: Duration::from_secs(5),
             gather_lease_ttl: Duration::from_secs(2),
-            gather_wait: Duration::from_millis(500),
+            gather_wait: Duration::from_secs(2),
         }
     }
 }
@@ -169,7 +169,9 @@ impl<S: Store> Engine<S> {
         spec.validate()?;
         match self.store.create_meta(&spec, now_ms()).await? {
             CreateMeta::Created => {}
-            CreateMeta::Exists(meta) if meta.status == EventStatus::Creating && meta.spec == spec => {
+            CreateMeta::Exists(meta)
+                if meta.status == EventStatus::Creating && meta.spec == spec =>
+            {
                 tracing::info!(event = %spec.id, "resuming an interrupted creation");
             }
             CreateMeta::Exists(_) => return Err(EngineError::EventExists(spec.id)),
@@ -232,7 +234,10 @@ impl<S: Store> Engine<S> {
 
     /// Drops an event from the cache.
     pub fn forget(&self, event: &EventId) {
-        self.events.write().expect("meta cache poisoned").remove(event);
+        self.events
+            .write()
+            .expect("meta cache poisoned")
+            .remove(event);
     }
 
     /// Reloads until the event is out of `resharding` (or the wait is over).

@@ -78,7 +78,11 @@ impl<S: Store> Engine<S> {
     }
 
     /// Runs `step` on the order's home bucket, reloading the layout once if stale.
-    async fn on_order_home<T, F, Fut>(&self, raw: &str, step: F) -> Result<(OrderId, EventId, T), EngineError>
+    async fn on_order_home<T, F, Fut>(
+        &self,
+        raw: &str,
+        step: F,
+    ) -> Result<(OrderId, EventId, T), EngineError>
     where
         F: Fn(BucketRef, OrderId) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
@@ -86,7 +90,9 @@ impl<S: Store> Engine<S> {
         let (order_id, event, hash) =
             OrderId::parse(raw).map_err(|_| EngineError::UnknownOrder(raw.to_owned()))?;
         let mut meta = match self.meta(&event).await {
-            Err(EngineError::UnknownEvent(_)) => return Err(EngineError::UnknownOrder(raw.to_owned())),
+            Err(EngineError::UnknownEvent(_)) => {
+                return Err(EngineError::UnknownOrder(raw.to_owned()));
+            }
             other => other?,
         };
         for attempt in 0..3 {
@@ -105,7 +111,9 @@ impl<S: Store> Engine<S> {
     /// The order as its home bucket knows it (orders of a live event).
     pub async fn order(&self, raw: &str) -> Result<OrderView, EngineError> {
         let (order_id, event, entry) = self
-            .on_order_home(raw, |bucket, oid| async move { self.store.order_entry(&bucket, &oid).await })
+            .on_order_home(raw, |bucket, oid| async move {
+                self.store.order_entry(&bucket, &oid).await
+            })
             .await?;
         let entry = entry.ok_or_else(|| EngineError::UnknownOrder(raw.to_owned()))?;
         Ok(OrderView::new(order_id, event, entry))
@@ -143,30 +151,23 @@ impl<S: Store> Engine<S> {
         Ok(CancelOutcome { order, already })
     }
 
-    /// Gathers fragments into bucket `target` under the event's mover lease
-    /// (waiting a little if another mover holds it). Returns the units moved.
-    pub(super) async fn gather(&self, meta: &EventMeta, target: u32, want: u64) -> Result<u64, EngineError> {
-        let event = &meta.spec.id;
-        let owner = format!("{}/gather", self.instance);
+    /// Takes the event's mover lease for one saga, waiting a little if another
+    /// mover holds it. `None` when it stayed busy.
+    pub(super) async fn mover_lease(
+        &self,
+        meta: &EventMeta,
+    ) -> Result<Option<(String, u64)>, EngineError> {
+        let owner = format!("{}/s{:08x}", self.instance, rand::random::<u32>());
         let ttl = self.opts.gather_lease_ttl.as_millis() as u64;
         let deadline = tokio::time::Instant::now() + self.opts.gather_wait;
-        let token = loop {
-            match self.store.acquire_lease(event, &owner, ttl).await? {
-                Some(token) => break token,
-                None if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                None => return Ok(0),
+        loop {
+            if let Some(token) = self.store.acquire_lease(&meta.spec.id, &owner, ttl).await? {
+                return Ok(Some((owner, token)));
             }
-        };
-        let moved = async {
-            crate::mover::complete_open(&self.store, meta, token).await?;
-            crate::mover::gather(&self.store, meta, token, target, want).await
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        .await;
-        if let Err(e) = self.store.release_lease(event, &owner, token).await {
-            tracing::warn!(%event, error = %e, "releasing the gather lease failed; it expires");
-        }
-        Ok(moved?.units)
     }
 }

@@ -10,17 +10,23 @@
 //! back (`untake`).
 //!
 //! "Sold out" is answered only from a consistent probe: every bucket short,
-//! decided fresh by this driver, and the event's seq unchanged over the pass (no
-//! units were added anywhere meanwhile). When the ring holds enough units in
-//! fragments, the saga consolidates them into the home bucket and probes again.
+//! decided fresh by this driver, and a second collect of the buckets' addition
+//! counters unchanged (no cancel, transfer or untake added units to a bucket
+//! after it was probed — a double-collect snapshot). When the ring holds enough
+//! units in fragments, the saga takes the event's mover lease, consolidates them
+//! into the home bucket and probes again, keeping the lease until it ends.
 
 use std::slice;
+
+use futures::future::try_join_all;
 
 use super::{CrashPoint, Engine, EngineError, now_ms};
 use crate::ids::{EventId, OrderId, RequestId, UserId};
 use crate::model::{EventMeta, EventStatus, Order, Record};
 use crate::routing::{home, ring, user_hash};
-use crate::store::{Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply};
+use crate::store::{
+    Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply,
+};
 
 /// A purchase as the engine receives it (ids already validated).
 #[derive(Debug, Clone)]
@@ -82,6 +88,22 @@ impl Saga {
 
 type Answer = Result<Order, Refusal>;
 
+/// Where the probe passes of a saga ended.
+enum Step {
+    Taken {
+        pass: u32,
+        order_id: OrderId,
+        bucket: u32,
+        probes: u32,
+    },
+    SoldOut {
+        available: u64,
+    },
+    /// A concurrent driver ended the saga with this record.
+    Ended(Record),
+    GaveUp,
+}
+
 /// Refuses what may not be bought now.
 fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
     let event = meta.spec.id.clone();
@@ -91,7 +113,12 @@ fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
         EventStatus::Closed => Some("closed"),
     };
     let why = why
-        .or_else(|| meta.spec.starts_at.filter(|&s| now < s).map(|_| "not started"))
+        .or_else(|| {
+            meta.spec
+                .starts_at
+                .filter(|&s| now < s)
+                .map(|_| "not started")
+        })
         .or_else(|| meta.spec.ends_at.filter(|&e| now >= e).map(|_| "ended"));
     match why {
         Some(why) => Err(EngineError::NotOnSale { event, why }),
@@ -99,7 +126,14 @@ fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
     }
 }
 
-fn order(meta: &EventMeta, user: &UserId, qty: u32, order_id: OrderId, bucket: u32, probes: u32) -> Order {
+fn order(
+    meta: &EventMeta,
+    user: &UserId,
+    qty: u32,
+    order_id: OrderId,
+    bucket: u32,
+    probes: u32,
+) -> Order {
     Order {
         order_id,
         event_id: meta.spec.id.clone(),
@@ -162,7 +196,11 @@ impl<S: Store> Engine<S> {
             keep: saga.keep,
             order_id: saga.order_id.clone(),
         };
-        let reply = match self.store.home(&bucket, now_ms(), slice::from_ref(&entry)).await {
+        let reply = match self
+            .store
+            .home(&bucket, now_ms(), slice::from_ref(&entry))
+            .await
+        {
             Ok(mut replies) => replies
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("empty home reply".into()))?,
@@ -194,7 +232,12 @@ impl<S: Store> Engine<S> {
 
     /// Answers a request id that has a record: the stored answer, or the
     /// result of re-driving a pending saga.
-    async fn replay(&self, meta: &EventMeta, mut saga: Saga, record: Record) -> Result<PurchaseOutcome, EngineError> {
+    async fn replay(
+        &self,
+        meta: &EventMeta,
+        mut saga: Saga,
+        record: Record,
+    ) -> Result<PurchaseOutcome, EngineError> {
         if record.qty() != saga.qty {
             return Err(EngineError::IdempotencyConflict(saga.rid));
         }
@@ -220,7 +263,9 @@ impl<S: Store> Engine<S> {
                 bucket,
                 probes,
             } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
-            Record::LimitExceeded { limit, held, .. } => Err(Refusal::LimitExceeded { limit, held }),
+            Record::LimitExceeded { limit, held, .. } => {
+                Err(Refusal::LimitExceeded { limit, held })
+            }
             Record::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
             Record::Pending { .. } => {
                 return Err(StoreError::Protocol("finish answered a pending record".into()).into());
@@ -230,56 +275,161 @@ impl<S: Store> Engine<S> {
 
     /// The probe saga, from the pending record to its end.
     async fn drive(&self, meta: &EventMeta, saga: &Saga) -> Result<Answer, EngineError> {
-        let event = &meta.spec.id;
         let start = self.fresh_meta(meta).await?;
         if start.sold_out_at(now_ms(), self.opts.sold_out_mark_ttl.as_millis() as i64) {
             return self.finish_sold_out(meta, saga, 0).await;
         }
-        let mut seq = start.seq;
+        // A saga that had to gather keeps the mover lease until it ends, so
+        // another saga cannot pull the gathered units away before it takes them.
+        let mut lease: Option<(String, u64)> = None;
+        let step = self.probe_passes(meta, saga, start.seq, &mut lease).await;
+        if let Some((owner, token)) = lease
+            && let Err(e) = self.store.release_lease(&meta.spec.id, &owner, token).await
+        {
+            tracing::warn!(event = %meta.spec.id, error = %e, "releasing the mover lease failed; it expires");
+        }
+        match step? {
+            Step::Taken {
+                pass,
+                order_id,
+                bucket,
+                probes,
+            } => {
+                self.finish_bought(meta, saga, pass, order_id, bucket, probes)
+                    .await
+            }
+            Step::SoldOut { available } => self.finish_sold_out(meta, saga, available).await,
+            Step::Ended(record) => self.answer(meta, saga, record),
+            Step::GaveUp => {
+                self.finish_with(meta, saga, Finish::Abort).await?;
+                Err(EngineError::Contention {
+                    passes: self.opts.max_passes,
+                })
+            }
+        }
+    }
+
+    /// Probes the ring pass after pass until a take, a consistent sold-out, or
+    /// the pass budget is spent.
+    async fn probe_passes(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        seq: u64,
+        lease: &mut Option<(String, u64)>,
+    ) -> Result<Step, EngineError> {
+        let qty = u64::from(saga.qty);
         let mut probes = 0;
         for pass in 1..=self.opts.max_passes {
             let args = saga.take_args(pass);
-            let (mut available, mut consistent) = (0u64, true);
+            let mut fresh_all = true;
+            // What this pass saw of each bucket: (index, available, adds).
+            let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
             for j in ring(saga.home, meta.spec.buckets) {
                 probes += 1;
-                match self.store.take(&Self::bucket(meta, j), now_ms(), &args).await? {
+                match self
+                    .store
+                    .take(&Self::bucket(meta, j), now_ms(), &args)
+                    .await?
+                {
                     TakeReply::Taken { order_id } => {
                         self.crash_at(CrashPoint::AfterTake)?;
-                        return self.finish_bought(meta, saga, pass, order_id, j, probes).await;
+                        return Ok(Step::Taken {
+                            pass,
+                            order_id,
+                            bucket: j,
+                            probes,
+                        });
                     }
-                    TakeReply::Short { available: a, fresh } => {
-                        available += a;
-                        consistent &= fresh;
+                    TakeReply::Short {
+                        available,
+                        fresh,
+                        adds,
+                    } => {
+                        fresh_all &= fresh;
+                        seen.push((j, available, adds));
                     }
                 }
             }
-            let after = self.fresh_meta(meta).await?;
-            let unchanged = consistent && after.seq == seq;
-            if available < u64::from(saga.qty) && unchanged {
+            let total = |seen: &[(u32, u64, u64)]| seen.iter().map(|o| o.1).sum::<u64>();
+            if total(&seen) < qty && self.settle_short(meta, &mut seen, qty).await? {
+                let available = total(&seen);
                 if available == 0 {
-                    self.store.mark_sold_out(event, seq, now_ms()).await?;
+                    self.store
+                        .mark_sold_out(&meta.spec.id, seq, now_ms())
+                        .await?;
                 }
-                return self.finish_sold_out(meta, saga, available).await;
+                return Ok(Step::SoldOut { available });
             }
-            if !consistent {
-                // An earlier driver of this saga probed here: it may have ended it.
-                if let Some(record) = self.store.record(&Self::bucket(meta, saga.home), &saga.rid).await?
+            if !fresh_all {
+                // Another driver of this saga probed here first: it may have ended it.
+                let home = Self::bucket(meta, saga.home);
+                if let Some(record) = self.store.record(&home, &saga.rid).await?
                     && !matches!(record, Record::Pending { .. })
                 {
-                    return self.answer(meta, saga, record);
+                    return Ok(Step::Ended(record));
                 }
             }
-            if available >= u64::from(saga.qty) {
-                if let Err(e) = self.gather(meta, saga.home, u64::from(saga.qty)).await {
-                    tracing::warn!(%event, error = %e, "on-demand consolidation failed");
+            // Enough units, but no bucket holds `qty` alone: consolidate them.
+            let fragmented = total(&seen) >= qty && seen.iter().all(|o| o.1 < qty);
+            if fragmented {
+                if lease.is_none() {
+                    *lease = self.mover_lease(meta).await?;
+                }
+                if let Some((_, token)) = *lease {
+                    let gathered = async {
+                        crate::mover::complete_open(&self.store, meta, token).await?;
+                        crate::mover::gather(&self.store, meta, token, saga.home, qty).await
+                    };
+                    if let Err(e) = gathered.await {
+                        // Fenced (the lease expired and a newer mover took over) or a
+                        // store hiccup: probe on without gathering.
+                        tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed");
+                    }
                 }
             }
-            seq = after.seq;
         }
-        self.finish_with(meta, saga, Finish::Abort).await?;
-        Err(EngineError::Contention {
-            passes: self.opts.max_passes,
-        })
+        Ok(Step::GaveUp)
+    }
+
+    /// Makes a short pass into a consistent snapshot (a double collect): collect
+    /// every bucket's addition count; buckets that received units since they were
+    /// seen are read again (stock and count in one atomic read) and the collect
+    /// repeats. True when a collect found nothing changed and the snapshot holds
+    /// fewer than `qty` units: then, at the first read of that collect, fewer than
+    /// `qty` units were left in the whole event. False when the snapshot shows
+    /// enough units (the next pass takes them) or churn outlasted the rounds.
+    async fn settle_short(
+        &self,
+        meta: &EventMeta,
+        seen: &mut [(u32, u64, u64)],
+        qty: u64,
+    ) -> Result<bool, EngineError> {
+        const ROUNDS: usize = 8;
+        for _ in 0..ROUNDS {
+            let now = try_join_all(seen.iter().map(|&(j, _, _)| {
+                let bucket = Self::bucket(meta, j);
+                async move { self.store.adds(&bucket).await }
+            }))
+            .await?;
+            let changed: Vec<usize> = (0..seen.len()).filter(|&i| seen[i].2 != now[i]).collect();
+            if changed.is_empty() {
+                return Ok(true);
+            }
+            let fresh = try_join_all(changed.iter().map(|&i| {
+                let bucket = Self::bucket(meta, seen[i].0);
+                async move { self.store.bucket_state(&bucket).await }
+            }))
+            .await?;
+            for (&i, state) in changed.iter().zip(fresh) {
+                seen[i].1 = state.stock + state.in_transfer;
+                seen[i].2 = state.adds;
+            }
+            if seen.iter().map(|o| o.1).sum::<u64>() >= qty {
+                return Ok(false);
+            }
+        }
+        Ok(false)
     }
 
     /// The meta as stored now; `Stale` if the layout changed under the saga.
@@ -295,9 +445,17 @@ impl<S: Store> Engine<S> {
         Ok(now)
     }
 
-    async fn finish_with(&self, meta: &EventMeta, saga: &Saga, outcome: Finish) -> Result<FinishReply, EngineError> {
+    async fn finish_with(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        outcome: Finish,
+    ) -> Result<FinishReply, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
-        Ok(self.store.finish(&bucket, now_ms(), &saga.finish_args(outcome)).await?)
+        Ok(self
+            .store
+            .finish(&bucket, now_ms(), &saga.finish_args(outcome))
+            .await?)
     }
 
     async fn finish_bought(
@@ -315,9 +473,15 @@ impl<S: Store> Engine<S> {
             probes,
         };
         let ended = match self.finish_with(meta, saga, outcome).await? {
-            FinishReply::Done => return Ok(Ok(order(meta, &saga.user, saga.qty, order_id, bucket, probes))),
-            FinishReply::Already(Record::Bought { order_id: o, .. }) if o == order_id => {
-                return Ok(Ok(order(meta, &saga.user, saga.qty, order_id, bucket, probes)));
+            FinishReply::Done => {
+                return Ok(Ok(order(
+                    meta, &saga.user, saga.qty, order_id, bucket, probes,
+                )));
+            }
+            FinishReply::Already(record @ Record::Bought { .. }) if matches!(&record, Record::Bought { order_id: o, .. } if *o == order_id) =>
+            {
+                // A concurrent driver finished with this same take: answer as it did.
+                return self.answer(meta, saga, record);
             }
             FinishReply::Already(record) => Some(record),
             FinishReply::NoRecord => None,
@@ -325,7 +489,11 @@ impl<S: Store> Engine<S> {
         // The saga ended without this take: give the units back.
         let mut args = saga.take_args(pass);
         args.order_id = order_id;
-        if self.store.untake(&Self::bucket(meta, bucket), now_ms(), &args).await? {
+        if self
+            .store
+            .untake(&Self::bucket(meta, bucket), now_ms(), &args)
+            .await?
+        {
             self.store.bump_seq(&meta.spec.id).await?;
         }
         match ended {
@@ -334,8 +502,16 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    async fn finish_sold_out(&self, meta: &EventMeta, saga: &Saga, remaining: u64) -> Result<Answer, EngineError> {
-        match self.finish_with(meta, saga, Finish::SoldOut { remaining }).await? {
+    async fn finish_sold_out(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        remaining: u64,
+    ) -> Result<Answer, EngineError> {
+        match self
+            .finish_with(meta, saga, Finish::SoldOut { remaining })
+            .await?
+        {
             FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
             FinishReply::Already(record) => self.answer(meta, saga, record),
         }
@@ -343,7 +519,12 @@ impl<S: Store> Engine<S> {
 
     /// The home step failed in transit: it may or may not have run. Look at
     /// what it would have written before answering.
-    async fn resolve(&self, meta: &EventMeta, saga: Saga, why: String) -> Result<PurchaseOutcome, EngineError> {
+    async fn resolve(
+        &self,
+        meta: &EventMeta,
+        saga: Saga,
+        why: String,
+    ) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
         for delay_ms in [20, 100, 400] {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;

@@ -46,7 +46,8 @@ pub enum RecordKind {
 #[derive(Debug, Clone)]
 enum Marker {
     Taken(OrderId),
-    Short(u64),
+    /// (available, adds when decided)
+    Short(u64, u64),
     Undone,
 }
 
@@ -69,6 +70,7 @@ struct Bucket {
     fence: u64,
     xfer: HashMap<String, Journal>,
     xin: HashMap<String, u64>,
+    adds: u64,
 }
 
 impl Bucket {
@@ -118,7 +120,9 @@ impl MemoryStore {
 
     fn bucket(&self, b: &BucketRef) -> Result<Arc<Mutex<Bucket>>, StoreError> {
         let map = self.inner.buckets.read().expect("bucket map poisoned");
-        map.get(b).cloned().ok_or_else(|| StoreError::Stale(b.tag()))
+        map.get(b)
+            .cloned()
+            .ok_or_else(|| StoreError::Stale(b.tag()))
     }
 
     /// Runs `f` on bucket `b` under its lock.
@@ -128,11 +132,7 @@ impl MemoryStore {
         Ok(f(&mut guard))
     }
 
-    fn with_event<T>(
-        &self,
-        event: &EventId,
-        f: impl FnOnce(&mut EventSlot) -> T,
-    ) -> Option<T> {
+    fn with_event<T>(&self, event: &EventId, f: impl FnOnce(&mut EventSlot) -> T) -> Option<T> {
         let mut events = self.inner.events.lock().expect("event map poisoned");
         events.get_mut(event).map(f)
     }
@@ -180,7 +180,12 @@ impl Store for MemoryStore {
         Ok(self.with_event(event, |s| s.meta.clone()))
     }
 
-    async fn set_status(&self, event: &EventId, from: EventStatus, to: EventStatus) -> Result<bool, StoreError> {
+    async fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> Result<bool, StoreError> {
         Ok(self
             .with_event(event, |s| {
                 let ok = s.meta.status == from;
@@ -200,7 +205,12 @@ impl Store for MemoryStore {
         .ok_or_else(|| StoreError::Stale(format!("meta of {event}")))
     }
 
-    async fn mark_sold_out(&self, event: &EventId, seq: u64, now_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         Ok(self
             .with_event(event, |s| {
                 let ok = s.meta.seq == seq;
@@ -223,7 +233,12 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn home(&self, b: &BucketRef, now_ms: i64, entries: &[HomeEntry]) -> Result<Vec<HomeReply>, StoreError> {
+    async fn home(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        entries: &[HomeEntry],
+    ) -> Result<Vec<HomeReply>, StoreError> {
         self.with(b, |bk| {
             entries
                 .iter()
@@ -301,7 +316,12 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn take(&self, b: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<TakeReply, StoreError> {
+    async fn take(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<TakeReply, StoreError> {
         self.with(b, |bk| {
             let marker = (a.rid.clone(), a.pass);
             if let Some(seen) = bk.markers.get(&marker) {
@@ -309,13 +329,16 @@ impl Store for MemoryStore {
                     Marker::Taken(order_id) => TakeReply::Taken {
                         order_id: order_id.clone(),
                     },
-                    Marker::Short(available) => TakeReply::Short {
+                    Marker::Short(available, adds) => TakeReply::Short {
                         available: *available,
                         fresh: false,
+                        adds: *adds,
                     },
+                    // This saga's take here was undone: the bucket as it is now.
                     Marker::Undone => TakeReply::Short {
-                        available: 0,
+                        available: bk.stock + bk.in_transfer(),
                         fresh: false,
+                        adds: bk.adds,
                     },
                 };
             }
@@ -338,10 +361,11 @@ impl Store for MemoryStore {
                 }
             } else {
                 let available = bk.stock + bk.in_transfer();
-                bk.markers.insert(marker, Marker::Short(available));
+                bk.markers.insert(marker, Marker::Short(available, bk.adds));
                 TakeReply::Short {
                     available,
                     fresh: true,
+                    adds: bk.adds,
                 }
             }
         })
@@ -356,6 +380,7 @@ impl Store for MemoryStore {
             }
             bk.markers.insert(marker, Marker::Undone);
             bk.stock += u64::from(a.qty);
+            bk.adds += 1;
             bk.stream.push(StreamRecord {
                 kind: RecordKind::Void,
                 order_id: a.order_id.clone(),
@@ -370,7 +395,12 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn finish(&self, b: &BucketRef, now_ms: i64, a: &FinishArgs) -> Result<FinishReply, StoreError> {
+    async fn finish(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &FinishArgs,
+    ) -> Result<FinishReply, StoreError> {
         self.with(b, |bk| {
             match bk.reqs.get(&a.rid) {
                 None => return FinishReply::NoRecord,
@@ -421,7 +451,12 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn cancel(&self, b: &BucketRef, now_ms: i64, order: &OrderId) -> Result<CancelReply, StoreError> {
+    async fn cancel(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> Result<CancelReply, StoreError> {
         self.with(b, |bk| {
             let Some(entry) = bk.idx.get_mut(order) else {
                 return CancelReply::NotFound;
@@ -433,6 +468,7 @@ impl Store for MemoryStore {
             entry.cancelled = true;
             bk.hold(&before.user, -i64::from(before.qty));
             bk.stock += u64::from(before.qty);
+            bk.adds += 1;
             bk.stream.push(StreamRecord {
                 kind: RecordKind::Cancel,
                 order_id: order.clone(),
@@ -447,7 +483,11 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn order_entry(&self, b: &BucketRef, order: &OrderId) -> Result<Option<OrderEntry>, StoreError> {
+    async fn order_entry(
+        &self,
+        b: &BucketRef,
+        order: &OrderId,
+    ) -> Result<Option<OrderEntry>, StoreError> {
         self.with(b, |bk| bk.idx.get(order).cloned())
     }
 
@@ -459,25 +499,33 @@ impl Store for MemoryStore {
         self.with(b, |bk| bk.users.get(user).copied().unwrap_or(0))
     }
 
+    async fn adds(&self, b: &BucketRef) -> Result<u64, StoreError> {
+        self.with(b, |bk| bk.adds)
+    }
+
     async fn bucket_state(&self, b: &BucketRef) -> Result<BucketState, StoreError> {
         self.with(b, |bk| BucketState {
             stock: bk.stock,
             in_transfer: bk.in_transfer(),
             fence: bk.fence,
+            adds: bk.adds,
         })
     }
 
-    async fn acquire_lease(&self, event: &EventId, owner: &str, ttl_ms: u64) -> Result<Option<u64>, StoreError> {
+    async fn acquire_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
         let now = Instant::now();
         let until = now + Duration::from_millis(ttl_ms);
         Ok(self
             .with_event(event, |s| match &mut s.lease {
-                Some((holder, token, expiry)) if *expiry > now => {
-                    (holder == owner).then(|| {
-                        *expiry = until;
-                        *token
-                    })
-                }
+                Some((holder, token, expiry)) if *expiry > now => (holder == owner).then(|| {
+                    *expiry = until;
+                    *token
+                }),
                 _ => {
                     s.token += 1;
                     s.lease = Some((owner.to_owned(), s.token, until));
@@ -487,7 +535,13 @@ impl Store for MemoryStore {
             .flatten())
     }
 
-    async fn renew_lease(&self, event: &EventId, owner: &str, token: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+    async fn renew_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
         let now = Instant::now();
         Ok(self
             .with_event(event, |s| match &mut s.lease {
@@ -504,7 +558,12 @@ impl Store for MemoryStore {
             .unwrap_or(false))
     }
 
-    async fn release_lease(&self, event: &EventId, owner: &str, token: u64) -> Result<(), StoreError> {
+    async fn release_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+    ) -> Result<(), StoreError> {
         self.renew_lease(event, owner, token, 0).await.map(drop)
     }
 
@@ -556,12 +615,18 @@ impl Store for MemoryStore {
                 return TransferReply::Duplicate(done);
             }
             bk.stock += units;
+            bk.adds += 1;
             bk.xin.insert(xid.to_owned(), units);
             TransferReply::Applied(units)
         })
     }
 
-    async fn transfer_clear(&self, b: &BucketRef, token: u64, xid: &str) -> Result<TransferReply, StoreError> {
+    async fn transfer_clear(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> Result<TransferReply, StoreError> {
         self.with(b, |bk| {
             if let Err(fenced) = bk.fence(token) {
                 return fenced;

@@ -81,9 +81,14 @@ pub enum TakeReply {
     /// Units taken here (now or by an earlier driver of the same saga) for this order.
     Taken { order_id: OrderId },
     /// Not enough here; `available` counts stock plus units journaled out by
-    /// open transfers. `fresh`: decided by this call (false: an earlier driver's
-    /// decision, replayed — too old to support a sold-out answer).
-    Short { available: u64, fresh: bool },
+    /// open transfers; `adds` is the bucket's addition count when that was
+    /// decided; `fresh`: decided by this call (false: an earlier driver's
+    /// decision, replayed).
+    Short {
+        available: u64,
+        fresh: bool,
+        adds: u64,
+    },
 }
 
 /// How a saga ends at the home bucket.
@@ -264,6 +269,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         bucket: &BucketRef,
         user: &UserId,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// How many steps have added units to the bucket (cancel, transfer IN, untake).
+    fn adds(&self, bucket: &BucketRef) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     fn bucket_state(
         &self,

@@ -160,16 +160,28 @@ impl RedisStore {
         &self.client
     }
 
+    /// EVALSHA; on `NOSCRIPT` (scripts flushed, a restart, a failover) the
+    /// same call once more as EVAL with the script's body, which cannot miss and
+    /// caches the script again on exactly the node that lost it.
     async fn eval(
         &self,
         script: &Script,
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, StoreError> {
-        script
-            .evalsha_with_reload(&self.client, keys, args)
+        match script
+            .evalsha(&self.client, keys.clone(), args.clone())
             .await
-            .map_err(unavailable)
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                let lua = script
+                    .lua()
+                    .cloned()
+                    .expect("scripts are built from their Lua");
+                self.client.eval(lua, keys, args).await.map_err(unavailable)
+            }
+            other => other.map_err(unavailable),
+        }
     }
 
     /// Runs a bucket script; "ST" becomes [`StoreError::Stale`].
@@ -292,7 +304,11 @@ fn parse_meta(fields: std::collections::HashMap<String, String>) -> Result<Event
 
 impl Store for RedisStore {
     fn kind(&self) -> &'static str {
-        "redis"
+        if self.client.is_clustered() {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -357,7 +373,12 @@ impl Store for RedisStore {
         }
     }
 
-    async fn mark_sold_out(&self, event: &EventId, seq: u64, now_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         let keys = vec![EventKeys::new(event).meta];
         let args = vec![seq.to_string(), now_ms.to_string()];
         let v = self.eval(&self.scripts.mark_sold_out, keys, args).await?;
@@ -426,9 +447,14 @@ impl Store for RedisStore {
             .collect()
     }
 
-    async fn take(&self, bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<TakeReply, StoreError> {
+    async fn take(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<TakeReply, StoreError> {
         let k = bucket.keys();
-        let keys = vec![k.stock, k.reqs, k.orders, k.xfer];
+        let keys = vec![k.stock, k.reqs, k.orders, k.xfer, k.adds];
         let args = vec![
             now_ms.to_string(),
             bucket.index.to_string(),
@@ -439,7 +465,9 @@ impl Store for RedisStore {
             a.order_id.to_string(),
             a.home.to_string(),
         ];
-        let parts = self.eval_bucket(bucket, &self.scripts.take, keys, args).await?;
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.take, keys, args)
+            .await?;
         match code(&parts)?.as_str() {
             "T" => Ok(TakeReply::Taken {
                 order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
@@ -447,14 +475,20 @@ impl Store for RedisStore {
             "S" => Ok(TakeReply::Short {
                 available: num(arg(&parts, 1)?)?,
                 fresh: num(arg(&parts, 2)?)? == 1,
+                adds: num(arg(&parts, 3)?)?,
             }),
             other => Err(StoreError::Protocol(format!("take reply {other:?}"))),
         }
     }
 
-    async fn untake(&self, bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<bool, StoreError> {
+    async fn untake(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<bool, StoreError> {
         let k = bucket.keys();
-        let keys = vec![k.stock, k.reqs, k.orders];
+        let keys = vec![k.stock, k.reqs, k.orders, k.adds];
         let args = vec![
             now_ms.to_string(),
             bucket.index.to_string(),
@@ -465,7 +499,9 @@ impl Store for RedisStore {
             a.order_id.to_string(),
             a.home.to_string(),
         ];
-        let parts = self.eval_bucket(bucket, &self.scripts.untake, keys, args).await?;
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.untake, keys, args)
+            .await?;
         Ok(code(&parts)? == "OK")
     }
 
@@ -498,7 +534,9 @@ impl Store for RedisStore {
             probes.to_string(),
             remaining.to_string(),
         ];
-        let parts = self.eval_bucket(bucket, &self.scripts.finish, keys, args).await?;
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.finish, keys, args)
+            .await?;
         match code(&parts)?.as_str() {
             "OK" => Ok(FinishReply::Done),
             "R" => Ok(FinishReply::Already(record(arg(&parts, 1)?)?)),
@@ -507,11 +545,22 @@ impl Store for RedisStore {
         }
     }
 
-    async fn cancel(&self, bucket: &BucketRef, now_ms: i64, order: &OrderId) -> Result<CancelReply, StoreError> {
+    async fn cancel(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> Result<CancelReply, StoreError> {
         let k = bucket.keys();
-        let keys = vec![k.stock, k.users, k.idx, k.orders];
-        let args = vec![now_ms.to_string(), order.to_string(), bucket.index.to_string()];
-        let parts = self.eval_bucket(bucket, &self.scripts.cancel, keys, args).await?;
+        let keys = vec![k.stock, k.users, k.idx, k.orders, k.adds];
+        let args = vec![
+            now_ms.to_string(),
+            order.to_string(),
+            bucket.index.to_string(),
+        ];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.cancel, keys, args)
+            .await?;
         match code(&parts)?.as_str() {
             "OK" => Ok(CancelReply::Cancelled(entry(arg(&parts, 1)?)?)),
             "AC" => Ok(CancelReply::AlreadyCancelled(entry(arg(&parts, 1)?)?)),
@@ -520,7 +569,11 @@ impl Store for RedisStore {
         }
     }
 
-    async fn order_entry(&self, bucket: &BucketRef, order: &OrderId) -> Result<Option<OrderEntry>, StoreError> {
+    async fn order_entry(
+        &self,
+        bucket: &BucketRef,
+        order: &OrderId,
+    ) -> Result<Option<OrderEntry>, StoreError> {
         let v: Value = self
             .client
             .hget(bucket.keys().idx, order.as_str())
@@ -553,9 +606,18 @@ impl Store for RedisStore {
         Ok(v.unwrap_or(0))
     }
 
+    async fn adds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+        let v: Option<u64> = self
+            .client
+            .get(bucket.keys().adds)
+            .await
+            .map_err(unavailable)?;
+        Ok(v.unwrap_or(0))
+    }
+
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
         let k = bucket.keys();
-        let keys = vec![k.stock, k.xfer, k.fence];
+        let keys = vec![k.stock, k.xfer, k.fence, k.adds];
         let parts = self
             .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
             .await?;
@@ -563,10 +625,16 @@ impl Store for RedisStore {
             stock: num(arg(&parts, 0)?)?,
             in_transfer: num(arg(&parts, 1)?)?,
             fence: num(arg(&parts, 2)?)?,
+            adds: num(arg(&parts, 3)?)?,
         })
     }
 
-    async fn acquire_lease(&self, event: &EventId, owner: &str, ttl_ms: u64) -> Result<Option<u64>, StoreError> {
+    async fn acquire_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
         let k = EventKeys::new(event);
         let args = vec![owner.to_owned(), ttl_ms.to_string()];
         let parts = self
@@ -579,14 +647,27 @@ impl Store for RedisStore {
         }
     }
 
-    async fn renew_lease(&self, event: &EventId, owner: &str, token: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+    async fn renew_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
         let k = EventKeys::new(event);
         let args = vec![owner.to_owned(), token.to_string(), ttl_ms.to_string()];
-        let v = self.eval(&self.scripts.lease_renew, vec![k.lease], args).await?;
+        let v = self
+            .eval(&self.scripts.lease_renew, vec![k.lease], args)
+            .await?;
         Ok(num(&v)? == 1)
     }
 
-    async fn release_lease(&self, event: &EventId, owner: &str, token: u64) -> Result<(), StoreError> {
+    async fn release_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+    ) -> Result<(), StoreError> {
         self.renew_lease(event, owner, token, 0).await.map(drop)
     }
 
@@ -599,9 +680,19 @@ impl Store for RedisStore {
         units: u64,
     ) -> Result<TransferReply, StoreError> {
         let k = bucket.keys();
-        let args = vec![token.to_string(), xid.to_owned(), target.to_string(), units.to_string()];
+        let args = vec![
+            token.to_string(),
+            xid.to_owned(),
+            target.to_string(),
+            units.to_string(),
+        ];
         let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_out, vec![k.stock, k.xfer, k.fence], args)
+            .eval_bucket(
+                bucket,
+                &self.scripts.transfer_out,
+                vec![k.stock, k.xfer, k.fence],
+                args,
+            )
             .await?;
         transfer_reply(&parts)
     }
@@ -615,18 +706,38 @@ impl Store for RedisStore {
         units: u64,
     ) -> Result<TransferReply, StoreError> {
         let k = bucket.keys();
-        let args = vec![token.to_string(), xid.to_owned(), source.to_string(), units.to_string()];
+        let args = vec![
+            token.to_string(),
+            xid.to_owned(),
+            source.to_string(),
+            units.to_string(),
+        ];
         let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_in, vec![k.stock, k.xin, k.fence], args)
+            .eval_bucket(
+                bucket,
+                &self.scripts.transfer_in,
+                vec![k.stock, k.xin, k.fence, k.adds],
+                args,
+            )
             .await?;
         transfer_reply(&parts)
     }
 
-    async fn transfer_clear(&self, bucket: &BucketRef, token: u64, xid: &str) -> Result<TransferReply, StoreError> {
+    async fn transfer_clear(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> Result<TransferReply, StoreError> {
         let k = bucket.keys();
         let args = vec![token.to_string(), xid.to_owned()];
         let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_clear, vec![k.stock, k.xfer, k.fence], args)
+            .eval_bucket(
+                bucket,
+                &self.scripts.transfer_clear,
+                vec![k.stock, k.xfer, k.fence],
+                args,
+            )
             .await?;
         transfer_reply(&parts)
     }

@@ -15,7 +15,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -66,7 +66,9 @@ pub async fn standalone() -> Engine<RedisStore> {
     let store = RedisStore::connect(&RedisOptions::new(url))
         .await
         .unwrap_or_else(|e| {
-            panic!("Redis is not answering on 127.0.0.1:6379 ({e}); start it with:\n  {START_REDIS}")
+            panic!(
+                "Redis is not answering on 127.0.0.1:6379 ({e}); start it with:\n  {START_REDIS}"
+            )
         });
     Engine::new(store, EngineOptions::default())
 }
@@ -118,7 +120,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// Spawns `redis-server args…` under a watchdog that kills it once this test
 /// process has exited.
-fn spawn_redis(dir: &PathBuf, args: &str) -> Child {
+fn spawn_redis(dir: &Path, args: &str) -> Child {
     require("redis-server");
     let me = std::process::id();
     let script = format!(
@@ -275,7 +277,11 @@ impl RedisCluster {
             .iter()
             .map(|p| format!("node=127.0.0.1:{p}"))
             .collect();
-        format!("redis-cluster://127.0.0.1:{}?{}", self.ports[0], rest.join("&"))
+        format!(
+            "redis-cluster://127.0.0.1:{}?{}",
+            self.ports[0],
+            rest.join("&")
+        )
     }
 
     pub fn cli(&self, node: usize, args: &[&str]) -> String {
