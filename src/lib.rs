@@ -7,6 +7,8 @@
 //! is routed to `hash(user) % N` and the ring is probed when that bucket is short.
 //!
 //! # Layout
+//! - [`config`]: the TOML settings and their validation.
+//! - [`metrics`]: every metric name, in one place.
 //! - [`ids`]: validated identifiers (everything that reaches a key or a URL).
 //! - [`routing`]: the stable routing hash, home bucket and probe ring (pure).
 //! - [`keys`]: the Redis key layout and hash tags (pure).
@@ -17,12 +19,16 @@
 //!   above `Store`.
 //! - [`mover`]: fenced, journaled transfers between buckets (consolidation).
 
+/// Settings from `config/*.toml`.
+pub mod config;
 /// Routing, the purchase saga, cancels and views above the store.
 pub mod engine;
 /// Validated identifiers.
 pub mod ids;
 /// The Redis key layout.
 pub mod keys;
+/// Metric names and descriptions.
+pub mod metrics;
 /// Domain types and their stored encodings.
 pub mod model;
 /// Fenced, journaled transfers of units between buckets.

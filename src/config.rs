@@ -1,0 +1,435 @@
+//! Configuration: a TOML file (`config/shardstock.toml`), then environment
+//! variables and command-line flags on top (see `cli`).
+//!
+//! Every section has defaults, so an empty file is a valid configuration (the
+//! embedded memory store, no events). Unknown keys are errors, and every error
+//! names the field it is about: a typo in a flash-sale config should stop the
+//! start, not be ignored.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::engine::EngineOptions;
+use crate::ids::EventId;
+use crate::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: impl Into<String>, reason: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub database: DatabaseSettings,
+    pub engine: EngineSettings,
+    pub rate_limit: RateLimitSettings,
+    pub rebalancer: RebalancerSettings,
+    pub batching: BatchSettings,
+    pub events: Vec<EventSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address to listen on.
+    pub listen: String,
+    /// Bearer token for admin endpoints; empty: admin endpoints answer 401.
+    pub admin_token: String,
+    /// Largest request body accepted.
+    pub body_limit_bytes: usize,
+    /// Time limit for one request.
+    pub request_timeout_ms: u64,
+    /// How often the bucket gauges are refreshed.
+    pub gauges_interval_ms: u64,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            admin_token: String::new(),
+            body_limit_bytes: 16 * 1024,
+            request_timeout_ms: 10_000,
+            gauges_interval_ms: 1_000,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSettings {
+    /// Absent: the embedded memory store. `redis://host:port` (standalone) or
+    /// `redis-cluster://host:port?node=host:port&node=…` (Cluster).
+    pub redis_url: Option<String>,
+    pub command_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            command_timeout_ms: 2_000,
+            connect_timeout_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// `sqlite://data/shardstock.db` (embedded default) or `postgres://…`.
+    pub url: String,
+    /// Order records per insert batch.
+    pub flush_batch: usize,
+    /// How long the flusher waits for new records before polling again.
+    pub flush_block_ms: u64,
+    /// Records pending this long in a dead consumer are claimed.
+    pub claim_idle_ms: u64,
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://data/shardstock.db".into(),
+            flush_batch: 1_000,
+            flush_block_ms: 100,
+            claim_idle_ms: 10_000,
+            max_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSettings {
+    pub max_passes: u32,
+    pub sold_out_mark_ttl_ms: u64,
+    pub reshard_wait_ms: u64,
+    pub gather_lease_ttl_ms: u64,
+    pub gather_wait_ms: u64,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        let d = EngineOptions::default();
+        Self {
+            max_passes: d.max_passes,
+            sold_out_mark_ttl_ms: d.sold_out_mark_ttl.as_millis() as u64,
+            reshard_wait_ms: d.reshard_wait.as_millis() as u64,
+            gather_lease_ttl_ms: d.gather_lease_ttl.as_millis() as u64,
+            gather_wait_ms: d.gather_wait.as_millis() as u64,
+        }
+    }
+}
+
+impl EngineSettings {
+    pub fn options(&self) -> EngineOptions {
+        EngineOptions {
+            max_passes: self.max_passes,
+            sold_out_mark_ttl: Duration::from_millis(self.sold_out_mark_ttl_ms),
+            reshard_wait: Duration::from_millis(self.reshard_wait_ms),
+            gather_lease_ttl: Duration::from_millis(self.gather_lease_ttl_ms),
+            gather_wait: Duration::from_millis(self.gather_wait_ms),
+        }
+    }
+}
+
+/// Seed 000's first layer: refuse floods before they reach the store. Off by default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitSettings {
+    /// Purchases per second per user (0 = off).
+    pub per_user_per_sec: u32,
+    /// Purchases per second for the whole instance (0 = off).
+    pub global_per_sec: u32,
+    /// Burst allowance on top of the rate (default: one second's worth).
+    pub burst: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RebalancerSettings {
+    pub enabled: bool,
+    /// Time between rounds.
+    pub interval_ms: u64,
+    /// Leader lease TTL (the leader renews it every round).
+    pub lease_ttl_ms: u64,
+    /// Skew above which units are moved toward where demand is.
+    pub skew_threshold: f64,
+    /// Below this fraction of the stock left, fragments are gathered.
+    pub gather_below: f64,
+    /// At most this many transfers per round.
+    pub max_moves_per_round: u32,
+}
+
+impl Default for RebalancerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_ms: 250,
+            lease_ttl_ms: 3_000,
+            skew_threshold: 1.5,
+            gather_below: 0.1,
+            max_moves_per_round: 8,
+        }
+    }
+}
+
+/// Group commit of concurrent purchases per bucket (see the README).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchSettings {
+    pub enabled: bool,
+    /// Purchases per script call at most.
+    pub max_batch: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_batch: 64,
+        }
+    }
+}
+
+/// An event declared in the configuration: created at start-up when absent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    pub id: String,
+    pub stock: u64,
+    pub buckets: u32,
+    pub per_user_limit: Option<u32>,
+    pub max_per_order: Option<u32>,
+    /// RFC 3339.
+    pub starts_at: Option<String>,
+    /// RFC 3339.
+    pub ends_at: Option<String>,
+}
+
+impl EventSettings {
+    /// The spec, validated; errors name the field (`events[i].field`).
+    pub fn spec(&self, i: usize) -> Result<EventSpec, ConfigError> {
+        let field = |f: &str| format!("events[{i}].{f}");
+        let time = |f: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(crate::model::rfc3339_ms::parse)
+                .transpose()
+                .map_err(|e| invalid(field(f), e))
+        };
+        let spec = EventSpec {
+            id: EventId::parse(self.id.clone()).map_err(|e| invalid(field("id"), e))?,
+            stock: self.stock,
+            buckets: self.buckets,
+            per_user_limit: self.per_user_limit,
+            max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
+            starts_at: time("starts_at", &self.starts_at)?,
+            ends_at: time("ends_at", &self.ends_at)?,
+        };
+        spec.validate().map_err(|e| {
+            use crate::model::SpecError::*;
+            let f = match e {
+                Buckets(_) => "buckets",
+                Stock(_) => "stock",
+                MaxPerOrder(_) => "max_per_order",
+                PerUserLimit(_) => "per_user_limit",
+                Window => "ends_at",
+            };
+            invalid(field(f), e)
+        })?;
+        Ok(spec)
+    }
+}
+
+impl Settings {
+    /// Parses TOML text; `path` only names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let settings: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// The event specs, validated.
+    pub fn event_specs(&self) -> Result<Vec<EventSpec>, ConfigError> {
+        let specs: Vec<EventSpec> = self
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.spec(i))
+            .collect::<Result<_, _>>()?;
+        for (i, s) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|o| o.id == s.id) {
+                return Err(invalid(
+                    format!("events[{i}].id"),
+                    format!("{} is declared twice", s.id),
+                ));
+            }
+        }
+        Ok(specs)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.server
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| invalid("server.listen", e))?;
+        if self.server.body_limit_bytes < 256 {
+            return Err(invalid("server.body_limit_bytes", "must be at least 256"));
+        }
+        if let Some(url) = &self.store.redis_url
+            && !(url.starts_with("redis://")
+                || url.starts_with("rediss://")
+                || url.starts_with("redis-cluster://"))
+        {
+            return Err(invalid(
+                "store.redis_url",
+                format!(
+                    "{url:?}: expected redis://host:port or redis-cluster://host:port?node=host:port"
+                ),
+            ));
+        }
+        let db = &self.database.url;
+        if !(db.starts_with("sqlite:")
+            || db.starts_with("postgres://")
+            || db.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "database.url",
+                format!("{db:?}: expected sqlite:… or postgres://…"),
+            ));
+        }
+        if self.database.flush_batch == 0 || self.database.flush_batch > 10_000 {
+            return Err(invalid(
+                "database.flush_batch",
+                "must be between 1 and 10000",
+            ));
+        }
+        if self.engine.max_passes == 0 {
+            return Err(invalid("engine.max_passes", "must be at least 1"));
+        }
+        if self.batching.max_batch == 0 || self.batching.max_batch > 1_000 {
+            return Err(invalid("batching.max_batch", "must be between 1 and 1000"));
+        }
+        let r = &self.rebalancer;
+        if r.skew_threshold < 1.0 {
+            return Err(invalid("rebalancer.skew_threshold", "must be at least 1.0"));
+        }
+        if !(0.0..=1.0).contains(&r.gather_below) {
+            return Err(invalid(
+                "rebalancer.gather_below",
+                "must be between 0 and 1",
+            ));
+        }
+        if r.lease_ttl_ms < 2 * r.interval_ms {
+            return Err(invalid(
+                "rebalancer.lease_ttl_ms",
+                "must be at least twice interval_ms",
+            ));
+        }
+        self.event_specs().map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        Settings::parse(text, Path::new("test.toml"))
+    }
+
+    fn field_of(e: ConfigError) -> String {
+        match e {
+            ConfigError::Invalid { field, .. } => field,
+            ConfigError::Parse { message, .. } => message,
+            other => other.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_empty_file_is_the_embedded_default() {
+        let s = parse("").unwrap();
+        assert!(s.store.redis_url.is_none());
+        assert!(s.database.url.starts_with("sqlite:"));
+        assert!(s.events.is_empty());
+    }
+
+    #[test]
+    fn the_shipped_config_parses() {
+        let s = Settings::load(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/shardstock.toml"
+        )))
+        .unwrap();
+        assert!(!s.event_specs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn events_are_validated_with_the_field_named() {
+        let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 0\n").unwrap_err();
+        assert_eq!(field_of(e), "events[0].buckets");
+        let e = parse("[[events]]\nid = \"a{b}\"\nstock = 5\nbuckets = 2\n").unwrap_err();
+        assert_eq!(field_of(e), "events[0].id");
+        let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nstarts_at = \"tomorrow\"\n")
+            .unwrap_err();
+        assert_eq!(field_of(e), "events[0].starts_at");
+        let twice = "[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\n[[events]]\nid = \"a\"\nstock = 1\nbuckets = 1\n";
+        assert_eq!(field_of(parse(twice).unwrap_err()), "events[1].id");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors_naming_the_key() {
+        let msg = field_of(parse("[server]\nlisten_addr = \"x\"\n").unwrap_err());
+        assert!(msg.contains("listen_addr"), "{msg}");
+        assert_eq!(
+            field_of(parse("[server]\nlisten = \"nope\"\n").unwrap_err()),
+            "server.listen"
+        );
+        assert_eq!(
+            field_of(parse("[store]\nredis_url = \"http://x\"\n").unwrap_err()),
+            "store.redis_url"
+        );
+        let msg = field_of(parse("[database]\nflush_batch = \"many\"\n").unwrap_err());
+        assert!(msg.contains("flush_batch"), "{msg}");
+    }
+}

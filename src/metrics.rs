@@ -1,0 +1,137 @@
+//! Metric names, in one place, and their descriptions.
+//!
+//! Everything the service exports goes through these constants (API.md lists
+//! the contract; dashboards and alert rules in `deploy/` refer to these names).
+//! The recorder is `metrics-exporter-prometheus`, rendered by the app at
+//! `GET /metrics`.
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+// ---- purchases (labels: event, outcome / path) ----
+/// counter {event, outcome}: ok, sold_out, limit_exceeded, invalid, replayed, error.
+pub const PURCHASES: &str = "shardstock_purchases_total";
+/// counter {event}: units in successful purchases (a purchase may be 1–max_per_order units).
+pub const PURCHASED_UNITS: &str = "shardstock_purchased_units_total";
+/// histogram {path}: fast (home bucket) or probe (the saga).
+pub const PURCHASE_DURATION: &str = "shardstock_purchase_duration_seconds";
+/// histogram {event}: buckets tried beyond home.
+pub const PROBE_DEPTH: &str = "shardstock_probe_depth";
+/// counter {event}: cancelled orders.
+pub const CANCELS: &str = "shardstock_cancels_total";
+/// counter {event}: on-demand consolidations by purchases.
+pub const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
+
+// ---- buckets (kept fresh by a background task) ----
+/// gauge {event, bucket}.
+pub const BUCKET_REMAINING: &str = "shardstock_bucket_remaining";
+/// gauge {event}: max bucket remaining ÷ mean.
+pub const BUCKET_SKEW: &str = "shardstock_bucket_skew_ratio";
+/// gauge {event}: the event's stock.
+pub const EVENT_STOCK: &str = "shardstock_event_stock";
+/// gauge {event}: units left (buckets + in transfer).
+pub const EVENT_REMAINING: &str = "shardstock_event_remaining";
+/// gauge {event}: buckets of the current layout.
+pub const EVENT_BUCKETS: &str = "shardstock_event_buckets";
+
+// ---- rebalancer ----
+/// counter {event}.
+pub const REBALANCE_MOVED_UNITS: &str = "shardstock_rebalance_moved_units_total";
+/// counter {event}.
+pub const REBALANCE_TRANSFERS: &str = "shardstock_rebalance_transfers_total";
+/// counter {event}: times this instance became the event's leader.
+pub const LEADER_CHANGES: &str = "shardstock_leader_changes_total";
+/// gauge {event}: 1 while this instance leads the event.
+pub const LEADER: &str = "shardstock_rebalancer_leader";
+/// counter {event}: transfer steps a bucket refused (stale token).
+pub const FENCING_REJECTIONS: &str = "shardstock_fencing_rejections_total";
+/// counter {event}: reshards completed.
+pub const RESHARDS: &str = "shardstock_reshards_total";
+
+// ---- durable orders ----
+/// gauge: order records in Redis streams not yet in the database.
+pub const FLUSH_LAG: &str = "shardstock_flush_lag_orders";
+/// counter: order records written to the database.
+pub const ORDERS_FLUSHED: &str = "shardstock_orders_flushed_total";
+/// counter: failed flush batches.
+pub const FLUSH_ERRORS: &str = "shardstock_flush_errors_total";
+/// histogram: seconds per flushed batch.
+pub const FLUSH_BATCH_DURATION: &str = "shardstock_flush_batch_duration_seconds";
+/// counter {event}: the database refused a sale past the stock (must stay 0).
+pub const DB_GUARD_VIOLATIONS: &str = "shardstock_db_guard_violations_total";
+/// gauge {event}: 1 when the last audit balanced, 0 when it did not.
+pub const AUDIT_BALANCED: &str = "shardstock_audit_balanced";
+
+// ---- store and HTTP ----
+/// counter {op}: store calls that failed (Redis unreachable, timeouts…).
+pub const STORE_ERRORS: &str = "shardstock_store_errors_total";
+/// counter {route, method, status}.
+pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
+/// histogram {route, method}.
+pub const HTTP_DURATION: &str = "shardstock_http_request_duration_seconds";
+/// counter {scope}: requests refused by the rate limiter (user, global).
+pub const RATE_LIMITED: &str = "shardstock_rate_limited_total";
+
+// ---- batching ----
+/// histogram: purchases per home-step script call.
+pub const BATCH_SIZE: &str = "shardstock_batch_size";
+/// counter: home-step script calls.
+pub const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
+
+/// Registers the descriptions (HELP lines) of every metric.
+pub fn describe() {
+    describe_counter!(PURCHASES, "Purchase requests by outcome");
+    describe_counter!(PURCHASED_UNITS, "Units sold by successful purchases");
+    describe_histogram!(PURCHASE_DURATION, Unit::Seconds, "Engine time per purchase");
+    describe_histogram!(PROBE_DEPTH, "Buckets tried beyond the home bucket");
+    describe_counter!(CANCELS, "Orders cancelled");
+    describe_counter!(CONSOLIDATIONS, "On-demand consolidations of fragments");
+    describe_gauge!(BUCKET_REMAINING, "Units left in a bucket");
+    describe_gauge!(
+        BUCKET_SKEW,
+        "Max bucket remaining over mean bucket remaining"
+    );
+    describe_gauge!(EVENT_STOCK, "An event's stock");
+    describe_gauge!(EVENT_REMAINING, "Units left in an event");
+    describe_gauge!(EVENT_BUCKETS, "Buckets of an event's current layout");
+    describe_counter!(
+        REBALANCE_MOVED_UNITS,
+        "Units moved between buckets by the rebalancer"
+    );
+    describe_counter!(REBALANCE_TRANSFERS, "Transfers completed by the rebalancer");
+    describe_counter!(
+        LEADER_CHANGES,
+        "Times this instance became an event's rebalancer leader"
+    );
+    describe_gauge!(LEADER, "1 while this instance leads the event's rebalancer");
+    describe_counter!(
+        FENCING_REJECTIONS,
+        "Transfer steps refused for a stale fencing token"
+    );
+    describe_counter!(RESHARDS, "Reshards completed");
+    describe_gauge!(FLUSH_LAG, "Order records not yet written to the database");
+    describe_counter!(ORDERS_FLUSHED, "Order records written to the database");
+    describe_counter!(FLUSH_ERRORS, "Flush batches that failed");
+    describe_histogram!(
+        FLUSH_BATCH_DURATION,
+        Unit::Seconds,
+        "Time per flushed batch"
+    );
+    describe_counter!(
+        DB_GUARD_VIOLATIONS,
+        "Sales the database guard refused (sold past stock)"
+    );
+    describe_gauge!(
+        AUDIT_BALANCED,
+        "1 when the event's last conservation audit balanced"
+    );
+    describe_counter!(STORE_ERRORS, "Store calls that failed");
+    describe_counter!(HTTP_REQUESTS, "HTTP requests by matched route and status");
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "HTTP request latency by matched route"
+    );
+    describe_counter!(RATE_LIMITED, "Requests refused by the rate limiter");
+    describe_histogram!(BATCH_SIZE, "Purchases per home-step script call");
+    describe_counter!(SCRIPT_CALLS, "Home-step script calls");
+}
