@@ -1,6 +1,7 @@
 //! The Redis key layout. Every name a backend writes is built here.
 //!
 //! ```text
+//! ss:events                      SET   ids of every event (for listings and gauges)
 //! ss:{<event>}:meta              HASH  event definition, status, generation, seq, sold-out mark
 //! ss:{<event>}:lease             STR   mover lease "owner|token" (PX)
 //! ss:{<event>}:token             STR   fencing token counter (INCR)

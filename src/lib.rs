@@ -18,11 +18,23 @@
 //! - [`engine`]: the purchase fast path and saga, cancels, views — written once
 //!   above `Store`.
 //! - [`mover`]: fenced, journaled transfers between buckets (consolidation).
+//! - [`http`]: the axum API of `API.md`, problem+json errors, guards.
+//! - [`gauges`]: the background task that keeps bucket gauges fresh.
+//! - [`app`]: `Application`: build from settings, run until stopped.
+//! - [`cli`]: the clap command line the binary parses.
 
+/// Build and run the service.
+pub mod app;
+/// The command line.
+pub mod cli;
 /// Settings from `config/*.toml`.
 pub mod config;
 /// Routing, the purchase saga, cancels and views above the store.
 pub mod engine;
+/// Background refresh of the bucket gauges.
+pub mod gauges;
+/// The HTTP API.
+pub mod http;
 /// Validated identifiers.
 pub mod ids;
 /// The Redis key layout.

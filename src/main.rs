@@ -1,5 +1,32 @@
-//! The `shardstock` binary: parse the command line, then hand over to the library.
+//! The `shardstock` binary: parse the command line, load the settings, run.
 
-fn main() {
-    println!("shardstock {}", env!("CARGO_PKG_VERSION"));
+use clap::Parser;
+use shardstock::app::Application;
+use shardstock::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => {
+            Application::build(args.settings()?)
+                .await?
+                .run_until_stopped()
+                .await
+        }
+        Command::CheckConfig(args) => {
+            let settings = args.load()?;
+            for spec in settings.event_specs()? {
+                println!(
+                    "{}: {} units in {} buckets",
+                    spec.id, spec.stock, spec.buckets
+                );
+            }
+            Ok(())
+        }
+    }
 }

@@ -176,6 +176,7 @@ impl<S: Store> Engine<S> {
             }
             CreateMeta::Exists(_) => return Err(EngineError::EventExists(spec.id)),
         }
+        self.store.register_event(&spec.id).await?;
         let shares = spec.split();
         try_join_all(shares.iter().enumerate().map(|(i, &units)| {
             let bucket = BucketRef::new(&spec.id, 0, i as u32);
@@ -196,6 +197,7 @@ impl<S: Store> Engine<S> {
         match self.create_event(spec.clone()).await {
             Ok(_) => Ok(true),
             Err(EngineError::EventExists(_)) => {
+                self.store.register_event(&spec.id).await?;
                 if let Some(meta) = self.store.load_meta(&spec.id).await?
                     && meta.spec != spec
                 {

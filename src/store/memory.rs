@@ -176,6 +176,15 @@ impl Store for MemoryStore {
         Ok(CreateMeta::Created)
     }
 
+    async fn register_event(&self, _event: &EventId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
+        let events = self.inner.events.lock().expect("event map poisoned");
+        Ok(events.keys().cloned().collect())
+    }
+
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {
         Ok(self.with_event(event, |s| s.meta.clone()))
     }

@@ -177,6 +177,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         now_ms: i64,
     ) -> impl Future<Output = Result<CreateMeta, StoreError>> + Send;
 
+    /// Adds the event to the set of known events (`ss:events`); idempotent.
+    fn register_event(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every known event.
+    fn list_events(&self) -> impl Future<Output = Result<Vec<EventId>, StoreError>> + Send;
+
     fn load_meta(
         &self,
         event: &EventId,

@@ -22,6 +22,9 @@ use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::{BucketRef, EventKeys};
 use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
 
+/// The set of known event ids (one small key, written once per event).
+const EVENTS_KEY: &str = "ss:events";
+
 /// How to reach Redis.
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
@@ -337,6 +340,25 @@ impl Store for RedisStore {
                 None => Err(StoreError::Protocol("event vanished during create".into())),
             },
         }
+    }
+
+    async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.client
+            .sadd::<(), _, _>(EVENTS_KEY, event.as_str())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
+        let ids: Vec<String> = self
+            .client
+            .smembers(EVENTS_KEY)
+            .await
+            .map_err(unavailable)?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| EventId::parse(id).ok())
+            .collect())
     }
 
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {

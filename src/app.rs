@@ -1,0 +1,207 @@
+//! The application: build from settings, then run until stopped.
+//!
+//! `Application::build` picks the store (Redis when a URL is configured, the
+//! embedded memory store otherwise), creates the configured events that do not
+//! exist yet, binds the listener and starts the background tasks; `port()` tells
+//! tests where it listens; `run_until_stopped` serves until ctrl-c or SIGTERM,
+//! lets in-flight requests finish (up to the grace period) and stops every
+//! background task through one cancellation token.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::engine::Engine;
+use crate::http::{self, AppState, guard::RateLimits};
+use crate::metrics as m;
+use crate::store::redis::RedisOptions;
+use crate::store::{MemoryStore, RedisStore, Store};
+
+/// The process-wide Prometheus recorder (installed once, shared by every app
+/// in the process: tests run several).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let seconds = [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0,
+            ];
+            let counts = [
+                0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+            ];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(m::PROBE_DEPTH.into()), &counts)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(m::BATCH_SIZE.into()), &counts)
+                })
+                .and_then(|b| b.install_recorder())
+                .expect("the Prometheus recorder is installed once");
+            m::describe();
+            handle
+        })
+        .clone()
+}
+
+/// A built application, ready to serve.
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    tasks: JoinSet<()>,
+    stop: CancellationToken,
+    grace: Duration,
+}
+
+impl Application {
+    /// Connects the store, creates the configured events, binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        match settings.store.redis_url.clone() {
+            Some(url) => {
+                let opts = RedisOptions {
+                    url: url.clone(),
+                    command_timeout: Duration::from_millis(settings.store.command_timeout_ms),
+                    connect_timeout: Duration::from_millis(settings.store.connect_timeout_ms),
+                };
+                let store = RedisStore::connect(&opts)
+                    .await
+                    .with_context(|| format!("connecting to Redis at {url}"))?;
+                Self::with_store(store, settings).await
+            }
+            None => Self::with_store(MemoryStore::new(), settings).await,
+        }
+    }
+
+    /// Builds on a given store (the embedded one, or Redis).
+    pub async fn with_store<S: Store>(store: S, settings: Settings) -> anyhow::Result<Self> {
+        let metrics = metrics_handle();
+        let engine = Arc::new(Engine::new(store, settings.engine.options()));
+        for spec in settings.event_specs()? {
+            let id = spec.id.clone();
+            let created = engine
+                .ensure_event(spec)
+                .await
+                .with_context(|| format!("creating the configured event {id}"))?;
+            tracing::info!(event = %id, created, "configured event ready");
+        }
+        let state = AppState {
+            engine: engine.clone(),
+            admin_token: Some(settings.server.admin_token.as_str())
+                .filter(|t| !t.is_empty())
+                .map(Arc::from),
+            limits: Arc::new(RateLimits::new(&settings.rate_limit)),
+            metrics: metrics.clone(),
+        };
+        let router = http::router(state.clone(), &settings.server);
+        let listener = TcpListener::bind(&settings.server.listen)
+            .await
+            .with_context(|| format!("binding {}", settings.server.listen))?;
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let interval = Duration::from_millis(settings.server.gauges_interval_ms);
+        tasks.spawn(crate::gauges::run(engine.clone(), interval, stop.clone()));
+        tasks.spawn(housekeeping(state, stop.clone()));
+        tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
+        Ok(Self {
+            listener,
+            router,
+            tasks,
+            stop,
+            grace: Duration::from_millis(settings.server.shutdown_grace_ms),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr().port()
+    }
+
+    /// Serves until ctrl-c or SIGTERM.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `signal` completes, then shuts down gracefully.
+    pub async fn run_until(
+        mut self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = self.stop.clone();
+        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            signal.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            stop.cancel();
+        });
+        let grace = self.grace;
+        let stopped = self.stop.clone();
+        tokio::select! {
+            served = serve => served.context("serving HTTP")?,
+            _ = async move { stopped.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(?grace, "grace period over; dropping remaining requests");
+            }
+        }
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Small periodic chores: the Prometheus histogram upkeep, forgetting idle
+/// rate-limit keys.
+async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {
+                state.metrics.run_upkeep();
+                state.limits.forget_idle();
+            }
+        }
+    }
+}
+
+/// ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

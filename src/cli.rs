@@ -1,0 +1,128 @@
+//! The command line (clap): `serve`, and the operator commands.
+//!
+//! Flags override the configuration file; each flag can also come from its
+//! environment variable (`SHARDSTOCK_LISTEN`, …), which is how containers and
+//! the Kubernetes manifests in `deploy/` configure the service.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{ConfigError, Settings};
+
+/// Segmented hot-stock inventory for flash sales.
+///
+/// Each event's stock is split into buckets on Redis (standalone or Cluster) or
+/// in process; purchases never oversell and never answer "sold out" while a
+/// unit is left. Without --redis it runs on the embedded store.
+#[derive(Debug, Parser)]
+#[command(name = "shardstock", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service.
+    Serve(ServeArgs),
+    /// Check a configuration file and print the events it declares.
+    CheckConfig(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// Configuration file (TOML). Missing default file: built-in defaults.
+    #[arg(
+        long,
+        short,
+        env = "SHARDSTOCK_CONFIG",
+        default_value = "config/shardstock.toml"
+    )]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Address to listen on, e.g. 0.0.0.0:8080.
+    #[arg(long, env = "SHARDSTOCK_LISTEN")]
+    pub listen: Option<String>,
+    /// Redis URL: redis://host:port or redis-cluster://host:port?node=host:port&…
+    /// (absent: the embedded memory store).
+    #[arg(long, env = "SHARDSTOCK_REDIS")]
+    pub redis: Option<String>,
+    /// Database URL: postgres://… or sqlite://… (the order ledger).
+    #[arg(long, env = "SHARDSTOCK_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Bearer token for the admin endpoints.
+    #[arg(long, env = "SHARDSTOCK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+impl ConfigArgs {
+    /// Loads the file; the default path may be absent (built-in defaults).
+    pub fn load(&self) -> Result<Settings, ConfigError> {
+        if !self.config.exists() && self.config == *"config/shardstock.toml" {
+            return Ok(Settings::default());
+        }
+        Settings::load(&self.config)
+    }
+}
+
+impl ServeArgs {
+    /// The file, with flags and environment on top, validated again.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let mut s = self.config.load()?;
+        if let Some(listen) = &self.listen {
+            s.server.listen = listen.clone();
+        }
+        if let Some(url) = &self.redis {
+            s.store.redis_url = Some(url.clone()).filter(|u| !u.is_empty());
+        }
+        if let Some(url) = &self.database_url {
+            s.database.url = url.clone();
+        }
+        if let Some(token) = &self.admin_token {
+            s.server.admin_token = token.clone();
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file() {
+        let cli = Cli::parse_from([
+            "shardstock",
+            "serve",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/shardstock.toml"),
+            "--listen",
+            "0.0.0.0:9999",
+            "--redis",
+            "redis://10.0.0.1:6379",
+        ]);
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        let s = args.settings().unwrap();
+        assert_eq!(s.server.listen, "0.0.0.0:9999");
+        assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
+    }
+
+    #[test]
+    fn a_bad_override_names_its_field() {
+        let cli = Cli::parse_from(["shardstock", "serve", "--listen", "nowhere"]);
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        let err = args.settings().unwrap_err().to_string();
+        assert!(err.contains("server.listen"), "{err}");
+    }
+}

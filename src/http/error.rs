@@ -1,0 +1,314 @@
+//! `ApiError`: every failure as `application/problem+json` (RFC 9457).
+//!
+//! Handlers return `Result<_, ApiError>`; engine errors convert with `?`. The
+//! JSON extractor wrapper [`ApiJson`] turns axum's body rejections into the same
+//! format, the router's fallbacks answer unknown routes and methods, and
+//! [`problemize`] converts anything else a layer produced (a timeout, a body
+//! over the limit) so no client ever sees a non-problem error body. 5xx details
+//! say little; the cause is logged.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::engine::{EngineError, Refusal};
+use crate::store::StoreError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The API's errors; each variant's doc says its status and `type`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 (413 for a body too large, 415 for a wrong content type) `invalid-request`.
+    #[error("{detail}")]
+    Invalid { status: StatusCode, detail: String },
+    /// 401 `unauthorized`.
+    #[error("a valid `Authorization: Bearer <token>` is required")]
+    Unauthorized,
+    /// 404 `unknown-event`.
+    #[error("no event {0:?}")]
+    UnknownEvent(String),
+    /// 404 `unknown-order`.
+    #[error("no order {0:?}")]
+    UnknownOrder(String),
+    /// 409 `event-exists`.
+    #[error("event {0:?} exists")]
+    EventExists(String),
+    /// 409 `sold-out`, member `remaining`.
+    #[error("fewer units remain than asked for")]
+    SoldOut { remaining: u64 },
+    /// 409 `limit-exceeded`, members `limit`, `held`.
+    #[error("the purchase would exceed the per-user limit")]
+    LimitExceeded { limit: u32, held: u64 },
+    /// 409 `not-on-sale`.
+    #[error("{0}")]
+    NotOnSale(String),
+    /// 409 `idempotency-conflict`.
+    #[error("this request id was used before for a different purchase")]
+    IdempotencyConflict,
+    /// 429 `rate-limited` with `Retry-After`.
+    #[error("too many requests")]
+    RateLimited { retry_after_s: u64 },
+    /// 503 `try-again` with `Retry-After`: contention, nothing was bought.
+    #[error("{0}")]
+    TryAgain(String),
+    /// 503 `backend-unavailable`; `outcome_unknown` when a purchase may have applied.
+    #[error("{detail}")]
+    Unavailable {
+        detail: String,
+        outcome_unknown: bool,
+    },
+    /// 404 `not-found`: no such route.
+    #[error("no such route")]
+    NotFound,
+    /// 405 `method-not-allowed`.
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// 500 `internal`.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(detail: impl ToString) -> Self {
+        Self::Invalid {
+            status: StatusCode::BAD_REQUEST,
+            detail: detail.to_string(),
+        }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use ApiError::*;
+        match self {
+            Invalid { status, .. } => (*status, "invalid-request", "Invalid request"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            UnknownEvent(_) => (StatusCode::NOT_FOUND, "unknown-event", "Unknown event"),
+            UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
+            EventExists(_) => (StatusCode::CONFLICT, "event-exists", "Event exists"),
+            SoldOut { .. } => (StatusCode::CONFLICT, "sold-out", "Sold out"),
+            LimitExceeded { .. } => (
+                StatusCode::CONFLICT,
+                "limit-exceeded",
+                "Per-user limit exceeded",
+            ),
+            NotOnSale(_) => (StatusCode::CONFLICT, "not-on-sale", "Not on sale"),
+            IdempotencyConflict => (
+                StatusCode::CONFLICT,
+                "idempotency-conflict",
+                "Idempotency key reused",
+            ),
+            RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Rate limited",
+            ),
+            TryAgain(_) => (StatusCode::SERVICE_UNAVAILABLE, "try-again", "Try again"),
+            Unavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend-unavailable",
+                "Backend unavailable",
+            ),
+            NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+            ),
+        }
+    }
+
+    /// The outcome label of `shardstock_purchases_total` this error stands for.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::SoldOut { .. } => "sold_out",
+            Self::LimitExceeded { .. } => "limit_exceeded",
+            Self::Invalid { .. }
+            | Self::NotOnSale(_)
+            | Self::UnknownEvent(_)
+            | Self::IdempotencyConflict => "invalid",
+            Self::RateLimited { .. } => "rate_limited",
+            _ => "error",
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::SoldOut { remaining } => Self::SoldOut { remaining },
+            Refusal::LimitExceeded { limit, held } => Self::LimitExceeded { limit, held },
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        use EngineError as E;
+        match e {
+            E::UnknownEvent(id) => Self::UnknownEvent(id.to_string()),
+            E::UnknownOrder(id) => Self::UnknownOrder(id),
+            E::EventExists(id) => Self::EventExists(id.to_string()),
+            E::NotOnSale { event, why } => Self::NotOnSale(format!("event {event} is {why}")),
+            E::Invalid { field, reason } => Self::invalid(format!("{field} {reason}")),
+            E::Id(e) => Self::invalid(e),
+            E::Spec(e) => Self::invalid(e),
+            E::IdempotencyConflict(_) => Self::IdempotencyConflict,
+            E::Contention { .. } => Self::TryAgain(e.to_string()),
+            E::OutcomeUnknown(why) => {
+                tracing::warn!(%why, "purchase outcome unknown");
+                Self::Unavailable {
+                    detail: "the store failed mid-purchase; retry with the same request id".into(),
+                    outcome_unknown: true,
+                }
+            }
+            E::Store(StoreError::Unavailable(why)) => {
+                tracing::warn!(%why, "store unavailable");
+                Self::Unavailable {
+                    detail: "the store is unreachable; nothing was deducted".into(),
+                    outcome_unknown: false,
+                }
+            }
+            other => {
+                tracing::error!(error = %other, "internal error");
+                Self::Internal(other.to_string())
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: String,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.parts();
+        let mut extra = Map::new();
+        let detail = match &self {
+            Self::SoldOut { remaining } => {
+                extra.insert("remaining".into(), json!(remaining));
+                self.to_string()
+            }
+            Self::LimitExceeded { limit, held } => {
+                extra.insert("limit".into(), json!(limit));
+                extra.insert("held".into(), json!(held));
+                self.to_string()
+            }
+            Self::Unavailable {
+                outcome_unknown: true,
+                ..
+            } => {
+                extra.insert("outcome".into(), json!("unknown"));
+                self.to_string()
+            }
+            Self::Internal(_) => "internal error; see the server log".into(),
+            _ => self.to_string(),
+        };
+        let body = Body {
+            kind: format!("urn:shardstock:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail,
+            extra,
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        let retry = match &self {
+            Self::RateLimited { retry_after_s } => Some(*retry_after_s),
+            Self::TryAgain(_) | Self::Unavailable { .. } => Some(1),
+            _ => None,
+        };
+        if let Some(s) = retry {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        response
+    }
+}
+
+/// `Json<T>` whose rejections are problems.
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Self(v)),
+            Err(rejection) => {
+                let status = match rejection.status() {
+                    s @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => s,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                Err(ApiError::Invalid {
+                    status,
+                    detail: rejection.body_text(),
+                })
+            }
+        }
+    }
+}
+
+/// Router fallback: no such route.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+/// Router fallback: the route exists, the method does not.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// Outermost middleware: any error response that is not a problem yet (from a
+/// layer such as the timeout or the body limit) becomes one.
+pub async fn problemize(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if status.as_u16() < 400 || is_problem {
+        return response;
+    }
+    let detail = status.canonical_reason().unwrap_or("error").to_owned();
+    match status {
+        StatusCode::NOT_FOUND => ApiError::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::MethodNotAllowed,
+        StatusCode::UNAUTHORIZED => ApiError::Unauthorized,
+        StatusCode::REQUEST_TIMEOUT
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::GATEWAY_TIMEOUT => {
+            // A purchase cut short may have applied: say so, the request id decides.
+            ApiError::Unavailable {
+                detail: format!(
+                    "{detail}: the request took too long; retry with the same request id"
+                ),
+                outcome_unknown: true,
+            }
+        }
+        s if s.is_client_error() => ApiError::Invalid { status: s, detail },
+        _ => ApiError::Internal(detail),
+    }
+    .into_response()
+}

@@ -1,0 +1,94 @@
+//! The HTTP API (`API.md`): axum routes, state, and the layers around them.
+//!
+//! Each area builds its own router (`events`, `purchases`, `orders`, `ops`);
+//! [`router`] merges them and adds, from the inside out: the body limit, the
+//! request timeout, per-route metrics labelled by the matched path, and
+//! [`error::problemize`], which guarantees that every error body is
+//! `application/problem+json`.
+
+pub mod error;
+mod events;
+pub mod guard;
+mod ops;
+mod orders;
+mod purchases;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::config::ServerSettings;
+use crate::engine::Engine;
+use crate::store::Store;
+
+pub use error::{ApiError, ApiJson};
+use guard::RateLimits;
+
+/// What every handler can reach. Cheap to clone: everything is behind `Arc`.
+pub struct AppState<S: Store> {
+    pub engine: Arc<Engine<S>>,
+    pub admin_token: Option<Arc<str>>,
+    pub limits: Arc<RateLimits>,
+    pub metrics: PrometheusHandle,
+}
+
+impl<S: Store> Clone for AppState<S> {
+    fn clone(&self) -> Self {
+        Self {
+            engine: self.engine.clone(),
+            admin_token: self.admin_token.clone(),
+            limits: self.limits.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<S: Store> AppState<S> {
+    fn require_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+        guard::require_admin(self.admin_token.as_deref(), headers)
+    }
+}
+
+/// The whole API.
+pub fn router<S: Store>(state: AppState<S>, server: &ServerSettings) -> Router {
+    Router::new()
+        .merge(events::router())
+        .merge(purchases::router())
+        .merge(orders::router())
+        .merge(ops::router())
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(server.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(server.request_timeout_ms),
+        ))
+        .layer(middleware::from_fn(track))
+        .layer(middleware::from_fn(error::problemize))
+}
+
+/// Request count and latency, labelled by the matched route (not the raw URI,
+/// whose ids would explode the label set).
+async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_owned();
+    let method = req.method().as_str().to_owned();
+    let start = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!(crate::metrics::HTTP_DURATION, "route" => route.clone(), "method" => method.clone())
+        .record(start.elapsed().as_secs_f64());
+    metrics::counter!(crate::metrics::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status)
+        .increment(1);
+    response
+}
