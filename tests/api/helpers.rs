@@ -1,0 +1,209 @@
+//! `TestApp`: the real application on 127.0.0.1:0, and a client for it.
+
+use std::time::Duration;
+
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use shardstock::app::Application;
+use shardstock::config::Settings;
+use tokio_util::sync::CancellationToken;
+
+pub const TOKEN: &str = "test-admin-token";
+
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    stop: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn settings(backend: Backend) -> Settings {
+    let mut s = Settings::default();
+    s.server.listen = "127.0.0.1:0".into();
+    s.server.admin_token = TOKEN.into();
+    s.server.gauges_interval_ms = 50;
+    if let Backend::Redis = backend {
+        s.store.redis_url = Some("redis://127.0.0.1:6379".into());
+    }
+    s
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(settings(backend)).await
+    }
+
+    pub async fn spawn_with(settings: Settings) -> Self {
+        let app = Application::build(settings).await.unwrap_or_else(|e| {
+            panic!(
+                "cannot build the app ({e:#}); is Redis up? start it with:\n  {}",
+                crate::common::START_REDIS
+            )
+        });
+        let base = format!("http://127.0.0.1:{}", app.port());
+        let stop = CancellationToken::new();
+        let signal = stop.clone();
+        let handle = tokio::spawn(app.run_until(async move { signal.cancelled().await }));
+        Self {
+            base,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the app and waits for it to finish.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn admin_post(&self, path: &str, body: Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn create(&self, id: &str, stock: u64, buckets: u32, extra: Value) -> Value {
+        let mut body = json!({"id": id, "stock": stock, "buckets": buckets});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap_or_default());
+        let r = self.admin_post("/v1/events", body).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::CREATED,
+            "{}",
+            r.text().await.unwrap()
+        );
+        r.json().await.unwrap()
+    }
+
+    pub async fn view(&self, id: &str) -> Value {
+        let r = self.get(&format!("/v1/events/{id}")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    pub async fn buy(&self, event: &str, user: &str, qty: u32, rid: Option<&str>) -> Response {
+        let mut body = json!({"user_id": user, "quantity": qty});
+        if let Some(rid) = rid {
+            body["request_id"] = json!(rid);
+        }
+        self.post(&format!("/v1/events/{event}/purchases"), body)
+            .await
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text().await.unwrap()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Asserts a problem+json response and returns its body.
+pub async fn problem(r: Response, status: u16, kind: &str) -> Value {
+    assert_eq!(r.status().as_u16(), status, "status for {kind}");
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(
+        ct.as_deref(),
+        Some("application/problem+json"),
+        "content type for {kind}"
+    );
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], format!("urn:shardstock:{kind}"), "{body}");
+    assert_eq!(body["status"], status);
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
+    body
+}
+
+/// A unique event id.
+pub fn eid(prefix: &str) -> String {
+    crate::common::event_id(prefix).to_string()
+}
+
+/// The value of a Prometheus sample `name{labels…}` in a text exposition:
+/// every `(label, value)` in `want` must be among the sample's labels.
+pub fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, labels) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if metric != name {
+                return None;
+            }
+            let ok = want
+                .iter()
+                .all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+            ok.then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// Runs each listed `async fn name(backend)` on memory and on Redis.
+#[macro_export]
+macro_rules! on_memory_and_redis {
+    ($($name:ident),* $(,)?) => {
+        mod on_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Memory).await;
+                }
+            )*
+        }
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Redis).await;
+                }
+            )*
+        }
+    };
+}
