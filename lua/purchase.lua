@@ -6,12 +6,13 @@ KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users ho
 KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
 KEYS[4] ss:{e#g#b}:orders  STREAM of order records
 KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry
+KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries; then n groups of 6:
         user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id
 
-Returns "ST" when the bucket does not exist (sealed, closed or lost), else an
+Returns "ST" when the bucket does not exist or is sealed, else an
 array of n replies, one per entry, in order:
   {"B", stock_left}  bought: decremented, user count up, order in stream + index,
                      record "B|q|oid|b|0" stored when keep
@@ -28,7 +29,7 @@ deducted with no order record. The stock check and the decrement of all q units
 are one step, so a multi-unit order never drives a bucket negative (the DECRBY
 trap of seed 003).
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
 local now, bucket, n = ARGV[1], ARGV[2], tonumber(ARGV[3])

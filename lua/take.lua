@@ -5,11 +5,12 @@ KEYS[2] ss:{e#g#j}:reqs    HASH; this step's marker lives at "t:<rid>:<pass>"
 KEYS[3] ss:{e#g#j}:orders  STREAM of order records
 KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o or d"
 KEYS[5] ss:{e#g#j}:adds    count of steps that added units to j (cancel, IN, untake)
+KEYS[6] ss:{e#g#j}:sealed  exists once the bucket is sealed
 ARGV[1] now (unix ms)   ARGV[2] j   ARGV[3] rid   ARGV[4] pass
 ARGV[5] user            ARGV[6] qty ARGV[7] order id   ARGV[8] home bucket
 
 Returns:
-  "ST"                          bucket j does not exist
+  "ST"                          bucket j does not exist or is sealed
   {"T", oid}                    q units taken here for order oid (now, or by an
                                 earlier driver of this saga: then its order id)
   {"S", available, fresh, adds} fewer than q here. available = stock + units
@@ -26,7 +27,7 @@ arrived since the decision. A marker "U|oid" (take undone) answers with the
 bucket as it is now. The take and its order record are one step, so no unit
 leaves a bucket unrecorded.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
 local marker = 't:' .. ARGV[3] .. ':' .. ARGV[4]

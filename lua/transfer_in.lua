@@ -2,6 +2,7 @@
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:xin   KEYS[3] ss:{e#g#b}:fence
 KEYS[4] ss:{e#g#b}:adds    addition count, +1 when applied
+KEYS[5] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] source bucket   ARGV[4] units
 
 Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
@@ -10,7 +11,7 @@ Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
 Idempotent per transfer id, so a new leader can finish a transfer a crashed
 one left half-done without ever adding its units twice.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[5]) == 1 then
   return 'ST'
 end
 local token = tonumber(ARGV[1])

@@ -1,6 +1,7 @@
 --[[ transfer_out.lua — OUT: takes units from a source bucket into its transfer journal.
 
 KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
+KEYS[4] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] target bucket   ARGV[4] units wanted
 
 Returns:
@@ -14,7 +15,7 @@ Atomic so the units are always counted exactly once: in the stock or in the
 open journal entry, never in both and never in neither. The fence check and the
 raise of the fence are one step with the move.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[4]) == 1 then
   return 'ST'
 end
 local token = tonumber(ARGV[1])

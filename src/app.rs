@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::engine::Engine;
+use crate::flusher::Flusher;
 use crate::http::{self, AppState, guard::RateLimits};
+use crate::ledger::Ledger;
+use crate::lifecycle::{self, LostState};
 use crate::metrics as m;
 use crate::store::redis::RedisOptions;
 use crate::store::{MemoryStore, RedisStore, Store};
@@ -73,6 +76,7 @@ impl Application {
                     url: url.clone(),
                     command_timeout: Duration::from_millis(settings.store.command_timeout_ms),
                     connect_timeout: Duration::from_millis(settings.store.connect_timeout_ms),
+                    namespace: settings.store.namespace.clone(),
                 };
                 let store = RedisStore::connect(&opts)
                     .await
@@ -86,31 +90,63 @@ impl Application {
     /// Builds on a given store (the embedded one, or Redis).
     pub async fn with_store<S: Store>(store: S, settings: Settings) -> anyhow::Result<Self> {
         let metrics = metrics_handle();
+        let db = &settings.database;
+        let ledger = Ledger::connect(&db.url, db.max_connections)
+            .await
+            .with_context(|| format!("connecting to the database at {}", db.url))?;
+        let policy = db.lost_state.unwrap_or(if store.kind() == "memory" {
+            LostState::Rebuild
+        } else {
+            LostState::Refuse
+        });
         let engine = Arc::new(Engine::new(store, settings.engine.options()));
+        let (rebuilt, refused) = lifecycle::recover_lost(&engine, &ledger, policy)
+            .await
+            .context("checking the store against the database")?;
+        if !rebuilt.is_empty() {
+            tracing::warn!(
+                ?rebuilt,
+                "rebuilt events the store had lost, from the database"
+            );
+        }
         for spec in settings.event_specs()? {
             let id = spec.id.clone();
-            let created = engine
-                .ensure_event(spec)
+            let created = lifecycle::ensure(&engine, &ledger, spec)
                 .await
                 .with_context(|| format!("creating the configured event {id}"))?;
             tracing::info!(event = %id, created, "configured event ready");
         }
+        let stop = CancellationToken::new();
         let state = AppState {
             engine: engine.clone(),
+            ledger: ledger.clone(),
             admin_token: Some(settings.server.admin_token.as_str())
                 .filter(|t| !t.is_empty())
                 .map(Arc::from),
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             metrics: metrics.clone(),
+            held: Arc::new(refused.into_iter().collect()),
+            flush: db.flush_options(),
+            stop: stop.clone(),
         };
         let router = http::router(state.clone(), &settings.server);
         let listener = TcpListener::bind(&settings.server.listen)
             .await
             .with_context(|| format!("binding {}", settings.server.listen))?;
-        let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let interval = Duration::from_millis(settings.server.gauges_interval_ms);
         tasks.spawn(crate::gauges::run(engine.clone(), interval, stop.clone()));
+        let flusher = Flusher::new(
+            engine.clone(),
+            ledger.clone(),
+            engine.instance().to_owned(),
+            db.flush_options(),
+        );
+        tasks.spawn(flusher.run(stop.clone()));
+        if db.audit_interval_ms > 0 {
+            let every = Duration::from_millis(db.audit_interval_ms);
+            tasks.spawn(audits(engine.clone(), ledger.clone(), every, stop.clone()));
+        }
         tasks.spawn(housekeeping(state, stop.clone()));
         tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
         Ok(Self {
@@ -160,6 +196,35 @@ impl Application {
         while self.tasks.join_next().await.is_some() {}
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Audits every event now and then, keeping `shardstock_audit_balanced` current.
+async fn audits<S: Store>(
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Ok(events) = engine.store().list_events().await else {
+            continue;
+        };
+        for event in events {
+            match crate::audit::audit(&engine, &ledger, &event).await {
+                Ok(a) if !a.balanced => {
+                    tracing::error!(%event, audit = ?a, "audit does not balance")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%event, error = %e, "audit skipped"),
+            }
+        }
     }
 }
 

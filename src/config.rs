@@ -88,12 +88,15 @@ pub struct StoreSettings {
     pub redis_url: Option<String>,
     pub command_timeout_ms: u64,
     pub connect_timeout_ms: u64,
+    /// Prefix of every key (`<namespace>:{…}`): several deployments can share a Redis.
+    pub namespace: String,
 }
 
 impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             redis_url: None,
+            namespace: crate::keys::NAMESPACE.to_owned(),
             command_timeout_ms: 2_000,
             connect_timeout_ms: 5_000,
         }
@@ -112,6 +115,13 @@ pub struct DatabaseSettings {
     /// Records pending this long in a dead consumer are claimed.
     pub claim_idle_ms: u64,
     pub max_connections: u32,
+    /// An event the ledger has on sale but the store lost (Redis restarted
+    /// empty): `rebuild` its buckets from the ledger, or `refuse` it until
+    /// `shardstock recover`. Default: rebuild on the embedded store (it never
+    /// survives a restart), refuse on Redis.
+    pub lost_state: Option<crate::lifecycle::LostState>,
+    /// How often every event is audited (the `shardstock_audit_balanced` gauge); 0 = never.
+    pub audit_interval_ms: u64,
 }
 
 impl Default for DatabaseSettings {
@@ -122,6 +132,8 @@ impl Default for DatabaseSettings {
             flush_block_ms: 100,
             claim_idle_ms: 10_000,
             max_connections: 8,
+            lost_state: None,
+            audit_interval_ms: 30_000,
         }
     }
 }
@@ -134,6 +146,16 @@ pub struct EngineSettings {
     pub reshard_wait_ms: u64,
     pub gather_lease_ttl_ms: u64,
     pub gather_wait_ms: u64,
+}
+
+impl DatabaseSettings {
+    pub fn flush_options(&self) -> crate::flusher::FlushOptions {
+        crate::flusher::FlushOptions {
+            batch: self.flush_batch,
+            idle: Duration::from_millis(self.flush_block_ms),
+            claim_idle_ms: self.claim_idle_ms,
+        }
+    }
 }
 
 impl Default for EngineSettings {
@@ -326,6 +348,18 @@ impl Settings {
                 format!(
                     "{url:?}: expected redis://host:port or redis-cluster://host:port?node=host:port"
                 ),
+            ));
+        }
+        let ns = &self.store.namespace;
+        if ns.is_empty()
+            || ns.len() > 32
+            || !ns
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(invalid(
+                "store.namespace",
+                "1 to 32 letters, digits, '_', '-' or '.'",
             ));
         }
         let db = &self.database.url;

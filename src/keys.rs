@@ -14,6 +14,7 @@
 //! ss:{<event>#<gen>#<b>}:xfer    HASH  open transfers out of b: xid -> "target|units|token"
 //! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
 //! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake)
+//! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -32,9 +33,17 @@ pub struct EventKeys {
     pub token: String,
 }
 
+/// The default key namespace (`ss:`); a store can use another one (tests do,
+/// to keep their events apart on a shared Redis).
+pub const NAMESPACE: &str = "ss";
+
 impl EventKeys {
     pub fn new(event: &EventId) -> Self {
-        let tag = format!("ss:{{{event}}}");
+        Self::in_namespace(NAMESPACE, event)
+    }
+
+    pub fn in_namespace(ns: &str, event: &EventId) -> Self {
+        let tag = format!("{ns}:{{{event}}}");
         Self {
             meta: format!("{tag}:meta"),
             lease: format!("{tag}:lease"),
@@ -67,7 +76,12 @@ impl BucketRef {
 
     /// All keys of this bucket.
     pub fn keys(&self) -> BucketKeys {
-        let p = format!("ss:{}", self.tag());
+        self.keys_in(NAMESPACE)
+    }
+
+    /// All keys of this bucket in namespace `ns`.
+    pub fn keys_in(&self, ns: &str) -> BucketKeys {
+        let p = format!("{ns}:{}", self.tag());
         BucketKeys {
             stock: format!("{p}:stock"),
             users: format!("{p}:users"),
@@ -78,6 +92,7 @@ impl BucketRef {
             xfer: format!("{p}:xfer"),
             xin: format!("{p}:xin"),
             adds: format!("{p}:adds"),
+            sealed: format!("{p}:sealed"),
         }
     }
 }
@@ -94,11 +109,12 @@ pub struct BucketKeys {
     pub xfer: String,
     pub xin: String,
     pub adds: String,
+    pub sealed: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 9] {
+    pub fn all(&self) -> [&str; 10] {
         [
             &self.stock,
             &self.users,
@@ -109,6 +125,7 @@ impl BucketKeys {
             &self.xfer,
             &self.xin,
             &self.adds,
+            &self.sealed,
         ]
     }
 }

@@ -18,6 +18,11 @@
 //! - [`engine`]: the purchase fast path and saga, cancels, views — written once
 //!   above `Store`.
 //! - [`mover`]: fenced, journaled transfers between buckets (consolidation).
+//! - [`ledger`]: the database (PostgreSQL or SQLite) behind Redis: orders,
+//!   totals and the final guard, one code path through sqlx `Any`.
+//! - [`flusher`]: bucket order streams → the ledger, exactly once.
+//! - [`lifecycle`]: create in both stores, close a sale, rebuild lost state.
+//! - [`audit`]: the conservation check across buckets, streams and ledger.
 //! - [`http`]: the axum API of `API.md`, problem+json errors, guards.
 //! - [`gauges`]: the background task that keeps bucket gauges fresh.
 //! - [`app`]: `Application`: build from settings, run until stopped.
@@ -25,12 +30,16 @@
 
 /// Build and run the service.
 pub mod app;
+/// The conservation audit.
+pub mod audit;
 /// The command line.
 pub mod cli;
 /// Settings from `config/*.toml`.
 pub mod config;
 /// Routing, the purchase saga, cancels and views above the store.
 pub mod engine;
+/// Stream records into the ledger.
+pub mod flusher;
 /// Background refresh of the bucket gauges.
 pub mod gauges;
 /// The HTTP API.
@@ -39,6 +48,10 @@ pub mod http;
 pub mod ids;
 /// The Redis key layout.
 pub mod keys;
+/// The order ledger.
+pub mod ledger;
+/// Event lifecycle across store and ledger.
+pub mod lifecycle;
 /// Metric names and descriptions.
 pub mod metrics;
 /// Domain types and their stored encodings.

@@ -131,6 +131,12 @@ pub struct EventMeta {
 }
 
 impl EventMeta {
+    /// The bucket layouts that may still hold units or records: `(generation,
+    /// bucket count)`, the current one first.
+    pub fn layouts(&self) -> Vec<(u32, u32)> {
+        vec![(self.generation, self.spec.buckets)]
+    }
+
     /// True when the sold-out mark is current (same seq, younger than `max_age_ms`).
     pub fn sold_out_at(&self, now_ms: i64, max_age_ms: i64) -> bool {
         matches!(self.sold_out, Some((seq, at)) if seq == self.seq && now_ms - at <= max_age_ms)

@@ -555,3 +555,71 @@ impl<S: Store> Engine<S> {
         Err(EngineError::OutcomeUnknown(why))
     }
 }
+
+impl<S: Store> Engine<S> {
+    /// Ends a pending saga whose event was sealed under it (the end of a sale):
+    /// if it took units somewhere, the first take (by pass, then ring order) is
+    /// confirmed and any other is given back; if it took nothing, its quota is
+    /// released. Works on sealed buckets, where the saga itself can no longer probe.
+    pub async fn settle_pending(
+        &self,
+        meta: &EventMeta,
+        home: u32,
+        rid: &str,
+        record: &Record,
+    ) -> Result<(), EngineError> {
+        let Record::Pending {
+            qty,
+            order_id,
+            user,
+            ..
+        } = record
+        else {
+            return Ok(());
+        };
+        let saga = Saga {
+            home,
+            rid: rid.to_owned(),
+            keep: !rid.starts_with('~'),
+            user: user.clone(),
+            qty: *qty,
+            order_id: order_id.clone(),
+        };
+        let mut takes = Vec::new();
+        for (position, j) in ring(home, meta.spec.buckets).enumerate() {
+            let bucket = Self::bucket(meta, j);
+            for (pass, oid) in self
+                .store
+                .take_markers(&bucket, rid, self.opts.max_passes)
+                .await?
+            {
+                takes.push((pass, position as u32 + 1, j, oid));
+            }
+        }
+        takes.sort_by_key(|&(pass, position, ..)| (pass, position));
+        let Some((_, probes, bucket, oid)) = takes.first().cloned() else {
+            self.finish_with(meta, &saga, Finish::Abort).await?;
+            return Ok(());
+        };
+        let kept = Finish::Bought {
+            order_id: oid.clone(),
+            bucket,
+            probes,
+        };
+        let confirmed = match self.finish_with(meta, &saga, kept).await? {
+            FinishReply::Already(Record::Bought { order_id, .. }) => order_id,
+            _ => oid,
+        };
+        for (pass, _, j, other) in takes {
+            if other == confirmed && j == bucket {
+                continue;
+            }
+            let mut args = saga.take_args(pass);
+            args.order_id = other;
+            self.store
+                .untake(&Self::bucket(meta, j), now_ms(), &args)
+                .await?;
+        }
+        Ok(())
+    }
+}

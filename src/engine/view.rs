@@ -37,6 +37,9 @@ pub struct EventView {
     #[serde(with = "crate::model::rfc3339_ms")]
     pub ends_at: Option<i64>,
     pub generation: u32,
+    /// Units left unsold at the end of the sale (closed events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leftover: Option<u64>,
 }
 
 /// Max ÷ mean of the buckets' remaining units; 1.0 when all are empty.
@@ -83,6 +86,7 @@ impl EventView {
             starts_at: spec.starts_at,
             ends_at: spec.ends_at,
             generation: meta.generation,
+            leftover: None,
         }
     }
 }

@@ -1,14 +1,17 @@
-//! `/v1/events`: create (admin), list, view.
+//! `/v1/events`: create (admin), list, view, close (admin), audit (admin).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState};
-use crate::engine::EventView;
+use crate::audit::Audit;
+use crate::engine::{EngineError, EventView};
+use crate::flusher::Flusher;
 use crate::ids::EventId;
+use crate::lifecycle::{self, LifecycleError};
 use crate::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::store::Store;
 
@@ -16,6 +19,8 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
         .route("/v1/events", get(list::<S>).post(create::<S>))
         .route("/v1/events/{id}", get(view::<S>))
+        .route("/v1/events/{id}/close", post(close::<S>))
+        .route("/v1/events/{id}/audit", get(audit::<S>))
 }
 
 #[derive(Deserialize)]
@@ -36,6 +41,44 @@ pub(super) fn event_id(raw: String) -> Result<EventId, ApiError> {
     EventId::parse(raw).map_err(ApiError::invalid)
 }
 
+impl<S: Store> AppState<S> {
+    pub(super) fn lifecycle_error(&self, event: &EventId, e: LifecycleError) -> ApiError {
+        match e {
+            LifecycleError::Engine(e) => self.engine_error(event, e),
+            LifecycleError::Exists(id) => ApiError::EventExists(id.to_string()),
+            LifecycleError::Busy(why) => ApiError::TryAgain(why),
+            LifecycleError::Ledger(e) => {
+                tracing::warn!(error = %e, "ledger failed");
+                ApiError::Unavailable {
+                    detail: "the database is unreachable".into(),
+                    outcome_unknown: false,
+                }
+            }
+            LifecycleError::Flush(e) => {
+                tracing::warn!(error = %e, "flushing failed");
+                ApiError::Unavailable {
+                    detail: format!("flushing to the database failed: {e}"),
+                    outcome_unknown: false,
+                }
+            }
+        }
+    }
+
+    /// The event, or its final view once closed.
+    pub(super) async fn event_view(&self, event: &EventId) -> Result<EventView, ApiError> {
+        match self.engine.view(event).await {
+            Ok(view) if view.status != "closed" => Ok(view),
+            Ok(_) | Err(EngineError::UnknownEvent(_)) if !self.held.contains(event) => {
+                lifecycle::final_view(&self.engine, &self.ledger, event)
+                    .await
+                    .map_err(|e| self.lifecycle_error(event, e))
+            }
+            Ok(view) => Ok(view),
+            Err(e) => Err(self.engine_error(event, e)),
+        }
+    }
+}
+
 async fn create<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
@@ -51,7 +94,11 @@ async fn create<S: Store>(
         starts_at: body.starts_at,
         ends_at: body.ends_at,
     };
-    let view = state.engine.create_event(spec).await?;
+    let id = spec.id.clone();
+    let view = lifecycle::create(&state.engine, &state.ledger, spec)
+        .await
+        .map_err(|e| state.lifecycle_error(&id, e))?;
+    crate::gauges::initialise(&id);
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -59,7 +106,8 @@ async fn view<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
-    Ok(Json(state.engine.view(&event_id(id)?).await?))
+    let id = event_id(id)?;
+    Ok(Json(state.event_view(&id).await?))
 }
 
 /// The ids of every event the store knows.
@@ -69,7 +117,42 @@ async fn list<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Vec<Eve
         .store()
         .list_events()
         .await
-        .map_err(crate::engine::EngineError::from)?;
+        .map_err(EngineError::from)?;
     ids.sort();
     Ok(Json(ids))
+}
+
+/// Ends the sale: seal, settle, retire the leftover, drain every order to the database.
+async fn close<S: Store>(
+    State(state): State<AppState<S>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<EventView>, ApiError> {
+    state.require_admin(&headers)?;
+    let id = event_id(id)?;
+    let consumer = format!("{}/close", state.engine.instance());
+    let mut flusher = Flusher::new(
+        state.engine.clone(),
+        state.ledger.clone(),
+        consumer,
+        state.flush.clone(),
+    );
+    let view = lifecycle::close(&state.engine, &state.ledger, &mut flusher, &id, &state.stop)
+        .await
+        .map_err(|e| state.lifecycle_error(&id, e))?;
+    Ok(Json(view))
+}
+
+/// The conservation check.
+async fn audit<S: Store>(
+    State(state): State<AppState<S>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Audit>, ApiError> {
+    state.require_admin(&headers)?;
+    let id = event_id(id)?;
+    let audit = crate::audit::audit(&state.engine, &state.ledger, &id)
+        .await
+        .map_err(|e| state.lifecycle_error(&id, e))?;
+    Ok(Json(audit))
 }

@@ -13,6 +13,7 @@ mod ops;
 mod orders;
 mod purchases;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,10 +22,14 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::config::ServerSettings;
 use crate::engine::Engine;
+use crate::flusher::FlushOptions;
+use crate::ids::EventId;
+use crate::ledger::Ledger;
 use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};
@@ -33,18 +38,28 @@ use guard::RateLimits;
 /// What every handler can reach. Cheap to clone: everything is behind `Arc`.
 pub struct AppState<S: Store> {
     pub engine: Arc<Engine<S>>,
+    pub ledger: Ledger,
     pub admin_token: Option<Arc<str>>,
     pub limits: Arc<RateLimits>,
     pub metrics: PrometheusHandle,
+    /// Events the store lost and the ledger still has on sale, refused until recovered.
+    pub held: Arc<HashSet<EventId>>,
+    pub flush: FlushOptions,
+    /// Fires when the application stops (long admin operations give up).
+    pub stop: CancellationToken,
 }
 
 impl<S: Store> Clone for AppState<S> {
     fn clone(&self) -> Self {
         Self {
             engine: self.engine.clone(),
+            ledger: self.ledger.clone(),
             admin_token: self.admin_token.clone(),
             limits: self.limits.clone(),
             metrics: self.metrics.clone(),
+            held: self.held.clone(),
+            flush: self.flush.clone(),
+            stop: self.stop.clone(),
         }
     }
 }
@@ -52,6 +67,20 @@ impl<S: Store> Clone for AppState<S> {
 impl<S: Store> AppState<S> {
     fn require_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
         guard::require_admin(self.admin_token.as_deref(), headers)
+    }
+
+    /// An engine error, but a held event's "unknown" becomes a clear 503.
+    fn engine_error(&self, event: &EventId, e: crate::engine::EngineError) -> ApiError {
+        if matches!(e, crate::engine::EngineError::UnknownEvent(_)) && self.held.contains(event) {
+            return ApiError::Unavailable {
+                detail: format!(
+                    "the store lost event {event}, which the database has on sale; \
+                     an operator must run `shardstock recover {event}`"
+                ),
+                outcome_unknown: false,
+            };
+        }
+        e.into()
     }
 }
 

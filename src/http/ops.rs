@@ -22,17 +22,23 @@ async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready only when the store answers.
+/// Ready only when the store and the database answer.
 async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Value>, ApiError> {
+    let unavailable = |what: &str, e: &dyn std::fmt::Display| ApiError::Unavailable {
+        detail: format!("{what}: {e}"),
+        outcome_unknown: false,
+    };
     state
         .engine
         .store()
         .ping()
         .await
-        .map_err(|e| ApiError::Unavailable {
-            detail: format!("store: {e}"),
-            outcome_unknown: false,
-        })?;
+        .map_err(|e| unavailable("store", &e))?;
+    state
+        .ledger
+        .ping()
+        .await
+        .map_err(|e| unavailable("database", &e))?;
     Ok(Json(
         json!({"status": "ready", "store": state.engine.store().kind()}),
     ))

@@ -1,11 +1,13 @@
-//! `/v1/orders/{id}`: lookup and cancel.
+//! `/v1/orders/{id}`: lookup and cancel. A live event's orders are read from
+//! their home bucket; once flushed and the event closed, from the ledger.
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{ApiError, AppState};
-use crate::engine::OrderView;
+use crate::engine::{EngineError, OrderView};
+use crate::ids::OrderId;
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
@@ -14,11 +16,34 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/orders/{id}/cancel", post(cancel::<S>))
 }
 
+impl<S: Store> AppState<S> {
+    /// The order from the ledger, when the store no longer has it.
+    async fn flushed_order(&self, raw: &str) -> Result<Option<OrderView>, ApiError> {
+        let Ok((oid, event, _)) = OrderId::parse(raw) else {
+            return Ok(None);
+        };
+        self.ledger.order(&oid, &event).await.map_err(|e| {
+            tracing::warn!(error = %e, "ledger failed");
+            ApiError::Unavailable {
+                detail: "the database is unreachable".into(),
+                outcome_unknown: false,
+            }
+        })
+    }
+}
+
 async fn order<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
-    Ok(Json(state.engine.order(&id).await?))
+    match state.engine.order(&id).await {
+        Ok(order) => Ok(Json(order)),
+        Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
+            Some(order) => Ok(Json(order)),
+            None => Err(ApiError::UnknownOrder(id)),
+        },
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Cancels; cancelling twice answers 200 with the cancelled order again.
@@ -26,10 +51,21 @@ async fn cancel<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let outcome = state.engine.cancel(&id).await?;
-    if !outcome.already {
-        metrics::counter!(crate::metrics::CANCELS, "event" => outcome.order.event_id.to_string())
-            .increment(1);
+    match state.engine.cancel(&id).await {
+        Ok(outcome) => {
+            if !outcome.already {
+                metrics::counter!(crate::metrics::CANCELS, "event" => outcome.order.event_id.to_string()).increment(1);
+            }
+            Ok(Json(outcome.order))
+        }
+        Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
+            // Only a closed sale's orders live in the ledger alone.
+            Some(order) => Err(ApiError::NotOnSale(format!(
+                "event {} is closed",
+                order.event_id
+            ))),
+            None => Err(ApiError::UnknownOrder(id)),
+        },
+        Err(e) => Err(e.into()),
     }
-    Ok(Json(outcome.order))
 }

@@ -62,7 +62,12 @@ async fn purchase<S: Store>(
             event,
         };
         state.limits.check(&req.user)?;
-        Ok::<_, ApiError>(state.engine.purchase(&req).await?)
+        let event = req.event.clone();
+        state
+            .engine
+            .purchase(&req)
+            .await
+            .map_err(|e| state.engine_error(&event, e))
     }
     .await;
     respond(outcome, &label, start)

@@ -12,35 +12,19 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::{
-    CancelReply, CreateMeta, Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, OpenTransfer,
-    Store, StoreError, TakeArgs, TakeReply, TransferReply,
+    BucketAudit, CancelReply, CreateMeta, Finish, FinishArgs, FinishReply, HomeEntry, HomeReply,
+    OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId, TakeArgs, TakeReply,
+    TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::BucketRef;
 use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
 
-/// One record of a bucket's order stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamRecord {
-    pub kind: RecordKind,
-    pub order_id: OrderId,
-    pub user: UserId,
-    pub qty: u32,
-    pub bucket: u32,
-    pub home: u32,
-    pub rid: String,
-    pub at_ms: i64,
-}
-
-/// What a stream record says happened to an order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordKind {
-    /// Units sold (`k=o`).
-    Order,
-    /// Units given back by a cancel (`k=c`).
-    Cancel,
-    /// A saga's take undone (`k=v`): the order never happened.
-    Void,
+/// A stream record and, once delivered to a flusher, to whom and when.
+#[derive(Debug, Clone)]
+struct Slot {
+    entry: StreamEntry,
+    delivered: Option<(String, Instant)>,
 }
 
 #[derive(Debug, Clone)]
@@ -66,7 +50,10 @@ struct Bucket {
     reqs: HashMap<String, Record>,
     markers: HashMap<(String, u32), Marker>,
     idx: HashMap<OrderId, OrderEntry>,
-    stream: Vec<StreamRecord>,
+    stream: std::collections::VecDeque<Slot>,
+    last_id: StreamId,
+    sealed: bool,
+    expires: Option<Instant>,
     fence: u64,
     xfer: HashMap<String, Journal>,
     xin: HashMap<String, u64>,
@@ -74,6 +61,45 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Appends a record with the next stream id (ms-seq, like XADD *).
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        kind: RecordKind,
+        order_id: &str,
+        user: &str,
+        qty: u64,
+        bucket: u32,
+        home: u32,
+        rid: &str,
+        at_ms: i64,
+    ) {
+        let ms = at_ms.max(0) as u64;
+        let id = if ms > self.last_id.ms {
+            StreamId { ms, seq: 0 }
+        } else {
+            StreamId {
+                ms: self.last_id.ms,
+                seq: self.last_id.seq + 1,
+            }
+        };
+        self.last_id = id;
+        self.stream.push_back(Slot {
+            entry: StreamEntry {
+                id,
+                kind,
+                order_id: order_id.to_owned(),
+                user: user.to_owned(),
+                qty,
+                bucket,
+                home,
+                rid: rid.to_owned(),
+                at_ms,
+            },
+            delivered: None,
+        });
+    }
+
     fn in_transfer(&self) -> u64 {
         self.xfer.values().filter(|j| j.open).map(|j| j.units).sum()
     }
@@ -137,9 +163,19 @@ impl MemoryStore {
         events.get_mut(event).map(f)
     }
 
-    /// The records of a bucket's order stream (tests and the flusher).
-    pub fn stream(&self, b: &BucketRef) -> Result<Vec<StreamRecord>, StoreError> {
-        self.with(b, |bk| bk.stream.clone())
+    /// The records still in a bucket's order stream.
+    pub fn stream(&self, b: &BucketRef) -> Result<Vec<StreamEntry>, StoreError> {
+        self.with(b, |bk| bk.stream.iter().map(|s| s.entry.clone()).collect())
+    }
+
+    /// Runs `f` on a bucket that sells (exists and is not sealed).
+    fn with_live<T>(
+        &self,
+        b: &BucketRef,
+        f: impl FnOnce(&mut Bucket) -> T,
+    ) -> Result<T, StoreError> {
+        self.with(b, |bk| (!bk.sealed).then(|| f(bk)))?
+            .ok_or_else(|| StoreError::Stale(b.tag()))
     }
 }
 
@@ -273,16 +309,16 @@ impl Store for MemoryStore {
                     bk.hold(&e.user, qty as i64);
                     if bk.stock >= qty {
                         bk.stock -= qty;
-                        bk.stream.push(StreamRecord {
-                            kind: RecordKind::Order,
-                            order_id: e.order_id.clone(),
-                            user: e.user.clone(),
-                            qty: e.qty,
-                            bucket: b.index,
-                            home: b.index,
-                            rid: e.rid.clone(),
-                            at_ms: now_ms,
-                        });
+                        bk.record(
+                            RecordKind::Order,
+                            e.order_id.as_str(),
+                            e.user.as_str(),
+                            qty,
+                            b.index,
+                            b.index,
+                            &e.rid,
+                            now_ms,
+                        );
                         bk.idx.insert(
                             e.order_id.clone(),
                             OrderEntry {
@@ -354,16 +390,16 @@ impl Store for MemoryStore {
             let qty = u64::from(a.qty);
             if bk.stock >= qty {
                 bk.stock -= qty;
-                bk.stream.push(StreamRecord {
-                    kind: RecordKind::Order,
-                    order_id: a.order_id.clone(),
-                    user: a.user.clone(),
-                    qty: a.qty,
-                    bucket: b.index,
-                    home: a.home,
-                    rid: a.rid.clone(),
-                    at_ms: now_ms,
-                });
+                bk.record(
+                    RecordKind::Order,
+                    a.order_id.as_str(),
+                    a.user.as_str(),
+                    qty,
+                    b.index,
+                    a.home,
+                    &a.rid,
+                    now_ms,
+                );
                 bk.markers.insert(marker, Marker::Taken(a.order_id.clone()));
                 TakeReply::Taken {
                     order_id: a.order_id.clone(),
@@ -390,16 +426,16 @@ impl Store for MemoryStore {
             bk.markers.insert(marker, Marker::Undone);
             bk.stock += u64::from(a.qty);
             bk.adds += 1;
-            bk.stream.push(StreamRecord {
-                kind: RecordKind::Void,
-                order_id: a.order_id.clone(),
-                user: a.user.clone(),
-                qty: a.qty,
-                bucket: b.index,
-                home: a.home,
-                rid: a.rid.clone(),
-                at_ms: now_ms,
-            });
+            bk.record(
+                RecordKind::Void,
+                a.order_id.as_str(),
+                a.user.as_str(),
+                u64::from(a.qty),
+                b.index,
+                a.home,
+                &a.rid,
+                now_ms,
+            );
             true
         })
     }
@@ -478,16 +514,16 @@ impl Store for MemoryStore {
             bk.hold(&before.user, -i64::from(before.qty));
             bk.stock += u64::from(before.qty);
             bk.adds += 1;
-            bk.stream.push(StreamRecord {
-                kind: RecordKind::Cancel,
-                order_id: order.clone(),
-                user: before.user.clone(),
-                qty: before.qty,
-                bucket: b.index,
-                home: b.index,
-                rid: String::new(),
-                at_ms: now_ms,
-            });
+            bk.record(
+                RecordKind::Cancel,
+                order.as_str(),
+                before.user.as_str(),
+                u64::from(before.qty),
+                b.index,
+                b.index,
+                "",
+                now_ms,
+            );
             CancelReply::Cancelled(before)
         })
     }
@@ -584,7 +620,7 @@ impl Store for MemoryStore {
         target: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        self.with(b, |bk| {
+        self.with_live(b, |bk| {
             if let Err(fenced) = bk.fence(token) {
                 return fenced;
             }
@@ -616,7 +652,7 @@ impl Store for MemoryStore {
         _source: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        self.with(b, |bk| {
+        self.with_live(b, |bk| {
             if let Err(fenced) = bk.fence(token) {
                 return fenced;
             }
@@ -663,6 +699,161 @@ impl Store for MemoryStore {
                     token: j.token,
                 })
                 .collect()
+        })
+    }
+
+    async fn stream_read(
+        &self,
+        b: &BucketRef,
+        consumer: &str,
+        count: usize,
+        claim_idle_ms: u64,
+    ) -> Result<Vec<StreamEntry>, StoreError> {
+        let now = Instant::now();
+        let idle = Duration::from_millis(claim_idle_ms);
+        self.with(b, |bk| {
+            // Claimed first (left pending long enough), then new: like XAUTOCLAIM + XREADGROUP.
+            let claimable =
+                |s: &Slot| matches!(&s.delivered, Some((_, at)) if now.duration_since(*at) >= idle);
+            let mut out = Vec::new();
+            for pass in [0, 1] {
+                for slot in bk.stream.iter_mut() {
+                    if out.len() >= count {
+                        break;
+                    }
+                    let take = if pass == 0 {
+                        claimable(slot)
+                    } else {
+                        slot.delivered.is_none()
+                    };
+                    if take {
+                        slot.delivered = Some((consumer.to_owned(), now));
+                        out.push(slot.entry.clone());
+                    }
+                }
+            }
+            out
+        })
+    }
+
+    async fn stream_ack(&self, b: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            let before = bk.stream.len();
+            bk.stream.retain(|s| !ids.contains(&s.entry.id));
+            (before - bk.stream.len()) as u64
+        })
+    }
+
+    async fn stream_len(&self, b: &BucketRef) -> Result<u64, StoreError> {
+        // A missing bucket has no stream: length 0, as XLEN answers.
+        Ok(self.with(b, |bk| bk.stream.len() as u64).unwrap_or(0))
+    }
+
+    async fn seal(&self, b: &BucketRef) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            bk.sealed = true;
+            bk.stock
+        })
+    }
+
+    async fn retire(&self, b: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
+        let label = format!("{}#{}#{}", b.event, b.generation, b.index);
+        self.with(b, |bk| {
+            if !bk.sealed {
+                return None;
+            }
+            let units = std::mem::take(&mut bk.stock);
+            if units > 0 {
+                bk.record(
+                    RecordKind::Leftover,
+                    &label,
+                    "",
+                    units,
+                    b.index,
+                    b.index,
+                    "",
+                    now_ms,
+                );
+            }
+            Some(units)
+        })
+    }
+
+    async fn audit_bucket(&self, b: &BucketRef) -> Result<BucketAudit, StoreError> {
+        self.with(b, |bk| BucketAudit {
+            stock: bk.stock,
+            adds: bk.adds,
+            sealed: bk.sealed,
+            last_id: bk.last_id,
+            open: bk
+                .xfer
+                .iter()
+                .filter(|(_, j)| j.open)
+                .map(|(xid, j)| (xid.clone(), j.target, j.units))
+                .collect(),
+            applied: bk.xin.keys().cloned().collect(),
+            records: bk
+                .stream
+                .iter()
+                .map(|s| (s.entry.id, s.entry.kind, s.entry.qty))
+                .collect(),
+        })
+    }
+
+    async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, Record)>, StoreError> {
+        self.with(b, |bk| {
+            bk.reqs
+                .iter()
+                .filter(|(_, r)| matches!(r, Record::Pending { .. }))
+                .map(|(rid, r)| (rid.clone(), r.clone()))
+                .collect()
+        })
+    }
+
+    async fn take_markers(
+        &self,
+        b: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<Vec<(u32, OrderId)>, StoreError> {
+        self.with(b, |bk| {
+            (1..=passes)
+                .filter_map(|pass| match bk.markers.get(&(rid.to_owned(), pass)) {
+                    Some(Marker::Taken(oid)) => Some((pass, oid.clone())),
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    async fn restore(
+        &self,
+        b: &BucketRef,
+        holdings: &[(UserId, u64)],
+        orders: &[(OrderId, OrderEntry)],
+    ) -> Result<(), StoreError> {
+        self.with(b, |bk| {
+            for (user, units) in holdings {
+                bk.users.insert(user.clone(), *units);
+            }
+            for (oid, entry) in orders {
+                bk.idx.insert(oid.clone(), entry.clone());
+                if !entry.request_id.is_empty() {
+                    let record = Record::Bought {
+                        qty: entry.qty,
+                        order_id: oid.clone(),
+                        bucket: entry.bucket,
+                        probes: 0,
+                    };
+                    bk.reqs.insert(entry.request_id.clone(), record);
+                }
+            }
+        })
+    }
+
+    async fn expire_bucket(&self, b: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
+        self.with(b, |bk| {
+            bk.expires = Some(Instant::now() + Duration::from_millis(ttl_ms))
         })
     }
 }

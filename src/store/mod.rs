@@ -158,6 +158,99 @@ pub struct OpenTransfer {
     pub token: u64,
 }
 
+/// The flusher's consumer group on every bucket stream.
+pub const FLUSH_GROUP: &str = "flusher";
+
+/// What a stream record says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// Units sold (`k=o`).
+    Order,
+    /// Units given back by a cancel (`k=c`).
+    Cancel,
+    /// A saga's take undone (`k=v`): those units were never sold.
+    Void,
+    /// A retired bucket's leftover stock at the end of the sale (`k=l`).
+    Leftover,
+}
+
+impl RecordKind {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Order => "o",
+            Self::Cancel => "c",
+            Self::Void => "v",
+            Self::Leftover => "l",
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<Self> {
+        Some(match code {
+            "o" => Self::Order,
+            "c" => Self::Cancel,
+            "v" => Self::Void,
+            "l" => Self::Leftover,
+            _ => return None,
+        })
+    }
+}
+
+/// A Redis stream entry id, `<ms>-<seq>`; ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub fn parse(s: &str) -> Option<Self> {
+        let (ms, seq) = s.split_once('-')?;
+        Some(Self {
+            ms: ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+/// One record of a bucket's order stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEntry {
+    pub id: StreamId,
+    pub kind: RecordKind,
+    pub order_id: String,
+    pub user: String,
+    pub qty: u64,
+    /// The bucket whose stock changed.
+    pub bucket: u32,
+    /// The user's home bucket.
+    pub home: u32,
+    /// The stored request id (`<user>/<id>`, internal `~…`, or empty).
+    pub rid: String,
+    pub at_ms: i64,
+}
+
+/// Everything the audit needs from one bucket, read atomically.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketAudit {
+    pub stock: u64,
+    pub adds: u64,
+    pub sealed: bool,
+    /// The last id the stream has generated (records after it are newer than this read).
+    pub last_id: StreamId,
+    /// Open transfers out of this bucket: (xid, target, units).
+    pub open: Vec<(String, u32, u64)>,
+    /// Transfer ids applied into this bucket.
+    pub applied: std::collections::HashSet<String>,
+    /// Records still in the stream: (id, kind, qty).
+    pub records: Vec<(StreamId, RecordKind, u64)>,
+}
+
 /// The per-slot atomic steps every backend provides.
 ///
 /// Futures are `Send` so the engine can run on a multi-threaded runtime.
@@ -346,4 +439,75 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<Vec<OpenTransfer>, StoreError>> + Send;
+
+    // ---- the order stream, the end of a bucket ----
+
+    /// Up to `count` records for `consumer` of the flusher group: first those a
+    /// consumer left unacknowledged for `claim_idle_ms`, then new ones.
+    fn stream_read(
+        &self,
+        bucket: &BucketRef,
+        consumer: &str,
+        count: usize,
+        claim_idle_ms: u64,
+    ) -> impl Future<Output = Result<Vec<StreamEntry>, StoreError>> + Send;
+
+    /// Acknowledges and deletes records the database has committed.
+    fn stream_ack(
+        &self,
+        bucket: &BucketRef,
+        ids: &[StreamId],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Records not yet flushed (and deleted) from the bucket's stream.
+    fn stream_len(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Seals the bucket (no more purchases, takes or transfers); returns its stock.
+    fn seal(&self, bucket: &BucketRef) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Moves a sealed bucket's stock into a leftover record; `None` if not sealed.
+    fn retire(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
+    fn audit_bucket(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<BucketAudit, StoreError>> + Send;
+
+    /// Pending saga records of the bucket (request id → record).
+    fn pending(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<Vec<(String, Record)>, StoreError>> + Send;
+
+    /// The takes this saga made in the bucket, by pass (read-only; works on a
+    /// sealed bucket, where the saga can no longer probe).
+    fn take_markers(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> impl Future<Output = Result<Vec<(u32, OrderId)>, StoreError>> + Send;
+
+    /// Writes users' holdings and orders into a rebuilt bucket (after Redis lost
+    /// its state): index entries, and replay records for client request ids.
+    fn restore(
+        &self,
+        bucket: &BucketRef,
+        holdings: &[(UserId, u64)],
+        orders: &[(OrderId, OrderEntry)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Lets every key of the bucket expire after `ttl_ms` (an ended event).
+    fn expire_bucket(
+        &self,
+        bucket: &BucketRef,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -15,15 +15,13 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::{
-    CancelReply, CreateMeta, Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, OpenTransfer,
-    Store, StoreError, TakeArgs, TakeReply, TransferReply,
+    BucketAudit, CancelReply, CreateMeta, FLUSH_GROUP, Finish, FinishArgs, FinishReply, HomeEntry,
+    HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId, TakeArgs,
+    TakeReply, TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::{BucketRef, EventKeys};
 use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
-
-/// The set of known event ids (one small key, written once per event).
-const EVENTS_KEY: &str = "ss:events";
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -32,6 +30,8 @@ pub struct RedisOptions {
     pub url: String,
     /// Per-command timeout.
     pub command_timeout: Duration,
+    /// Key namespace (`ss` unless a shared Redis must keep users apart).
+    pub namespace: String,
     /// How long `connect` waits for the first connection.
     pub connect_timeout: Duration,
 }
@@ -42,6 +42,7 @@ impl RedisOptions {
             url: url.into(),
             command_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
+            namespace: crate::keys::NAMESPACE.to_owned(),
         }
     }
 }
@@ -63,6 +64,12 @@ struct Scripts {
     transfer_out: Script,
     transfer_in: Script,
     transfer_clear: Script,
+    stream_read: Script,
+    stream_ack: Script,
+    seal: Script,
+    retire: Script,
+    audit_bucket: Script,
+    restore: Script,
 }
 
 impl Scripts {
@@ -85,10 +92,16 @@ impl Scripts {
             transfer_out: s(include_str!("../../lua/transfer_out.lua")),
             transfer_in: s(include_str!("../../lua/transfer_in.lua")),
             transfer_clear: s(include_str!("../../lua/transfer_clear.lua")),
+            stream_read: s(include_str!("../../lua/stream_read.lua")),
+            stream_ack: s(include_str!("../../lua/stream_ack.lua")),
+            seal: s(include_str!("../../lua/seal.lua")),
+            retire: s(include_str!("../../lua/retire.lua")),
+            audit_bucket: s(include_str!("../../lua/audit_bucket.lua")),
+            restore: s(include_str!("../../lua/restore.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 16] {
+    fn all(&self) -> [&Script; 22] {
         [
             &self.purchase,
             &self.take,
@@ -106,6 +119,12 @@ impl Scripts {
             &self.transfer_out,
             &self.transfer_in,
             &self.transfer_clear,
+            &self.stream_read,
+            &self.stream_ack,
+            &self.seal,
+            &self.retire,
+            &self.audit_bucket,
+            &self.restore,
         ]
     }
 }
@@ -115,6 +134,7 @@ impl Scripts {
 pub struct RedisStore {
     client: Client,
     scripts: std::sync::Arc<Scripts>,
+    namespace: std::sync::Arc<str>,
 }
 
 impl RedisStore {
@@ -145,6 +165,7 @@ impl RedisStore {
         let store = Self {
             client,
             scripts: std::sync::Arc::new(Scripts::new()),
+            namespace: opts.namespace.as_str().into(),
         };
         store.load_scripts().await?;
         Ok(store)
@@ -156,6 +177,19 @@ impl RedisStore {
             script.load(&self.client).await.map_err(unavailable)?;
         }
         Ok(())
+    }
+
+    fn keys(&self, bucket: &BucketRef) -> crate::keys::BucketKeys {
+        bucket.keys_in(&self.namespace)
+    }
+
+    fn event_keys(&self, event: &EventId) -> EventKeys {
+        EventKeys::in_namespace(&self.namespace, event)
+    }
+
+    /// The set of known event ids (one small key, written once per event).
+    fn events_key(&self) -> String {
+        format!("{}:events", self.namespace)
     }
 
     /// The underlying client, for diagnostics and tests (INFO, SCRIPT FLUSH …).
@@ -265,6 +299,35 @@ fn transfer_reply(parts: &[Value]) -> Result<TransferReply, StoreError> {
     }
 }
 
+/// `{id, {field, value, …}}` from XRANGE / XREADGROUP / XAUTOCLAIM.
+fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
+    let parts = v.into_array();
+    let raw_id = text(arg(&parts, 0)?)?;
+    let id = StreamId::parse(&raw_id)
+        .ok_or_else(|| StoreError::Protocol(format!("bad stream id {raw_id:?}")))?;
+    let fields = arg(&parts, 1)?.clone().into_array();
+    let mut map = std::collections::HashMap::new();
+    for pair in fields.chunks(2) {
+        if let [k, v] = pair {
+            map.insert(text(k)?, text(v)?);
+        }
+    }
+    let bad = |f: &str| StoreError::Protocol(format!("stream entry {raw_id} lacks {f}"));
+    let get = |f: &str| map.get(f).cloned().ok_or_else(|| bad(f));
+    let n = |f: &str| get(f)?.parse::<u64>().map_err(|_| bad(f));
+    Ok(StreamEntry {
+        id,
+        kind: RecordKind::parse(&get("k")?).ok_or_else(|| bad("k"))?,
+        order_id: get("id")?,
+        user: get("u")?,
+        qty: n("q")?,
+        bucket: n("b")? as u32,
+        home: n("h")? as u32,
+        rid: get("r")?,
+        at_ms: n("t")? as i64,
+    })
+}
+
 fn opt_ms(v: Option<i64>) -> String {
     v.map(|ms| ms.to_string()).unwrap_or_default()
 }
@@ -319,7 +382,7 @@ impl Store for RedisStore {
     }
 
     async fn create_meta(&self, spec: &EventSpec, now_ms: i64) -> Result<CreateMeta, StoreError> {
-        let keys = EventKeys::new(&spec.id);
+        let keys = self.event_keys(&spec.id);
         let args = vec![
             spec.id.to_string(),
             spec.stock.to_string(),
@@ -344,7 +407,7 @@ impl Store for RedisStore {
 
     async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
         self.client
-            .sadd::<(), _, _>(EVENTS_KEY, event.as_str())
+            .sadd::<(), _, _>(self.events_key(), event.as_str())
             .await
             .map_err(unavailable)
     }
@@ -352,7 +415,7 @@ impl Store for RedisStore {
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
         let ids: Vec<String> = self
             .client
-            .smembers(EVENTS_KEY)
+            .smembers(self.events_key())
             .await
             .map_err(unavailable)?;
         Ok(ids
@@ -364,7 +427,7 @@ impl Store for RedisStore {
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {
         let fields: std::collections::HashMap<String, String> = self
             .client
-            .hgetall(EventKeys::new(event).meta)
+            .hgetall(self.event_keys(event).meta)
             .await
             .map_err(unavailable)?;
         if fields.is_empty() {
@@ -379,14 +442,14 @@ impl Store for RedisStore {
         from: EventStatus,
         to: EventStatus,
     ) -> Result<bool, StoreError> {
-        let keys = vec![EventKeys::new(event).meta];
+        let keys = vec![self.event_keys(event).meta];
         let args = vec![from.as_str().to_owned(), to.as_str().to_owned()];
         let v = self.eval(&self.scripts.set_status, keys, args).await?;
         Ok(num(&v)? == 1)
     }
 
     async fn bump_seq(&self, event: &EventId) -> Result<u64, StoreError> {
-        let keys = vec![EventKeys::new(event).meta];
+        let keys = vec![self.event_keys(event).meta];
         let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;
         match v.as_i64() {
             Some(seq) if seq >= 0 => Ok(seq as u64),
@@ -401,15 +464,16 @@ impl Store for RedisStore {
         seq: u64,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let keys = vec![EventKeys::new(event).meta];
+        let keys = vec![self.event_keys(event).meta];
         let args = vec![seq.to_string(), now_ms.to_string()];
         let v = self.eval(&self.scripts.mark_sold_out, keys, args).await?;
         Ok(num(&v)? == 1)
     }
 
     async fn init_bucket(&self, bucket: &BucketRef, stock: u64) -> Result<(), StoreError> {
-        let keys = vec![bucket.keys().stock];
-        self.eval(&self.scripts.init_bucket, keys, vec![stock.to_string()])
+        let k = self.keys(bucket);
+        let args = vec![stock.to_string(), FLUSH_GROUP.to_owned()];
+        self.eval(&self.scripts.init_bucket, vec![k.stock, k.orders], args)
             .await
             .map(drop)
     }
@@ -420,8 +484,8 @@ impl Store for RedisStore {
         now_ms: i64,
         entries: &[HomeEntry],
     ) -> Result<Vec<HomeReply>, StoreError> {
-        let k = bucket.keys();
-        let keys = vec![k.stock, k.users, k.reqs, k.orders, k.idx];
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed];
         let mut args = Vec::with_capacity(3 + 6 * entries.len());
         args.extend([
             now_ms.to_string(),
@@ -475,8 +539,8 @@ impl Store for RedisStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<TakeReply, StoreError> {
-        let k = bucket.keys();
-        let keys = vec![k.stock, k.reqs, k.orders, k.xfer, k.adds];
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.reqs, k.orders, k.xfer, k.adds, k.sealed];
         let args = vec![
             now_ms.to_string(),
             bucket.index.to_string(),
@@ -509,7 +573,7 @@ impl Store for RedisStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<bool, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let keys = vec![k.stock, k.reqs, k.orders, k.adds];
         let args = vec![
             now_ms.to_string(),
@@ -533,7 +597,7 @@ impl Store for RedisStore {
         now_ms: i64,
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let keys = vec![k.stock, k.users, k.reqs, k.idx];
         let (kind, oid, from, probes, remaining) = match &a.outcome {
             Finish::Bought {
@@ -573,7 +637,7 @@ impl Store for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let keys = vec![k.stock, k.users, k.idx, k.orders, k.adds];
         let args = vec![
             now_ms.to_string(),
@@ -598,7 +662,7 @@ impl Store for RedisStore {
     ) -> Result<Option<OrderEntry>, StoreError> {
         let v: Value = self
             .client
-            .hget(bucket.keys().idx, order.as_str())
+            .hget(self.keys(bucket).idx, order.as_str())
             .await
             .map_err(unavailable)?;
         if v.is_null() {
@@ -610,7 +674,7 @@ impl Store for RedisStore {
     async fn record(&self, bucket: &BucketRef, rid: &str) -> Result<Option<Record>, StoreError> {
         let v: Value = self
             .client
-            .hget(bucket.keys().reqs, rid)
+            .hget(self.keys(bucket).reqs, rid)
             .await
             .map_err(unavailable)?;
         if v.is_null() {
@@ -622,7 +686,7 @@ impl Store for RedisStore {
     async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
         let v: Option<u64> = self
             .client
-            .hget(bucket.keys().users, user.as_str())
+            .hget(self.keys(bucket).users, user.as_str())
             .await
             .map_err(unavailable)?;
         Ok(v.unwrap_or(0))
@@ -631,14 +695,14 @@ impl Store for RedisStore {
     async fn adds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         let v: Option<u64> = self
             .client
-            .get(bucket.keys().adds)
+            .get(self.keys(bucket).adds)
             .await
             .map_err(unavailable)?;
         Ok(v.unwrap_or(0))
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let keys = vec![k.stock, k.xfer, k.fence, k.adds];
         let parts = self
             .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
@@ -657,7 +721,7 @@ impl Store for RedisStore {
         owner: &str,
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let k = EventKeys::new(event);
+        let k = self.event_keys(event);
         let args = vec![owner.to_owned(), ttl_ms.to_string()];
         let parts = self
             .eval(&self.scripts.lease_acquire, vec![k.lease, k.token], args)
@@ -676,7 +740,7 @@ impl Store for RedisStore {
         token: u64,
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
-        let k = EventKeys::new(event);
+        let k = self.event_keys(event);
         let args = vec![owner.to_owned(), token.to_string(), ttl_ms.to_string()];
         let v = self
             .eval(&self.scripts.lease_renew, vec![k.lease], args)
@@ -701,7 +765,7 @@ impl Store for RedisStore {
         target: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let args = vec![
             token.to_string(),
             xid.to_owned(),
@@ -712,7 +776,7 @@ impl Store for RedisStore {
             .eval_bucket(
                 bucket,
                 &self.scripts.transfer_out,
-                vec![k.stock, k.xfer, k.fence],
+                vec![k.stock, k.xfer, k.fence, k.sealed],
                 args,
             )
             .await?;
@@ -727,7 +791,7 @@ impl Store for RedisStore {
         source: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let args = vec![
             token.to_string(),
             xid.to_owned(),
@@ -738,7 +802,7 @@ impl Store for RedisStore {
             .eval_bucket(
                 bucket,
                 &self.scripts.transfer_in,
-                vec![k.stock, k.xin, k.fence, k.adds],
+                vec![k.stock, k.xin, k.fence, k.adds, k.sealed],
                 args,
             )
             .await?;
@@ -751,7 +815,7 @@ impl Store for RedisStore {
         token: u64,
         xid: &str,
     ) -> Result<TransferReply, StoreError> {
-        let k = bucket.keys();
+        let k = self.keys(bucket);
         let args = vec![token.to_string(), xid.to_owned()];
         let parts = self
             .eval_bucket(
@@ -767,7 +831,7 @@ impl Store for RedisStore {
     async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
         let all: std::collections::HashMap<String, String> = self
             .client
-            .hgetall(bucket.keys().xfer)
+            .hgetall(self.keys(bucket).xfer)
             .await
             .map_err(unavailable)?;
         let mut open = Vec::new();
@@ -787,5 +851,178 @@ impl Store for RedisStore {
             }
         }
         Ok(open)
+    }
+
+    async fn stream_read(
+        &self,
+        bucket: &BucketRef,
+        consumer: &str,
+        count: usize,
+        claim_idle_ms: u64,
+    ) -> Result<Vec<StreamEntry>, StoreError> {
+        let args = vec![
+            FLUSH_GROUP.to_owned(),
+            consumer.to_owned(),
+            count.to_string(),
+            claim_idle_ms.to_string(),
+        ];
+        let v = self
+            .eval(
+                &self.scripts.stream_read,
+                vec![self.keys(bucket).orders],
+                args,
+            )
+            .await?;
+        v.into_array().into_iter().map(stream_entry).collect()
+    }
+
+    async fn stream_ack(&self, bucket: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
+        let mut args = Vec::with_capacity(ids.len() + 1);
+        args.push(FLUSH_GROUP.to_owned());
+        args.extend(ids.iter().map(StreamId::to_string));
+        let v = self
+            .eval(
+                &self.scripts.stream_ack,
+                vec![self.keys(bucket).orders],
+                args,
+            )
+            .await?;
+        num(&v)
+    }
+
+    async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+        self.client
+            .xlen(self.keys(bucket).orders)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+        let k = self.keys(bucket);
+        match self
+            .eval(&self.scripts.seal, vec![k.stock, k.sealed], vec![])
+            .await?
+        {
+            v if v.as_str().as_deref() == Some("ST") => Err(StoreError::Stale(bucket.tag())),
+            v => num(&v),
+        }
+    }
+
+    async fn retire(&self, bucket: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
+        let k = self.keys(bucket);
+        let label = format!("{}#{}#{}", bucket.event, bucket.generation, bucket.index);
+        let args = vec![now_ms.to_string(), bucket.index.to_string(), label];
+        let parts = self
+            .eval_bucket(
+                bucket,
+                &self.scripts.retire,
+                vec![k.stock, k.sealed, k.orders],
+                args,
+            )
+            .await?;
+        match code(&parts)?.as_str() {
+            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn audit_bucket(&self, bucket: &BucketRef) -> Result<BucketAudit, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.audit_bucket, keys, vec![])
+            .await?;
+        let id = |v: &Value| {
+            let s = text(v)?;
+            StreamId::parse(&s).ok_or_else(|| StoreError::Protocol(format!("bad stream id {s:?}")))
+        };
+        let list = |i: usize| arg(&parts, i).map(|v| v.clone().into_array());
+        let open = list(4)?
+            .chunks(3)
+            .map(|c| Ok((text(&c[0])?, num(&c[1])? as u32, num(&c[2])?)))
+            .collect::<Result<_, StoreError>>()?;
+        let applied = list(5)?.iter().map(text).collect::<Result<_, _>>()?;
+        let records = list(6)?
+            .chunks(3)
+            .map(|c| {
+                let kind = RecordKind::parse(&text(&c[1])?)
+                    .ok_or_else(|| StoreError::Protocol(format!("bad record kind {:?}", c[1])))?;
+                Ok((id(&c[0])?, kind, num(&c[2])?))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(BucketAudit {
+            stock: num(arg(&parts, 0)?)?,
+            adds: num(arg(&parts, 1)?)?,
+            sealed: num(arg(&parts, 2)?)? == 1,
+            last_id: id(arg(&parts, 3)?)?,
+            open,
+            applied,
+            records,
+        })
+    }
+
+    async fn pending(&self, bucket: &BucketRef) -> Result<Vec<(String, Record)>, StoreError> {
+        let all: std::collections::HashMap<String, String> = self
+            .client
+            .hgetall(self.keys(bucket).reqs)
+            .await
+            .map_err(unavailable)?;
+        Ok(all
+            .into_iter()
+            .filter(|(_, v)| v.starts_with("P|"))
+            .filter_map(|(rid, v)| Record::decode(&v).map(|r| (rid, r)))
+            .collect())
+    }
+
+    async fn take_markers(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<Vec<(u32, OrderId)>, StoreError> {
+        let fields: Vec<String> = (1..=passes).map(|p| format!("t:{rid}:{p}")).collect();
+        let values: Vec<Option<String>> = self
+            .client
+            .hmget(self.keys(bucket).reqs, fields)
+            .await
+            .map_err(unavailable)?;
+        Ok(values
+            .into_iter()
+            .zip(1..)
+            .filter_map(|(v, pass)| {
+                v?.strip_prefix("T|")
+                    .map(|oid| (pass, OrderId::from_stored(oid.to_owned())))
+            })
+            .collect())
+    }
+
+    async fn restore(
+        &self,
+        bucket: &BucketRef,
+        holdings: &[(UserId, u64)],
+        orders: &[(OrderId, OrderEntry)],
+    ) -> Result<(), StoreError> {
+        let k = self.keys(bucket);
+        let mut args = vec![holdings.len().to_string()];
+        for (user, units) in holdings {
+            args.extend([user.to_string(), units.to_string()]);
+        }
+        args.push(orders.len().to_string());
+        for (oid, entry) in orders {
+            args.extend([oid.to_string(), entry.encode(), entry.request_id.clone()]);
+        }
+        self.eval(&self.scripts.restore, vec![k.users, k.idx, k.reqs], args)
+            .await
+            .map(drop)
+    }
+
+    async fn expire_bucket(&self, bucket: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
+        for key in self.keys(bucket).all() {
+            self.client
+                .pexpire::<(), _>(key, ttl_ms as i64, None)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
     }
 }

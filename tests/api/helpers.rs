@@ -28,8 +28,13 @@ pub fn settings(backend: Backend) -> Settings {
     s.server.listen = "127.0.0.1:0".into();
     s.server.admin_token = TOKEN.into();
     s.server.gauges_interval_ms = 50;
-    if let Backend::Redis = backend {
-        s.store.redis_url = Some("redis://127.0.0.1:6379".into());
+    match backend {
+        Backend::Memory => s.database.url = crate::common::sqlite_url(),
+        Backend::Redis => {
+            s.store.redis_url = Some("redis://127.0.0.1:6379".into());
+            s.store.namespace = crate::common::namespace();
+            s.database.url = crate::common::pg_url();
+        }
     }
     s
 }

@@ -54,8 +54,20 @@ pub fn memory() -> Engine<MemoryStore> {
     Engine::new(MemoryStore::new(), EngineOptions::default())
 }
 
+/// This test process's key namespace on a shared Redis: its events, and only
+/// its events, are what its flushers and gauges see.
+pub fn namespace() -> String {
+    format!("t{}", std::process::id())
+}
+
+pub fn redis_options(url: &str) -> RedisOptions {
+    let mut opts = RedisOptions::new(url);
+    opts.namespace = namespace();
+    opts
+}
+
 pub async fn connect(url: &str) -> RedisStore {
-    RedisStore::connect(&RedisOptions::new(url))
+    RedisStore::connect(&redis_options(url))
         .await
         .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e}"))
 }
@@ -63,7 +75,7 @@ pub async fn connect(url: &str) -> RedisStore {
 /// The machine's Redis (127.0.0.1:6379).
 pub async fn standalone() -> Engine<RedisStore> {
     let url = "redis://127.0.0.1:6379";
-    let store = RedisStore::connect(&RedisOptions::new(url))
+    let store = RedisStore::connect(&redis_options(url))
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -71,6 +83,40 @@ pub async fn standalone() -> Engine<RedisStore> {
             )
         });
     Engine::new(store, EngineOptions::default())
+}
+
+/// This test process's PostgreSQL database (created by the ledger on first
+/// connect). Databases of earlier runs are dropped the first time.
+pub fn pg_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let psql = |sql: &str| {
+            Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-tA", "-c", sql])
+                .output()
+        };
+        let out = psql("SELECT datname FROM pg_database WHERE datname LIKE 'shardstock_t_%'")
+            .unwrap_or_else(|e| panic!("psql failed ({e}); install postgresql-client"));
+        assert!(
+            out.status.success(),
+            "PostgreSQL is not answering on 127.0.0.1:5432 ({}); start it with:\n  {START_POSTGRES}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        let mine = format!("shardstock_t_{}", std::process::id());
+        for old in String::from_utf8_lossy(&out.stdout).lines().filter(|d| *d != mine) {
+            // Best effort: a database still in use by another run stays.
+            let _ = psql(&format!("DROP DATABASE IF EXISTS \"{old}\""));
+        }
+        let created = psql(&format!("CREATE DATABASE \"{mine}\"")).expect("psql");
+        assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+        format!("postgres://postgres@127.0.0.1:5432/{mine}")
+    })
+    .clone()
+}
+
+/// A fresh SQLite file for one app.
+pub fn sqlite_url() -> String {
+    format!("sqlite://{}/ledger.db", temp_dir("sqlite").display())
 }
 
 /// An engine on the shared test Cluster.

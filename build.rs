@@ -1,0 +1,4 @@
+//! Rebuild when a migration changes: `sqlx::migrate!` embeds `migrations/`.
+fn main() {
+    println!("cargo:rerun-if-changed=migrations");
+}

@@ -1,0 +1,48 @@
+--[[ audit_bucket.lua — one atomic read of everything the conservation audit needs
+from a bucket.
+
+KEYS[1] stock  KEYS[2] xfer  KEYS[3] xin  KEYS[4] adds  KEYS[5] orders  KEYS[6] sealed
+(all ss:{e#g#b}:…)
+
+Returns "ST" (no bucket) or
+{stock, adds, sealed (0/1), last generated stream id ('0-0' if none),
+ {xid, target, units, …} open transfers out of b,
+ {xid, …} transfers applied into b,
+ {id, kind, qty, …} the records still in the stream (not yet flushed)}
+Atomic so that a purchase, cancel or take (which change the stock and the
+stream together) is either wholly seen or not at all.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local open = {}
+local xfer = redis.call('HGETALL', KEYS[2])
+for i = 1, #xfer, 2 do
+  local target, units, state = string.match(xfer[i + 1], '^([^|]*)|([^|]*)|[^|]*|(%a)$')
+  if state == 'o' then
+    open[#open + 1] = xfer[i]
+    open[#open + 1] = target
+    open[#open + 1] = units
+  end
+end
+local applied = redis.call('HKEYS', KEYS[3])
+local records = {}
+local last = '0-0'
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[5])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[5], '-', '+')) do
+    local kind, qty = '', '0'
+    local f = entry[2]
+    for i = 1, #f, 2 do
+      if f[i] == 'k' then kind = f[i + 1] elseif f[i] == 'q' then qty = f[i + 1] end
+    end
+    records[#records + 1] = entry[1]
+    records[#records + 1] = kind
+    records[#records + 1] = qty
+  end
+end
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',
+  redis.call('EXISTS', KEYS[6]), last, open, applied, records}

@@ -1,0 +1,270 @@
+//! The flusher: every bucket's order stream into the ledger, exactly once.
+//!
+//! Each instance runs one, as a consumer of the `flusher` group on every bucket
+//! stream, so instances share the work and a dead instance's unacknowledged
+//! records are claimed by the others after `claim_idle_ms`. A round reads up to
+//! a batch from the buckets (starting at a rotating bucket, so none starves),
+//! writes it in one transaction (`Ledger::apply`: idempotent by stream id, with
+//! the final guard), and only then acknowledges and deletes the records. When
+//! the database is down the batch is kept and retried with backoff; nothing is
+//! read meanwhile, so the streams — and the lag gauge — grow, and drain when the
+//! database is back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineError};
+use crate::ids::EventId;
+use crate::keys::BucketRef;
+use crate::ledger::{FlushRecord, Ledger, LedgerError};
+use crate::metrics as m;
+use crate::model::EventMeta;
+use crate::store::{Store, StoreError, StreamId};
+
+/// Tunables (from `[database]`).
+#[derive(Debug, Clone)]
+pub struct FlushOptions {
+    pub batch: usize,
+    /// Pause after a round that found nothing.
+    pub idle: Duration,
+    pub claim_idle_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("stopped before the batch was written")]
+    Stopped,
+}
+
+/// A stream's name in the ledger: `<event>#<gen>#<bucket>`.
+pub fn stream_name(b: &BucketRef) -> String {
+    format!("{}#{}#{}", b.event, b.generation, b.index)
+}
+
+/// Every bucket that may hold records: the current layout and older ones not drained yet.
+pub fn buckets_of(meta: &EventMeta) -> Vec<BucketRef> {
+    meta.layouts()
+        .into_iter()
+        .flat_map(|(generation, n)| {
+            (0..n).map(move |b| BucketRef::new(&meta.spec.id, generation, b))
+        })
+        .collect()
+}
+
+pub struct Flusher<S: Store> {
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    consumer: String,
+    opts: FlushOptions,
+    registered: HashSet<EventId>,
+    cursor: usize,
+}
+
+impl<S: Store> Flusher<S> {
+    pub fn new(
+        engine: Arc<Engine<S>>,
+        ledger: Ledger,
+        consumer: String,
+        opts: FlushOptions,
+    ) -> Self {
+        Self {
+            engine,
+            ledger,
+            consumer,
+            opts,
+            registered: HashSet::new(),
+            cursor: 0,
+        }
+    }
+
+    /// Reads one batch from `buckets`, writes it, acknowledges it. Returns the
+    /// number of records read (0: nothing to do). Retries the write until it
+    /// succeeds or `stop` fires (then the records stay pending, nothing is lost).
+    pub async fn flush_once(
+        &mut self,
+        buckets: &[BucketRef],
+        stop: &CancellationToken,
+    ) -> Result<usize, FlushError> {
+        let mut batch: Vec<FlushRecord> = Vec::new();
+        let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
+        let n = buckets.len();
+        for i in 0..n {
+            let left = self.opts.batch - batch.len();
+            if left == 0 {
+                break;
+            }
+            let b = &buckets[(self.cursor + i) % n];
+            let entries = match self
+                .engine
+                .store()
+                .stream_read(b, &self.consumer, left, self.opts.claim_idle_ms)
+                .await
+            {
+                Ok(entries) => entries,
+                Err(StoreError::Stale(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            read.push((b.clone(), entries.iter().map(|e| e.id).collect()));
+            let stream = stream_name(b);
+            batch.extend(entries.into_iter().map(|entry| FlushRecord {
+                stream: stream.clone(),
+                event: b.event.to_string(),
+                entry,
+            }));
+        }
+        self.cursor = self.cursor.wrapping_add(1);
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        for (b, _) in &read {
+            self.register(&b.event).await?;
+        }
+        let started = Instant::now();
+        let applied = self.write(&batch, stop).await?;
+        metrics::histogram!(m::FLUSH_BATCH_DURATION).record(started.elapsed().as_secs_f64());
+        metrics::counter!(m::ORDERS_FLUSHED).increment(applied as u64);
+        for (b, ids) in read {
+            if let Err(e) = self.engine.store().stream_ack(&b, &ids).await {
+                // Harmless: the records are claimed again later and skipped as duplicates.
+                tracing::warn!(bucket = %b.tag(), error = %e, "acknowledging flushed records failed");
+            }
+        }
+        Ok(batch.len())
+    }
+
+    /// `Ledger::apply`, retried with backoff while the database is unreachable.
+    async fn write(
+        &self,
+        batch: &[FlushRecord],
+        stop: &CancellationToken,
+    ) -> Result<usize, FlushError> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.ledger.apply(batch, crate::engine::now_ms()).await {
+                Ok(applied) => return Ok(applied.new_records),
+                Err(e) => {
+                    metrics::counter!(m::FLUSH_ERRORS).increment(1);
+                    tracing::warn!(error = %e, records = batch.len(), ?backoff, "flush failed; retrying");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return Err(FlushError::Stopped),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Makes sure the ledger knows the event (created elsewhere, or before the ledger).
+    async fn register(&mut self, event: &EventId) -> Result<(), FlushError> {
+        if self.registered.contains(event) {
+            return Ok(());
+        }
+        if let Some(meta) = self.engine.store().load_meta(event).await? {
+            self.ledger
+                .register_event(&meta.spec, meta.created_ms)
+                .await?;
+        }
+        self.registered.insert(event.clone());
+        Ok(())
+    }
+
+    /// Flushes `buckets` until their streams are empty (the end of a sale).
+    pub async fn drain(
+        &mut self,
+        buckets: &[BucketRef],
+        stop: &CancellationToken,
+    ) -> Result<(), FlushError> {
+        loop {
+            while self.flush_once(buckets, stop).await? > 0 {}
+            let mut left = 0;
+            for b in buckets {
+                left += self.engine.store().stream_len(b).await?;
+            }
+            if left == 0 {
+                return Ok(());
+            }
+            // Records delivered to another consumer: wait until they are flushed or claimable.
+            tokio::select! {
+                _ = stop.cancelled() => return Err(FlushError::Stopped),
+                _ = tokio::time::sleep(self.opts.idle) => {}
+            }
+        }
+    }
+
+    /// The loop: rounds over every event's buckets until `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut buckets: Vec<BucketRef> = Vec::new();
+        let mut refreshed = Instant::now() - Duration::from_secs(60);
+        while !stop.is_cancelled() {
+            if refreshed.elapsed() >= Duration::from_secs(1) {
+                match self.all_buckets().await {
+                    Ok(found) => buckets = found,
+                    Err(e) => tracing::warn!(error = %e, "flusher: listing buckets failed"),
+                }
+                self.publish_lag(&buckets).await;
+                refreshed = Instant::now();
+            }
+            match self.flush_once(&buckets, &stop).await {
+                Ok(n) if n > 0 => continue,
+                Ok(_) => {}
+                Err(FlushError::Stopped) => break,
+                Err(e) => {
+                    metrics::counter!(m::FLUSH_ERRORS).increment(1);
+                    tracing::warn!(error = %e, "flush round failed");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.opts.idle) => {}
+            }
+        }
+        // What was sold before the stop still goes to the ledger (for the
+        // embedded store this is the only chance), within a bounded time.
+        let deadline = CancellationToken::new();
+        let timer = deadline.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            timer.cancel();
+        });
+        match self.all_buckets().await {
+            Ok(buckets) => match self.drain(&buckets, &deadline).await {
+                Ok(()) => tracing::info!("flusher stopped; every record is in the ledger"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "flusher stopped with records left in the streams")
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "flusher stopped without a final drain"),
+        }
+    }
+
+    async fn all_buckets(&self) -> Result<Vec<BucketRef>, FlushError> {
+        let mut out = Vec::new();
+        for event in self.engine.store().list_events().await? {
+            if let Some(meta) = self.engine.store().load_meta(&event).await? {
+                out.extend(buckets_of(&meta));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn publish_lag(&self, buckets: &[BucketRef]) {
+        let mut lag = 0;
+        for b in buckets {
+            lag += self.engine.store().stream_len(b).await.unwrap_or(0);
+        }
+        metrics::gauge!(m::FLUSH_LAG).set(lag as f64);
+    }
+}

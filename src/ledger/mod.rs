@@ -1,0 +1,198 @@
+//! The ledger: the database that is the truth behind Redis (PostgreSQL in
+//! production, SQLite as the embedded default).
+//!
+//! One code path for both through sqlx's `Any` driver: the SQL is portable
+//! (`ON CONFLICT`, `RETURNING`, `$n` parameters, BIGINT everywhere) and the
+//! single migration in `migrations/` runs on either. Sub-modules: `apply`
+//! writes flushed batches exactly once and applies the final guard; `read`
+//! answers orders, totals and what the audit and a recovery need.
+
+mod apply;
+mod read;
+
+use std::path::Path;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::{Any, AnyPool};
+
+use crate::ids::EventId;
+use crate::model::EventSpec;
+
+pub use apply::{Applied, FlushRecord};
+pub use read::{AuditDb, DbEvent, DbOrder, StreamCut, Totals};
+
+/// Failures of the ledger layer.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("bad database URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("unexpected data in the ledger: {0}")]
+    Data(String),
+}
+
+impl LedgerError {
+    /// True when the database could not be reached (the flusher retries).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Self::Db(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+            )
+        )
+    }
+}
+
+/// Which database is behind the `Any` pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Postgres,
+    Sqlite,
+}
+
+/// The ledger, a connection pool.
+#[derive(Clone)]
+pub struct Ledger {
+    pool: AnyPool,
+    kind: DbKind,
+}
+
+/// `sqlite:` URLs get `mode=rwc` (create the file) and their directory.
+fn prepare_url(url: &str) -> Result<(String, DbKind), LedgerError> {
+    let bad = |reason: &str| LedgerError::Url {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((url.to_owned(), DbKind::Postgres));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| bad("expected postgres://… or sqlite://…"))?;
+    let file = path.split('?').next().unwrap_or_default();
+    if file.is_empty() {
+        return Err(bad("no file name"));
+    }
+    if file != ":memory:"
+        && let Some(dir) = Path::new(file)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| bad(&format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let url = if path.contains("mode=") {
+        format!("sqlite://{path}")
+    } else if path.contains('?') {
+        format!("sqlite://{path}&mode=rwc")
+    } else {
+        format!("sqlite://{path}?mode=rwc")
+    };
+    Ok((url, DbKind::Sqlite))
+}
+
+impl Ledger {
+    /// Connects (creating the database if it does not exist) and migrates.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, LedgerError> {
+        install_default_drivers();
+        let (url, kind) = prepare_url(url)?;
+        if kind == DbKind::Postgres
+            && !Any::database_exists(&url).await?
+            && let Err(e) = Any::create_database(&url).await
+        {
+            // Another instance starting at the same time may have just created it.
+            if !Any::database_exists(&url).await? {
+                return Err(e.into());
+            }
+        }
+        let max = if kind == DbKind::Sqlite {
+            max_connections.clamp(1, 4)
+        } else {
+            max_connections.max(1)
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(&url)
+            .await?;
+        if kind == DbKind::Sqlite {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Self { pool, kind })
+    }
+
+    pub fn kind(&self) -> DbKind {
+        self.kind
+    }
+
+    /// Does the database answer?
+    pub async fn ping(&self) -> Result<(), LedgerError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Records an event (and its totals row) unless it exists.
+    pub async fn register_event(&self, spec: &EventSpec, now_ms: i64) -> Result<(), LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8) ON CONFLICT (event_id) DO NOTHING",
+        )
+        .bind(spec.id.as_str())
+        .bind(spec.stock as i64)
+        .bind(i64::from(spec.buckets))
+        .bind(spec.per_user_limit.map(i64::from))
+        .bind(i64::from(spec.max_per_order))
+        .bind(spec.starts_at)
+        .bind(spec.ends_at)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO event_totals (event_id, stock) VALUES ($1, $2) ON CONFLICT (event_id) DO NOTHING")
+            .bind(spec.id.as_str())
+            .bind(spec.stock as i64)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks an event closed.
+    pub async fn close_event(&self, event: &EventId, now_ms: i64) -> Result<(), LedgerError> {
+        sqlx::query("UPDATE events SET status = 'closed', closed_ms = $2 WHERE event_id = $1 AND status <> 'closed'")
+            .bind(event.as_str())
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_create_their_file() {
+        let (url, kind) = prepare_url("sqlite://data/x.db").unwrap();
+        assert_eq!(
+            (url.as_str(), kind),
+            ("sqlite://data/x.db?mode=rwc", DbKind::Sqlite)
+        );
+        let (url, _) = prepare_url("sqlite::memory:").unwrap();
+        assert_eq!(url, "sqlite://:memory:?mode=rwc");
+        assert!(prepare_url("mysql://x").is_err());
+        assert_eq!(prepare_url("postgres://h/db").unwrap().1, DbKind::Postgres);
+    }
+}

@@ -1,0 +1,255 @@
+//! Reading the ledger: orders, events, totals, the audit's view, and what a
+//! recovery needs to rebuild buckets.
+
+use std::collections::HashSet;
+
+use sqlx::{Row, any::AnyRow};
+
+use super::{DbKind, Ledger, LedgerError};
+use crate::engine::{OrderStatus, OrderView};
+use crate::ids::{EventId, OrderId, UserId};
+use crate::model::EventSpec;
+use crate::store::StreamId;
+
+/// An event as the ledger has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbEvent {
+    pub spec: EventSpec,
+    pub closed: bool,
+}
+
+/// An event's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub stock: u64,
+    pub sold: u64,
+    pub released: u64,
+    pub leftover: u64,
+    pub guard_violations: u64,
+}
+
+/// A confirmed order, for rebuilding buckets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbOrder {
+    pub order_id: String,
+    pub user: String,
+    pub qty: u64,
+    pub bucket: u64,
+    pub request_id: String,
+    pub at_ms: i64,
+}
+
+/// What the audit reads from the ledger for one snapshot of the buckets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditDb {
+    pub totals: Totals,
+    /// Stream records the buckets still hold that the ledger already has.
+    pub already: HashSet<(String, StreamId)>,
+}
+
+/// One stream as the audit saw it in Redis.
+#[derive(Debug, Clone)]
+pub struct StreamCut {
+    pub stream: String,
+    /// Records after this id were written after the buckets were read.
+    pub last: StreamId,
+    /// Ids still in the stream.
+    pub present: Vec<StreamId>,
+}
+
+fn u(row: &AnyRow, i: usize) -> Result<u64, LedgerError> {
+    Ok(row.try_get::<i64, _>(i)?.max(0) as u64)
+}
+
+fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
+    let id: String = row.try_get(0)?;
+    Ok(DbEvent {
+        spec: EventSpec {
+            id: EventId::parse(id.clone())
+                .map_err(|e| LedgerError::Data(format!("event id {id:?}: {e}")))?,
+            stock: u(row, 1)?,
+            buckets: u(row, 2)? as u32,
+            per_user_limit: row.try_get::<Option<i64>, _>(3)?.map(|l| l as u32),
+            max_per_order: u(row, 4)? as u32,
+            starts_at: row.try_get(5)?,
+            ends_at: row.try_get(6)?,
+        },
+        closed: row.try_get::<String, _>(7)? == "closed",
+    })
+}
+
+const EVENT_COLUMNS: &str =
+    "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status";
+
+impl Ledger {
+    pub async fn event(&self, id: &EventId) -> Result<Option<DbEvent>, LedgerError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE event_id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(event_from).transpose()
+    }
+
+    pub async fn events(&self) -> Result<Vec<DbEvent>, LedgerError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY event_id");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_from).collect()
+    }
+
+    pub async fn totals(&self, event: &EventId) -> Result<Option<Totals>, LedgerError> {
+        let row = sqlx::query(
+            "SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1",
+        )
+        .bind(event.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Totals {
+                stock: u(&r, 0)?,
+                sold: u(&r, 1)?,
+                released: u(&r, 2)?,
+                leftover: u(&r, 3)?,
+                guard_violations: u(&r, 4)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// An order as flushed (its row, derived from all its records).
+    pub async fn order(
+        &self,
+        id: &OrderId,
+        event: &EventId,
+    ) -> Result<Option<OrderView>, LedgerError> {
+        let row = sqlx::query(
+            "SELECT user_id, quantity, bucket, request_id, status, created_ms FROM orders WHERE order_id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get(4)?;
+        let status = match status.as_str() {
+            "confirmed" => OrderStatus::Confirmed,
+            "cancelled" => OrderStatus::Cancelled,
+            _ => return Ok(None), // voided: the take never became this order
+        };
+        let user: String = row.try_get(0)?;
+        let rid: String = row.try_get(3)?;
+        Ok(Some(OrderView {
+            order_id: id.clone(),
+            event_id: event.clone(),
+            user_id: UserId::parse(user.clone())
+                .map_err(|e| LedgerError::Data(format!("user {user:?}: {e}")))?,
+            quantity: u(&row, 1)? as u32,
+            bucket: u(&row, 2)? as u32,
+            status,
+            request_id: Some(rid).filter(|r| !r.is_empty()),
+            created_at: Some(row.try_get(5)?),
+        }))
+    }
+
+    /// Confirmed orders of an event (what a rebuilt bucket must remember).
+    pub async fn confirmed_orders(&self, event: &EventId) -> Result<Vec<DbOrder>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT order_id, user_id, quantity, bucket, request_id, created_ms FROM orders \
+             WHERE event_id = $1 AND status = 'confirmed' ORDER BY order_id",
+        )
+        .bind(event.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DbOrder {
+                    order_id: r.try_get(0)?,
+                    user: r.try_get(1)?,
+                    qty: u(r, 2)?,
+                    bucket: u(r, 3)?,
+                    request_id: r.try_get(4)?,
+                    at_ms: r.try_get(5)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The ledger's side of an audit, in one snapshot: the totals without the
+    /// records written after the buckets were read, and which of the records
+    /// the buckets still hold are already here.
+    pub async fn audit_view(
+        &self,
+        event: &EventId,
+        cuts: &[StreamCut],
+    ) -> Result<AuditDb, LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        if self.kind == DbKind::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let row = sqlx::query("SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1")
+            .bind(event.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut view = AuditDb::default();
+        if let Some(r) = row {
+            view.totals = Totals {
+                stock: u(&r, 0)?,
+                sold: u(&r, 1)?,
+                released: u(&r, 2)?,
+                leftover: u(&r, 3)?,
+                guard_violations: u(&r, 4)?,
+            };
+        }
+        for cut in cuts {
+            let newer = sqlx::query(
+                "SELECT kind, CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM order_records \
+                 WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq > $3)) GROUP BY kind",
+            )
+            .bind(cut.stream.as_str())
+            .bind(cut.last.ms as i64)
+            .bind(cut.last.seq as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+            for r in &newer {
+                let kind: String = r.try_get(0)?;
+                let q = u(r, 1)?;
+                let t = &mut view.totals;
+                match kind.as_str() {
+                    "o" => t.sold = t.sold.saturating_sub(q),
+                    "c" | "v" => t.released = t.released.saturating_sub(q),
+                    "l" => t.leftover = t.leftover.saturating_sub(q),
+                    _ => {}
+                }
+            }
+            let Some(first) = cut.present.iter().min() else {
+                continue;
+            };
+            let rows = sqlx::query(
+                "SELECT ms, seq FROM order_records WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq >= $3)) \
+                 AND (ms < $4 OR (ms = $4 AND seq <= $5))",
+            )
+            .bind(cut.stream.as_str())
+            .bind(first.ms as i64)
+            .bind(first.seq as i64)
+            .bind(cut.last.ms as i64)
+            .bind(cut.last.seq as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+            let present: HashSet<StreamId> = cut.present.iter().copied().collect();
+            for r in &rows {
+                let id = StreamId {
+                    ms: u(r, 0)?,
+                    seq: u(r, 1)?,
+                };
+                if present.contains(&id) {
+                    view.already.insert((cut.stream.clone(), id));
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(view)
+    }
+}

@@ -1,0 +1,328 @@
+//! An event's life beyond the hot path, across the store and the ledger:
+//! creating it in both, closing it (the end of a sale), and rebuilding it when
+//! Redis lost its state.
+//!
+//! Close: the status goes to `closed` (new purchases are refused), the mover
+//! lease is taken and open transfers completed, every bucket is sealed (stale
+//! instances are refused too), sagas cut off mid-way are settled, each bucket's
+//! leftover stock becomes a leftover record, every stream is drained into the
+//! ledger, the ledger marks the event closed, and the event's keys expire.
+//!
+//! Rebuild: an event the ledger knows as on sale but Redis does not (a Redis
+//! that restarted empty) must not be sold again from full stock. With the
+//! `rebuild` policy the buckets are recreated from the ledger — remaining units,
+//! every user's holdings, every confirmed order and its request id; with
+//! `refuse` the event stays unavailable, with a clear error, until an operator
+//! runs `shardstock recover EVENT`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineError, EventView, now_ms};
+use crate::flusher::{FlushError, Flusher, buckets_of};
+use crate::ids::{EventId, OrderId, UserId};
+use crate::keys::BucketRef;
+use crate::ledger::{DbEvent, Ledger, LedgerError};
+use crate::model::{EventSpec, EventStatus, OrderEntry, split_even};
+use crate::routing::{home, user_hash};
+use crate::store::{CreateMeta, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Flush(#[from] FlushError),
+    #[error("event {0} exists in the ledger")]
+    Exists(EventId),
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl From<StoreError> for LifecycleError {
+    fn from(e: StoreError) -> Self {
+        Self::Engine(e.into())
+    }
+}
+
+/// What to do with an event the ledger has on sale but the store lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostState {
+    /// Recreate the buckets from the ledger.
+    Rebuild,
+    /// Keep the event unavailable until `shardstock recover`.
+    Refuse,
+}
+
+/// How long the keys of a closed event live on (orders are read from the ledger).
+const CLOSED_TTL: Duration = Duration::from_secs(3600);
+
+/// Creates an event in the ledger and the store (refused if either has it).
+pub async fn create<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    spec: EventSpec,
+) -> Result<EventView, LifecycleError> {
+    spec.validate().map_err(EngineError::from)?;
+    if ledger.event(&spec.id).await?.is_some()
+        && engine.store().load_meta(&spec.id).await?.is_none()
+    {
+        return Err(LifecycleError::Exists(spec.id));
+    }
+    let view = engine.create_event(spec.clone()).await?;
+    ledger.register_event(&spec, now_ms()).await?;
+    Ok(view)
+}
+
+/// Ensures a configured event exists: created when neither side knows it,
+/// left alone when the store has it; when only the ledger has it, the start-up
+/// rebuild decides.
+pub async fn ensure<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    spec: EventSpec,
+) -> Result<bool, LifecycleError> {
+    if engine.store().load_meta(&spec.id).await?.is_some() {
+        engine.ensure_event(spec.clone()).await?;
+        ledger.register_event(&spec, now_ms()).await?;
+        return Ok(false);
+    }
+    if ledger.event(&spec.id).await?.is_some() {
+        return Ok(false);
+    }
+    create(engine, ledger, spec).await.map(|_| true)
+}
+
+/// Ends a sale: see the module docs. Idempotent; returns the final view.
+pub async fn close<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    flusher: &mut Flusher<S>,
+    event: &EventId,
+    stop: &CancellationToken,
+) -> Result<EventView, LifecycleError> {
+    let store = engine.store();
+    let meta = engine.reload(event).await?;
+    if meta.status != EventStatus::Closed {
+        store
+            .set_status(event, meta.status, EventStatus::Closed)
+            .await?;
+    }
+    let meta = engine.reload(event).await?;
+    let owner = format!("{}/close", engine.instance());
+    let token = take_lease(engine, event, &owner).await?;
+    let result = async {
+        crate::mover::complete_open(store, &meta, token)
+            .await
+            .map_err(EngineError::from)?;
+        let buckets = buckets_of(&meta);
+        for b in &buckets {
+            store.seal(b).await.or_else(ignore_stale)?;
+        }
+        for b in &buckets {
+            for (rid, record) in store.pending(b).await.or_else(ignore_stale_vec)? {
+                engine.settle_pending(&meta, b.index, &rid, &record).await?;
+            }
+        }
+        for b in &buckets {
+            store
+                .retire(b, now_ms())
+                .await
+                .or_else(|e| ignore_stale(e).map(|_| None))?;
+        }
+        flusher.drain(&buckets, stop).await?;
+        ledger.close_event(event, now_ms()).await?;
+        for b in &buckets {
+            store
+                .expire_bucket(b, CLOSED_TTL.as_millis() as u64)
+                .await
+                .or_else(|e| ignore_stale(e).map(drop))?;
+        }
+        Ok::<_, LifecycleError>(())
+    }
+    .await;
+    let _ = store.release_lease(event, &owner, token).await;
+    result?;
+    engine.forget(event);
+    final_view(engine, ledger, event).await
+}
+
+fn ignore_stale(e: StoreError) -> Result<u64, StoreError> {
+    match e {
+        StoreError::Stale(_) => Ok(0),
+        e => Err(e),
+    }
+}
+
+fn ignore_stale_vec<T>(e: StoreError) -> Result<Vec<T>, StoreError> {
+    ignore_stale(e).map(|_| Vec::new())
+}
+
+async fn take_lease<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    owner: &str,
+) -> Result<u64, LifecycleError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(token) = engine.store().acquire_lease(event, owner, 30_000).await? {
+            return Ok(token);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(LifecycleError::Busy(format!(
+                "the mover lease of {event} stayed busy"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The view of a closed event, from the ledger (its buckets are retired).
+pub async fn final_view<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    event: &EventId,
+) -> Result<EventView, LifecycleError> {
+    let mut view = match engine.view(event).await {
+        Ok(view) => view,
+        Err(EngineError::UnknownEvent(_) | EngineError::Store(StoreError::Stale(_))) => {
+            let db = ledger
+                .event(event)
+                .await?
+                .ok_or_else(|| EngineError::UnknownEvent(event.clone()))?;
+            EventView::new(
+                &crate::model::EventMeta {
+                    spec: db.spec.clone(),
+                    status: EventStatus::Closed,
+                    generation: 0,
+                    seq: 0,
+                    sold_out: None,
+                    created_ms: 0,
+                },
+                &[],
+                now_ms(),
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(t) = ledger.totals(event).await? {
+        view.remaining = 0;
+        view.sold = t.sold.saturating_sub(t.released);
+        view.leftover = Some(t.leftover);
+        view.status = "closed";
+        for b in &mut view.buckets {
+            b.remaining = 0;
+        }
+        view.skew = 1.0;
+    }
+    Ok(view)
+}
+
+/// Rebuilds events the ledger has on sale and the store lost. Returns the
+/// events rebuilt and the events refused.
+pub async fn recover_lost<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    policy: LostState,
+) -> Result<(Vec<EventId>, Vec<EventId>), LifecycleError> {
+    let (mut rebuilt, mut refused) = (Vec::new(), Vec::new());
+    for db in ledger.events().await? {
+        if db.closed || engine.store().load_meta(&db.spec.id).await?.is_some() {
+            continue;
+        }
+        match policy {
+            LostState::Rebuild => {
+                rebuild(engine, ledger, &db).await?;
+                rebuilt.push(db.spec.id.clone());
+            }
+            LostState::Refuse => {
+                tracing::error!(
+                    event = %db.spec.id,
+                    "the store lost this event, which the ledger has on sale; it stays unavailable \
+                     until an operator runs `shardstock recover {}`",
+                    db.spec.id
+                );
+                refused.push(db.spec.id.clone());
+            }
+        }
+    }
+    Ok((rebuilt, refused))
+}
+
+/// Recreates an event's buckets from the ledger (see the module docs).
+pub async fn rebuild<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    db: &DbEvent,
+) -> Result<(), LifecycleError> {
+    let spec = &db.spec;
+    let store = engine.store();
+    let totals = ledger.totals(&spec.id).await?.unwrap_or_default();
+    let remaining = spec
+        .stock
+        .saturating_sub(totals.sold.saturating_sub(totals.released) + totals.leftover);
+    match store.create_meta(spec, now_ms()).await? {
+        CreateMeta::Created => {}
+        CreateMeta::Exists(meta) if meta.status == EventStatus::Creating => {}
+        CreateMeta::Exists(_) => return Ok(()),
+    }
+    store.register_event(&spec.id).await?;
+    let orders = ledger.confirmed_orders(&spec.id).await?;
+    let mut holdings: HashMap<u32, HashMap<UserId, u64>> = HashMap::new();
+    let mut entries: HashMap<u32, Vec<(OrderId, OrderEntry)>> = HashMap::new();
+    for o in orders {
+        let Ok(user) = UserId::parse(o.user.clone()) else {
+            continue;
+        };
+        let h = home(user_hash(&user), spec.buckets);
+        *holdings
+            .entry(h)
+            .or_default()
+            .entry(user.clone())
+            .or_default() += o.qty;
+        let entry = OrderEntry {
+            cancelled: false,
+            user: user.clone(),
+            qty: o.qty as u32,
+            bucket: o.bucket as u32,
+            request_id: if o.request_id.is_empty() {
+                String::new()
+            } else {
+                format!("{user}/{}", o.request_id)
+            },
+            at_ms: o.at_ms,
+        };
+        entries
+            .entry(h)
+            .or_default()
+            .push((OrderId::from_stored(o.order_id), entry));
+    }
+    for (b, units) in split_even(remaining, spec.buckets).into_iter().enumerate() {
+        let bucket = BucketRef::new(&spec.id, 0, b as u32);
+        store.init_bucket(&bucket, units).await?;
+        let users: Vec<(UserId, u64)> = holdings
+            .remove(&(b as u32))
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let orders = entries.remove(&(b as u32)).unwrap_or_default();
+        for chunk in users.chunks(500) {
+            store.restore(&bucket, chunk, &[]).await?;
+        }
+        for chunk in orders.chunks(500) {
+            store.restore(&bucket, &[], chunk).await?;
+        }
+    }
+    store
+        .set_status(&spec.id, EventStatus::Creating, EventStatus::OnSale)
+        .await?;
+    engine.forget(&spec.id);
+    tracing::warn!(event = %spec.id, remaining, "rebuilt the event's buckets from the ledger");
+    Ok(())
+}
