@@ -204,6 +204,7 @@ pub async fn final_view<S: Store>(
                     seq: 0,
                     sold_out: None,
                     created_ms: 0,
+                    retired: Vec::new(),
                 },
                 &[],
                 now_ms(),
@@ -273,6 +274,9 @@ pub async fn rebuild<S: Store>(
         CreateMeta::Exists(_) => return Ok(()),
     }
     store.register_event(&spec.id).await?;
+    // A fresh generation: no stream of the rebuilt buckets reuses an old name.
+    let generation = ledger.max_generation(&spec.id).await?.map_or(0, |g| g + 1);
+    store.set_layout(&spec.id, generation, spec.buckets, &[]).await?;
     let orders = ledger.confirmed_orders(&spec.id).await?;
     let mut holdings: HashMap<u32, HashMap<UserId, u64>> = HashMap::new();
     let mut entries: HashMap<u32, Vec<(OrderId, OrderEntry)>> = HashMap::new();
@@ -304,7 +308,7 @@ pub async fn rebuild<S: Store>(
             .push((OrderId::from_stored(o.order_id), entry));
     }
     for (b, units) in split_even(remaining, spec.buckets).into_iter().enumerate() {
-        let bucket = BucketRef::new(&spec.id, 0, b as u32);
+        let bucket = BucketRef::new(&spec.id, generation, b as u32);
         store.init_bucket(&bucket, units).await?;
         let users: Vec<(UserId, u64)> = holdings
             .remove(&(b as u32))

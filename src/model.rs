@@ -128,13 +128,33 @@ pub struct EventMeta {
     /// `Some((seq, at_ms))`: at `seq`, a consistent probe found the whole event empty.
     pub sold_out: Option<(u64, i64)>,
     pub created_ms: i64,
+    /// Older layouts `(generation, buckets)` whose buckets may still hold
+    /// records not yet flushed (a reshard in progress or just done).
+    pub retired: Vec<(u32, u32)>,
 }
 
 impl EventMeta {
     /// The bucket layouts that may still hold units or records: `(generation,
     /// bucket count)`, the current one first.
     pub fn layouts(&self) -> Vec<(u32, u32)> {
-        vec![(self.generation, self.spec.buckets)]
+        let mut all = vec![(self.generation, self.spec.buckets)];
+        all.extend(self.retired.iter().copied());
+        all
+    }
+
+    /// Encodes retired layouts for the meta hash: `gen:count,gen:count`.
+    pub fn encode_layouts(layouts: &[(u32, u32)]) -> String {
+        layouts.iter().map(|(g, n)| format!("{g}:{n}")).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn decode_layouts(s: &str) -> Option<Vec<(u32, u32)>> {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (g, n) = p.split_once(':')?;
+                Some((g.parse().ok()?, n.parse().ok()?))
+            })
+            .collect()
     }
 
     /// True when the sold-out mark is current (same seq, younger than `max_age_ms`).

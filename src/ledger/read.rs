@@ -152,6 +152,21 @@ impl Ledger {
         }))
     }
 
+    /// The highest bucket-layout generation any record of the event came from.
+    pub async fn max_generation(&self, event: &EventId) -> Result<Option<u32>, LedgerError> {
+        let rows = sqlx::query("SELECT DISTINCT stream FROM order_records WHERE event_id = $1")
+            .bind(event.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut max = None;
+        for row in &rows {
+            let stream: String = row.try_get(0)?;
+            let generation = stream.rsplit('#').nth(1).and_then(|g| g.parse::<u32>().ok());
+            max = max.max(generation);
+        }
+        Ok(max)
+    }
+
     /// Confirmed orders of an event (what a rebuilt bucket must remember).
     pub async fn confirmed_orders(&self, event: &EventId) -> Result<Vec<DbOrder>, LedgerError> {
         let rows = sqlx::query(

@@ -200,6 +200,7 @@ impl Store for MemoryStore {
             seq: 0,
             sold_out: None,
             created_ms: now_ms,
+            retired: Vec::new(),
         };
         events.insert(
             spec.id.clone(),
@@ -240,6 +241,16 @@ impl Store for MemoryStore {
                 ok
             })
             .unwrap_or(false))
+    }
+
+    async fn set_layout(&self, event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Result<bool, StoreError> {
+        Ok(self
+            .with_event(event, |s| {
+                s.meta.generation = generation;
+                s.meta.spec.buckets = buckets;
+                s.meta.retired = retired.to_vec();
+            })
+            .is_some())
     }
 
     async fn bump_seq(&self, event: &EventId) -> Result<u64, StoreError> {

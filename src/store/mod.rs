@@ -292,6 +292,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         to: EventStatus,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Routes the event to layout `generation` with `buckets` buckets; `retired`
+    /// lists older layouts that may still hold records. False without meta.
+    fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Increments the event's seq (after units were added to a bucket); returns the new value.
     fn bump_seq(&self, event: &EventId) -> impl Future<Output = Result<u64, StoreError>> + Send;
 

@@ -70,6 +70,7 @@ struct Scripts {
     retire: Script,
     audit_bucket: Script,
     restore: Script,
+    set_layout: Script,
 }
 
 impl Scripts {
@@ -98,10 +99,11 @@ impl Scripts {
             retire: s(include_str!("../../lua/retire.lua")),
             audit_bucket: s(include_str!("../../lua/audit_bucket.lua")),
             restore: s(include_str!("../../lua/restore.lua")),
+            set_layout: s(include_str!("../../lua/set_layout.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 22] {
+    fn all(&self) -> [&Script; 23] {
         [
             &self.purchase,
             &self.take,
@@ -125,6 +127,7 @@ impl Scripts {
             &self.retire,
             &self.audit_bucket,
             &self.restore,
+            &self.set_layout,
         ]
     }
 }
@@ -365,6 +368,7 @@ fn parse_meta(fields: std::collections::HashMap<String, String>) -> Result<Event
         seq: num("seq")?,
         sold_out,
         created_ms: num("created")? as i64,
+        retired: EventMeta::decode_layouts(fields.get("retired").map_or("", String::as_str)).ok_or_else(|| bad("retired"))?,
     })
 }
 
@@ -445,6 +449,13 @@ impl Store for RedisStore {
         let keys = vec![self.event_keys(event).meta];
         let args = vec![from.as_str().to_owned(), to.as_str().to_owned()];
         let v = self.eval(&self.scripts.set_status, keys, args).await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn set_layout(&self, event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Result<bool, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        let args = vec![generation.to_string(), buckets.to_string(), EventMeta::encode_layouts(retired)];
+        let v = self.eval(&self.scripts.set_layout, keys, args).await?;
         Ok(num(&v)? == 1)
     }
 
