@@ -18,7 +18,11 @@
 //! - [`engine`]: the purchase fast path and saga, cancels, views — written once
 //!   above `Store`.
 //! - [`mover`]: fenced, journaled transfers between buckets (consolidation).
+//! - [`bench`]: the benchmark harness (workload, runner, report), the five
+//!   baselines (PostgreSQL and single-key Redis) and the raw Redis ceiling.
 
+/// The benchmark harness, its baseline strategies and the Redis ceiling.
+pub mod bench;
 /// Settings from `config/*.toml`.
 pub mod config;
 /// Routing, the purchase saga, cancels and views above the store.
