@@ -55,28 +55,22 @@ async fn main() -> anyhow::Result<()> {
     };
     let progress = !args.json;
     let c = w.concurrency;
-    let reports: Vec<Report> = vec![
-        run(&PgForUpdate::connect(&args.pg, c).await?, &w, progress).await?,
-        run(
-            &PgConditionalUpdate::connect(&args.pg, c).await?,
-            &w,
-            progress,
-        )
-        .await?,
-        run(&PgVersionCas::connect(&args.pg, c).await?, &w, progress).await?,
-        run(
-            &RedisDecrRollback::connect(&args.redis).await?,
-            &w,
-            progress,
-        )
-        .await?,
-        run(
-            &RedisLuaSingleKey::connect(&args.redis).await?,
-            &w,
-            progress,
-        )
-        .await?,
-    ];
+    // One at a time, each PostgreSQL pool closed before the next opens: two
+    // pools of 64 exceed PostgreSQL's default max_connections of 100.
+    let mut reports: Vec<Report> = Vec::new();
+    let s = PgForUpdate::connect(&args.pg, c).await?;
+    reports.push(run(&s, &w, progress).await?);
+    s.close().await;
+    let s = PgConditionalUpdate::connect(&args.pg, c).await?;
+    reports.push(run(&s, &w, progress).await?);
+    s.close().await;
+    let s = PgVersionCas::connect(&args.pg, c).await?;
+    reports.push(run(&s, &w, progress).await?);
+    s.close().await;
+    let s = RedisDecrRollback::connect(&args.redis).await?;
+    reports.push(run(&s, &w, progress).await?);
+    let s = RedisLuaSingleKey::connect(&args.redis).await?;
+    reports.push(run(&s, &w, progress).await?);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {

@@ -77,7 +77,7 @@ pub struct Report {
 
 impl Report {
     /// Builds the report from the merged tally of a run.
-    pub fn new(
+    pub(crate) fn new(
         strategy: String,
         claims_no_oversell: bool,
         w: &Workload,

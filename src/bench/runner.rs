@@ -12,6 +12,9 @@
 //! `unsafe` or an `Arc` in the signature. Every strategy's I/O (fred's
 //! connection tasks, sqlx's pool) runs on the runtime's worker threads anyway;
 //! only the few microseconds of client-side bookkeeping share one thread.
+//! Measured on the 2-core machine (release, single-key Lua, C=64, A=200,000):
+//! one task 114k–165k attempts/s, 64 spawned tasks 102k–109k — the single
+//! task is no bottleneck (fewer cross-thread wake-ups, if anything).
 //!
 //! What the numbers mean is left to [`Report`].
 
@@ -33,7 +36,7 @@ const LATENCY_MAX_US: u64 = 3_600_000_000;
 
 /// What one client (or, merged, all of them) saw.
 #[derive(Debug, Clone)]
-pub struct Tally {
+pub(crate) struct Tally {
     pub attempts: u64,
     pub purchases_ok: u64,
     pub units_sold: u64,

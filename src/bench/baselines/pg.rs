@@ -120,9 +120,21 @@ impl PgItem {
             .await?;
         let mut held = Vec::with_capacity(self.pool_size);
         for _ in 0..self.pool_size {
-            held.push(self.pool.acquire().await?);
+            let conn = self.pool.acquire().await.map_err(|e| {
+                BenchError::Unavailable(format!(
+                    "cannot open {} connections to PostgreSQL ({e}): every pool open at once \
+                     shares its max_connections (100 by default); close the pools of \
+                     strategies already run",
+                    self.pool_size
+                ))
+            })?;
+            held.push(conn);
         }
         Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
     }
 
     async fn remaining(&self) -> Result<i64, BenchError> {
@@ -204,6 +216,13 @@ macro_rules! pg_strategy {
                 Ok(Self {
                     db: PgItem::connect(url, concurrency, $name).await?,
                 })
+            }
+
+            /// Closes the pool (waiting for its connections to end), so the
+            /// next strategy can open its own within PostgreSQL's
+            /// `max_connections`. The strategy cannot run again afterwards.
+            pub async fn close(&self) {
+                self.db.close().await;
             }
         }
 
