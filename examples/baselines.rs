@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example baselines -- --stock 10000 --attempts 50000 --concurrency 64
+//! cargo run --release --example baselines -- --only redis --stock 1000000 --attempts 500000
 //! ```
 //!
 //! Prints each report (or, with `--json`, one JSON array), then the ceiling
@@ -39,6 +40,9 @@ struct Args {
     redis: String,
     #[arg(long)]
     json: bool,
+    /// Run only the strategies whose name contains this (e.g. `redis`, `pg`).
+    #[arg(long, default_value = "")]
+    only: String,
 }
 
 #[tokio::main]
@@ -58,19 +62,30 @@ async fn main() -> anyhow::Result<()> {
     // One at a time, each PostgreSQL pool closed before the next opens: two
     // pools of 64 exceed PostgreSQL's default max_connections of 100.
     let mut reports: Vec<Report> = Vec::new();
-    let s = PgForUpdate::connect(&args.pg, c).await?;
-    reports.push(run(&s, &w, progress).await?);
-    s.close().await;
-    let s = PgConditionalUpdate::connect(&args.pg, c).await?;
-    reports.push(run(&s, &w, progress).await?);
-    s.close().await;
-    let s = PgVersionCas::connect(&args.pg, c).await?;
-    reports.push(run(&s, &w, progress).await?);
-    s.close().await;
-    let s = RedisDecrRollback::connect(&args.redis).await?;
-    reports.push(run(&s, &w, progress).await?);
-    let s = RedisLuaSingleKey::connect(&args.redis).await?;
-    reports.push(run(&s, &w, progress).await?);
+    let wanted = |name: &str| name.contains(&args.only);
+    if wanted("pg-for-update") {
+        let s = PgForUpdate::connect(&args.pg, c).await?;
+        reports.push(run(&s, &w, progress).await?);
+        s.close().await;
+    }
+    if wanted("pg-conditional-update") {
+        let s = PgConditionalUpdate::connect(&args.pg, c).await?;
+        reports.push(run(&s, &w, progress).await?);
+        s.close().await;
+    }
+    if wanted("pg-version-cas") {
+        let s = PgVersionCas::connect(&args.pg, c).await?;
+        reports.push(run(&s, &w, progress).await?);
+        s.close().await;
+    }
+    if wanted("redis-decr-rollback") {
+        let s = RedisDecrRollback::connect(&args.redis).await?;
+        reports.push(run(&s, &w, progress).await?);
+    }
+    if wanted("redis-lua-single-key") {
+        let s = RedisLuaSingleKey::connect(&args.redis).await?;
+        reports.push(run(&s, &w, progress).await?);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {

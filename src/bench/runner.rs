@@ -121,10 +121,12 @@ pub async fn run<S: Strategy>(
 ) -> anyhow::Result<Report> {
     let picker = Picker::new(w)?;
     let name = strategy.name();
-    strategy
-        .prepare(w)
-        .await
-        .with_context(|| format!("{name}: prepare"))?;
+    if let Err(e) = strategy.prepare(w).await {
+        // A half-done prepare may have left a row or a key: remove it, but
+        // report the prepare's error, which is the one that matters.
+        let _ = strategy.cleanup().await;
+        return Err(e.context(format!("{name}: prepare")));
+    }
     // Whatever happens after `prepare`, `cleanup` runs; the first error wins.
     let measured = drive(strategy, &picker, w, progress).await;
     let remaining = match &measured {
