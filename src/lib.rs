@@ -27,11 +27,15 @@
 //! - [`gauges`]: the background task that keeps bucket gauges fresh.
 //! - [`app`]: `Application`: build from settings, run until stopped.
 //! - [`cli`]: the clap command line the binary parses.
+//! - [`bench`]: the benchmark harness (workload, runner, report), the five
+//!   baselines (PostgreSQL and single-key Redis) and the raw Redis ceiling.
 
 /// Build and run the service.
 pub mod app;
 /// The conservation audit.
 pub mod audit;
+/// The benchmark harness, its baseline strategies and the Redis ceiling.
+pub mod bench;
 /// The command line.
 pub mod cli;
 /// Settings from `config/*.toml`.

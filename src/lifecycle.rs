@@ -276,7 +276,9 @@ pub async fn rebuild<S: Store>(
     store.register_event(&spec.id).await?;
     // A fresh generation: no stream of the rebuilt buckets reuses an old name.
     let generation = ledger.max_generation(&spec.id).await?.map_or(0, |g| g + 1);
-    store.set_layout(&spec.id, generation, spec.buckets, &[]).await?;
+    store
+        .set_layout(&spec.id, generation, spec.buckets, &[])
+        .await?;
     let orders = ledger.confirmed_orders(&spec.id).await?;
     let mut holdings: HashMap<u32, HashMap<UserId, u64>> = HashMap::new();
     let mut entries: HashMap<u32, Vec<(OrderId, OrderEntry)>> = HashMap::new();

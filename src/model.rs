@@ -144,7 +144,11 @@ impl EventMeta {
 
     /// Encodes retired layouts for the meta hash: `gen:count,gen:count`.
     pub fn encode_layouts(layouts: &[(u32, u32)]) -> String {
-        layouts.iter().map(|(g, n)| format!("{g}:{n}")).collect::<Vec<_>>().join(",")
+        layouts
+            .iter()
+            .map(|(g, n)| format!("{g}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     pub fn decode_layouts(s: &str) -> Option<Vec<(u32, u32)>> {

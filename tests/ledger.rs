@@ -46,7 +46,12 @@ async fn rig<S: Store>(engine: Engine<S>) -> Rig<S> {
     };
     let ledger = Ledger::connect(&url, 4).await.unwrap();
     let engine = Arc::new(engine);
-    let flusher = Flusher::new(engine.clone(), ledger.clone(), format!("test-{}", rand::random::<u32>()), options());
+    let flusher = Flusher::new(
+        engine.clone(),
+        ledger.clone(),
+        format!("test-{}", rand::random::<u32>()),
+        options(),
+    );
     Rig {
         engine,
         ledger,
@@ -66,7 +71,11 @@ fn req(event: &EventId, u: &str, qty: u32, rid: Option<String>) -> PurchaseReque
 
 /// A sale with fast and slow purchases, replays and cancels; returns the
 /// orders answered (order id → (qty, cancelled)).
-async fn sale<S: Store>(r: &Rig<S>, event: &EventId, attempts: usize) -> HashMap<String, (u32, bool)> {
+async fn sale<S: Store>(
+    r: &Rig<S>,
+    event: &EventId,
+    attempts: usize,
+) -> HashMap<String, (u32, bool)> {
     let answered: Arc<std::sync::Mutex<HashMap<String, (u32, bool)>>> = Arc::default();
     let tasks: Vec<_> = (0..16)
         .map(|t| {
@@ -74,13 +83,24 @@ async fn sale<S: Store>(r: &Rig<S>, event: &EventId, attempts: usize) -> HashMap
             tokio::spawn(async move {
                 for i in 0..attempts / 16 {
                     let u = format!("u-{}", (t * 31 + i * 7) % 50);
-                    let out = engine.purchase(&req(&event, &u, 1 + (i % 3) as u32, Some(format!("r{t}-{i}")))).await.unwrap();
+                    let out = engine
+                        .purchase(&req(
+                            &event,
+                            &u,
+                            1 + (i % 3) as u32,
+                            Some(format!("r{t}-{i}")),
+                        ))
+                        .await
+                        .unwrap();
                     if let Ok(order) = out.result {
                         let cancel = i % 7 == 0;
                         if cancel {
                             engine.cancel(order.order_id.as_str()).await.unwrap();
                         }
-                        answered.lock().unwrap().insert(order.order_id.to_string(), (order.quantity, cancel));
+                        answered
+                            .lock()
+                            .unwrap()
+                            .insert(order.order_id.to_string(), (order.quantity, cancel));
                     }
                 }
             })
@@ -99,7 +119,9 @@ async fn create<S: Store>(r: &Rig<S>, id: &EventId, stock: u64, buckets: u32) {
     lifecycle::create(&r.engine, &r.ledger, s).await.unwrap();
 }
 
-async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Store>(engine: Engine<S>) {
+async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Store>(
+    engine: Engine<S>,
+) {
     let mut r = rig(engine).await;
     let id = event_id("flush");
     create(&r, &id, 300, 8).await;
@@ -108,23 +130,42 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
     r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
     for (oid, (qty, cancelled)) in &answered {
         let (order_id, event, _) = shardstock::ids::OrderId::parse(oid).unwrap();
-        let row = r.ledger.order(&order_id, &event).await.unwrap().unwrap_or_else(|| panic!("{oid} not in the ledger"));
+        let row = r
+            .ledger
+            .order(&order_id, &event)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{oid} not in the ledger"));
         assert_eq!(row.quantity, *qty);
-        let want = if *cancelled { OrderStatus::Cancelled } else { OrderStatus::Confirmed };
+        let want = if *cancelled {
+            OrderStatus::Cancelled
+        } else {
+            OrderStatus::Confirmed
+        };
         assert_eq!(row.status, want, "{oid}");
     }
     let totals = r.ledger.totals(&id).await.unwrap().unwrap();
     let sold: u64 = answered.values().map(|(q, _)| u64::from(*q)).sum();
-    let cancelled: u64 = answered.values().filter(|(_, c)| *c).map(|(q, _)| u64::from(*q)).sum();
+    let cancelled: u64 = answered
+        .values()
+        .filter(|(_, c)| *c)
+        .map(|(q, _)| u64::from(*q))
+        .sum();
     assert_eq!(totals.sold, sold, "every answered unit flushed once");
     assert_eq!(totals.released, cancelled);
     let view = r.engine.view(&id).await.unwrap();
     assert_eq!(totals.sold - totals.released, view.sold);
-    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id).await.unwrap();
+    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
     assert!(audit.balanced, "{audit:?}");
     assert_eq!((audit.sold_unflushed, audit.released_unflushed), (0, 0));
     for b in buckets_of(&meta) {
-        assert_eq!(r.engine.store().stream_len(&b).await.unwrap(), 0, "flushed records are trimmed");
+        assert_eq!(
+            r.engine.store().stream_len(&b).await.unwrap(),
+            0,
+            "flushed records are trimmed"
+        );
     }
 }
 
@@ -133,17 +174,40 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
     let id = event_id("audit");
     create(&r, &id, 200, 4).await;
     sale(&r, &id, 160).await;
-    let a = shardstock::audit::audit(&r.engine, &r.ledger, &id).await.unwrap();
-    assert!(a.balanced && a.sold_unflushed > 0 && a.sold_flushed == 0, "{a:?}");
+    let a = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(
+        a.balanced && a.sold_unflushed > 0 && a.sold_flushed == 0,
+        "{a:?}"
+    );
     // Half flushed: still balanced, split differently.
     let meta = r.engine.meta(&id).await.unwrap();
-    let mut partial = Flusher::new(r.engine.clone(), r.ledger.clone(), "partial".into(), FlushOptions { batch: 20, ..options() });
-    partial.flush_once(&buckets_of(&meta), &r.stop).await.unwrap();
-    let b = shardstock::audit::audit(&r.engine, &r.ledger, &id).await.unwrap();
-    assert!(b.balanced && b.sold_flushed > 0 && b.sold_unflushed > 0, "{b:?}");
+    let mut partial = Flusher::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        "partial".into(),
+        FlushOptions {
+            batch: 20,
+            ..options()
+        },
+    );
+    partial
+        .flush_once(&buckets_of(&meta), &r.stop)
+        .await
+        .unwrap();
+    let b = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(
+        b.balanced && b.sold_flushed > 0 && b.sold_unflushed > 0,
+        "{b:?}"
+    );
     assert_eq!(b.sold_flushed + b.sold_unflushed, a.sold_unflushed);
     r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
-    let c = shardstock::audit::audit(&r.engine, &r.ledger, &id).await.unwrap();
+    let c = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
     assert!(c.balanced && c.sold_unflushed == 0, "{c:?}");
 }
 
@@ -152,23 +216,44 @@ async fn close_drains_everything_and_refuses_later_purchases<S: Store>(engine: E
     let id = event_id("close");
     create(&r, &id, 100, 4).await;
     let answered = sale(&r, &id, 64).await;
-    let view = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop).await.unwrap();
-    let net: u64 = answered.values().filter(|(_, c)| !c).map(|(q, _)| u64::from(*q)).sum();
+    let view = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
+    let net: u64 = answered
+        .values()
+        .filter(|(_, c)| !c)
+        .map(|(q, _)| u64::from(*q))
+        .sum();
     assert_eq!((view.status, view.sold, view.remaining), ("closed", net, 0));
     assert_eq!(view.leftover, Some(100 - net));
     let totals = r.ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!(totals.sold - totals.released + totals.leftover, 100);
-    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id).await.unwrap();
+    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
     assert!(audit.balanced, "{audit:?}");
     let late = r.engine.purchase(&req(&id, "late", 1, None)).await;
-    assert!(matches!(late, Err(shardstock::EngineError::NotOnSale { .. })), "{late:?}");
+    assert!(
+        matches!(late, Err(shardstock::EngineError::NotOnSale { .. })),
+        "{late:?}"
+    );
     assert!(r.ledger.event(&id).await.unwrap().unwrap().closed);
     // Closing again changes nothing.
-    let again = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop).await.unwrap();
+    let again = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
     assert_eq!(again.leftover, view.leftover);
 }
 
-fn record(stream: &str, event: &EventId, seq: u64, kind: RecordKind, oid: &str, qty: u64, bucket: u32) -> FlushRecord {
+fn record(
+    stream: &str,
+    event: &EventId,
+    seq: u64,
+    kind: RecordKind,
+    oid: &str,
+    qty: u64,
+    bucket: u32,
+) -> FlushRecord {
     FlushRecord {
         stream: stream.to_owned(),
         event: event.to_string(),
@@ -219,11 +304,18 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
     for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
         let ledger = sqlite_ledger_with(&id, 10).await;
         for i in order {
-            ledger.apply(std::slice::from_ref(&all[i]), 0).await.unwrap();
+            ledger
+                .apply(std::slice::from_ref(&all[i]), 0)
+                .await
+                .unwrap();
         }
         let (o, e, _) = shardstock::ids::OrderId::parse(&oid).unwrap();
         let row = ledger.order(&o, &e).await.unwrap().unwrap();
-        assert_eq!((row.status, row.bucket, row.quantity), (OrderStatus::Cancelled, 0, 2), "{order:?}");
+        assert_eq!(
+            (row.status, row.bucket, row.quantity),
+            (OrderStatus::Cancelled, 0, 2),
+            "{order:?}"
+        );
         let t = ledger.totals(&id).await.unwrap().unwrap();
         assert_eq!((t.sold, t.released), (4, 4));
     }
@@ -233,9 +325,15 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
 async fn the_database_guard_alarms_on_an_oversell() {
     let id = event_id("guard");
     let ledger = sqlite_ledger_with(&id, 3).await;
-    let ok = ledger.apply(&[record("s#0#0", &id, 1, RecordKind::Order, "o1", 3, 0)], 0).await.unwrap();
+    let ok = ledger
+        .apply(&[record("s#0#0", &id, 1, RecordKind::Order, "o1", 3, 0)], 0)
+        .await
+        .unwrap();
     assert!(ok.guard_violations.is_empty());
-    let over = ledger.apply(&[record("s#0#0", &id, 2, RecordKind::Order, "o2", 1, 0)], 0).await.unwrap();
+    let over = ledger
+        .apply(&[record("s#0#0", &id, 2, RecordKind::Order, "o2", 1, 0)], 0)
+        .await
+        .unwrap();
     assert_eq!(over.guard_violations, vec![id.to_string()]);
     let t = ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!((t.sold, t.guard_violations), (4, 1), "written, and counted");
@@ -249,7 +347,11 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
     let mut bought = HashMap::new();
     for i in 0..20 {
         let u = format!("u-{}", i % 4);
-        let out = r.engine.purchase(&req(&id, &u, 3, Some(format!("k{i}")))).await.unwrap();
+        let out = r
+            .engine
+            .purchase(&req(&id, &u, 3, Some(format!("k{i}"))))
+            .await
+            .unwrap();
         if let Ok(o) = out.result {
             *bought.entry(u).or_insert(0) += 3;
             let _ = o;
@@ -260,19 +362,40 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
     let before = r.engine.view(&id).await.unwrap();
     // The store restarts empty; the ledger remembers.
     let fresh = Arc::new(Engine::new(MemoryStore::new(), EngineOptions::default()));
-    let (rebuilt, refused) = lifecycle::recover_lost(&fresh, &r.ledger, LostState::Rebuild).await.unwrap();
+    let (rebuilt, refused) = lifecycle::recover_lost(&fresh, &r.ledger, LostState::Rebuild)
+        .await
+        .unwrap();
     assert_eq!((rebuilt, refused.len()), (vec![id.clone()], 0));
     let after = fresh.view(&id).await.unwrap();
-    assert_eq!((after.remaining, after.sold), (before.remaining, before.sold));
+    assert_eq!(
+        (after.remaining, after.sold),
+        (before.remaining, before.sold)
+    );
     // Limits still hold, replays still answer.
-    let limited = fresh.purchase(&req(&id, "u-0", 3, Some("new".into()))).await.unwrap();
-    assert_eq!(limited.result, Err(Refusal::LimitExceeded { limit: 12, held: 12 }));
-    let replay = fresh.purchase(&req(&id, "u-0", 3, Some("k0".into()))).await.unwrap();
+    let limited = fresh
+        .purchase(&req(&id, "u-0", 3, Some("new".into())))
+        .await
+        .unwrap();
+    assert_eq!(
+        limited.result,
+        Err(Refusal::LimitExceeded {
+            limit: 12,
+            held: 12
+        })
+    );
+    let replay = fresh
+        .purchase(&req(&id, "u-0", 3, Some("k0".into())))
+        .await
+        .unwrap();
     assert!(replay.replayed && replay.result.is_ok(), "{replay:?}");
-    let audit = shardstock::audit::audit(&fresh, &r.ledger, &id).await.unwrap();
+    let audit = shardstock::audit::audit(&fresh, &r.ledger, &id)
+        .await
+        .unwrap();
     assert!(audit.balanced, "{audit:?}");
     let refuse = Arc::new(Engine::new(MemoryStore::new(), EngineOptions::default()));
-    let (rebuilt, refused) = lifecycle::recover_lost(&refuse, &r.ledger, LostState::Refuse).await.unwrap();
+    let (rebuilt, refused) = lifecycle::recover_lost(&refuse, &r.ledger, LostState::Refuse)
+        .await
+        .unwrap();
     assert!(rebuilt.is_empty() && refused.contains(&id));
     let _ = stream_name;
 }

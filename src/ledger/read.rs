@@ -161,7 +161,10 @@ impl Ledger {
         let mut max = None;
         for row in &rows {
             let stream: String = row.try_get(0)?;
-            let generation = stream.rsplit('#').nth(1).and_then(|g| g.parse::<u32>().ok());
+            let generation = stream
+                .rsplit('#')
+                .nth(1)
+                .and_then(|g| g.parse::<u32>().ok());
             max = max.max(generation);
         }
         Ok(max)

@@ -243,7 +243,13 @@ impl Store for MemoryStore {
             .unwrap_or(false))
     }
 
-    async fn set_layout(&self, event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Result<bool, StoreError> {
+    async fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
         Ok(self
             .with_event(event, |s| {
                 s.meta.generation = generation;

@@ -368,7 +368,8 @@ fn parse_meta(fields: std::collections::HashMap<String, String>) -> Result<Event
         seq: num("seq")?,
         sold_out,
         created_ms: num("created")? as i64,
-        retired: EventMeta::decode_layouts(fields.get("retired").map_or("", String::as_str)).ok_or_else(|| bad("retired"))?,
+        retired: EventMeta::decode_layouts(fields.get("retired").map_or("", String::as_str))
+            .ok_or_else(|| bad("retired"))?,
     })
 }
 
@@ -452,9 +453,19 @@ impl Store for RedisStore {
         Ok(num(&v)? == 1)
     }
 
-    async fn set_layout(&self, event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Result<bool, StoreError> {
+    async fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
         let keys = vec![self.event_keys(event).meta];
-        let args = vec![generation.to_string(), buckets.to_string(), EventMeta::encode_layouts(retired)];
+        let args = vec![
+            generation.to_string(),
+            buckets.to_string(),
+            EventMeta::encode_layouts(retired),
+        ];
         let v = self.eval(&self.scripts.set_layout, keys, args).await?;
         Ok(num(&v)? == 1)
     }

@@ -1,0 +1,273 @@
+//! The benchmark harness against real backends: a tiny workload through each
+//! of the five baselines on the machine's PostgreSQL and Redis, the verdict
+//! on deliberately broken in-memory strategies, the seeded picker, and the
+//! `redis-benchmark` ceiling.
+//!
+//! When Redis or PostgreSQL is down these tests fail with the command that
+//! starts it; they never skip.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use shardstock::bench::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL, START_REDIS};
+use shardstock::bench::{
+    Outcome, PgConditionalUpdate, PgForUpdate, PgVersionCas, Picker, RedisDecrRollback,
+    RedisLuaSingleKey, Report, Strategy, Workload, redis_ceiling, run,
+};
+
+fn tiny() -> Workload {
+    Workload {
+        stock: 200,
+        users: 100,
+        zipf: Some(1.0),
+        attempts: 1_000,
+        concurrency: 16,
+        quantities: vec![(1, 0.8), (2, 0.15), (3, 0.05)],
+        retry_rate: 0.0,
+        per_user_limit: None,
+        seed: 1,
+    }
+}
+
+fn ready<T, E: std::fmt::Display>(connected: Result<T, E>) -> T {
+    connected.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The accounting every run must show, whatever the strategy.
+fn assert_books(r: &Report, w: &Workload) {
+    println!("{r}");
+    assert_eq!(r.attempts, w.attempts, "{r}");
+    assert!(r.purchases_ok <= r.attempts, "{r}");
+    assert_eq!(
+        r.purchases_ok + r.sold_out_answers + r.limit_exceeded + r.replayed + r.errors,
+        r.attempts,
+        "every attempt has exactly one answer: {r}"
+    );
+    assert!(r.p50_us <= r.p99_us && r.p99_us <= r.p999_us && r.p999_us <= r.max_us);
+    assert!(r.p50_us > 0, "{r}");
+    assert!(r.elapsed_s > 0.0 && r.attempts_per_s > 0.0, "{r}");
+    let json: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
+    assert_eq!(json["strategy"], r.strategy.as_str());
+    assert_eq!(json["units_sold"], r.units_sold);
+}
+
+/// A strategy that claims no oversell: the units add up to the stock.
+fn assert_no_oversell(r: &Report, w: &Workload) {
+    assert_books(r, w);
+    assert!(r.claims_no_oversell);
+    assert_eq!(r.oversold_units, 0, "{r}");
+    assert!(r.remaining >= 0, "{r}");
+    assert_eq!(r.units_sold as i64 + r.remaining, w.stock as i64, "{r}");
+    assert!(
+        r.sold_out_answers > 0,
+        "1,000 attempts sell out 200 units: {r}"
+    );
+}
+
+/// Strategies whose stock only goes down must sell out exactly and cleanly.
+fn assert_clean(r: &Report, w: &Workload) {
+    assert_no_oversell(r, w);
+    assert_eq!(r.errors, 0, "{r}");
+    assert_eq!(r.remaining, 0, "{r}");
+    assert_eq!(r.verdict, "clean", "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_for_update_sells_exactly_the_stock() {
+    let w = tiny();
+    let s = ready(PgForUpdate::connect(DEFAULT_PG_URL, w.concurrency).await);
+    assert_clean(&run(&s, &w, false).await.unwrap(), &w);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_conditional_update_sells_exactly_the_stock() {
+    let w = tiny();
+    let s = ready(PgConditionalUpdate::connect(DEFAULT_PG_URL, w.concurrency).await);
+    assert_clean(&run(&s, &w, false).await.unwrap(), &w);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_version_cas_never_oversells() {
+    let w = tiny();
+    let s = ready(PgVersionCas::connect(DEFAULT_PG_URL, w.concurrency).await);
+    let r = run(&s, &w, false).await.unwrap();
+    // Losing 50 races in a row is possible under contention: such attempts are
+    // errors ("retry budget"), never sales.
+    assert_no_oversell(&r, &w);
+    if let Some(e) = &r.first_error {
+        assert!(e.contains("retry budget"), "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_decr_rollback_never_oversells_in_the_end() {
+    let w = tiny();
+    let s = ready(RedisDecrRollback::connect(DEFAULT_REDIS_URL).await);
+    let r = run(&s, &w, false).await.unwrap();
+    // It may refuse while units exist (UNDERSOLD): that is what it is measured for.
+    assert_no_oversell(&r, &w);
+    assert_eq!(r.errors, 0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lua_single_key_sells_exactly_the_stock() {
+    let w = tiny();
+    let s = ready(RedisLuaSingleKey::connect(DEFAULT_REDIS_URL).await);
+    assert_clean(&run(&s, &w, false).await.unwrap(), &w);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_baseline_leaves_nothing_behind() {
+    let s = ready(RedisLuaSingleKey::connect(DEFAULT_REDIS_URL).await);
+    run(&s, &tiny(), false).await.unwrap();
+    // `run` cleans up: the key is gone, so `remaining` finds nothing.
+    assert!(s.remaining().await.is_err());
+}
+
+/// Check-then-act on an in-memory counter, with a yield in between: the race
+/// the articles start from. It must be caught overselling.
+struct CheckThenAct(AtomicI64);
+
+impl Strategy for CheckThenAct {
+    fn name(&self) -> String {
+        "naive-check-then-act".to_string()
+    }
+    fn claims_no_oversell(&self) -> bool {
+        false
+    }
+    async fn prepare(&self, w: &Workload) -> anyhow::Result<()> {
+        self.0.store(w.stock as i64, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn attempt(&self, _user: &str, qty: u32, _request_id: &str) -> Outcome {
+        let seen = self.0.load(Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        if seen < i64::from(qty) {
+            return Outcome::SoldOut;
+        }
+        self.0.fetch_sub(i64::from(qty), Ordering::SeqCst);
+        Outcome::Bought { units: qty }
+    }
+    async fn remaining(&self) -> anyhow::Result<i64> {
+        Ok(self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// Correct, except that every third attempt is refused regardless of stock.
+struct Moody {
+    left: AtomicI64,
+    calls: AtomicU64,
+}
+
+impl Strategy for Moody {
+    fn name(&self) -> String {
+        "moody".to_string()
+    }
+    fn claims_no_oversell(&self) -> bool {
+        true
+    }
+    async fn prepare(&self, w: &Workload) -> anyhow::Result<()> {
+        self.left.store(w.stock as i64, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn attempt(&self, _user: &str, qty: u32, _request_id: &str) -> Outcome {
+        let q = i64::from(qty);
+        if self.calls.fetch_add(1, Ordering::SeqCst) % 3 == 2 {
+            return Outcome::SoldOut;
+        }
+        match self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                (s >= q).then(|| s - q)
+            }) {
+            Ok(_) => Outcome::Bought { units: qty },
+            Err(_) => Outcome::SoldOut,
+        }
+    }
+    async fn remaining(&self) -> anyhow::Result<i64> {
+        Ok(self.left.load(Ordering::SeqCst))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_then_act_strategy_is_caught_overselling() {
+    let w = tiny();
+    let r = run(&CheckThenAct(AtomicI64::new(0)), &w, false)
+        .await
+        .unwrap();
+    assert_books(&r, &w);
+    assert!(r.oversold_units > 0, "{r}");
+    assert!(r.remaining < 0, "{r}");
+    assert!(r.verdict.starts_with("OVERSOLD"), "{r}");
+    assert!(!r.broken_claim(), "it never claimed otherwise");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusing_while_units_are_left_is_undersold() {
+    let w = Workload {
+        attempts: 100,
+        ..tiny()
+    };
+    let moody = Moody {
+        left: AtomicI64::new(0),
+        calls: AtomicU64::new(0),
+    };
+    let r = run(&moody, &w, false).await.unwrap();
+    assert_books(&r, &w);
+    assert_eq!(r.oversold_units, 0, "{r}");
+    assert!(r.remaining > 0, "100 attempts cannot sell 200 units: {r}");
+    assert!(r.unsold_while_refused, "{r}");
+    assert!(r.verdict.starts_with("UNDERSOLD"), "{r}");
+}
+
+#[test]
+fn a_seeded_workload_picks_the_same_users_and_quantities() {
+    let uniform = Workload {
+        zipf: None,
+        users: 10,
+        ..tiny()
+    };
+    let zipf = Workload {
+        zipf: Some(1.2),
+        ..uniform.clone()
+    };
+    for w in [&uniform, &zipf] {
+        let (a, b) = (Picker::new(w).unwrap(), Picker::new(w).unwrap());
+        for i in 0..1_000 {
+            assert_eq!(a.attempt(i), b.attempt(i));
+        }
+    }
+    let count = |w: &Workload, user: &str| {
+        let p = Picker::new(w).unwrap();
+        (0..20_000).filter(|&i| p.attempt(i).user == user).count()
+    };
+    // Uniform: ~2,000 each. Zipf s=1.2 over 10 users: user 0 gets ~40.5%, user 9 ~2.6%.
+    assert!((1_800..2_200).contains(&count(&uniform, "u0")));
+    assert!((1_800..2_200).contains(&count(&uniform, "u9")));
+    assert!((7_700..8_500).contains(&count(&zipf, "u0")));
+    assert!((350..700).contains(&count(&zipf, "u9")));
+    let p = Picker::new(&uniform).unwrap();
+    let ones = (0..20_000).filter(|&i| p.attempt(i).qty == 1).count();
+    let threes = (0..20_000).filter(|&i| p.attempt(i).qty == 3).count();
+    assert!((15_600..16_400).contains(&ones), "{ones} of 20,000 at 80%");
+    assert!((800..1_200).contains(&threes), "{threes} of 20,000 at 5%");
+}
+
+#[test]
+fn the_redis_ceiling_is_measured() {
+    for pipeline in [1, 16] {
+        let rps = redis_ceiling("127.0.0.1", 6379, 4, 2_000, pipeline).unwrap_or_else(|e| {
+            panic!("{e:#}\nIs Redis up on 127.0.0.1:6379? Start it with:\n  {START_REDIS}")
+        });
+        assert!(rps > 0.0, "{rps} requests/s at -P {pipeline}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_is_down_is_reported_with_its_start_command() {
+    let redis = RedisLuaSingleKey::connect("redis://127.0.0.1:1").await;
+    let e = redis.err().expect("nothing listens on port 1").to_string();
+    assert!(e.contains("redis-server --daemonize"), "{e}");
+    let pg = PgForUpdate::connect("postgres://postgres@127.0.0.1:1/shardstock_bench", 4).await;
+    let e = pg.err().expect("nothing listens on port 1").to_string();
+    assert!(e.contains("pg_ctlcluster"), "{e}");
+}
