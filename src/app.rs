@@ -199,6 +199,50 @@ impl Application {
     }
 }
 
+/// The Redis store the settings name (operator commands need a shared store).
+async fn redis_store(settings: &Settings) -> anyhow::Result<RedisStore> {
+    let url = settings
+        .store
+        .redis_url
+        .clone()
+        .context("this command needs the shared store: give --redis or store.redis_url")?;
+    let opts = RedisOptions {
+        url: url.clone(),
+        command_timeout: Duration::from_millis(settings.store.command_timeout_ms),
+        connect_timeout: Duration::from_millis(settings.store.connect_timeout_ms),
+        namespace: settings.store.namespace.clone(),
+    };
+    RedisStore::connect(&opts)
+        .await
+        .with_context(|| format!("connecting to Redis at {url}"))
+}
+
+/// `shardstock audit EVENT`.
+pub async fn audit(settings: Settings, event: &str) -> anyhow::Result<crate::audit::Audit> {
+    let event = crate::ids::EventId::parse(event)?;
+    let ledger = Ledger::connect(&settings.database.url, 2).await?;
+    let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
+    Ok(crate::audit::audit(&engine, &ledger, &event).await?)
+}
+
+/// `shardstock recover EVENT`: rebuild an event the store lost from the ledger.
+pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
+    let event = crate::ids::EventId::parse(event)?;
+    let ledger = Ledger::connect(&settings.database.url, 2).await?;
+    let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
+    if engine.store().load_meta(&event).await?.is_some() {
+        anyhow::bail!("the store has {event}: nothing to recover");
+    }
+    let db = ledger
+        .event(&event)
+        .await?
+        .with_context(|| format!("the database does not know {event}"))?;
+    anyhow::ensure!(!db.closed, "{event} is closed: nothing to recover");
+    lifecycle::rebuild(&engine, &ledger, &db).await?;
+    println!("rebuilt {event} from the database; running instances serve it from now on");
+    Ok(())
+}
+
 /// Audits every event now and then, keeping `shardstock_audit_balanced` current.
 async fn audits<S: Store>(
     engine: Arc<Engine<S>>,

@@ -14,7 +14,8 @@ use crate::config::{ConfigError, Settings};
 ///
 /// Each event's stock is split into buckets on Redis (standalone or Cluster) or
 /// in process; purchases never oversell and never answer "sold out" while a
-/// unit is left. Without --redis it runs on the embedded store.
+/// unit is left; every order reaches the database exactly once. Without
+/// --redis it runs on the embedded store.
 #[derive(Debug, Parser)]
 #[command(name = "shardstock", version, about, long_about)]
 pub struct Cli {
@@ -26,6 +27,11 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP service.
     Serve(ServeArgs),
+    /// Check conservation for an event: stock = remaining + in transfer + sold − released + leftover.
+    /// Exits 1 when it does not balance.
+    Audit(EventArgs),
+    /// Rebuild an event the store lost (a Redis that restarted empty) from the database.
+    Recover(EventArgs),
     /// Check a configuration file and print the events it declares.
     CheckConfig(ConfigArgs),
 }
@@ -42,13 +48,11 @@ pub struct ConfigArgs {
     pub config: PathBuf,
 }
 
+/// Where the store and the database are (file, then flags and environment).
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub struct BackendArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Address to listen on, e.g. 0.0.0.0:8080.
-    #[arg(long, env = "SHARDSTOCK_LISTEN")]
-    pub listen: Option<String>,
     /// Redis URL: redis://host:port or redis-cluster://host:port?node=host:port&…
     /// (absent: the embedded memory store).
     #[arg(long, env = "SHARDSTOCK_REDIS")]
@@ -56,9 +60,26 @@ pub struct ServeArgs {
     /// Database URL: postgres://… or sqlite://… (the order ledger).
     #[arg(long, env = "SHARDSTOCK_DATABASE_URL")]
     pub database_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub backends: BackendArgs,
+    /// Address to listen on, e.g. 0.0.0.0:8080.
+    #[arg(long, env = "SHARDSTOCK_LISTEN")]
+    pub listen: Option<String>,
     /// Bearer token for the admin endpoints.
     #[arg(long, env = "SHARDSTOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EventArgs {
+    /// The event id.
+    pub event: String,
+    #[command(flatten)]
+    pub backends: BackendArgs,
 }
 
 impl ConfigArgs {
@@ -71,18 +92,32 @@ impl ConfigArgs {
     }
 }
 
-impl ServeArgs {
-    /// The file, with flags and environment on top, validated again.
-    pub fn settings(&self) -> Result<Settings, ConfigError> {
+impl BackendArgs {
+    /// The file with the store and database overrides applied (not validated yet).
+    fn apply(&self) -> Result<Settings, ConfigError> {
         let mut s = self.config.load()?;
-        if let Some(listen) = &self.listen {
-            s.server.listen = listen.clone();
-        }
         if let Some(url) = &self.redis {
             s.store.redis_url = Some(url.clone()).filter(|u| !u.is_empty());
         }
         if let Some(url) = &self.database_url {
             s.database.url = url.clone();
+        }
+        Ok(s)
+    }
+
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let s = self.apply()?;
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+impl ServeArgs {
+    /// The file, with flags and environment on top, validated again.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let mut s = self.backends.apply()?;
+        if let Some(listen) = &self.listen {
+            s.server.listen = listen.clone();
         }
         if let Some(token) = &self.admin_token {
             s.server.admin_token = token.clone();

@@ -1,7 +1,7 @@
 //! The `shardstock` binary: parse the command line, load the settings, run.
 
 use clap::Parser;
-use shardstock::app::Application;
+use shardstock::app::{self, Application};
 use shardstock::cli::{Cli, Command};
 
 #[tokio::main]
@@ -18,6 +18,15 @@ async fn main() -> anyhow::Result<()> {
                 .run_until_stopped()
                 .await
         }
+        Command::Audit(args) => {
+            let audit = app::audit(args.backends.settings()?, &args.event).await?;
+            println!("{}", serde_json::to_string_pretty(&audit)?);
+            if !audit.balanced {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Recover(args) => app::recover(args.backends.settings()?, &args.event).await,
         Command::CheckConfig(args) => {
             let settings = args.load()?;
             for spec in settings.event_specs()? {

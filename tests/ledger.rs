@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{event_id, spec, user};
 use shardstock::engine::{OrderStatus, PurchaseRequest, Refusal};
-use shardstock::flusher::{FlushOptions, Flusher, buckets_of, stream_name};
+use shardstock::flusher::{FlushOptions, Flusher, buckets_of};
 use shardstock::ids::{EventId, RequestId};
 use shardstock::ledger::{FlushRecord, Ledger};
 use shardstock::lifecycle::{self, LostState};
@@ -295,7 +295,7 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
     let id = event_id("derive");
     let oid = format!("{id}.0000000000000001.0000000000000002");
     // A saga took in buckets 0 and 1, gave bucket 1 back, and the order was cancelled.
-    let all = vec![
+    let all = [
         record("s#0#0", &id, 1, RecordKind::Order, &oid, 2, 0),
         record("s#0#1", &id, 1, RecordKind::Order, &oid, 2, 1),
         record("s#0#1", &id, 2, RecordKind::Void, &oid, 2, 1),
@@ -397,5 +397,4 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
         .await
         .unwrap();
     assert!(rebuilt.is_empty() && refused.contains(&id));
-    let _ = stream_name;
 }

@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! `TestApp`: the real application on 127.0.0.1:0, and a client for it.
 
 use std::time::Duration;

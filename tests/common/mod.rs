@@ -258,6 +258,30 @@ impl RedisServer {
         self.stop(false);
         self.boot();
     }
+
+    /// Kills the server with SIGKILL (no shutdown, no final save), then starts
+    /// it again on the same port and directory: what a crash and a supervisor do.
+    pub fn crash_and_restart(&mut self) {
+        let info = self.cli(&["info", "server"]);
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .expect("INFO server has process_id")
+            .trim()
+            .to_owned();
+        let killed = Command::new("kill").args(["-9", &pid]).status().unwrap();
+        assert!(killed.success());
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+        let port = self.port;
+        wait_until(
+            "the killed server to go away",
+            Duration::from_secs(10),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        );
+        self.boot();
+    }
 }
 
 impl Drop for RedisServer {

@@ -1,0 +1,303 @@
+//! Nothing lost between Redis and the database, whatever crashes:
+//! - the service killed with SIGKILL mid-sale, then restarted;
+//! - the database unreachable for a while (a TCP proxy the test cuts and restores);
+//! - Redis itself killed with SIGKILL and restarted from its append-only file.
+//!
+//! Each test ends with: every order a client got a 201 for is in the database,
+//! exactly once, and the audit balances.
+
+mod common;
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use helpers::{Backend, TOKEN, TestApp, eid, sample, settings};
+use serde_json::{Value, json};
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Order ids a client was answered 201 for.
+type Answered = Arc<Mutex<HashSet<String>>>;
+
+/// Buys from `base` with `clients` concurrent clients until `stop`; errors
+/// (the service or a backend gone) are retried after a pause.
+async fn buyers(base: String, event: String, clients: usize, stop: Arc<AtomicBool>) -> Answered {
+    let answered: Answered = Arc::default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..clients)
+        .map(|t| {
+            let (client, base, event, answered, stop) = (client.clone(), base.clone(), event.clone(), answered.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let body = json!({"user_id": format!("u-{t}-{i}"), "quantity": 1, "request_id": format!("r-{t}-{i}")});
+                    match client.post(format!("{base}/v1/events/{event}/purchases")).json(&body).send().await {
+                        Ok(r) if r.status() == 201 => {
+                            let order: Value = r.json().await.unwrap();
+                            answered.lock().unwrap().insert(order["order_id"].as_str().unwrap().to_owned());
+                        }
+                        Ok(r) if r.status() == 409 => return,
+                        _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    answered
+}
+
+/// Asserts every answered order is in the database once, and the audit balances.
+async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>) {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&common::pg_url())
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let start = Instant::now();
+    let audit = loop {
+        let audit: Value = client
+            .get(format!("{base}/v1/events/{event}/audit"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if audit["sold_unflushed"] == 0 && audit["balanced"] == true {
+            break audit;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the ledger never caught up: {audit}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for oid in answered {
+        let (takes,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM order_records WHERE order_id = $1 AND kind = 'o'")
+                .bind(oid)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(takes, 1, "order {oid} is in the ledger {takes} times");
+        let (status,): (String,) = sqlx::query_as("SELECT status FROM orders WHERE order_id = $1")
+            .bind(oid)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "confirmed", "{oid}");
+    }
+    let (rows,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM orders WHERE event_id = $1 AND status = 'confirmed'")
+            .bind(event)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        audit["sold_flushed"].as_i64().unwrap(),
+        rows,
+        "one unit per order here"
+    );
+    assert!(rows as usize >= answered.len());
+    println!(
+        "{} orders answered 201, {rows} in the ledger, audit {audit}",
+        answered.len()
+    );
+}
+
+struct Service(Child);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_service(config: &std::path::Path, port: u16) -> Service {
+    let child = Command::new(env!("CARGO_BIN_EXE_shardstock"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the service did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Service(child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
+    let port = common::free_port();
+    let event = eid("kill");
+    let dir = std::env::temp_dir().join(format!("shardstock-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("shardstock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n\
+             [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
+             [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
+             [[events]]\nid = \"{event}\"\nstock = 100000\nbuckets = 8\n",
+            ns = common::namespace(),
+            db = common::pg_url(),
+        ),
+    )
+    .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut service = start_service(&config, port);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sale = tokio::spawn(buyers(base.clone(), event.to_string(), 32, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    service.0.kill().unwrap(); // SIGKILL: no shutdown, no final flush
+    service.0.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _restarted = start_service(&config, port);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answered = sale.await.unwrap().lock().unwrap().clone();
+    assert!(
+        answered.len() > 100,
+        "only {} purchases before and after the kill",
+        answered.len()
+    );
+    assert_in_ledger_once(&base, &event, &answered).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP proxy the test can cut (every connection dropped, new ones refused) and restore.
+struct Proxy {
+    port: u16,
+    open: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(target: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (o, c) = (open.clone(), conns.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !o.load(Ordering::SeqCst) {
+                    continue; // dropped: the database is "down"
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                c.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Self { port, open, conns }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_only_delays_the_ledger() {
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let mut s = settings(Backend::Redis);
+    s.database.url =
+        common::pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    s.database.claim_idle_ms = 500;
+    s.database.flush_block_ms = 20;
+    let app = TestApp::spawn_with(s).await;
+    let event = eid("dbdown");
+    app.create(&event, 100_000, 8, json!({})).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sale = tokio::spawn(buyers(app.base.clone(), event.clone(), 16, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut();
+    // Purchases go on; the records wait in Redis.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let lag = sample(&app.metrics().await, "shardstock_flush_lag_orders", &[]).unwrap_or(0.0);
+    assert!(lag > 0.0, "the lag grows while the database is down");
+    assert_eq!(
+        app.get("/readyz").await.status(),
+        503,
+        "not ready without the database"
+    );
+    proxy.restore();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answered = sale.await.unwrap().lock().unwrap().clone();
+    assert_in_ledger_once(&app.base, &event, &answered).await;
+    println!("lag while the database was down: {lag}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
+    let mut redis =
+        common::RedisServer::start_with("--appendonly yes --appendfsync always --save ''");
+    let mut s = settings(Backend::Redis);
+    s.store.redis_url = Some(redis.url());
+    s.store.command_timeout_ms = 500;
+    s.database.claim_idle_ms = 500;
+    s.database.flush_block_ms = 20;
+    let app = TestApp::spawn_with(s).await;
+    let event = eid("aof");
+    app.create(&event, 100_000, 8, json!({})).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sale = tokio::spawn(buyers(app.base.clone(), event.clone(), 16, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = app.view(&event).await["sold"].as_u64().unwrap();
+    tokio::task::spawn_blocking(move || {
+        redis.crash_and_restart();
+        redis
+    })
+    .await
+    .map(|r| {
+        // Keep the server alive until the end of the test.
+        std::mem::forget(r);
+    })
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answered = sale.await.unwrap().lock().unwrap().clone();
+    let after = app.view(&event).await["sold"].as_u64().unwrap();
+    assert!(
+        after >= before,
+        "units sold went back from {before} to {after}: writes were lost"
+    );
+    assert_in_ledger_once(&app.base, &event, &answered).await;
+}
