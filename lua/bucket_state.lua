@@ -1,10 +1,10 @@
 --[[ bucket_state.lua — one consistent read of a bucket.
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:xfer   KEYS[3] ss:{e#g#b}:fence
-KEYS[4] ss:{e#g#b}:adds
+KEYS[4] ss:{e#g#b}:adds    KEYS[5] ss:{e#g#b}:demand
 Returns "ST" when the bucket does not exist, else {stock, units journaled out by
-open transfers, highest fencing token accepted, addition count}: one atomic
-read, so stock and addition count belong to the same instant.
+open transfers, highest fencing token accepted, addition count, units asked
+for by buyers homed here}: one atomic read, so they belong to the same instant.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -15,4 +15,5 @@ for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
   if state == 'o' then transit = transit + tonumber(units) end
 end
 return {redis.call('GET', KEYS[1]), string.format('%d', transit),
-  redis.call('GET', KEYS[3]) or '0', redis.call('GET', KEYS[4]) or '0'}
+  redis.call('GET', KEYS[3]) or '0', redis.call('GET', KEYS[4]) or '0',
+  redis.call('GET', KEYS[5]) or '0'}

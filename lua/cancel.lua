@@ -5,6 +5,8 @@ KEYS[2] ss:{e#g#h}:users   HASH user -> units held
 KEYS[3] ss:{e#g#h}:idx     HASH order id -> "C|user|qty|bucket|rid|at" (X when cancelled)
 KEYS[4] ss:{e#g#h}:orders  STREAM (the cancel record goes here)
 KEYS[5] ss:{e#g#h}:adds    addition count, +1 (units appeared here)
+KEYS[6] ss:{e#g#h}:sealed  a sealed bucket refuses cancels ("ST"): its contents
+                           are final (closed, or being moved by a reshard)
 ARGV[1] now   ARGV[2] order id   ARGV[3] h
 
 Returns:
@@ -18,7 +20,7 @@ Atomic so that the units come back exactly once: a second cancel sees the X
 and changes nothing; the cancel record that the flusher turns into "released"
 units is written with the change, never without it.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[2])

@@ -15,5 +15,5 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'stock', ARGV[2], 'buckets', ARGV[3],
   'limit', ARGV[4], 'max_per_order', ARGV[5], 'starts_at', ARGV[6], 'ends_at', ARGV[7],
-  'created', ARGV[8], 'status', 'creating', 'gen', 0, 'seq', 0, 'soldout', '', 'retired', '')
+  'created', ARGV[8], 'status', 'creating', 'gen', 0, 'seq', 0, 'soldout', '', 'retired', '', 'reshard_to', '')
 return {'OK'}

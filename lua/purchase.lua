@@ -7,6 +7,7 @@ KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
 KEYS[4] ss:{e#g#b}:orders  STREAM of order records
 KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry
 KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
+KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer's signal)
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries; then n groups of 6:
@@ -34,7 +35,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
 end
 local now, bucket, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local stock = tonumber(redis.call('GET', KEYS[1]))
-local sold = 0
+local sold, wanted = 0, 0
 local out = {}
 for i = 1, n do
   local a = 3 + (i - 1) * 6
@@ -52,6 +53,7 @@ for i = 1, n do
       end
       out[i] = {'L', held}
     elseif stock >= qty then
+      wanted = wanted + qty
       stock = stock - qty
       sold = sold + qty
       redis.call('HINCRBY', KEYS[2], user, qty)
@@ -64,6 +66,7 @@ for i = 1, n do
       end
       out[i] = {'B', stock}
     else
+      wanted = wanted + qty
       redis.call('HINCRBY', KEYS[2], user, qty)
       redis.call('HSET', KEYS[3], rid, 'P|' .. qty .. '|' .. oid .. '|' .. user .. '|' .. now)
       out[i] = {'P', stock}
@@ -72,5 +75,8 @@ for i = 1, n do
 end
 if sold > 0 then
   redis.call('DECRBY', KEYS[1], sold)
+end
+if wanted > 0 then
+  redis.call('INCRBY', KEYS[7], wanted)
 end
 return out

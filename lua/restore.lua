@@ -1,27 +1,25 @@
---[[ restore.lua — writes what a rebuilt bucket must remember, from the ledger,
-after Redis lost its state (the bucket's stock is set by init_bucket.lua).
+--[[ restore.lua — writes what a bucket must remember when it is rebuilt from
+the ledger (Redis lost its state) or filled by a reshard (its users moved here).
+The bucket's stock is set separately (init_bucket.lua, transfers).
 
 KEYS[1] ss:{e#g#b}:users   KEYS[2] ss:{e#g#b}:idx   KEYS[3] ss:{e#g#b}:reqs
-ARGV[1] n users, then n pairs: user, units held
-ARGV[2+2n] m orders, then m triples: order id, index entry, request id ('' = none)
-        followed, for each order with a request id, by nothing more: the record
-        "B|q|oid|bucket|0" is derived here from the entry.
+ARGV[1] n, then n pairs: user, units held
+then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at")
+then r, then r pairs: request id, record ("B|…", "L|…", "S|…")
 
-Returns {users written, orders written}. Idempotent (HSET of the same values),
-so an interrupted rebuild can simply run again.
+Returns {n, m, r}. Idempotent (HSET of the same values), so an interrupted
+rebuild or reshard can simply run again.
 ]]
-local n = tonumber(ARGV[1])
-for i = 0, n - 1 do
-  redis.call('HSET', KEYS[1], ARGV[2 + 2 * i], ARGV[3 + 2 * i])
-end
-local a = 2 + 2 * n
-local m = tonumber(ARGV[a])
-for i = 0, m - 1 do
-  local oid, entry, rid = ARGV[a + 1 + 3 * i], ARGV[a + 2 + 3 * i], ARGV[a + 3 + 3 * i]
-  redis.call('HSET', KEYS[2], oid, entry)
-  if rid ~= '' then
-    local qty, bucket = string.match(entry, '^C|[^|]*|([^|]*)|([^|]*)|')
-    redis.call('HSET', KEYS[3], rid, 'B|' .. qty .. '|' .. oid .. '|' .. bucket .. '|0')
+local a = 1
+local function pairs_into(key)
+  local count = tonumber(ARGV[a])
+  for i = 0, count - 1 do
+    redis.call('HSET', key, ARGV[a + 1 + 2 * i], ARGV[a + 2 + 2 * i])
   end
+  a = a + 1 + 2 * count
+  return count
 end
-return {n, m}
+local n = pairs_into(KEYS[1])
+local m = pairs_into(KEYS[2])
+local r = pairs_into(KEYS[3])
+return {n, m, r}

@@ -3,6 +3,7 @@
 KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
 KEYS[4] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] target bucket   ARGV[4] units wanted
+ARGV[5] '1': allowed on a sealed bucket (a reshard draining the old layout)
 
 Returns:
   "ST"            bucket a does not exist
@@ -15,7 +16,7 @@ Atomic so the units are always counted exactly once: in the stock or in the
 open journal entry, never in both and never in neither. The fence check and the
 raise of the fence are one step with the move.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[4]) == 1 then
+if redis.call('EXISTS', KEYS[1]) == 0 or (ARGV[5] ~= '1' and redis.call('EXISTS', KEYS[4]) == 1) then
   return 'ST'
 end
 local token = tonumber(ARGV[1])

@@ -26,6 +26,7 @@ use crate::http::{self, AppState, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::lifecycle::{self, LostState};
 use crate::metrics as m;
+use crate::rebalancer::Rebalancer;
 use crate::store::redis::RedisOptions;
 use crate::store::{MemoryStore, RedisStore, Store};
 
@@ -127,6 +128,7 @@ impl Application {
             metrics: metrics.clone(),
             held: Arc::new(refused.into_iter().collect()),
             flush: db.flush_options(),
+            rebalance: settings.rebalancer.options(),
             stop: stop.clone(),
         };
         let router = http::router(state.clone(), &settings.server);
@@ -143,6 +145,15 @@ impl Application {
             db.flush_options(),
         );
         tasks.spawn(flusher.run(stop.clone()));
+        if settings.rebalancer.enabled {
+            let rebalancer = Rebalancer::new(
+                engine.clone(),
+                ledger.clone(),
+                db.flush_options(),
+                settings.rebalancer.options(),
+            );
+            tasks.spawn(rebalancer.run(stop.clone()));
+        }
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);
             tasks.spawn(audits(engine.clone(), ledger.clone(), every, stop.clone()));

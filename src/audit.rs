@@ -7,12 +7,13 @@
 //! so each bucket is self-consistent), then their addition counters are read
 //! again: if a transfer or cancel added units to a bucket meanwhile, the read
 //! is repeated (a double collect). Units between IN and CLEAR of a transfer are
-//! counted once: an open journal entry whose id the target already applied is
-//! not "in transfer". The ledger is then read in one snapshot, leaving out
+//! counted once: an open journal entry whose id a bucket already applied is not
+//! "in transfer". Every layout that may hold units is read — during a reshard
+//! the old, the new and the retired ones. The ledger is then read in one snapshot, leaving out
 //! records written after the buckets were read (by stream id) and skipping the
 //! stream records it already has (committed, not yet deleted from Redis).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use futures::future::try_join_all;
 use serde::Serialize;
@@ -108,11 +109,11 @@ pub async fn audit<S: Store>(
         let Some(reads) = collect(store, &buckets).await? else {
             continue;
         };
-        let applied: HashMap<u32, &std::collections::HashSet<String>> = buckets
+        // Transfer ids are unique across layouts (a reshard's land in the new one).
+        let applied: HashSet<&String> = reads
             .iter()
-            .zip(&reads)
-            .filter(|(b, _)| b.generation == meta.generation)
-            .filter_map(|(b, r)| r.as_ref().map(|r| (b.index, &r.applied)))
+            .flatten()
+            .flat_map(|r| r.applied.iter())
             .collect();
         let cuts: Vec<StreamCut> = buckets
             .iter()
@@ -142,8 +143,8 @@ pub async fn audit<S: Store>(
         for (b, r) in buckets.iter().zip(&reads) {
             let Some(r) = r else { continue };
             a.remaining += r.stock;
-            for (xid, target, units) in &r.open {
-                if !applied.get(target).is_some_and(|set| set.contains(xid)) {
+            for (xid, _, units) in &r.open {
+                if !applied.contains(xid) {
                     a.in_transfer += units;
                 }
             }

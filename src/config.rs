@@ -209,6 +209,8 @@ pub struct RebalancerSettings {
     pub gather_below: f64,
     /// At most this many transfers per round.
     pub max_moves_per_round: u32,
+    /// A bucket should hold this long of its own buyers' demand.
+    pub horizon_ms: u64,
 }
 
 impl Default for RebalancerSettings {
@@ -220,6 +222,22 @@ impl Default for RebalancerSettings {
             skew_threshold: 1.5,
             gather_below: 0.1,
             max_moves_per_round: 8,
+            horizon_ms: 1_000,
+        }
+    }
+}
+
+impl RebalancerSettings {
+    pub fn options(&self) -> crate::rebalancer::RebalanceOptions {
+        crate::rebalancer::RebalanceOptions {
+            interval: Duration::from_millis(self.interval_ms),
+            lease_ttl_ms: self.lease_ttl_ms,
+            policy: crate::rebalancer::Policy {
+                horizon_s: self.horizon_ms as f64 / 1000.0,
+                skew_threshold: self.skew_threshold,
+                gather_below: self.gather_below,
+                max_moves: self.max_moves_per_round as usize,
+            },
         }
     }
 }

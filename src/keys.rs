@@ -3,8 +3,10 @@
 //! ```text
 //! ss:events                      SET   ids of every event (for listings and gauges)
 //! ss:{<event>}:meta              HASH  event definition, status, generation, seq, sold-out mark
-//! ss:{<event>}:lease             STR   mover lease "owner|token" (PX)
+//! ss:{<event>}:lease             STR   mover lease "owner|token" (PX): who may move units now
 //! ss:{<event>}:token             STR   fencing token counter (INCR)
+//! ss:{<event>}:leader            STR   rebalancer leadership "owner|term" (PX, heartbeat)
+//! ss:{<event>}:term              STR   leadership term counter (INCR)
 //! ss:{<event>#<gen>#<b>}:stock   STR   remaining units of bucket b
 //! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
 //! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record; probe markers t:<rid>:<pass>
@@ -15,6 +17,7 @@
 //! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
 //! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake)
 //! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
+//! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -31,6 +34,8 @@ pub struct EventKeys {
     pub meta: String,
     pub lease: String,
     pub token: String,
+    pub leader: String,
+    pub term: String,
 }
 
 /// The default key namespace (`ss:`); a store can use another one (tests do,
@@ -48,6 +53,8 @@ impl EventKeys {
             meta: format!("{tag}:meta"),
             lease: format!("{tag}:lease"),
             token: format!("{tag}:token"),
+            leader: format!("{tag}:leader"),
+            term: format!("{tag}:term"),
         }
     }
 }
@@ -93,6 +100,7 @@ impl BucketRef {
             xin: format!("{p}:xin"),
             adds: format!("{p}:adds"),
             sealed: format!("{p}:sealed"),
+            demand: format!("{p}:demand"),
         }
     }
 }
@@ -110,11 +118,12 @@ pub struct BucketKeys {
     pub xin: String,
     pub adds: String,
     pub sealed: String,
+    pub demand: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 10] {
+    pub fn all(&self) -> [&str; 11] {
         [
             &self.stock,
             &self.users,
@@ -126,6 +135,7 @@ impl BucketKeys {
             &self.xin,
             &self.adds,
             &self.sealed,
+            &self.demand,
         ]
     }
 }

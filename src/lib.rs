@@ -23,6 +23,9 @@
 //! - [`flusher`]: bucket order streams → the ledger, exactly once.
 //! - [`lifecycle`]: create in both stores, close a sale, rebuild lost state.
 //! - [`audit`]: the conservation check across buckets, streams and ledger.
+//! - [`rebalancer`]: one fenced leader per event: skew control, fragment
+//!   gathering, the end of a sale.
+//! - [`reshard`]: moving a live event to another bucket count.
 //! - [`http`]: the axum API of `API.md`, problem+json errors, guards.
 //! - [`gauges`]: the background task that keeps bucket gauges fresh.
 //! - [`app`]: `Application`: build from settings, run until stopped.
@@ -62,6 +65,10 @@ pub mod metrics;
 pub mod model;
 /// Fenced, journaled transfers of units between buckets.
 pub mod mover;
+/// The per-event leader that keeps buckets balanced.
+pub mod rebalancer;
+/// Live resharding.
+pub mod reshard;
 /// Stable routing: home bucket and probe ring.
 pub mod routing;
 /// The store trait and its memory and Redis backends.

@@ -26,7 +26,7 @@ use crate::flusher::{FlushError, Flusher, buckets_of};
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::BucketRef;
 use crate::ledger::{DbEvent, Ledger, LedgerError};
-use crate::model::{EventSpec, EventStatus, OrderEntry, split_even};
+use crate::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
 use crate::routing::{home, user_hash};
 use crate::store::{CreateMeta, Store, StoreError};
 
@@ -88,9 +88,13 @@ pub async fn ensure<S: Store>(
     ledger: &Ledger,
     spec: EventSpec,
 ) -> Result<bool, LifecycleError> {
-    if engine.store().load_meta(&spec.id).await?.is_some() {
-        engine.ensure_event(spec.clone()).await?;
-        ledger.register_event(&spec, now_ms()).await?;
+    if let Some(meta) = engine.store().load_meta(&spec.id).await? {
+        ledger.register_event(&meta.spec, now_ms()).await?;
+        if meta.spec.buckets != spec.buckets && meta.status != EventStatus::Closed {
+            tracing::info!(event = %spec.id, from = meta.spec.buckets, to = spec.buckets, "bucket count changed in the configuration: resharding");
+            crate::reshard::reshard(engine, &spec.id, spec.buckets).await?;
+            ledger.set_buckets(&spec.id, spec.buckets).await?;
+        }
         return Ok(false);
     }
     if ledger.event(&spec.id).await?.is_some() {
@@ -205,6 +209,7 @@ pub async fn final_view<S: Store>(
                     sold_out: None,
                     created_ms: 0,
                     retired: Vec::new(),
+                    reshard_to: None,
                 },
                 &[],
                 now_ms(),
@@ -319,10 +324,24 @@ pub async fn rebuild<S: Store>(
             .collect();
         let orders = entries.remove(&(b as u32)).unwrap_or_default();
         for chunk in users.chunks(500) {
-            store.restore(&bucket, chunk, &[]).await?;
+            store.restore(&bucket, chunk, &[], &[]).await?;
         }
         for chunk in orders.chunks(500) {
-            store.restore(&bucket, &[], chunk).await?;
+            // Replays of client request ids answer what the ledger recorded.
+            let records: Vec<(String, Record)> = chunk
+                .iter()
+                .filter(|(_, e)| !e.request_id.is_empty())
+                .map(|(oid, e)| {
+                    let record = Record::Bought {
+                        qty: e.qty,
+                        order_id: oid.clone(),
+                        bucket: e.bucket,
+                        probes: 0,
+                    };
+                    (e.request_id.clone(), record)
+                })
+                .collect();
+            store.restore(&bucket, &[], chunk, &records).await?;
         }
     }
     store

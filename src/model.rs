@@ -131,6 +131,8 @@ pub struct EventMeta {
     /// Older layouts `(generation, buckets)` whose buckets may still hold
     /// records not yet flushed (a reshard in progress or just done).
     pub retired: Vec<(u32, u32)>,
+    /// While resharding: the layout `(generation, buckets)` being filled.
+    pub reshard_to: Option<(u32, u32)>,
 }
 
 impl EventMeta {
@@ -138,6 +140,7 @@ impl EventMeta {
     /// bucket count)`, the current one first.
     pub fn layouts(&self) -> Vec<(u32, u32)> {
         let mut all = vec![(self.generation, self.spec.buckets)];
+        all.extend(self.reshard_to);
         all.extend(self.retired.iter().copied());
         all
     }
@@ -176,6 +179,8 @@ pub struct BucketState {
     pub fence: u64,
     /// How many steps have added units to this bucket.
     pub adds: u64,
+    /// Units asked for by buyers homed here (bought or probed for), ever.
+    pub demand: u64,
 }
 
 /// The outcome of a request id, stored in the home bucket so a retry gets the same answer.

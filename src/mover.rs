@@ -18,6 +18,38 @@ use crate::keys::BucketRef;
 use crate::model::EventMeta;
 use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
 
+/// Moves `units` from `from` to `to` (any layouts; `from` may be sealed) under
+/// transfer id `xid`; returns the units moved. Used by a reshard.
+pub async fn move_between<S: Store>(
+    store: &S,
+    event: &crate::ids::EventId,
+    token: u64,
+    from: &BucketRef,
+    to: &BucketRef,
+    xid: &str,
+    units: u64,
+) -> Result<u64, MoverError> {
+    let moved = applied(
+        store.drain_out(from, token, xid, to.index, units).await?,
+        from.index,
+        token,
+    )?;
+    if moved > 0 {
+        applied(
+            store.transfer_in(to, token, xid, from.index, moved).await?,
+            to.index,
+            token,
+        )?;
+        store.bump_seq(event).await?;
+        applied(
+            store.transfer_clear(from, token, xid).await?,
+            from.index,
+            token,
+        )?;
+    }
+    Ok(moved)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MoverError {
     /// A bucket has accepted a newer token: this mover must stop.
@@ -79,6 +111,22 @@ pub async fn transfer<S: Store>(
     Ok(moved)
 }
 
+/// The transfer id of a reshard's move from old bucket `from` into bucket `to`
+/// of layout `generation`: deterministic, so a resumed reshard repeats it
+/// instead of moving the units twice, and self-describing, so whoever completes
+/// it knows the target is in another layout.
+pub fn reshard_xid(generation: u32, from: u32, to: u32) -> String {
+    format!("rs.{generation}.{from}.{to}")
+}
+
+/// The layout a transfer's target lives in: a reshard's new one, or the source's.
+fn target_generation(xid: &str, default: u32) -> u32 {
+    xid.strip_prefix("rs.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(default)
+}
+
 /// IN, seq bump, CLEAR: the rest of a journaled transfer.
 pub async fn complete<S: Store>(
     store: &S,
@@ -87,8 +135,13 @@ pub async fn complete<S: Store>(
     source: u32,
     t: &OpenTransfer,
 ) -> Result<(), MoverError> {
+    let target = BucketRef::new(
+        &meta.spec.id,
+        target_generation(&t.xid, meta.generation),
+        t.target,
+    );
     let reply = store
-        .transfer_in(&bucket(meta, t.target), token, &t.xid, source, t.units)
+        .transfer_in(&target, token, &t.xid, source, t.units)
         .await?;
     applied(reply, t.target, token)?;
     // Units appeared in the target: a sold-out decision spanning this must retry.

@@ -28,7 +28,7 @@ use crate::store::{CreateMeta, Store, StoreError};
 
 pub use orders::{CancelOutcome, OrderStatus, OrderView};
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
-pub use view::{BucketView, EventView};
+pub use view::{BucketView, EventView, skew};
 
 /// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).
 #[derive(Debug, thiserror::Error)]

@@ -181,6 +181,10 @@ impl<S: Store> Engine<S> {
                     stale += 1;
                     meta = self.settled(&req.event).await?;
                 }
+                // The layout kept changing under us (a long reshard): nothing was bought.
+                Err(EngineError::Store(StoreError::Stale(_))) => {
+                    return Err(EngineError::Contention { passes: 0 });
+                }
                 other => return other,
             }
         }

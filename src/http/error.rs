@@ -163,6 +163,9 @@ impl From<EngineError> for ApiError {
             E::Spec(e) => Self::invalid(e),
             E::IdempotencyConflict(_) => Self::IdempotencyConflict,
             E::Contention { .. } => Self::TryAgain(e.to_string()),
+            E::Store(StoreError::Stale(_)) => {
+                Self::TryAgain("the event's layout is changing; retry".into())
+            }
             E::OutcomeUnknown(why) => {
                 tracing::warn!(%why, "purchase outcome unknown");
                 Self::Unavailable {

@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
@@ -20,6 +20,8 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/events", get(list::<S>).post(create::<S>))
         .route("/v1/events/{id}", get(view::<S>))
         .route("/v1/events/{id}/close", post(close::<S>))
+        .route("/v1/events/{id}/buckets", put(reshard::<S>))
+        .route("/v1/events/{id}/rebalance", post(rebalance::<S>))
         .route("/v1/events/{id}/audit", get(audit::<S>))
 }
 
@@ -155,4 +157,72 @@ async fn audit<S: Store>(
         .await
         .map_err(|e| state.lifecycle_error(&id, e))?;
     Ok(Json(audit))
+}
+
+#[derive(Deserialize)]
+struct Reshard {
+    buckets: u32,
+}
+
+/// Moves a live event to another bucket count.
+async fn reshard<S: Store>(
+    State(state): State<AppState<S>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Reshard>,
+) -> Result<Json<EventView>, ApiError> {
+    state.require_admin(&headers)?;
+    let id = event_id(id)?;
+    let view = crate::reshard::reshard(&state.engine, &id, body.buckets)
+        .await
+        .map_err(|e| state.lifecycle_error(&id, e))?;
+    if let Err(e) = state.ledger.set_buckets(&id, body.buckets).await {
+        tracing::warn!(event = %id, error = %e, "the database keeps the old bucket count until the next reshard");
+    }
+    Ok(Json(view))
+}
+
+#[derive(serde::Serialize)]
+struct Rebalanced {
+    moves: Vec<crate::rebalancer::Move>,
+    transfers: u64,
+    units: u64,
+    event: EventView,
+}
+
+/// Consolidates now: gathers fragments (or levels the buckets); returns the moves.
+async fn rebalance<S: Store>(
+    State(state): State<AppState<S>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Rebalanced>, ApiError> {
+    state.require_admin(&headers)?;
+    let id = event_id(id)?;
+    let meta = state
+        .engine
+        .reload(&id)
+        .await
+        .map_err(|e| state.engine_error(&id, e))?;
+    if meta.status != crate::model::EventStatus::OnSale {
+        return Err(ApiError::NotOnSale(format!(
+            "event {id} is {}",
+            meta.status.as_str()
+        )));
+    }
+    let mut rebalancer = crate::rebalancer::Rebalancer::new(
+        state.engine.clone(),
+        state.ledger.clone(),
+        state.flush.clone(),
+        state.rebalance.clone(),
+    );
+    let (moves, round) = rebalancer
+        .consolidate_now(&meta)
+        .await
+        .map_err(|e| state.lifecycle_error(&id, e))?;
+    Ok(Json(Rebalanced {
+        moves,
+        transfers: round.transfers,
+        units: round.units,
+        event: state.engine.view(&id).await?,
+    }))
 }

@@ -30,6 +30,7 @@ use crate::engine::Engine;
 use crate::flusher::FlushOptions;
 use crate::ids::EventId;
 use crate::ledger::Ledger;
+use crate::rebalancer::RebalanceOptions;
 use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};
@@ -45,6 +46,7 @@ pub struct AppState<S: Store> {
     /// Events the store lost and the ledger still has on sale, refused until recovered.
     pub held: Arc<HashSet<EventId>>,
     pub flush: FlushOptions,
+    pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
     pub stop: CancellationToken,
 }
@@ -59,6 +61,7 @@ impl<S: Store> Clone for AppState<S> {
             metrics: self.metrics.clone(),
             held: self.held.clone(),
             flush: self.flush.clone(),
+            rebalance: self.rebalance.clone(),
             stop: self.stop.clone(),
         }
     }

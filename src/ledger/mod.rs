@@ -168,6 +168,16 @@ impl Ledger {
         Ok(())
     }
 
+    /// Records an event's bucket count after a reshard (a rebuild uses it).
+    pub async fn set_buckets(&self, event: &EventId, buckets: u32) -> Result<(), LedgerError> {
+        sqlx::query("UPDATE events SET buckets = $2 WHERE event_id = $1")
+            .bind(event.as_str())
+            .bind(i64::from(buckets))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Marks an event closed.
     pub async fn close_event(&self, event: &EventId, now_ms: i64) -> Result<(), LedgerError> {
         sqlx::query("UPDATE events SET status = 'closed', closed_ms = $2 WHERE event_id = $1 AND status <> 'closed'")

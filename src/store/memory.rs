@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::{
-    BucketAudit, CancelReply, CreateMeta, Finish, FinishArgs, FinishReply, HomeEntry, HomeReply,
-    OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId, TakeArgs, TakeReply,
-    TransferReply,
+    BucketAudit, BucketContents, CancelReply, CreateMeta, Finish, FinishArgs, FinishReply,
+    HomeEntry, HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId,
+    TakeArgs, TakeReply, TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::BucketRef;
@@ -58,6 +58,7 @@ struct Bucket {
     xfer: HashMap<String, Journal>,
     xin: HashMap<String, u64>,
     adds: u64,
+    demand: u64,
 }
 
 impl Bucket {
@@ -115,6 +116,30 @@ impl Bucket {
         Ok(())
     }
 
+    /// OUT: stock into the journal (see transfer_out.lua).
+    fn out(&mut self, token: u64, xid: &str, target: u32, units: u64) -> TransferReply {
+        if let Err(fenced) = self.fence(token) {
+            return fenced;
+        }
+        if let Some(j) = self.xfer.get(xid) {
+            return TransferReply::Duplicate(j.units);
+        }
+        let moved = units.min(self.stock);
+        if moved > 0 {
+            self.stock -= moved;
+            self.xfer.insert(
+                xid.to_owned(),
+                Journal {
+                    target,
+                    units: moved,
+                    token,
+                    open: true,
+                },
+            );
+        }
+        TransferReply::Applied(moved)
+    }
+
     fn hold(&mut self, user: &UserId, delta: i64) {
         let held = self.users.entry(user.clone()).or_default();
         *held = held.saturating_add_signed(delta);
@@ -125,6 +150,31 @@ struct EventSlot {
     meta: EventMeta,
     lease: Option<(String, u64, Instant)>,
     token: u64,
+    leader: Option<(String, u64, Instant)>,
+    term: u64,
+}
+
+/// Takes or renews a lease slot (see lease_acquire.lua): the same owner keeps
+/// its number, a free or expired slot gets the next one.
+fn take_lease(
+    slot: &mut Option<(String, u64, Instant)>,
+    counter: &mut u64,
+    owner: &str,
+    ttl_ms: u64,
+) -> Option<u64> {
+    let now = Instant::now();
+    let until = now + Duration::from_millis(ttl_ms);
+    match slot {
+        Some((holder, n, expiry)) if *expiry > now => (holder == owner).then(|| {
+            *expiry = until;
+            *n
+        }),
+        _ => {
+            *counter += 1;
+            *slot = Some((owner.to_owned(), *counter, until));
+            Some(*counter)
+        }
+    }
 }
 
 #[derive(Default)]
@@ -201,6 +251,7 @@ impl Store for MemoryStore {
             sold_out: None,
             created_ms: now_ms,
             retired: Vec::new(),
+            reshard_to: None,
         };
         events.insert(
             spec.id.clone(),
@@ -208,6 +259,8 @@ impl Store for MemoryStore {
                 meta,
                 lease: None,
                 token: 0,
+                leader: None,
+                term: 0,
             },
         );
         Ok(CreateMeta::Created)
@@ -324,6 +377,7 @@ impl Store for MemoryStore {
                         return HomeReply::LimitExceeded { held };
                     }
                     bk.hold(&e.user, qty as i64);
+                    bk.demand += qty;
                     if bk.stock >= qty {
                         bk.stock -= qty;
                         bk.record(
@@ -519,7 +573,7 @@ impl Store for MemoryStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
-        self.with(b, |bk| {
+        self.with_live(b, |bk| {
             let Some(entry) = bk.idx.get_mut(order) else {
                 return CancelReply::NotFound;
             };
@@ -571,7 +625,77 @@ impl Store for MemoryStore {
             in_transfer: bk.in_transfer(),
             fence: bk.fence,
             adds: bk.adds,
+            demand: bk.demand,
         })
+    }
+
+    async fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .with_event(event, |s| match s.meta.status {
+                EventStatus::OnSale => {
+                    s.meta.status = EventStatus::Resharding;
+                    s.meta.reshard_to = Some((generation, buckets));
+                    true
+                }
+                EventStatus::Resharding => s.meta.reshard_to == Some((generation, buckets)),
+                _ => false,
+            })
+            .unwrap_or(false))
+    }
+
+    async fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .with_event(event, |s| {
+                if s.meta.reshard_to != Some((generation, buckets)) {
+                    return false;
+                }
+                s.meta.generation = generation;
+                s.meta.spec.buckets = buckets;
+                s.meta.retired = retired.to_vec();
+                s.meta.status = EventStatus::OnSale;
+                s.meta.reshard_to = None;
+                s.meta.seq += 1;
+                true
+            })
+            .unwrap_or(false))
+    }
+
+    async fn acquire_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .with_event(event, |s| {
+                take_lease(&mut s.leader, &mut s.term, owner, ttl_ms)
+            })
+            .flatten())
+    }
+
+    async fn release_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        term: u64,
+    ) -> Result<(), StoreError> {
+        self.with_event(event, |s| {
+            if matches!(&s.leader, Some((holder, t, _)) if holder == owner && *t == term) {
+                s.leader = None;
+            }
+        });
+        Ok(())
     }
 
     async fn acquire_lease(
@@ -580,19 +704,9 @@ impl Store for MemoryStore {
         owner: &str,
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let now = Instant::now();
-        let until = now + Duration::from_millis(ttl_ms);
         Ok(self
-            .with_event(event, |s| match &mut s.lease {
-                Some((holder, token, expiry)) if *expiry > now => (holder == owner).then(|| {
-                    *expiry = until;
-                    *token
-                }),
-                _ => {
-                    s.token += 1;
-                    s.lease = Some((owner.to_owned(), s.token, until));
-                    Some(s.token)
-                }
+            .with_event(event, |s| {
+                take_lease(&mut s.lease, &mut s.token, owner, ttl_ms)
             })
             .flatten())
     }
@@ -637,27 +751,24 @@ impl Store for MemoryStore {
         target: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        self.with_live(b, |bk| {
-            if let Err(fenced) = bk.fence(token) {
-                return fenced;
-            }
-            if let Some(j) = bk.xfer.get(xid) {
-                return TransferReply::Duplicate(j.units);
-            }
-            let moved = units.min(bk.stock);
-            if moved > 0 {
-                bk.stock -= moved;
-                bk.xfer.insert(
-                    xid.to_owned(),
-                    Journal {
-                        target,
-                        units: moved,
-                        token,
-                        open: true,
-                    },
-                );
-            }
-            TransferReply::Applied(moved)
+        self.with_live(b, |bk| bk.out(token, xid, target, units))
+    }
+
+    async fn drain_out(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.with(b, |bk| bk.out(token, xid, target, units))
+    }
+
+    async fn raise_fence(&self, b: &BucketRef, token: u64) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            bk.fence = bk.fence.max(token);
+            bk.fence
         })
     }
 
@@ -848,6 +959,7 @@ impl Store for MemoryStore {
         b: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
+        records: &[(String, Record)],
     ) -> Result<(), StoreError> {
         self.with(b, |bk| {
             for (user, units) in holdings {
@@ -855,16 +967,28 @@ impl Store for MemoryStore {
             }
             for (oid, entry) in orders {
                 bk.idx.insert(oid.clone(), entry.clone());
-                if !entry.request_id.is_empty() {
-                    let record = Record::Bought {
-                        qty: entry.qty,
-                        order_id: oid.clone(),
-                        bucket: entry.bucket,
-                        probes: 0,
-                    };
-                    bk.reqs.insert(entry.request_id.clone(), record);
-                }
             }
+            for (rid, record) in records {
+                bk.reqs.insert(rid.clone(), record.clone());
+            }
+        })
+    }
+
+    async fn contents(&self, b: &BucketRef) -> Result<BucketContents, StoreError> {
+        self.with(b, |bk| BucketContents {
+            holdings: bk
+                .users
+                .iter()
+                .filter(|(_, u)| **u > 0)
+                .map(|(u, n)| (u.clone(), *n))
+                .collect(),
+            orders: bk.idx.iter().map(|(o, e)| (o.clone(), e.clone())).collect(),
+            records: bk
+                .reqs
+                .iter()
+                .filter(|(rid, r)| rid.contains('/') && !matches!(r, Record::Pending { .. }))
+                .map(|(rid, r)| (rid.clone(), r.clone()))
+                .collect(),
         })
     }
 

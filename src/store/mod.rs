@@ -251,6 +251,15 @@ pub struct BucketAudit {
     pub records: Vec<(StreamId, RecordKind, u64)>,
 }
 
+/// What a bucket remembers about its users (moved by a reshard).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketContents {
+    pub holdings: Vec<(UserId, u64)>,
+    pub orders: Vec<(OrderId, OrderEntry)>,
+    /// Final records of client request ids (`<user>/<id>`).
+    pub records: Vec<(String, Record)>,
+}
+
 /// The per-slot atomic steps every backend provides.
 ///
 /// Futures are `Send` so the engine can run on a multi-threaded runtime.
@@ -392,6 +401,40 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     // ---- the mover: lease and fenced transfers ----
 
+    /// Marks the event as resharding to `(generation, buckets)` (or confirms an
+    /// interrupted reshard to the same layout); false otherwise.
+    fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Switches to the new layout and back on sale, in one step.
+    fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Takes or renews (same owner) the event's rebalancer leadership; returns
+    /// the leadership term, or `None` when another instance leads.
+    fn acquire_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+
+    fn release_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        term: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Takes (or renews, for the same owner) the event's mover lease; returns its
     /// fencing token, or `None` when another owner holds it.
     fn acquire_lease(
@@ -426,6 +469,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         target: u32,
         units: u64,
     ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// OUT from a sealed bucket: a reshard draining the old layout.
+    fn drain_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// Raises the bucket's fence to `token` (a new leader, before it moves anything).
+    fn raise_fence(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`.
     fn transfer_in(
@@ -505,14 +565,22 @@ pub trait Store: Clone + Send + Sync + 'static {
         passes: u32,
     ) -> impl Future<Output = Result<Vec<(u32, OrderId)>, StoreError>> + Send;
 
-    /// Writes users' holdings and orders into a rebuilt bucket (after Redis lost
-    /// its state): index entries, and replay records for client request ids.
+    /// Writes users' holdings, order index entries and request records into a
+    /// bucket being rebuilt (Redis lost its state) or filled by a reshard.
     fn restore(
         &self,
         bucket: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
+        records: &[(String, Record)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// What a (sealed) bucket remembers about its users: holdings, order index
+    /// entries and final records of client request ids.
+    fn contents(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<BucketContents, StoreError>> + Send;
 
     /// Lets every key of the bucket expire after `ttl_ms` (an ended event).
     fn expire_bucket(

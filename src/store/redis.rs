@@ -15,9 +15,9 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::{
-    BucketAudit, CancelReply, CreateMeta, FLUSH_GROUP, Finish, FinishArgs, FinishReply, HomeEntry,
-    HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId, TakeArgs,
-    TakeReply, TransferReply,
+    BucketAudit, BucketContents, CancelReply, CreateMeta, FLUSH_GROUP, Finish, FinishArgs,
+    FinishReply, HomeEntry, HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry,
+    StreamId, TakeArgs, TakeReply, TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::{BucketRef, EventKeys};
@@ -71,6 +71,9 @@ struct Scripts {
     audit_bucket: Script,
     restore: Script,
     set_layout: Script,
+    raise_fence: Script,
+    begin_reshard: Script,
+    end_reshard: Script,
 }
 
 impl Scripts {
@@ -100,10 +103,13 @@ impl Scripts {
             audit_bucket: s(include_str!("../../lua/audit_bucket.lua")),
             restore: s(include_str!("../../lua/restore.lua")),
             set_layout: s(include_str!("../../lua/set_layout.lua")),
+            raise_fence: s(include_str!("../../lua/raise_fence.lua")),
+            begin_reshard: s(include_str!("../../lua/begin_reshard.lua")),
+            end_reshard: s(include_str!("../../lua/end_reshard.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 23] {
+    fn all(&self) -> [&Script; 26] {
         [
             &self.purchase,
             &self.take,
@@ -128,6 +134,9 @@ impl Scripts {
             &self.audit_bucket,
             &self.restore,
             &self.set_layout,
+            &self.raise_fence,
+            &self.begin_reshard,
+            &self.end_reshard,
         ]
     }
 }
@@ -193,6 +202,35 @@ impl RedisStore {
     /// The set of known event ids (one small key, written once per event).
     fn events_key(&self) -> String {
         format!("{}:events", self.namespace)
+    }
+
+    /// OUT, optionally allowed on a sealed bucket.
+    async fn out_step(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+        sealed_ok: bool,
+    ) -> Result<TransferReply, StoreError> {
+        let k = self.keys(bucket);
+        let args = vec![
+            token.to_string(),
+            xid.to_owned(),
+            target.to_string(),
+            units.to_string(),
+            if sealed_ok { "1" } else { "0" }.to_owned(),
+        ];
+        let parts = self
+            .eval_bucket(
+                bucket,
+                &self.scripts.transfer_out,
+                vec![k.stock, k.xfer, k.fence, k.sealed],
+                args,
+            )
+            .await?;
+        transfer_reply(&parts)
     }
 
     /// The underlying client, for diagnostics and tests (INFO, SCRIPT FLUSH …).
@@ -370,6 +408,10 @@ fn parse_meta(fields: std::collections::HashMap<String, String>) -> Result<Event
         created_ms: num("created")? as i64,
         retired: EventMeta::decode_layouts(fields.get("retired").map_or("", String::as_str))
             .ok_or_else(|| bad("retired"))?,
+        reshard_to: EventMeta::decode_layouts(fields.get("reshard_to").map_or("", String::as_str))
+            .ok_or_else(|| bad("reshard_to"))?
+            .first()
+            .copied(),
     })
 }
 
@@ -507,7 +549,9 @@ impl Store for RedisStore {
         entries: &[HomeEntry],
     ) -> Result<Vec<HomeReply>, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed];
+        let keys = vec![
+            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand,
+        ];
         let mut args = Vec::with_capacity(3 + 6 * entries.len());
         args.extend([
             now_ms.to_string(),
@@ -660,7 +704,7 @@ impl Store for RedisStore {
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.users, k.idx, k.orders, k.adds];
+        let keys = vec![k.stock, k.users, k.idx, k.orders, k.adds, k.sealed];
         let args = vec![
             now_ms.to_string(),
             order.to_string(),
@@ -725,7 +769,7 @@ impl Store for RedisStore {
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence, k.adds];
+        let keys = vec![k.stock, k.xfer, k.fence, k.adds, k.demand];
         let parts = self
             .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
             .await?;
@@ -734,7 +778,79 @@ impl Store for RedisStore {
             in_transfer: num(arg(&parts, 1)?)?,
             fence: num(arg(&parts, 2)?)?,
             adds: num(arg(&parts, 3)?)?,
+            demand: num(arg(&parts, 4)?)?,
         })
+    }
+
+    async fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> Result<bool, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        let v = self
+            .eval(
+                &self.scripts.begin_reshard,
+                keys,
+                vec![generation.to_string(), buckets.to_string()],
+            )
+            .await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        let args = vec![
+            generation.to_string(),
+            buckets.to_string(),
+            EventMeta::encode_layouts(retired),
+        ];
+        let v = self.eval(&self.scripts.end_reshard, keys, args).await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn acquire_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let k = self.event_keys(event);
+        let parts = self
+            .eval(
+                &self.scripts.lease_acquire,
+                vec![k.leader, k.term],
+                vec![owner.to_owned(), ttl_ms.to_string()],
+            )
+            .await?
+            .into_array();
+        match code(&parts)?.as_str() {
+            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn release_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        term: u64,
+    ) -> Result<(), StoreError> {
+        let args = vec![owner.to_owned(), term.to_string(), "0".to_owned()];
+        self.eval(
+            &self.scripts.lease_renew,
+            vec![self.event_keys(event).leader],
+            args,
+        )
+        .await
+        .map(drop)
     }
 
     async fn acquire_lease(
@@ -787,22 +903,30 @@ impl Store for RedisStore {
         target: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        let k = self.keys(bucket);
-        let args = vec![
-            token.to_string(),
-            xid.to_owned(),
-            target.to_string(),
-            units.to_string(),
-        ];
-        let parts = self
-            .eval_bucket(
-                bucket,
-                &self.scripts.transfer_out,
-                vec![k.stock, k.xfer, k.fence, k.sealed],
-                args,
+        self.out_step(bucket, token, xid, target, units, false)
+            .await
+    }
+
+    async fn drain_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.out_step(bucket, token, xid, target, units, true).await
+    }
+
+    async fn raise_fence(&self, bucket: &BucketRef, token: u64) -> Result<u64, StoreError> {
+        let v = self
+            .eval(
+                &self.scripts.raise_fence,
+                vec![self.keys(bucket).fence],
+                vec![token.to_string()],
             )
             .await?;
-        transfer_reply(&parts)
+        num(&v)
     }
 
     async fn transfer_in(
@@ -1023,6 +1147,7 @@ impl Store for RedisStore {
         bucket: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
+        records: &[(String, Record)],
     ) -> Result<(), StoreError> {
         let k = self.keys(bucket);
         let mut args = vec![holdings.len().to_string()];
@@ -1031,11 +1156,54 @@ impl Store for RedisStore {
         }
         args.push(orders.len().to_string());
         for (oid, entry) in orders {
-            args.extend([oid.to_string(), entry.encode(), entry.request_id.clone()]);
+            args.extend([oid.to_string(), entry.encode()]);
+        }
+        args.push(records.len().to_string());
+        for (rid, record) in records {
+            args.extend([rid.clone(), record.encode()]);
         }
         self.eval(&self.scripts.restore, vec![k.users, k.idx, k.reqs], args)
             .await
             .map(drop)
+    }
+
+    async fn contents(&self, bucket: &BucketRef) -> Result<BucketContents, StoreError> {
+        let k = self.keys(bucket);
+        let hash = |key: String| async move {
+            let all: std::collections::HashMap<String, String> =
+                self.client.hgetall(key).await.map_err(unavailable)?;
+            Ok::<_, StoreError>(all)
+        };
+        let (users, idx, reqs) = (
+            hash(k.users).await?,
+            hash(k.idx).await?,
+            hash(k.reqs).await?,
+        );
+        let mut c = BucketContents::default();
+        for (user, units) in users {
+            let units: u64 = units
+                .parse()
+                .map_err(|_| StoreError::Protocol(format!("held {units:?}")))?;
+            if let (Ok(user), true) = (UserId::parse(user), units > 0) {
+                c.holdings.push((user, units));
+            }
+        }
+        for (oid, entry) in idx {
+            let entry = OrderEntry::decode(&entry)
+                .ok_or_else(|| StoreError::Protocol(format!("entry {entry:?}")))?;
+            c.orders.push((OrderId::from_stored(oid), entry));
+        }
+        // Client request ids only ("<user>/<id>"); probe markers and internal ids stay behind.
+        for (rid, record) in reqs {
+            if rid.contains('/')
+                && !rid.starts_with("t:")
+                && let Some(record) = Record::decode(&record)
+                && !matches!(record, Record::Pending { .. })
+            {
+                c.records.push((rid, record));
+            }
+        }
+        Ok(c)
     }
 
     async fn expire_bucket(&self, bucket: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {

@@ -114,6 +114,28 @@ pub fn pg_url() -> String {
     .clone()
 }
 
+/// A ledger for an engine's backend: a fresh SQLite file beside the memory
+/// store, this process's PostgreSQL database beside Redis.
+pub async fn ledger_for(kind: &str) -> shardstock::ledger::Ledger {
+    let url = if kind == "memory" {
+        sqlite_url()
+    } else {
+        pg_url()
+    };
+    shardstock::ledger::Ledger::connect(&url, 4).await.unwrap()
+}
+
+/// A user id whose home bucket is `bucket` among `n`.
+pub fn user_homed_at(bucket: u32, n: u32, salt: &str) -> String {
+    (0..)
+        .map(|i| format!("u-{salt}-{i}"))
+        .find(|u| {
+            shardstock::routing::home(shardstock::routing::user_hash(&user(u.as_str())), n)
+                == bucket
+        })
+        .unwrap()
+}
+
 /// A fresh SQLite file for one app.
 pub fn sqlite_url() -> String {
     format!("sqlite://{}/ledger.db", temp_dir("sqlite").display())

@@ -1,0 +1,375 @@
+//! The rebalancer: one leader per event, fenced transfers, skew control, and
+//! the end of the sale.
+//!
+//! Every instance runs the loop; for each event, the instance holding the
+//! leadership lease (`SET NX PX`, renewed every round — a heartbeat) acts. A
+//! round takes the mover lease, whose fresh token is strictly higher than any
+//! before, raises every bucket's fence to it (so a leader that paused past its
+//! lease is refused by every bucket, not only by the ones the new leader
+//! touches), completes any transfer a crashed mover left open, reads the
+//! buckets, and makes the moves `policy::plan` asks for. The leader also
+//! closes an event whose sale window has ended, resumes a reshard that stalled,
+//! and retires the keys of old layouts once their streams are flushed.
+//!
+//! `plan` and `execute` are separate so a test can pause a leader between them.
+
+pub mod policy;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineError, now_ms};
+use crate::flusher::{FlushOptions, Flusher};
+use crate::ids::EventId;
+use crate::keys::BucketRef;
+use crate::ledger::Ledger;
+use crate::lifecycle::LifecycleError;
+use crate::metrics as m;
+use crate::model::{EventMeta, EventStatus};
+use crate::mover::{self, MoverError};
+use crate::store::{Store, StoreError};
+
+pub use policy::{Move, Policy};
+
+/// Tunables (from `[rebalancer]`).
+#[derive(Debug, Clone)]
+pub struct RebalanceOptions {
+    pub interval: Duration,
+    pub lease_ttl_ms: u64,
+    pub policy: Policy,
+}
+
+/// What a leader knows about an event between rounds.
+#[derive(Debug, Default)]
+struct Led {
+    term: u64,
+    generation: u32,
+    demand: Vec<u64>,
+    rates: Vec<f64>,
+    at: Option<Instant>,
+}
+
+/// A round's moves, planned under a mover token.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub token: u64,
+    owner: String,
+    pub moves: Vec<Move>,
+}
+
+/// What a round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    pub transfers: u64,
+    pub units: u64,
+    /// A bucket refused this mover's token: it is stale and stopped.
+    pub fenced: bool,
+}
+
+pub struct Rebalancer<S: Store> {
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    flush: FlushOptions,
+    opts: RebalanceOptions,
+    owner: String,
+    led: HashMap<EventId, Led>,
+}
+
+impl<S: Store> Rebalancer<S> {
+    pub fn new(
+        engine: Arc<Engine<S>>,
+        ledger: Ledger,
+        flush: FlushOptions,
+        opts: RebalanceOptions,
+    ) -> Self {
+        let owner = format!("{}/leader", engine.instance());
+        Self {
+            engine,
+            ledger,
+            flush,
+            opts,
+            owner,
+            led: HashMap::new(),
+        }
+    }
+
+    /// The loop: a round for every event it leads, every interval, until `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.opts.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let events = match self.engine.store().list_events().await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, "rebalancer: listing events failed");
+                    continue;
+                }
+            };
+            for event in events {
+                if let Err(e) = self.lead(&event, &stop).await {
+                    tracing::warn!(%event, error = %e, "rebalancer round failed");
+                }
+            }
+        }
+        for (event, led) in self.led.drain() {
+            let _ = self
+                .engine
+                .store()
+                .release_leadership(&event, &self.owner, led.term)
+                .await;
+            metrics::gauge!(m::LEADER, "event" => event.to_string()).set(0.0);
+        }
+    }
+
+    /// Takes or keeps the leadership of `event`, and acts if it leads.
+    pub async fn lead(
+        &mut self,
+        event: &EventId,
+        stop: &CancellationToken,
+    ) -> Result<Option<Round>, LifecycleError> {
+        let store = self.engine.store();
+        let Some(meta) = store.load_meta(event).await? else {
+            return Ok(None);
+        };
+        if matches!(meta.status, EventStatus::Closed | EventStatus::Creating) {
+            return Ok(None);
+        }
+        let ttl = self.opts.lease_ttl_ms;
+        let Some(term) = store.acquire_leadership(event, &self.owner, ttl).await? else {
+            if self.led.remove(event).is_some() {
+                metrics::gauge!(m::LEADER, "event" => event.to_string()).set(0.0);
+            }
+            return Ok(None);
+        };
+        let led = self.led.entry(event.clone()).or_default();
+        if led.term != term {
+            *led = Led {
+                term,
+                ..Led::default()
+            };
+            metrics::counter!(m::LEADER_CHANGES, "event" => event.to_string()).increment(1);
+            metrics::gauge!(m::LEADER, "event" => event.to_string()).set(1.0);
+            tracing::info!(%event, term, "leading the event's rebalancer");
+        }
+        if meta.status == EventStatus::Resharding {
+            if let Some((_, buckets)) = meta.reshard_to
+                && store.acquire_lease(event, "probe", 1).await?.is_some()
+            {
+                // Nobody holds the mover lease: the reshard stalled. Resume it.
+                tracing::warn!(%event, buckets, "resuming a stalled reshard");
+                crate::reshard::reshard(&self.engine, event, buckets).await?;
+            }
+            return Ok(None);
+        }
+        if meta.spec.ends_at.is_some_and(|end| now_ms() >= end) {
+            let consumer = format!("{}/close", self.engine.instance());
+            let mut flusher = Flusher::new(
+                self.engine.clone(),
+                self.ledger.clone(),
+                consumer,
+                self.flush.clone(),
+            );
+            crate::lifecycle::close(&self.engine, &self.ledger, &mut flusher, event, stop).await?;
+            tracing::info!(%event, "the sale window ended: closed");
+            return Ok(None);
+        }
+        self.prune_retired(&meta).await?;
+        let Some(planned) = self.plan(&meta).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.execute(&meta, planned).await?))
+    }
+
+    /// Takes the mover lease, fences every bucket, completes open transfers
+    /// and plans the round's moves. `None` when another mover holds the lease.
+    pub async fn plan(&mut self, meta: &EventMeta) -> Result<Option<Planned>, LifecycleError> {
+        let engine = self.engine.clone();
+        let store = engine.store();
+        let event = &meta.spec.id;
+        let Some(token) = store
+            .acquire_lease(event, &self.owner, self.opts.lease_ttl_ms)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let planned = async {
+            let buckets: Vec<BucketRef> = (0..meta.spec.buckets)
+                .map(|b| BucketRef::new(event, meta.generation, b))
+                .collect();
+            for b in &buckets {
+                store.raise_fence(b, token).await?;
+            }
+            mover::complete_open(store, meta, token)
+                .await
+                .map_err(EngineError::from)?;
+            let states = engine.bucket_states(meta).await?;
+            let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
+            let rates = self.rates(meta, states.iter().map(|s| s.demand).collect());
+            let order_size = u64::from(meta.spec.max_per_order);
+            let moves = policy::plan(
+                &stocks,
+                &rates,
+                meta.spec.stock,
+                order_size,
+                &self.opts.policy,
+            );
+            Ok::<_, LifecycleError>(moves)
+        }
+        .await;
+        match planned {
+            Ok(moves) => Ok(Some(Planned {
+                token,
+                owner: self.owner.clone(),
+                moves,
+            })),
+            Err(e) => {
+                let _ = store.release_lease(event, &self.owner, token).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Consolidates now (the admin endpoint), leader or not: fragments are
+    /// gathered, else the buckets levelled. Returns the moves made.
+    pub async fn consolidate_now(
+        &mut self,
+        meta: &EventMeta,
+    ) -> Result<(Vec<Move>, Round), LifecycleError> {
+        let Some(mut planned) = self.plan(meta).await? else {
+            return Err(LifecycleError::Busy(format!(
+                "another mover is at work on {}",
+                meta.spec.id
+            )));
+        };
+        let states = self.engine.bucket_states(meta).await?;
+        let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
+        let rates = self
+            .led
+            .get(&meta.spec.id)
+            .map(|l| l.rates.clone())
+            .unwrap_or_default();
+        let rates = if rates.len() == stocks.len() {
+            rates
+        } else {
+            vec![0.0; stocks.len()]
+        };
+        let order_size = u64::from(meta.spec.max_per_order);
+        planned.moves = policy::consolidate(&stocks, &rates, order_size, &self.opts.policy);
+        let moves = planned.moves.clone();
+        let round = self.execute(meta, planned).await?;
+        Ok((moves, round))
+    }
+
+    /// Makes the planned moves; stops at the first fenced step (a stale mover).
+    pub async fn execute(
+        &self,
+        meta: &EventMeta,
+        planned: Planned,
+    ) -> Result<Round, LifecycleError> {
+        let store = self.engine.store();
+        let event = meta.spec.id.to_string();
+        let mut round = Round::default();
+        for mv in &planned.moves {
+            match mover::transfer(store, meta, planned.token, mv.from, mv.to, mv.units).await {
+                Ok(0) => {}
+                Ok(units) => {
+                    round.transfers += 1;
+                    round.units += units;
+                }
+                Err(MoverError::Fenced {
+                    bucket,
+                    token,
+                    highest,
+                }) => {
+                    metrics::counter!(m::FENCING_REJECTIONS, "event" => event.clone()).increment(1);
+                    tracing::warn!(%event, bucket, token, highest, "stale mover fenced off; stopping the round");
+                    round.fenced = true;
+                    break;
+                }
+                Err(MoverError::Store(StoreError::Stale(_))) => break,
+                Err(e) => {
+                    let _ = store
+                        .release_lease(&meta.spec.id, &planned.owner, planned.token)
+                        .await;
+                    return Err(EngineError::from(e).into());
+                }
+            }
+        }
+        let _ = store
+            .release_lease(&meta.spec.id, &planned.owner, planned.token)
+            .await;
+        metrics::counter!(m::REBALANCE_TRANSFERS, "event" => event.clone())
+            .increment(round.transfers);
+        metrics::counter!(m::REBALANCE_MOVED_UNITS, "event" => event).increment(round.units);
+        Ok(round)
+    }
+
+    /// Demand per bucket and second, smoothed (EWMA) across rounds.
+    fn rates(&mut self, meta: &EventMeta, demand: Vec<u64>) -> Vec<f64> {
+        let led = self.led.entry(meta.spec.id.clone()).or_default();
+        let now = Instant::now();
+        let fresh = led.generation != meta.generation || led.demand.len() != demand.len();
+        let rates = match (led.at, fresh) {
+            (Some(at), false) => {
+                let dt = now.duration_since(at).as_secs_f64().max(0.001);
+                demand
+                    .iter()
+                    .zip(&led.demand)
+                    .zip(led.rates.iter().chain(std::iter::repeat(&0.0)))
+                    .map(|((d, before), old)| {
+                        0.5 * old + 0.5 * (d.saturating_sub(*before) as f64 / dt)
+                    })
+                    .collect()
+            }
+            _ => vec![0.0; demand.len()],
+        };
+        led.generation = meta.generation;
+        led.demand = demand;
+        led.rates = rates.clone();
+        led.at = Some(now);
+        rates
+    }
+
+    /// Drops old layouts whose buckets hold nothing and whose streams are
+    /// flushed; their keys expire.
+    async fn prune_retired(&self, meta: &EventMeta) -> Result<(), LifecycleError> {
+        if meta.retired.is_empty() {
+            return Ok(());
+        }
+        let store = self.engine.store();
+        let mut keep = Vec::new();
+        for &(generation, n) in &meta.retired {
+            let mut empty = true;
+            for b in 0..n {
+                let bucket = BucketRef::new(&meta.spec.id, generation, b);
+                let drained = match store.audit_bucket(&bucket).await {
+                    Ok(a) => a.stock == 0 && a.open.is_empty() && a.records.is_empty(),
+                    Err(StoreError::Stale(_)) => true,
+                    Err(e) => return Err(e.into()),
+                };
+                empty &= drained;
+            }
+            if empty {
+                for b in 0..n {
+                    let bucket = BucketRef::new(&meta.spec.id, generation, b);
+                    let _ = store.expire_bucket(&bucket, 3_600_000).await;
+                }
+            } else {
+                keep.push((generation, n));
+            }
+        }
+        if keep.len() != meta.retired.len() {
+            store
+                .set_layout(&meta.spec.id, meta.generation, meta.spec.buckets, &keep)
+                .await?;
+        }
+        Ok(())
+    }
+}
