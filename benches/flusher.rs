@@ -153,6 +153,10 @@ async fn baseline(a: &Args) -> f64 {
 #[tokio::main]
 async fn main() {
     let a = args();
+    // Creates the database (and the ledger's tables) on first use.
+    Ledger::connect(&a.pg, 1)
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432");
     let plain = baseline(&a).await;
     let from_memory = flush(MemoryStore::new(), &a).await;
     println!("flusher benchmark: {} orders, batch {}", a.orders, a.batch);

@@ -100,7 +100,9 @@ impl Application {
         } else {
             LostState::Refuse
         });
-        let engine = Arc::new(Engine::new(store, settings.engine.options()));
+        let mut engine_options = settings.engine.options();
+        engine_options.max_batch = settings.batching.max_batch();
+        let engine = Arc::new(Engine::new(store, engine_options));
         let (rebuilt, refused) = lifecycle::recover_lost(&engine, &ledger, policy)
             .await
             .context("checking the store against the database")?;

@@ -148,6 +148,13 @@ pub struct EngineSettings {
     pub gather_wait_ms: u64,
 }
 
+impl BatchSettings {
+    /// The engine's batch bound: `None` when batching is off.
+    pub fn max_batch(&self) -> Option<usize> {
+        self.enabled.then_some(self.max_batch)
+    }
+}
+
 impl DatabaseSettings {
     pub fn flush_options(&self) -> crate::flusher::FlushOptions {
         crate::flusher::FlushOptions {
@@ -179,6 +186,7 @@ impl EngineSettings {
             reshard_wait: Duration::from_millis(self.reshard_wait_ms),
             gather_lease_ttl: Duration::from_millis(self.gather_lease_ttl_ms),
             gather_wait: Duration::from_millis(self.gather_wait_ms),
+            max_batch: None,
         }
     }
 }

@@ -220,3 +220,42 @@ async fn a_sold_out_answer_after_the_mark_costs_three_calls() {
         "home + meta + finish per sold-out answer: {commands:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_purchases_share_script_calls() {
+    let server = RedisServer::start();
+    let store = connect(&server.url()).await;
+    let engine = Arc::new(Engine::new(store, EngineOptions::default()));
+    let id = event_id("batch");
+    engine.create_event(spec(&id, 100_000, 2)).await.unwrap();
+    engine.meta(&id).await.unwrap();
+    let mut monitor = Monitor::start(server.port);
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let (engine, id) = (engine.clone(), id.clone());
+            tokio::spawn(async move {
+                for i in 0..25 {
+                    let req = PurchaseRequest {
+                        event: id.clone(),
+                        user: user(format!("u-{t}-{i}")),
+                        quantity: 1,
+                        request_id: Some(RequestId::parse(format!("r{t}-{i}")).unwrap()),
+                    };
+                    engine.purchase(&req).await.unwrap().result.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = monitor
+        .commands()
+        .iter()
+        .filter(|c| *c == "evalsha")
+        .count();
+    let ratio = 1_600.0 / calls as f64;
+    println!("1600 purchases in {calls} script calls: {ratio:.1} purchases per call");
+    assert!(ratio > 2.0, "{calls} calls for 1600 purchases");
+    assert_eq!(engine.view(&id).await.unwrap().sold, 1_600);
+}

@@ -9,6 +9,7 @@
 //! Sub-modules: `purchase` (fast path and the probe saga), `orders` (cancel,
 //! lookup), `view` (per-bucket remaining, skew).
 
+mod batch;
 mod orders;
 mod purchase;
 mod view;
@@ -78,6 +79,9 @@ pub struct EngineOptions {
     pub gather_lease_ttl: Duration,
     /// How long a purchase waits for the mover lease held by someone else.
     pub gather_wait: Duration,
+    /// Group commit of the home step: at most this many purchases per script
+    /// call; `None` sends each purchase on its own.
+    pub max_batch: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -88,6 +92,7 @@ impl Default for EngineOptions {
             reshard_wait: Duration::from_secs(5),
             gather_lease_ttl: Duration::from_secs(2),
             gather_wait: Duration::from_secs(2),
+            max_batch: Some(64),
         }
     }
 }
@@ -111,6 +116,7 @@ pub struct Engine<S: Store> {
     /// Identifies this process as a lease owner.
     instance: String,
     events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
+    batcher: Option<batch::Batcher<S>>,
     crash: AtomicU8,
 }
 
@@ -125,6 +131,9 @@ pub fn now_ms() -> i64 {
 impl<S: Store> Engine<S> {
     pub fn new(store: S, opts: EngineOptions) -> Self {
         Self {
+            batcher: opts
+                .max_batch
+                .map(|n| batch::Batcher::new(store.clone(), n)),
             store,
             opts,
             instance: format!("i{:016x}", rand::random::<u64>()),
@@ -240,6 +249,9 @@ impl<S: Store> Engine<S> {
             .write()
             .expect("meta cache poisoned")
             .remove(event);
+        if let Some(b) = &self.batcher {
+            b.forget(event);
+        }
     }
 
     /// Reloads until the event is out of `resharding` (or the wait is over).

@@ -22,6 +22,7 @@ use futures::future::try_join_all;
 
 use super::{CrashPoint, Engine, EngineError, now_ms};
 use crate::ids::{EventId, OrderId, RequestId, UserId};
+use crate::keys::BucketRef;
 use crate::model::{EventMeta, EventStatus, Order, Record};
 use crate::routing::{home, ring, user_hash};
 use crate::store::{
@@ -200,14 +201,8 @@ impl<S: Store> Engine<S> {
             keep: saga.keep,
             order_id: saga.order_id.clone(),
         };
-        let reply = match self
-            .store
-            .home(&bucket, now_ms(), slice::from_ref(&entry))
-            .await
-        {
-            Ok(mut replies) => replies
-                .pop()
-                .ok_or_else(|| StoreError::Protocol("empty home reply".into()))?,
+        let reply = match self.home_step(&bucket, entry.clone()).await {
+            Ok(reply) => reply,
             Err(StoreError::Unavailable(why)) => return self.resolve(meta, saga, why).await,
             Err(e) => return Err(e.into()),
         };
@@ -231,6 +226,23 @@ impl<S: Store> Engine<S> {
             }))),
             HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
             HomeReply::Replay(record) => self.replay(meta, saga, record).await,
+        }
+    }
+
+    /// The home step: through the bucket's batcher, or on its own.
+    async fn home_step(
+        &self,
+        bucket: &BucketRef,
+        entry: HomeEntry,
+    ) -> Result<HomeReply, StoreError> {
+        match &self.batcher {
+            Some(batcher) => batcher.home(bucket, now_ms(), entry).await,
+            None => self
+                .store
+                .home(bucket, now_ms(), slice::from_ref(&entry))
+                .await?
+                .pop()
+                .ok_or_else(|| StoreError::Protocol("empty home reply".into())),
         }
     }
 

@@ -54,6 +54,14 @@ pub fn memory() -> Engine<MemoryStore> {
     Engine::new(MemoryStore::new(), EngineOptions::default())
 }
 
+/// Engine options without group commit (every purchase its own script call).
+pub fn unbatched() -> EngineOptions {
+    EngineOptions {
+        max_batch: None,
+        ..EngineOptions::default()
+    }
+}
+
 /// This test process's key namespace on a shared Redis: its events, and only
 /// its events, are what its flushers and gauges see.
 pub fn namespace() -> String {
@@ -391,7 +399,8 @@ impl Drop for RedisCluster {
 }
 
 /// Runs each listed `async fn name<S: Store>(engine: Engine<S>)` against the
-/// memory store, the machine's Redis and the test Cluster.
+/// memory store, the machine's Redis and the test Cluster (home steps batched,
+/// the default), and again on memory and Redis with batching off.
 #[macro_export]
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -416,6 +425,25 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name($crate::common::cluster().await).await;
+                }
+            )*
+        }
+        /// The same tests without group commit of the home step.
+        mod unbatched_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let engine = shardstock::Engine::new(shardstock::MemoryStore::new(), $crate::common::unbatched());
+                    super::$name(engine).await;
+                }
+            )*
+        }
+        mod unbatched_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let store = $crate::common::standalone().await.store().clone();
+                    super::$name(shardstock::Engine::new(store, $crate::common::unbatched())).await;
                 }
             )*
         }

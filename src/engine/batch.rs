@@ -1,0 +1,141 @@
+//! Group commit of the home step: purchases of one bucket that arrive while a
+//! call for that bucket is in flight go together in the next call.
+//!
+//! Each bucket has a lock-free queue (crossbeam `SegQueue`) and a busy flag.
+//! A purchase pushes its entry and a reply channel; if no call is in flight it
+//! starts a driver task, which takes up to `max_batch` entries, runs
+//! `purchase.lua` once for all of them (the script applies them in order with
+//! exactly the single-purchase semantics), hands each caller its own reply, and
+//! goes on while entries keep arriving. A lone purchase is sent at once — the
+//! only wait is for a call already in flight — and no caller ever drives the
+//! queue for others, so nobody's answer waits behind someone else's batch.
+//! No lock is held across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crossbeam::queue::SegQueue;
+use tokio::sync::oneshot;
+
+use crate::keys::BucketRef;
+use crate::metrics as m;
+use crate::store::{HomeEntry, HomeReply, Store, StoreError};
+
+type Reply = Result<HomeReply, StoreError>;
+
+struct Queued {
+    entry: HomeEntry,
+    reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct Lane {
+    queue: SegQueue<Queued>,
+    busy: AtomicBool,
+}
+
+/// The per-bucket batchers of one engine.
+pub struct Batcher<S: Store> {
+    store: S,
+    max_batch: usize,
+    lanes: RwLock<HashMap<BucketRef, Arc<Lane>>>,
+}
+
+impl<S: Store> Batcher<S> {
+    pub fn new(store: S, max_batch: usize) -> Self {
+        Self {
+            store,
+            max_batch: max_batch.max(1),
+            lanes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn lane(&self, bucket: &BucketRef) -> Arc<Lane> {
+        if let Some(lane) = self.lanes.read().expect("lanes poisoned").get(bucket) {
+            return lane.clone();
+        }
+        let mut lanes = self.lanes.write().expect("lanes poisoned");
+        lanes.entry(bucket.clone()).or_default().clone()
+    }
+
+    /// The home step for one entry, batched with whatever else is waiting.
+    pub async fn home(&self, bucket: &BucketRef, now_ms: i64, entry: HomeEntry) -> Reply {
+        let (tx, rx) = oneshot::channel();
+        let lane = self.lane(bucket);
+        lane.queue.push(Queued { entry, reply: tx });
+        if !lane.busy.swap(true, Ordering::AcqRel) {
+            tokio::spawn(drive(
+                self.store.clone(),
+                bucket.clone(),
+                lane,
+                self.max_batch,
+                now_ms,
+            ));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("the batch driver stopped".into())))
+    }
+
+    /// Forgets the lanes of buckets that no longer exist (after a reshard or close).
+    pub fn forget(&self, event: &crate::ids::EventId) {
+        self.lanes
+            .write()
+            .expect("lanes poisoned")
+            .retain(|b, lane| &b.event != event || lane.busy.load(Ordering::Acquire));
+    }
+}
+
+/// Sends batches for one bucket until its queue is empty.
+async fn drive<S: Store>(
+    store: S,
+    bucket: BucketRef,
+    lane: Arc<Lane>,
+    max_batch: usize,
+    mut now_ms: i64,
+) {
+    loop {
+        let mut batch = Vec::with_capacity(max_batch.min(64));
+        while batch.len() < max_batch {
+            match lane.queue.pop() {
+                Some(q) => batch.push(q),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            lane.busy.store(false, Ordering::Release);
+            // An entry pushed after the last pop but before the flag dropped
+            // found the lane busy and started no driver: take over again.
+            if lane.queue.is_empty() || lane.busy.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        let entries: Vec<HomeEntry> = batch.iter().map(|q| q.entry.clone()).collect();
+        metrics::histogram!(m::BATCH_SIZE).record(entries.len() as f64);
+        metrics::counter!(m::SCRIPT_CALLS).increment(1);
+        match store.home(&bucket, now_ms, &entries).await {
+            Ok(replies) if replies.len() == batch.len() => {
+                for (q, reply) in batch.into_iter().zip(replies) {
+                    let _ = q.reply.send(Ok(reply));
+                }
+            }
+            Ok(replies) => {
+                let e = StoreError::Protocol(format!(
+                    "{} replies for {} entries",
+                    replies.len(),
+                    batch.len()
+                ));
+                for q in batch {
+                    let _ = q.reply.send(Err(e.clone()));
+                }
+            }
+            Err(e) => {
+                for q in batch {
+                    let _ = q.reply.send(Err(e.clone()));
+                }
+            }
+        }
+        now_ms = crate::engine::now_ms();
+    }
+}
