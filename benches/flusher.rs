@@ -3,7 +3,7 @@
 //! INSERT of the same number of rows (no idempotency, no order rows, no totals),
 //! i.e. what the database does with the least work.
 //!
-//! `cargo bench --bench flusher -- [--orders N] [--batch B] [--redis URL] [--pg URL]`
+//! `cargo bench --bench flusher -- [--orders N] [--batch B] [--workers W] [--redis URL] [--pg URL]`
 //! The records come from real purchases through the engine (memory store, or
 //! Redis with `--redis`); only the flush is timed.
 
@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 struct Args {
     orders: u64,
     batch: usize,
+    workers: usize,
     redis: Option<String>,
     pg: String,
 }
@@ -32,6 +33,7 @@ fn args() -> Args {
     let mut a = Args {
         orders: 100_000,
         batch: 1_000,
+        workers: 4,
         redis: None,
         pg: "postgres://postgres@127.0.0.1:5432/shardstock_bench_flush".into(),
     };
@@ -40,6 +42,7 @@ fn args() -> Args {
         match flag.as_str() {
             "--orders" => a.orders = it.next().unwrap().parse().unwrap(),
             "--batch" => a.batch = it.next().unwrap().parse().unwrap(),
+            "--workers" => a.workers = it.next().unwrap().parse().unwrap(),
             "--redis" => a.redis = it.next(),
             "--pg" => a.pg = it.next().unwrap(),
             _ => {} // cargo bench passes --bench
@@ -92,13 +95,14 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
     let meta = engine.meta(&event).await.unwrap();
     let opts = FlushOptions {
         batch: a.batch,
+        workers: a.workers,
         idle: std::time::Duration::from_millis(5),
         claim_idle_ms: 60_000,
     };
     let mut flusher = Flusher::new(engine.clone(), ledger.clone(), "bench".into(), opts);
     let start = Instant::now();
     flusher
-        .drain(&buckets_of(&meta), &CancellationToken::new())
+        .drain_parallel(&buckets_of(&meta), &CancellationToken::new())
         .await
         .unwrap();
     let secs = start.elapsed().as_secs_f64();
@@ -159,7 +163,10 @@ async fn main() {
         .expect("PostgreSQL on 127.0.0.1:5432");
     let plain = baseline(&a).await;
     let from_memory = flush(MemoryStore::new(), &a).await;
-    println!("flusher benchmark: {} orders, batch {}", a.orders, a.batch);
+    println!(
+        "flusher benchmark: {} orders, batch {}, {} workers",
+        a.orders, a.batch, a.workers
+    );
     println!("  baseline: plain multi-row INSERT      {plain:>10.0} rows/s   1.00x");
     println!(
         "  flusher, memory store -> PostgreSQL   {from_memory:>10.0} orders/s {:.2}x",

@@ -32,6 +32,9 @@ pub enum Command {
     Audit(EventArgs),
     /// Rebuild an event the store lost (a Redis that restarted empty) from the database.
     Recover(EventArgs),
+    /// Run a flash-sale load against a strategy, or compare them all (--compare
+    /// writes BENCHMARKS.md).
+    Bench(crate::bench::cmd::BenchArgs),
     /// Check a configuration file and print the events it declares.
     CheckConfig(ConfigArgs),
 }

@@ -110,6 +110,8 @@ pub struct DatabaseSettings {
     pub url: String,
     /// Order records per insert batch.
     pub flush_batch: usize,
+    /// Flush workers per instance, each writing its own batches concurrently.
+    pub flush_workers: usize,
     /// How long the flusher waits for new records before polling again.
     pub flush_block_ms: u64,
     /// Records pending this long in a dead consumer are claimed.
@@ -129,6 +131,7 @@ impl Default for DatabaseSettings {
         Self {
             url: "sqlite://data/shardstock.db".into(),
             flush_batch: 1_000,
+            flush_workers: 4,
             flush_block_ms: 100,
             claim_idle_ms: 10_000,
             max_connections: 8,
@@ -159,6 +162,7 @@ impl DatabaseSettings {
     pub fn flush_options(&self) -> crate::flusher::FlushOptions {
         crate::flusher::FlushOptions {
             batch: self.flush_batch,
+            workers: self.flush_workers.max(1),
             idle: Duration::from_millis(self.flush_block_ms),
             claim_idle_ms: self.claim_idle_ms,
         }

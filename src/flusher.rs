@@ -28,6 +28,8 @@ use crate::store::{Store, StoreError, StreamId};
 #[derive(Debug, Clone)]
 pub struct FlushOptions {
     pub batch: usize,
+    /// Concurrent workers in `run` (the consumer group gives each record to one).
+    pub workers: usize,
     /// Pause after a round that found nothing.
     pub idle: Duration,
     pub claim_idle_ms: u64,
@@ -60,6 +62,7 @@ pub fn buckets_of(meta: &EventMeta) -> Vec<BucketRef> {
         .collect()
 }
 
+#[derive(Clone)]
 pub struct Flusher<S: Store> {
     engine: Arc<Engine<S>>,
     ledger: Ledger,
@@ -204,8 +207,41 @@ impl<S: Store> Flusher<S> {
         }
     }
 
-    /// The loop: rounds over every event's buckets until `stop`.
-    pub async fn run(mut self, stop: CancellationToken) {
+    /// `drain` with the configured number of workers side by side.
+    pub async fn drain_parallel(
+        &mut self,
+        buckets: &[BucketRef],
+        stop: &CancellationToken,
+    ) -> Result<(), FlushError> {
+        let mut workers = tokio::task::JoinSet::new();
+        for w in 1..self.opts.workers {
+            let mut worker = self.clone();
+            worker.cursor = w * 7;
+            let (buckets, stop) = (buckets.to_vec(), stop.clone());
+            workers.spawn(async move { worker.drain(&buckets, &stop).await });
+        }
+        let mine = self.drain(buckets, stop).await;
+        while let Some(done) = workers.join_next().await {
+            done.map_err(|e| FlushError::Store(StoreError::Unavailable(e.to_string())))??;
+        }
+        mine
+    }
+
+    /// `workers` loops sharing the streams (the consumer group hands each record
+    /// to one of them), until `stop`; then a final drain.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut workers = tokio::task::JoinSet::new();
+        for w in 1..self.opts.workers {
+            let mut worker = self.clone();
+            worker.cursor = w * 7;
+            workers.spawn(worker.work(stop.clone(), false));
+        }
+        workers.spawn(self.work(stop.clone(), true));
+        while workers.join_next().await.is_some() {}
+    }
+
+    /// One worker's loop; the `last` one drains what is left at the stop.
+    async fn work(mut self, stop: CancellationToken, last: bool) {
         let mut buckets: Vec<BucketRef> = Vec::new();
         let mut refreshed = Instant::now() - Duration::from_secs(60);
         while !stop.is_cancelled() {
@@ -230,6 +266,9 @@ impl<S: Store> Flusher<S> {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(self.opts.idle) => {}
             }
+        }
+        if !last {
+            return;
         }
         // What was sold before the stop still goes to the ledger (for the
         // embedded store this is the only chance), within a bounded time.

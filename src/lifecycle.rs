@@ -140,7 +140,7 @@ pub async fn close<S: Store>(
                 .await
                 .or_else(|e| ignore_stale(e).map(|_| None))?;
         }
-        flusher.drain(&buckets, stop).await?;
+        flusher.drain_parallel(&buckets, stop).await?;
         ledger.close_event(event, now_ms()).await?;
         for b in &buckets {
             store

@@ -26,6 +26,7 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench(args) => shardstock::bench::cmd::command(args).await,
         Command::Recover(args) => app::recover(args.backends.settings()?, &args.event).await,
         Command::CheckConfig(args) => {
             let settings = args.load()?;

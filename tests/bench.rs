@@ -271,3 +271,39 @@ async fn a_backend_that_is_down_is_reported_with_its_start_command() {
     let e = pg.err().expect("nothing listens on port 1").to_string();
     assert!(e.contains("pg_ctlcluster"), "{e}");
 }
+
+/// A tiny run of the shardstock strategies (smoke: the harness and the
+/// strategies work end to end; speed is measured by `shardstock bench`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shardstock_strategies_run_clean() {
+    use shardstock::bench::{EngineStrategy, HttpStrategy};
+    let w = Workload {
+        stock: 200,
+        users: 100,
+        attempts: 600,
+        concurrency: 16,
+        retry_rate: 0.1,
+        ..Workload::default()
+    };
+    for batch in [None, Some(64)] {
+        let s = EngineStrategy::connect("redis://127.0.0.1:6379", 4, batch)
+            .await
+            .unwrap();
+        let r = run(&s, &w, false).await.unwrap();
+        assert_eq!(r.verdict, "clean", "{r}");
+        assert_eq!(r.units_sold + r.remaining as u64, 200);
+    }
+    let pg = "postgres://postgres@127.0.0.1:5432/shardstock_bench";
+    let s = HttpStrategy::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_shardstock")),
+        "redis://127.0.0.1:6379",
+        pg,
+        4,
+        16,
+    )
+    .await
+    .unwrap();
+    let r = run(&s, &w, false).await.unwrap();
+    assert_eq!(r.verdict, "clean", "{r}");
+    assert_eq!(r.units_sold, 200, "{r}");
+}

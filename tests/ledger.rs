@@ -33,6 +33,7 @@ struct Rig<S: Store> {
 fn options() -> FlushOptions {
     FlushOptions {
         batch: 100,
+        workers: 2,
         idle: std::time::Duration::from_millis(20),
         claim_idle_ms: 500,
     }
@@ -189,6 +190,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
         "partial".into(),
         FlushOptions {
             batch: 20,
+            workers: 2,
             ..options()
         },
     );

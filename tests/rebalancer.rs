@@ -44,6 +44,7 @@ fn options(lease_ttl_ms: u64) -> RebalanceOptions {
 fn flush() -> FlushOptions {
     FlushOptions {
         batch: 500,
+        workers: 2,
         idle: Duration::from_millis(10),
         claim_idle_ms: 1_000,
     }

@@ -89,7 +89,7 @@ async fn purchases_go_on_through_script_flush() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn purchases_go_on_through_script_flush_on_every_cluster_node() {
-    let cluster = Arc::new(RedisCluster::start());
+    let cluster = Arc::new(RedisCluster::start().unwrap());
     let engine = Engine::new(connect(&cluster.url()).await, EngineOptions::default());
     let c = cluster.clone();
     sale_survives(engine, move || {

@@ -21,9 +21,13 @@
 
 pub mod baselines;
 pub mod ceiling;
+pub mod cluster;
+pub mod cmd;
+pub mod compare;
 pub mod picker;
 pub mod report;
 pub mod runner;
+pub mod shardstock;
 
 use std::future::Future;
 
@@ -36,6 +40,7 @@ pub use ceiling::redis_ceiling;
 pub use picker::{Attempt, Picker};
 pub use report::Report;
 pub use runner::run;
+pub use shardstock::{EngineStrategy, HttpStrategy};
 
 /// Failures of the harness and its baselines (the public entry points return
 /// `anyhow`, as strategies written elsewhere bring their own errors).

@@ -14,11 +14,10 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shardstock::ids::{EventId, UserId};
 use shardstock::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
@@ -157,7 +156,10 @@ pub async fn cluster() -> Engine<RedisStore> {
 
 pub fn shared_cluster() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
-    CLUSTER.get_or_init(RedisCluster::start)
+    CLUSTER.get_or_init(|| {
+        require("redis-cli");
+        RedisCluster::start().expect("start a 3-master Redis Cluster")
+    })
 }
 
 fn require(binary: &str) {
@@ -173,64 +175,16 @@ fn require(binary: &str) {
     );
 }
 
-/// A port whose cluster-bus twin (port + 10000) is free too.
-pub fn free_port() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use shardstock::bench::cluster::free_port;
+use shardstock::bench::cluster::{redis_cli, scratch_dir as temp_dir};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "shardstock-{name}-{}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Spawns `redis-server args…` under a watchdog that kills it once this test
-/// process has exited.
 fn spawn_redis(dir: &Path, args: &str) -> Child {
     require("redis-server");
-    let me = std::process::id();
-    let script = format!(
-        "redis-server {args} --dir {dir} --daemonize no --logfile {dir}/redis.log & r=$!; \
-         trap 'kill $r 2>/dev/null' TERM; \
-         while kill -0 {me} 2>/dev/null && kill -0 $r 2>/dev/null; do sleep 0.5; done; \
-         kill $r 2>/dev/null; wait $r",
-        dir = dir.display()
-    );
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn redis-server")
+    shardstock::bench::cluster::spawn_redis(dir, args).expect("spawn redis-server")
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .arg("-p")
-        .arg(port.to_string())
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_until(what: &str, timeout: Duration, ok: impl FnMut() -> bool) {
+    shardstock::bench::cluster::wait_until(what, timeout, ok).unwrap();
 }
 
 /// A private standalone redis-server.
@@ -321,82 +275,8 @@ impl Drop for RedisServer {
     }
 }
 
-/// A 3-master Redis Cluster on free ports.
-pub struct RedisCluster {
-    pub ports: Vec<u16>,
-    children: Vec<Child>,
-}
-
-impl RedisCluster {
-    pub fn start() -> Self {
-        require("redis-cli");
-        let dir = temp_dir("cluster");
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let children = ports
-            .iter()
-            .map(|p| {
-                let node_dir = dir.join(p.to_string());
-                std::fs::create_dir_all(&node_dir).unwrap();
-                spawn_redis(
-                    &node_dir,
-                    &format!(
-                        "--port {p} --bind 127.0.0.1 --cluster-enabled yes \
-                         --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
-                         --save '' --appendonly no"
-                    ),
-                )
-            })
-            .collect();
-        for &p in &ports {
-            wait_until("cluster node to answer", Duration::from_secs(10), || {
-                redis_cli(p, &["ping"]).trim() == "PONG"
-            });
-        }
-        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        for &p in &ports {
-            wait_until("cluster_state:ok", Duration::from_secs(20), || {
-                redis_cli(p, &["cluster", "info"]).contains("cluster_state:ok")
-            });
-        }
-        Self { ports, children }
-    }
-
-    pub fn url(&self) -> String {
-        let rest: Vec<String> = self.ports[1..]
-            .iter()
-            .map(|p| format!("node=127.0.0.1:{p}"))
-            .collect();
-        format!(
-            "redis-cluster://127.0.0.1:{}?{}",
-            self.ports[0],
-            rest.join("&")
-        )
-    }
-
-    pub fn cli(&self, node: usize, args: &[&str]) -> String {
-        redis_cli(self.ports[node], args)
-    }
-}
-
-impl Drop for RedisCluster {
-    fn drop(&mut self) {
-        for (p, c) in self.ports.iter().zip(&mut self.children) {
-            let _ = redis_cli(*p, &["shutdown", "nosave"]);
-            let _ = c.wait();
-        }
-    }
-}
+/// The 3-master test Cluster.
+pub type RedisCluster = shardstock::bench::cluster::LocalCluster;
 
 /// Runs each listed `async fn name<S: Store>(engine: Engine<S>)` against the
 /// memory store, the machine's Redis and the test Cluster (home steps batched,

@@ -1,0 +1,185 @@
+//! `shardstock bench`: the flash-sale load generator on the command line.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL};
+use super::compare::{CompareOptions, compare, markdown};
+use super::{
+    EngineStrategy, HttpStrategy, PgConditionalUpdate, PgForUpdate, PgVersionCas,
+    RedisDecrRollback, RedisLuaSingleKey, Report, Strategy, Workload, run,
+};
+
+/// Runs a flash-sale workload against one strategy, or (`--compare`) against
+/// all of them, writing BENCHMARKS.md.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// S: units of stock.
+    #[arg(long, default_value_t = 100_000)]
+    pub stock: u64,
+    /// U: distinct users.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub users: u64,
+    /// Zipf exponent over users (uniform when absent).
+    #[arg(long)]
+    pub zipf: Option<f64>,
+    /// A: purchase attempts.
+    #[arg(long, default_value_t = 120_000)]
+    pub attempts: u64,
+    /// C: concurrent clients.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Quantity mix as units:weight pairs.
+    #[arg(long, default_value = "1:0.8,2:0.15,3:0.05", value_parser = parse_mix)]
+    pub quantities: QuantityMix,
+    /// Share of attempts re-sending an earlier request id.
+    #[arg(long, default_value_t = 0.05)]
+    pub retry_rate: f64,
+    /// Units one user may hold.
+    #[arg(long)]
+    pub per_user_limit: Option<u32>,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// pg-for-update, pg-conditional-update, pg-version-cas, redis-decr-rollback,
+    /// redis-lua-single-key, engine, http.
+    #[arg(long, default_value = "engine")]
+    pub strategy: String,
+    /// Buckets for the engine and http strategies.
+    #[arg(long, default_value_t = 16)]
+    pub buckets: u32,
+    /// The engine without group commit.
+    #[arg(long)]
+    pub unbatched: bool,
+    /// Run every strategy and write the comparison (see --out).
+    #[arg(long)]
+    pub compare: bool,
+    /// Where --compare writes its Markdown report.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+    /// Machine-readable output (JSON on stdout, no progress bar).
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = DEFAULT_REDIS_URL)]
+    pub redis: String,
+    /// A Redis Cluster URL for the engine (the cluster row of --compare starts
+    /// a local 3-master cluster when absent).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    #[arg(long, default_value = DEFAULT_PG_URL)]
+    pub pg: String,
+    /// Requests per redis-benchmark run for the ceiling.
+    #[arg(long, default_value_t = 200_000)]
+    pub ceiling_requests: u64,
+}
+
+/// A quantity mix for clap.
+#[derive(Debug, Clone)]
+pub struct QuantityMix(pub Vec<(u32, f64)>);
+
+fn parse_mix(s: &str) -> Result<QuantityMix, String> {
+    s.split(',')
+        .map(|pair| {
+            let (q, w) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("{pair:?} is not units:weight"))?;
+            Ok((
+                q.trim().parse().map_err(|e| format!("{q:?}: {e}"))?,
+                w.trim().parse().map_err(|e| format!("{w:?}: {e}"))?,
+            ))
+        })
+        .collect::<Result<_, String>>()
+        .map(QuantityMix)
+}
+
+impl BenchArgs {
+    pub fn workload(&self) -> Workload {
+        Workload {
+            stock: self.stock,
+            users: self.users,
+            zipf: self.zipf,
+            attempts: self.attempts,
+            concurrency: self.concurrency,
+            quantities: self.quantities.0.clone(),
+            retry_rate: self.retry_rate,
+            per_user_limit: self.per_user_limit,
+            seed: self.seed,
+        }
+    }
+}
+
+async fn one<S: Strategy>(s: &S, w: &Workload, json: bool) -> anyhow::Result<Report> {
+    run(s, w, !json).await
+}
+
+/// Runs the command.
+pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
+    let w = a.workload();
+    w.validate()?;
+    if a.compare {
+        let command = format!(
+            "shardstock {}",
+            std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+        );
+        let opts = CompareOptions {
+            workload: w,
+            redis: a.redis.clone(),
+            pg: a.pg.clone(),
+            cluster: a.cluster.clone(),
+            ceiling_requests: a.ceiling_requests,
+            out: Some(a.out.clone()),
+            binary: std::env::current_exe()?,
+            progress: !a.json,
+            command: command.clone(),
+        };
+        let cmp = compare(&opts).await?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&cmp)?);
+        } else {
+            print!("{}", markdown(&cmp, &command));
+            eprintln!("written to {}", a.out.display());
+        }
+        return Ok(());
+    }
+    let c = w.concurrency;
+    let report = match a.strategy.as_str() {
+        "pg-for-update" => one(&PgForUpdate::connect(&a.pg, c).await?, &w, a.json).await?,
+        "pg-conditional-update" => {
+            one(&PgConditionalUpdate::connect(&a.pg, c).await?, &w, a.json).await?
+        }
+        "pg-version-cas" => one(&PgVersionCas::connect(&a.pg, c).await?, &w, a.json).await?,
+        "redis-decr-rollback" => {
+            one(&RedisDecrRollback::connect(&a.redis).await?, &w, a.json).await?
+        }
+        "redis-lua-single-key" => {
+            one(&RedisLuaSingleKey::connect(&a.redis).await?, &w, a.json).await?
+        }
+        "engine" => {
+            let url = a.cluster.as_deref().unwrap_or(&a.redis);
+            let batch = (!a.unbatched).then_some(64);
+            one(
+                &EngineStrategy::connect(url, a.buckets, batch).await?,
+                &w,
+                a.json,
+            )
+            .await?
+        }
+        "http" => {
+            let s = HttpStrategy::start(&std::env::current_exe()?, &a.redis, &a.pg, a.buckets, c)
+                .await?;
+            one(&s, &w, a.json).await?
+        }
+        other => anyhow::bail!("unknown strategy {other:?}"),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{report}");
+    }
+    anyhow::ensure!(
+        !report.broken_claim(),
+        "the strategy broke its promise: {}",
+        report.verdict
+    );
+    Ok(())
+}
