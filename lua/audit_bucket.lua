@@ -34,14 +34,11 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     if info[i] == 'last-generated-id' then last = info[i + 1] end
   end
   for _, entry in ipairs(redis.call('XRANGE', KEYS[5], '-', '+')) do
-    local kind, qty = '', '0'
-    local f = entry[2]
-    for i = 1, #f, 2 do
-      if f[i] == 'k' then kind = f[i + 1] elseif f[i] == 'q' then qty = f[i + 1] end
-    end
+    local kind, qty = string.match(entry[2][2] or '', '^(%a)|[^|]*|[^|]*|([^|]*)|')
+    -- Never a nil in the table (it would shift every later record).
     records[#records + 1] = entry[1]
-    records[#records + 1] = kind
-    records[#records + 1] = qty
+    records[#records + 1] = kind or '?'
+    records[#records + 1] = qty or '0'
   end
 end
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',

@@ -1,7 +1,7 @@
 --[[ cancel.lua — cancels an order in its home bucket.
 
 KEYS[1] ss:{e#g#h}:stock   remaining units (the cancelled units come back here)
-KEYS[2] ss:{e#g#h}:users   HASH user -> units held
+KEYS[2] ss:{e#g#h}:users   HASH user -> units held (events with a per-user limit)
 KEYS[3] ss:{e#g#h}:idx     HASH order id -> "C|user|qty|bucket|rid|at" (X when cancelled)
 KEYS[4] ss:{e#g#h}:orders  STREAM (the cancel record goes here)
 KEYS[5] ss:{e#g#h}:adds    addition count, +1 (units appeared here)
@@ -32,9 +32,11 @@ if string.sub(entry, 1, 1) == 'X' then
 end
 local user, qty = string.match(entry, '^C|([^|]*)|([^|]*)|')
 redis.call('HSET', KEYS[3], ARGV[2], 'X' .. string.sub(entry, 2))
-redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
+if redis.call('HEXISTS', KEYS[2], user) == 1 then
+  redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
+end
 redis.call('INCRBY', KEYS[1], qty)
 redis.call('INCR', KEYS[5])
-redis.call('XADD', KEYS[4], '*', 'k', 'c', 'id', ARGV[2], 'u', user, 'q', qty,
-  'b', ARGV[3], 'h', ARGV[3], 'r', '', 't', ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'd', 'c|' .. ARGV[2] .. '|' .. user .. '|' .. qty .. '|' ..
+  ARGV[3] .. '|' .. ARGV[3] .. '||' .. ARGV[1])
 return {'OK', entry}

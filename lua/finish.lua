@@ -7,7 +7,8 @@ KEYS[4] ss:{e#g#h}:idx     HASH order id -> order entry
 ARGV[1] now   ARGV[2] rid   ARGV[3] outcome: B (bought), S (sold out), A (abort)
 ARGV[4] user  ARGV[5] qty   ARGV[6] keep (1 = keep the final record)
 ARGV[7] order id  ARGV[8] bucket the units came from  ARGV[9] probes  (for B)
-ARGV[10] remaining units seen (for S)
+ARGV[10] remaining units seen (for S)   ARGV[11] 1 when the event has a per-user
+         limit (only then was a quota reserved, and is released)
 
 Returns:
   "ST"             home bucket does not exist
@@ -39,7 +40,9 @@ if outcome == 'B' then
     (keep and ARGV[2] or '') .. '|' .. ARGV[1])
   final = 'B|' .. qty .. '|' .. ARGV[7] .. '|' .. ARGV[8] .. '|' .. ARGV[9]
 else
-  redis.call('HINCRBY', KEYS[2], user, -qty)
+  if ARGV[11] == '1' then
+    redis.call('HINCRBY', KEYS[2], user, -qty)
+  end
   if outcome == 'S' then
     final = 'S|' .. qty .. '|' .. ARGV[10]
   end

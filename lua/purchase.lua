@@ -2,25 +2,32 @@
 entries that share one home bucket, applied in order.
 
 KEYS[1] ss:{e#g#b}:stock   remaining units (string integer); missing = no such bucket
-KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users homed here
+KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users homed
+                           here; kept only for events with a per-user limit
 KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
-KEYS[4] ss:{e#g#b}:orders  STREAM of order records
-KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry
+KEYS[4] ss:{e#g#b}:orders  STREAM of order records, one field d = "o|oid|user|q|b|h|rid|t"
+KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry "C|user|q|b|rid|t"
 KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
 KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer's signal)
+KEYS[8] ss:{e#g#b}:empty   the epoch at which the whole event was found empty
+KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to a
+                           sold-out event; the empty mark holds only while equal
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries; then n groups of 6:
         user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id
 
-Returns "ST" when the bucket does not exist or is sealed, else an
-array of n replies, one per entry, in order:
-  {"B", stock_left}  bought: decremented, user count up, order in stream + index,
-                     record "B|q|oid|b|0" stored when keep
+Returns "ST" when the bucket does not exist or is sealed, else an array of n
+replies, one per entry, in order:
+  {"B", stock_left}  bought: decremented, order in stream + index, user count up
+                     (limit), record "B|q|oid|b|0" stored when keep
   {"R", record}      the rid has a record already: the caller replays it (or
                      re-drives the saga if it is pending "P|...")
   {"L", held}        over the limit; record "L|q|limit|held" when keep
-  {"P", stock}       fewer than q here: the quota is reserved (user count up) and
+  {"S"}              sold out: the event was found empty (a consistent probe of
+                     every bucket) and no unit has come back since (the empty
+                     mark still equals the epoch); record "S|q|0" when keep
+  {"P", stock}       fewer than q here: the quota is reserved (limit) and
                      "P|q|oid|user|now" stored under rid; the caller probes the ring
 
 Why one script: the limit check, the decrement, the order record and the
@@ -35,6 +42,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
 end
 local now, bucket, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local stock = tonumber(redis.call('GET', KEYS[1]))
+local empty = redis.call('GET', KEYS[8])
+local soldout = empty and empty == (redis.call('GET', KEYS[9]) or '0')
 local sold, wanted = 0, 0
 local out = {}
 for i = 1, n do
@@ -43,34 +52,38 @@ for i = 1, n do
   local rid, keep, oid = ARGV[a + 4], ARGV[a + 5] == '1', ARGV[a + 6]
   local rec = false
   if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
+  local held = 0
+  if not rec and limit > 0 then held = tonumber(redis.call('HGET', KEYS[2], user) or '0') end
   if rec then
     out[i] = {'R', rec}
-  else
-    local held = tonumber(redis.call('HGET', KEYS[2], user) or '0')
-    if limit > 0 and held + qty > limit then
-      if keep then
-        redis.call('HSET', KEYS[3], rid, 'L|' .. qty .. '|' .. limit .. '|' .. held)
-      end
-      out[i] = {'L', held}
-    elseif stock >= qty then
-      wanted = wanted + qty
-      stock = stock - qty
-      sold = sold + qty
-      redis.call('HINCRBY', KEYS[2], user, qty)
-      redis.call('XADD', KEYS[4], '*', 'k', 'o', 'id', oid, 'u', user, 'q', qty,
-        'b', bucket, 'h', bucket, 'r', rid, 't', now)
-      redis.call('HSET', KEYS[5], oid,
-        'C|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. (keep and rid or '') .. '|' .. now)
-      if keep then
-        redis.call('HSET', KEYS[3], rid, 'B|' .. qty .. '|' .. oid .. '|' .. bucket .. '|0')
-      end
-      out[i] = {'B', stock}
-    else
-      wanted = wanted + qty
-      redis.call('HINCRBY', KEYS[2], user, qty)
-      redis.call('HSET', KEYS[3], rid, 'P|' .. qty .. '|' .. oid .. '|' .. user .. '|' .. now)
-      out[i] = {'P', stock}
+  elseif limit > 0 and held + qty > limit then
+    if keep then
+      redis.call('HSET', KEYS[3], rid, 'L|' .. qty .. '|' .. limit .. '|' .. held)
     end
+    out[i] = {'L', held}
+  elseif stock >= qty then
+    wanted = wanted + qty
+    stock = stock - qty
+    sold = sold + qty
+    if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
+    local kept = keep and rid or ''
+    redis.call('XADD', KEYS[4], '*', 'd',
+      'o|' .. oid .. '|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. bucket .. '|' .. rid .. '|' .. now)
+    redis.call('HSET', KEYS[5], oid, 'C|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. kept .. '|' .. now)
+    if keep then
+      redis.call('HSET', KEYS[3], rid, 'B|' .. qty .. '|' .. oid .. '|' .. bucket .. '|0')
+    end
+    out[i] = {'B', stock}
+  elseif soldout and stock == 0 then
+    if keep then
+      redis.call('HSET', KEYS[3], rid, 'S|' .. qty .. '|0')
+    end
+    out[i] = {'S'}
+  else
+    wanted = wanted + qty
+    if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
+    redis.call('HSET', KEYS[3], rid, 'P|' .. qty .. '|' .. oid .. '|' .. user .. '|' .. now)
+    out[i] = {'P', stock}
   end
 end
 if sold > 0 then

@@ -2,7 +2,7 @@
 
 KEYS[1] ss:{e#g#j}:stock   remaining units of bucket j
 KEYS[2] ss:{e#g#j}:reqs    HASH; this step's marker lives at "t:<rid>:<pass>"
-KEYS[3] ss:{e#g#j}:orders  STREAM of order records
+KEYS[3] ss:{e#g#j}:orders  STREAM of order records (d = "o|oid|user|q|b|h|rid|t")
 KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o or d"
 KEYS[5] ss:{e#g#j}:adds    count of steps that added units to j (cancel, IN, untake)
 KEYS[6] ss:{e#g#j}:sealed  exists once the bucket is sealed
@@ -42,8 +42,8 @@ local qty = tonumber(ARGV[6])
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if stock >= qty and not seen then
   redis.call('DECRBY', KEYS[1], qty)
-  redis.call('XADD', KEYS[3], '*', 'k', 'o', 'id', ARGV[7], 'u', ARGV[5], 'q', qty,
-    'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
+  redis.call('XADD', KEYS[3], '*', 'd', 'o|' .. ARGV[7] .. '|' .. ARGV[5] .. '|' .. qty .. '|' ..
+    ARGV[2] .. '|' .. ARGV[8] .. '|' .. ARGV[3] .. '|' .. ARGV[1])
   redis.call('HSET', KEYS[2], marker, 'T|' .. ARGV[7])
   return {'T', ARGV[7]}
 end

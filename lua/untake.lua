@@ -21,6 +21,6 @@ end
 redis.call('HSET', KEYS[2], marker, 'U|' .. ARGV[7])
 redis.call('INCRBY', KEYS[1], ARGV[6])
 redis.call('INCR', KEYS[4])
-redis.call('XADD', KEYS[3], '*', 'k', 'v', 'id', ARGV[7], 'u', ARGV[5], 'q', ARGV[6],
-  'b', ARGV[2], 'h', ARGV[8], 'r', ARGV[3], 't', ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'd', 'v|' .. ARGV[7] .. '|' .. ARGV[5] .. '|' .. ARGV[6] .. '|' ..
+  ARGV[2] .. '|' .. ARGV[8] .. '|' .. ARGV[3] .. '|' .. ARGV[1])
 return {'OK'}

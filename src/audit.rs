@@ -73,8 +73,8 @@ async fn collect<S: Store>(
     }))
     .await?;
     let again = try_join_all(buckets.iter().map(|b| async move {
-        match store.adds(b).await {
-            Ok(n) => Ok(Some(n)),
+        match store.counters(b).await {
+            Ok((adds, _)) => Ok(Some(adds)),
             Err(StoreError::Stale(_)) => Ok(None),
             Err(e) => Err(e),
         }

@@ -18,6 +18,8 @@
 //! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake)
 //! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
 //! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
+//! ss:{<event>#<gen>#<b>}:empty   STR   epoch at which the whole event was found sold out
+//! ss:{<event>#<gen>#<b>}:epoch   STR   bumped on every bucket when units come back to a sold-out event
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -101,6 +103,8 @@ impl BucketRef {
             adds: format!("{p}:adds"),
             sealed: format!("{p}:sealed"),
             demand: format!("{p}:demand"),
+            empty: format!("{p}:empty"),
+            epoch: format!("{p}:epoch"),
         }
     }
 }
@@ -119,11 +123,13 @@ pub struct BucketKeys {
     pub adds: String,
     pub sealed: String,
     pub demand: String,
+    pub empty: String,
+    pub epoch: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 11] {
+    pub fn all(&self) -> [&str; 13] {
         [
             &self.stock,
             &self.users,
@@ -136,6 +142,8 @@ impl BucketKeys {
             &self.adds,
             &self.sealed,
             &self.demand,
+            &self.empty,
+            &self.epoch,
         ]
     }
 }

@@ -119,7 +119,7 @@ pub async fn close<S: Store>(
             .await?;
     }
     let meta = engine.reload(event).await?;
-    let owner = format!("{}/close", engine.instance());
+    let owner = format!("{}/close-{:08x}", engine.instance(), rand::random::<u32>());
     let token = take_lease(engine, event, &owner).await?;
     let result = async {
         crate::mover::complete_open(store, &meta, token)

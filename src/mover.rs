@@ -111,6 +111,23 @@ pub async fn transfer<S: Store>(
     Ok(moved)
 }
 
+/// After units were added to a bucket (a cancel, an untake, a transfer IN):
+/// bumps the event's seq, and if the event was marked sold out, every bucket's
+/// epoch too, so no bucket answers "sold out" from its empty mark any more.
+pub async fn units_came_back<S: Store>(
+    store: &S,
+    event: &crate::ids::EventId,
+    meta: &EventMeta,
+) -> Result<(), StoreError> {
+    if store.bump_seq(event).await?.was_sold_out {
+        try_join_all(
+            (0..meta.spec.buckets).map(|b| async move { store.bump_epoch(&bucket(meta, b)).await }),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The transfer id of a reshard's move from old bucket `from` into bucket `to`
 /// of layout `generation`: deterministic, so a resumed reshard repeats it
 /// instead of moving the units twice, and self-describing, so whoever completes
@@ -145,7 +162,7 @@ pub async fn complete<S: Store>(
         .await?;
     applied(reply, t.target, token)?;
     // Units appeared in the target: a sold-out decision spanning this must retry.
-    store.bump_seq(&meta.spec.id).await?;
+    units_came_back(store, &meta.spec.id, meta).await?;
     let reply = store
         .transfer_clear(&bucket(meta, source), token, &t.xid)
         .await?;

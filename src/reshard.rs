@@ -68,7 +68,11 @@ pub async fn reshard<S: Store>(
         )));
     }
     let meta = engine.reload(event).await?;
-    let owner = format!("{}/reshard", engine.instance());
+    let owner = format!(
+        "{}/reshard-{:08x}",
+        engine.instance(),
+        rand::random::<u32>()
+    );
     let token = lease(engine, event, &owner).await?;
     let result = run(engine, &meta, token, target).await;
     let _ = store.release_lease(event, &owner, token).await;

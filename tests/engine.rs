@@ -28,6 +28,8 @@ on_every_backend!(
     a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take,
     a_stale_mover_is_fenced_and_moves_nothing,
     an_interrupted_transfer_is_completed_by_the_next_mover,
+    a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
+    a_sold_out_event_answers_in_the_home_step_until_units_come_back,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
@@ -369,7 +371,9 @@ async fn held_by<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId, n: u32)
 
 async fn a_crash_after_the_home_step_is_completed_by_a_retry<S: Store>(engine: Engine<S>) {
     let id = event_id("crash-home");
-    engine.create_event(spec(&id, 6, 3)).await.unwrap();
+    let mut s = spec(&id, 6, 3);
+    s.per_user_limit = Some(5);
+    engine.create_event(s).await.unwrap();
     drain_bucket(&engine, &id, 0, 3).await;
     let u = user_homed_at(0, 3, "crash");
     engine.inject_crash(CrashPoint::AfterHome);
@@ -397,7 +401,9 @@ async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: S
     engine: Engine<S>,
 ) {
     let id = event_id("crash-take");
-    engine.create_event(spec(&id, 6, 3)).await.unwrap();
+    let mut s = spec(&id, 6, 3);
+    s.per_user_limit = Some(5);
+    engine.create_event(s).await.unwrap();
     drain_bucket(&engine, &id, 0, 3).await;
     let u = user_homed_at(0, 3, "crash2");
     engine.inject_crash(CrashPoint::AfterTake);
@@ -480,4 +486,97 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
         TransferReply::Duplicate(3)
     );
     assert_eq!(engine.view(&id).await.unwrap().remaining, 8);
+}
+
+async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(engine: Engine<S>) {
+    use shardstock::ids::OrderId;
+    use shardstock::store::{HomeEntry, StoreError, TakeArgs};
+    let id = event_id("sealed");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let order = buy(&engine, &id, &user_homed_at(0, 2, "s"), 1)
+        .await
+        .unwrap();
+    let store = engine.store();
+    let b0 = BucketRef::new(&id, 0, 0);
+    assert_eq!(store.seal(&b0).await.unwrap(), 3);
+    let stale =
+        |r: Result<(), StoreError>| assert!(matches!(r, Err(StoreError::Stale(_))), "{r:?}");
+    let u = user("u-x");
+    let oid = OrderId::generate(&id, 1);
+    let entry = HomeEntry {
+        user: u.clone(),
+        qty: 1,
+        limit: 0,
+        rid: "~1".into(),
+        keep: false,
+        order_id: oid.clone(),
+    };
+    stale(store.home(&b0, 0, &[entry]).await.map(drop));
+    let take = TakeArgs {
+        rid: "~2".into(),
+        pass: 1,
+        user: u,
+        qty: 1,
+        order_id: oid,
+        home: 1,
+    };
+    stale(store.take(&b0, 0, &take).await.map(drop));
+    stale(store.cancel(&b0, 0, &order.order_id).await.map(drop));
+    stale(store.transfer_out(&b0, 99, "x", 1, 1).await.map(drop));
+    stale(store.transfer_in(&b0, 99, "y", 1, 1).await.map(drop));
+    assert_eq!(
+        store.bucket_state(&b0).await.unwrap().stock,
+        3,
+        "nothing changed"
+    );
+    // A reshard may still drain it through a journaled transfer.
+    assert_eq!(
+        store.drain_out(&b0, 99, "z", 1, 3).await.unwrap(),
+        shardstock::store::TransferReply::Applied(3)
+    );
+}
+
+async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Store>(
+    engine: Engine<S>,
+) {
+    use shardstock::store::{HomeEntry, HomeReply};
+    let id = event_id("empty");
+    engine.create_event(spec(&id, 4, 4)).await.unwrap();
+    let mut orders = Vec::new();
+    for i in 0..4 {
+        orders.push(buy(&engine, &id, &format!("a-{i}"), 1).await.unwrap());
+    }
+    // The first refusal probes every bucket and marks them all empty…
+    assert_eq!(
+        buy(&engine, &id, "late", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
+    let store = engine.store();
+    let entry = |n: u32| HomeEntry {
+        user: user(format!("late-{n}")),
+        qty: 1,
+        limit: 0,
+        rid: format!("~{n}"),
+        keep: false,
+        order_id: shardstock::ids::OrderId::generate(&id, u64::from(n)),
+    };
+    for b in 0..4 {
+        let r = store
+            .home(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
+            .await
+            .unwrap();
+        assert_eq!(r, vec![HomeReply::SoldOut], "bucket {b} answers alone");
+    }
+    // …until a cancel puts a unit back: then every bucket's mark is void.
+    engine.cancel(orders[0].order_id.as_str()).await.unwrap();
+    for b in 0..4 {
+        let r = store
+            .home(&BucketRef::new(&id, 0, b), 0, &[entry(10 + b)])
+            .await
+            .unwrap();
+        assert!(
+            !matches!(r[0], HomeReply::SoldOut),
+            "bucket {b} still claims sold out: {r:?}"
+        );
+    }
 }

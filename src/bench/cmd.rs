@@ -16,7 +16,7 @@ use super::{
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// S: units of stock.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 50_000)]
     pub stock: u64,
     /// U: distinct users.
     #[arg(long, default_value_t = 1_000_000)]
@@ -25,7 +25,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub zipf: Option<f64>,
     /// A: purchase attempts.
-    #[arg(long, default_value_t = 120_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub attempts: u64,
     /// C: concurrent clients.
     #[arg(long, default_value_t = 64)]

@@ -173,9 +173,13 @@ impl HttpStrategy {
         clients: usize,
     ) -> Result<Self, BenchError> {
         let port = super::cluster::free_port();
-        // An empty configuration: every default, no configured events.
+        // Every default, no configured events, its own key namespace.
         let config = super::cluster::scratch_dir("bench-http").join("bench.toml");
-        std::fs::write(&config, "").map_err(|e| BenchError::Unavailable(e.to_string()))?;
+        let ns = format!(
+            "[store]\nnamespace = \"benchhttp{:04x}\"\n",
+            rand::random::<u16>()
+        );
+        std::fs::write(&config, ns).map_err(|e| BenchError::Unavailable(e.to_string()))?;
         let child = Command::new(binary)
             .args([
                 "serve",

@@ -140,7 +140,8 @@ impl<S: Store> Engine<S> {
         };
         let (entry, already) = match reply {
             CancelReply::Cancelled(entry) => {
-                self.store.bump_seq(&event).await?;
+                let meta = self.meta(&event).await?;
+                crate::mover::units_came_back(&self.store, &event, &meta).await?;
                 (entry, false)
             }
             CancelReply::AlreadyCancelled(entry) => (entry, true),

@@ -59,6 +59,8 @@ struct Saga {
     home: u32,
     rid: String,
     keep: bool,
+    /// The event has a per-user limit (the quota is reserved and released).
+    limited: bool,
     user: UserId,
     qty: u32,
     order_id: OrderId,
@@ -82,6 +84,7 @@ impl Saga {
             user: self.user.clone(),
             qty: self.qty,
             keep: self.keep,
+            limited: self.limited,
             outcome,
         }
     }
@@ -173,6 +176,7 @@ impl<S: Store> Engine<S> {
                 home: home(hash, meta.spec.buckets),
                 rid: rid.clone(),
                 keep,
+                limited: meta.spec.per_user_limit.is_some(),
                 user: req.user.clone(),
                 qty: req.quantity,
                 order_id: order_id.clone(),
@@ -225,6 +229,7 @@ impl<S: Store> Engine<S> {
                 held,
             }))),
             HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
+            HomeReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
             HomeReply::Replay(record) => self.replay(meta, saga, record).await,
         }
     }
@@ -368,12 +373,23 @@ impl<S: Store> Engine<S> {
                 }
             }
             let total = |seen: &[(u32, u64, u64)]| seen.iter().map(|o| o.1).sum::<u64>();
-            if total(&seen) < qty && self.settle_short(meta, &mut seen, qty).await? {
+            if total(&seen) < qty
+                && let Some(epochs) = self.settle_short(meta, &mut seen, qty).await?
+            {
                 let available = total(&seen);
-                if available == 0 {
-                    self.store
+                if available == 0
+                    && self
+                        .store
                         .mark_sold_out(&meta.spec.id, seq, now_ms())
-                        .await?;
+                        .await?
+                {
+                    // Every bucket's copy of the mark: from now on the home step
+                    // answers sold out in its one call, until units come back.
+                    try_join_all(epochs.iter().map(|&(j, epoch)| {
+                        let bucket = Self::bucket(meta, j);
+                        async move { self.store.set_empty(&bucket, epoch).await }
+                    }))
+                    .await?;
                 }
                 return Ok(Step::SoldOut { available });
             }
@@ -397,10 +413,16 @@ impl<S: Store> Engine<S> {
                         crate::mover::complete_open(&self.store, meta, token).await?;
                         crate::mover::gather(&self.store, meta, token, saga.home, qty).await
                     };
-                    if let Err(e) = gathered.await {
+                    match gathered.await {
+                        Ok(moved) => {
+                            metrics::counter!(crate::metrics::CONSOLIDATIONS, "event" => meta.spec.id.to_string()).increment(1);
+                            tracing::debug!(event = %meta.spec.id, units = moved.units, "consolidated fragments on demand");
+                        }
                         // Fenced (the lease expired and a newer mover took over) or a
                         // store hiccup: probe on without gathering.
-                        tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed");
+                        Err(e) => {
+                            tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed")
+                        }
                     }
                 }
             }
@@ -411,26 +433,29 @@ impl<S: Store> Engine<S> {
     /// Makes a short pass into a consistent snapshot (a double collect): collect
     /// every bucket's addition count; buckets that received units since they were
     /// seen are read again (stock and count in one atomic read) and the collect
-    /// repeats. True when a collect found nothing changed and the snapshot holds
-    /// fewer than `qty` units: then, at the first read of that collect, fewer than
-    /// `qty` units were left in the whole event. False when the snapshot shows
-    /// enough units (the next pass takes them) or churn outlasted the rounds.
+    /// repeats. `Some(epochs)` when a collect found nothing changed and the
+    /// snapshot holds fewer than `qty` units: then, at the first read of that
+    /// collect, fewer than `qty` units were left in the whole event; the
+    /// buckets' epochs of that collect come with it. `None` when the snapshot
+    /// shows enough units (the next pass takes them) or churn outlasted the rounds.
     async fn settle_short(
         &self,
         meta: &EventMeta,
         seen: &mut [(u32, u64, u64)],
         qty: u64,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<Option<Vec<(u32, u64)>>, EngineError> {
         const ROUNDS: usize = 8;
         for _ in 0..ROUNDS {
             let now = try_join_all(seen.iter().map(|&(j, _, _)| {
                 let bucket = Self::bucket(meta, j);
-                async move { self.store.adds(&bucket).await }
+                async move { self.store.counters(&bucket).await }
             }))
             .await?;
-            let changed: Vec<usize> = (0..seen.len()).filter(|&i| seen[i].2 != now[i]).collect();
+            let changed: Vec<usize> = (0..seen.len()).filter(|&i| seen[i].2 != now[i].0).collect();
             if changed.is_empty() {
-                return Ok(true);
+                return Ok(Some(
+                    seen.iter().zip(&now).map(|(s, c)| (s.0, c.1)).collect(),
+                ));
             }
             let fresh = try_join_all(changed.iter().map(|&i| {
                 let bucket = Self::bucket(meta, seen[i].0);
@@ -442,10 +467,10 @@ impl<S: Store> Engine<S> {
                 seen[i].2 = state.adds;
             }
             if seen.iter().map(|o| o.1).sum::<u64>() >= qty {
-                return Ok(false);
+                return Ok(None);
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// The meta as stored now; `Stale` if the layout changed under the saga.
@@ -510,7 +535,7 @@ impl<S: Store> Engine<S> {
             .untake(&Self::bucket(meta, bucket), now_ms(), &args)
             .await?
         {
-            self.store.bump_seq(&meta.spec.id).await?;
+            crate::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
         }
         match ended {
             Some(record) => self.answer(meta, saga, record),
@@ -597,6 +622,7 @@ impl<S: Store> Engine<S> {
             home,
             rid: rid.to_owned(),
             keep: !rid.starts_with('~'),
+            limited: meta.spec.per_user_limit.is_some(),
             user: user.clone(),
             qty: *qty,
             order_id: order_id.clone(),

@@ -1,4 +1,4 @@
-//! Operations: `/healthz`, `/readyz`, `/metrics`.
+//! Operations: `/healthz`, `/readyz`, `/metrics`, and the live page at `/ui`.
 
 use axum::extract::State;
 use axum::http::header;
@@ -15,6 +15,11 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(render::<S>))
+        .route("/ui", get(ui))
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/ui") }),
+        )
 }
 
 /// The process is alive.
@@ -42,6 +47,11 @@ async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Value
     Ok(Json(
         json!({"status": "ready", "store": state.engine.store().kind()}),
     ))
+}
+
+/// The live page: every event, a bar per bucket (plain HTML/JS, no build step).
+async fn ui() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("ui/index.html"))
 }
 
 /// Prometheus text exposition.

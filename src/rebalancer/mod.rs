@@ -85,7 +85,8 @@ impl<S: Store> Rebalancer<S> {
         flush: FlushOptions,
         opts: RebalanceOptions,
     ) -> Self {
-        let owner = format!("{}/leader", engine.instance());
+        // Unique per rebalancer: two in one process must not share a lease.
+        let owner = format!("{}/leader-{:08x}", engine.instance(), rand::random::<u32>());
         Self {
             engine,
             ledger,
@@ -242,11 +243,21 @@ impl<S: Store> Rebalancer<S> {
         &mut self,
         meta: &EventMeta,
     ) -> Result<(Vec<Move>, Round), LifecycleError> {
-        let Some(mut planned) = self.plan(meta).await? else {
-            return Err(LifecycleError::Busy(format!(
-                "another mover is at work on {}",
-                meta.spec.id
-            )));
+        // The leader's rounds hold the mover lease briefly: wait for a gap.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut planned = loop {
+            match self.plan(meta).await? {
+                Some(planned) => break planned,
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                None => {
+                    let event = &meta.spec.id;
+                    return Err(LifecycleError::Busy(format!(
+                        "another mover is at work on {event}"
+                    )));
+                }
+            }
         };
         let states = self.engine.bucket_states(meta).await?;
         let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();

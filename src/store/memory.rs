@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::{
     BucketAudit, BucketContents, CancelReply, CreateMeta, Finish, FinishArgs, FinishReply,
-    HomeEntry, HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry, StreamId,
-    TakeArgs, TakeReply, TransferReply,
+    HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError, StreamEntry,
+    StreamId, TakeArgs, TakeReply, TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::BucketRef;
@@ -59,6 +59,10 @@ struct Bucket {
     xin: HashMap<String, u64>,
     adds: u64,
     demand: u64,
+    /// The epoch at which the event was found sold out (this bucket's copy).
+    empty: Option<u64>,
+    /// Bumped when units come back to a sold-out event.
+    epoch: u64,
 }
 
 impl Bucket {
@@ -114,6 +118,93 @@ impl Bucket {
         }
         self.fence = token;
         Ok(())
+    }
+
+    /// One entry of the home step (see purchase.lua).
+    fn home_one(&mut self, index: u32, now_ms: i64, sold_out: bool, e: &HomeEntry) -> HomeReply {
+        if let Some(rec) = self.reqs.get(&e.rid).filter(|_| !e.rid.is_empty()) {
+            return HomeReply::Replay(rec.clone());
+        }
+        let limited = e.limit > 0;
+        let held = if limited {
+            self.users.get(&e.user).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        let qty = u64::from(e.qty);
+        if limited && held + qty > u64::from(e.limit) {
+            if e.keep {
+                let record = Record::LimitExceeded {
+                    qty: e.qty,
+                    limit: e.limit,
+                    held,
+                };
+                self.reqs.insert(e.rid.clone(), record);
+            }
+            return HomeReply::LimitExceeded { held };
+        }
+        if self.stock >= qty {
+            self.demand += qty;
+            self.stock -= qty;
+            if limited {
+                self.hold(&e.user, qty as i64);
+            }
+            self.record(
+                RecordKind::Order,
+                e.order_id.as_str(),
+                e.user.as_str(),
+                qty,
+                index,
+                index,
+                &e.rid,
+                now_ms,
+            );
+            let entry = OrderEntry {
+                cancelled: false,
+                user: e.user.clone(),
+                qty: e.qty,
+                bucket: index,
+                request_id: if e.keep { e.rid.clone() } else { String::new() },
+                at_ms: now_ms,
+            };
+            self.idx.insert(e.order_id.clone(), entry);
+            if e.keep {
+                let record = Record::Bought {
+                    qty: e.qty,
+                    order_id: e.order_id.clone(),
+                    bucket: index,
+                    probes: 0,
+                };
+                self.reqs.insert(e.rid.clone(), record);
+            }
+            return HomeReply::Bought {
+                stock_left: self.stock,
+            };
+        }
+        if sold_out && self.stock == 0 {
+            if e.keep {
+                self.reqs.insert(
+                    e.rid.clone(),
+                    Record::SoldOut {
+                        qty: e.qty,
+                        remaining: 0,
+                    },
+                );
+            }
+            return HomeReply::SoldOut;
+        }
+        self.demand += qty;
+        if limited {
+            self.hold(&e.user, qty as i64);
+        }
+        let record = Record::Pending {
+            qty: e.qty,
+            order_id: e.order_id.clone(),
+            user: e.user.clone(),
+            at_ms: now_ms,
+        };
+        self.reqs.insert(e.rid.clone(), record);
+        HomeReply::Pending { stock: self.stock }
     }
 
     /// OUT: stock into the journal (see transfer_out.lua).
@@ -312,10 +403,14 @@ impl Store for MemoryStore {
             .is_some())
     }
 
-    async fn bump_seq(&self, event: &EventId) -> Result<u64, StoreError> {
+    async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         self.with_event(event, |s| {
+            let was_sold_out = matches!(s.meta.sold_out, Some((seq, _)) if seq == s.meta.seq);
             s.meta.seq += 1;
-            s.meta.seq
+            SeqBump {
+                seq: s.meta.seq,
+                was_sold_out,
+            }
         })
         .ok_or_else(|| StoreError::Stale(format!("meta of {event}")))
     }
@@ -354,80 +449,11 @@ impl Store for MemoryStore {
         now_ms: i64,
         entries: &[HomeEntry],
     ) -> Result<Vec<HomeReply>, StoreError> {
-        self.with(b, |bk| {
+        self.with_live(b, |bk| {
+            let sold_out = bk.empty == Some(bk.epoch);
             entries
                 .iter()
-                .map(|e| {
-                    if let Some(rec) = bk.reqs.get(&e.rid).filter(|_| !e.rid.is_empty()) {
-                        return HomeReply::Replay(rec.clone());
-                    }
-                    let held = bk.users.get(&e.user).copied().unwrap_or(0);
-                    let qty = u64::from(e.qty);
-                    if e.limit > 0 && held + qty > u64::from(e.limit) {
-                        if e.keep {
-                            bk.reqs.insert(
-                                e.rid.clone(),
-                                Record::LimitExceeded {
-                                    qty: e.qty,
-                                    limit: e.limit,
-                                    held,
-                                },
-                            );
-                        }
-                        return HomeReply::LimitExceeded { held };
-                    }
-                    bk.hold(&e.user, qty as i64);
-                    bk.demand += qty;
-                    if bk.stock >= qty {
-                        bk.stock -= qty;
-                        bk.record(
-                            RecordKind::Order,
-                            e.order_id.as_str(),
-                            e.user.as_str(),
-                            qty,
-                            b.index,
-                            b.index,
-                            &e.rid,
-                            now_ms,
-                        );
-                        bk.idx.insert(
-                            e.order_id.clone(),
-                            OrderEntry {
-                                cancelled: false,
-                                user: e.user.clone(),
-                                qty: e.qty,
-                                bucket: b.index,
-                                request_id: if e.keep { e.rid.clone() } else { String::new() },
-                                at_ms: now_ms,
-                            },
-                        );
-                        if e.keep {
-                            bk.reqs.insert(
-                                e.rid.clone(),
-                                Record::Bought {
-                                    qty: e.qty,
-                                    order_id: e.order_id.clone(),
-                                    bucket: b.index,
-                                    probes: 0,
-                                },
-                            );
-                        }
-                        HomeReply::Bought {
-                            stock_left: bk.stock,
-                        }
-                    } else {
-                        bk.reqs.insert(
-                            e.rid.clone(),
-                            Record::Pending {
-                                qty: e.qty,
-                                order_id: e.order_id.clone(),
-                                user: e.user.clone(),
-                                at_ms: now_ms,
-                            },
-                        );
-                        HomeReply::Pending { stock: bk.stock }
-                    }
-                })
+                .map(|e| bk.home_one(b.index, now_ms, sold_out, e))
                 .collect()
         })
     }
@@ -438,7 +464,7 @@ impl Store for MemoryStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<TakeReply, StoreError> {
-        self.with(b, |bk| {
+        self.with_live(b, |bk| {
             let marker = (a.rid.clone(), a.pass);
             if let Some(seen) = bk.markers.get(&marker) {
                 return match seen {
@@ -548,14 +574,18 @@ impl Store for MemoryStore {
                     })
                 }
                 Finish::SoldOut { remaining } => {
-                    bk.hold(&a.user, -i64::from(a.qty));
+                    if a.limited {
+                        bk.hold(&a.user, -i64::from(a.qty));
+                    }
                     Some(Record::SoldOut {
                         qty: a.qty,
                         remaining: *remaining,
                     })
                 }
                 Finish::Abort => {
-                    bk.hold(&a.user, -i64::from(a.qty));
+                    if a.limited {
+                        bk.hold(&a.user, -i64::from(a.qty));
+                    }
                     None
                 }
             };
@@ -582,7 +612,9 @@ impl Store for MemoryStore {
             }
             let before = entry.clone();
             entry.cancelled = true;
-            bk.hold(&before.user, -i64::from(before.qty));
+            if bk.users.contains_key(&before.user) {
+                bk.hold(&before.user, -i64::from(before.qty));
+            }
             bk.stock += u64::from(before.qty);
             bk.adds += 1;
             bk.record(
@@ -615,8 +647,22 @@ impl Store for MemoryStore {
         self.with(b, |bk| bk.users.get(user).copied().unwrap_or(0))
     }
 
-    async fn adds(&self, b: &BucketRef) -> Result<u64, StoreError> {
-        self.with(b, |bk| bk.adds)
+    async fn counters(&self, b: &BucketRef) -> Result<(u64, u64), StoreError> {
+        self.with(b, |bk| (bk.adds, bk.epoch))
+    }
+
+    async fn set_empty(&self, b: &BucketRef, epoch: u64) -> Result<bool, StoreError> {
+        self.with(b, |bk| {
+            let current = bk.epoch == epoch;
+            if current {
+                bk.empty = Some(epoch);
+            }
+            current
+        })
+    }
+
+    async fn bump_epoch(&self, b: &BucketRef) -> Result<(), StoreError> {
+        self.with(b, |bk| bk.epoch += 1)
     }
 
     async fn bucket_state(&self, b: &BucketRef) -> Result<BucketState, StoreError> {

@@ -61,6 +61,9 @@ pub enum HomeReply {
     LimitExceeded { held: u64 },
     /// The home bucket holds fewer than `qty`: quota reserved, a pending record written.
     Pending { stock: u64 },
+    /// The event was found sold out and no unit has come back since (the
+    /// bucket's empty mark holds): refused in this one call.
+    SoldOut,
 }
 
 /// One probe of the ring by the purchase saga.
@@ -111,6 +114,8 @@ pub struct FinishArgs {
     pub user: UserId,
     pub qty: u32,
     pub keep: bool,
+    /// The event has a per-user limit (only then was a quota reserved).
+    pub limited: bool,
     pub outcome: Finish,
 }
 
@@ -129,6 +134,14 @@ pub enum CancelReply {
     Cancelled(OrderEntry),
     AlreadyCancelled(OrderEntry),
     NotFound,
+}
+
+/// What bumping an event's seq found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqBump {
+    pub seq: u64,
+    /// The event was marked sold out: the buckets' empty marks must be invalidated.
+    pub was_sold_out: bool,
 }
 
 /// Whether an event's meta was written by this call.
@@ -311,8 +324,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         retired: &[(u32, u32)],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Increments the event's seq (after units were added to a bucket); returns the new value.
-    fn bump_seq(&self, event: &EventId) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Increments the event's seq (after units were added to a bucket).
+    fn bump_seq(&self, event: &EventId)
+    -> impl Future<Output = Result<SeqBump, StoreError>> + Send;
 
     /// Marks the event sold out at `seq` if its seq is still `seq`.
     fn mark_sold_out(
@@ -391,8 +405,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         user: &UserId,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// How many steps have added units to the bucket (cancel, transfer IN, untake).
-    fn adds(&self, bucket: &BucketRef) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// `(adds, epoch)`: how many steps added units to the bucket, and its epoch
+    /// (bumped when units come back to a sold-out event). One atomic read.
+    fn counters(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
+
+    /// Marks the bucket's copy of "the event is sold out" if its epoch is still `epoch`.
+    fn set_empty(
+        &self,
+        bucket: &BucketRef,
+        epoch: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Bumps the bucket's epoch: its empty mark no longer holds.
+    fn bump_epoch(&self, bucket: &BucketRef)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn bucket_state(
         &self,

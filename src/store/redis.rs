@@ -16,8 +16,8 @@ use fred::types::scripts::Script;
 
 use super::{
     BucketAudit, BucketContents, CancelReply, CreateMeta, FLUSH_GROUP, Finish, FinishArgs,
-    FinishReply, HomeEntry, HomeReply, OpenTransfer, RecordKind, Store, StoreError, StreamEntry,
-    StreamId, TakeArgs, TakeReply, TransferReply,
+    FinishReply, HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError,
+    StreamEntry, StreamId, TakeArgs, TakeReply, TransferReply,
 };
 use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::{BucketRef, EventKeys};
@@ -74,6 +74,8 @@ struct Scripts {
     raise_fence: Script,
     begin_reshard: Script,
     end_reshard: Script,
+    set_empty: Script,
+    counters: Script,
 }
 
 impl Scripts {
@@ -106,10 +108,12 @@ impl Scripts {
             raise_fence: s(include_str!("../../lua/raise_fence.lua")),
             begin_reshard: s(include_str!("../../lua/begin_reshard.lua")),
             end_reshard: s(include_str!("../../lua/end_reshard.lua")),
+            set_empty: s(include_str!("../../lua/set_empty.lua")),
+            counters: s(include_str!("../../lua/counters.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 26] {
+    fn all(&self) -> [&Script; 28] {
         [
             &self.purchase,
             &self.take,
@@ -137,6 +141,8 @@ impl Scripts {
             &self.raise_fence,
             &self.begin_reshard,
             &self.end_reshard,
+            &self.set_empty,
+            &self.counters,
         ]
     }
 }
@@ -340,32 +346,35 @@ fn transfer_reply(parts: &[Value]) -> Result<TransferReply, StoreError> {
     }
 }
 
-/// `{id, {field, value, …}}` from XRANGE / XREADGROUP / XAUTOCLAIM.
+/// `{id, {"d", "k|oid|user|q|b|h|rid|t"}}` from XREADGROUP / XAUTOCLAIM.
 fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
     let parts = v.into_array();
     let raw_id = text(arg(&parts, 0)?)?;
     let id = StreamId::parse(&raw_id)
         .ok_or_else(|| StoreError::Protocol(format!("bad stream id {raw_id:?}")))?;
     let fields = arg(&parts, 1)?.clone().into_array();
-    let mut map = std::collections::HashMap::new();
-    for pair in fields.chunks(2) {
-        if let [k, v] = pair {
-            map.insert(text(k)?, text(v)?);
-        }
+    let data = fields
+        .chunks(2)
+        .find_map(|pair| match pair {
+            [k, v] if k.as_str().as_deref() == Some("d") => text(v).ok(),
+            _ => None,
+        })
+        .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id} has no d field")))?;
+    let bad = || StoreError::Protocol(format!("stream entry {raw_id}: {data:?}"));
+    let f: Vec<&str> = data.split('|').collect();
+    if f.len() != 8 {
+        return Err(bad());
     }
-    let bad = |f: &str| StoreError::Protocol(format!("stream entry {raw_id} lacks {f}"));
-    let get = |f: &str| map.get(f).cloned().ok_or_else(|| bad(f));
-    let n = |f: &str| get(f)?.parse::<u64>().map_err(|_| bad(f));
     Ok(StreamEntry {
         id,
-        kind: RecordKind::parse(&get("k")?).ok_or_else(|| bad("k"))?,
-        order_id: get("id")?,
-        user: get("u")?,
-        qty: n("q")?,
-        bucket: n("b")? as u32,
-        home: n("h")? as u32,
-        rid: get("r")?,
-        at_ms: n("t")? as i64,
+        kind: RecordKind::parse(f[0]).ok_or_else(bad)?,
+        order_id: f[1].to_owned(),
+        user: f[2].to_owned(),
+        qty: f[3].parse().map_err(|_| bad())?,
+        bucket: f[4].parse().map_err(|_| bad())?,
+        home: f[5].parse().map_err(|_| bad())?,
+        rid: f[6].to_owned(),
+        at_ms: f[7].parse().map_err(|_| bad())?,
     })
 }
 
@@ -512,14 +521,17 @@ impl Store for RedisStore {
         Ok(num(&v)? == 1)
     }
 
-    async fn bump_seq(&self, event: &EventId) -> Result<u64, StoreError> {
+    async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         let keys = vec![self.event_keys(event).meta];
         let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;
-        match v.as_i64() {
-            Some(seq) if seq >= 0 => Ok(seq as u64),
-            Some(_) => Err(StoreError::Stale(format!("meta of {event}"))),
-            None => Err(protocol("seq", &v)),
+        if v.as_i64() == Some(-1) {
+            return Err(StoreError::Stale(format!("meta of {event}")));
         }
+        let parts = v.into_array();
+        Ok(SeqBump {
+            seq: num(arg(&parts, 0)?)?,
+            was_sold_out: num(arg(&parts, 1)?)? == 1,
+        })
     }
 
     async fn mark_sold_out(
@@ -550,7 +562,7 @@ impl Store for RedisStore {
     ) -> Result<Vec<HomeReply>, StoreError> {
         let k = self.keys(bucket);
         let keys = vec![
-            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand,
+            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch,
         ];
         let mut args = Vec::with_capacity(3 + 6 * entries.len());
         args.extend([
@@ -593,6 +605,7 @@ impl Store for RedisStore {
                     "P" => HomeReply::Pending {
                         stock: num(arg(&parts, 1)?)?,
                     },
+                    "S" => HomeReply::SoldOut,
                     other => return Err(StoreError::Protocol(format!("home reply {other:?}"))),
                 })
             })
@@ -685,6 +698,7 @@ impl Store for RedisStore {
             from.to_string(),
             probes.to_string(),
             remaining.to_string(),
+            if a.limited { "1" } else { "0" }.to_owned(),
         ];
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
@@ -758,13 +772,32 @@ impl Store for RedisStore {
         Ok(v.unwrap_or(0))
     }
 
-    async fn adds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
-        let v: Option<u64> = self
-            .client
-            .get(self.keys(bucket).adds)
+    async fn counters(&self, bucket: &BucketRef) -> Result<(u64, u64), StoreError> {
+        let k = self.keys(bucket);
+        let parts = self
+            .eval(&self.scripts.counters, vec![k.adds, k.epoch], vec![])
+            .await?
+            .into_array();
+        Ok((num(arg(&parts, 0)?)?, num(arg(&parts, 1)?)?))
+    }
+
+    async fn set_empty(&self, bucket: &BucketRef, epoch: u64) -> Result<bool, StoreError> {
+        let k = self.keys(bucket);
+        let v = self
+            .eval(
+                &self.scripts.set_empty,
+                vec![k.empty, k.epoch],
+                vec![epoch.to_string()],
+            )
+            .await?;
+        Ok(num(&v)? == 1)
+    }
+
+    async fn bump_epoch(&self, bucket: &BucketRef) -> Result<(), StoreError> {
+        self.client
+            .incr::<(), _>(self.keys(bucket).epoch)
             .await
-            .map_err(unavailable)?;
-        Ok(v.unwrap_or(0))
+            .map_err(unavailable)
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
@@ -1083,17 +1116,29 @@ impl Store for RedisStore {
             StreamId::parse(&s).ok_or_else(|| StoreError::Protocol(format!("bad stream id {s:?}")))
         };
         let list = |i: usize| arg(&parts, i).map(|v| v.clone().into_array());
+        let triple = |c: &[Value]| match c {
+            [a, b, c] => Ok((a.clone(), b.clone(), c.clone())),
+            _ => Err(StoreError::Protocol(format!(
+                "audit reply of {} is cut short",
+                bucket.tag()
+            ))),
+        };
         let open = list(4)?
             .chunks(3)
-            .map(|c| Ok((text(&c[0])?, num(&c[1])? as u32, num(&c[2])?)))
+            .map(|c| {
+                let (xid, target, units) = triple(c)?;
+                Ok((text(&xid)?, num(&target)? as u32, num(&units)?))
+            })
             .collect::<Result<_, StoreError>>()?;
         let applied = list(5)?.iter().map(text).collect::<Result<_, _>>()?;
         let records = list(6)?
             .chunks(3)
             .map(|c| {
-                let kind = RecordKind::parse(&text(&c[1])?)
-                    .ok_or_else(|| StoreError::Protocol(format!("bad record kind {:?}", c[1])))?;
-                Ok((id(&c[0])?, kind, num(&c[2])?))
+                let (rid, kind, qty) = triple(c)?;
+                let kind = RecordKind::parse(&text(&kind)?).ok_or_else(|| {
+                    StoreError::Protocol(format!("bad record kind {kind:?} in {}", bucket.tag()))
+                })?;
+                Ok((id(&rid)?, kind, num(&qty)?))
             })
             .collect::<Result<_, StoreError>>()?;
         Ok(BucketAudit {

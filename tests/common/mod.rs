@@ -64,7 +64,31 @@ pub fn unbatched() -> EngineOptions {
 /// This test process's key namespace on a shared Redis: its events, and only
 /// its events, are what its flushers and gauges see.
 pub fn namespace() -> String {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(sweep_dead_namespaces);
     format!("t{}", std::process::id())
+}
+
+/// Deletes the keys earlier test processes left on the shared Redis (their
+/// namespace is `t<pid>`; a pid without a /proc entry is gone).
+fn sweep_dead_namespaces() {
+    let Ok(out) = Command::new("redis-cli")
+        .args(["--scan", "--pattern", "t[0-9]*:*"])
+        .output()
+    else {
+        return;
+    };
+    let keys = String::from_utf8_lossy(&out.stdout).into_owned();
+    let dead: Vec<&str> = keys
+        .lines()
+        .filter(|k| {
+            let pid = k[1..].split(':').next().unwrap_or_default();
+            !Path::new(&format!("/proc/{pid}")).exists()
+        })
+        .collect();
+    for chunk in dead.chunks(500) {
+        let _ = Command::new("redis-cli").arg("del").args(chunk).output();
+    }
 }
 
 pub fn redis_options(url: &str) -> RedisOptions {

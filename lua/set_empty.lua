@@ -1,0 +1,14 @@
+--[[ set_empty.lua — marks a bucket's copy of "the whole event is sold out".
+
+KEYS[1] ss:{e#g#b}:empty   KEYS[2] ss:{e#g#b}:epoch
+ARGV[1] the bucket's epoch as read by the consistent probe that found the event empty
+
+Returns 1 when marked, 0 when the epoch moved on since the probe (units came
+back somewhere: the mark would be false). From then on purchase.lua answers
+"sold out" in its one call, until the epoch is bumped again.
+]]
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1

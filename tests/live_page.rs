@@ -1,0 +1,114 @@
+//! The live page (`GET /ui`) in a real browser: headless Chromium (Debian's
+//! `chromium`) renders it after a sale, and the numbers it shows for the event
+//! must be the API's.
+
+mod common;
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::process::Command;
+
+use helpers::{Backend, TestApp, eid};
+use serde_json::json;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Chromium, headless, as this machine allows it; returns its stdout.
+fn chromium(args: &[&str]) -> String {
+    assert!(
+        std::path::Path::new(CHROMIUM).exists(),
+        "Chromium is not installed; install it with:\n  apt-get install -y --no-install-recommends chromium"
+    );
+    let profile =
+        std::env::temp_dir().join(format!("shardstock-chromium-{}", rand::random::<u32>()));
+    let out = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the element with `data-testid=id` inside the event's card.
+fn shown(dom: &str, event: &str, id: &str) -> String {
+    let card = dom
+        .split(&format!("data-event=\"{event}\""))
+        .nth(1)
+        .expect("the event's card");
+    let card = card.split("</section>").next().unwrap();
+    let after = card
+        .split(&format!("data-testid=\"{id}\">"))
+        .nth(1)
+        .expect(id);
+    after.split('<').next().unwrap().replace(',', "")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_live_page_shows_the_events_numbers() {
+    let app = TestApp::spawn(Backend::Redis).await;
+    let id = eid("live");
+    app.create(&id, 5_000, 12, json!({})).await;
+    for i in 0..300 {
+        let user = format!("u-{}", i % 97);
+        app.buy(&id, &user, 1 + (i % 3), None).await;
+    }
+    let view = app.view(&id).await;
+    let dom = chromium(&["--dump-dom", &format!("{}/ui", app.base)]);
+    assert!(
+        dom.contains("data-loaded=\"true\""),
+        "the page loaded its data:\n{dom}"
+    );
+    for field in ["sold", "remaining", "stock"] {
+        assert_eq!(shown(&dom, &id, field), view[field].to_string(), "{field}");
+    }
+    assert_eq!(shown(&dom, &id, "buckets"), "12");
+    assert_eq!(
+        shown(&dom, &id, "skew"),
+        format!("{:.2}", view["skew"].as_f64().unwrap())
+    );
+    let card = dom
+        .split(&format!("data-event=\"{id}\""))
+        .nth(1)
+        .unwrap()
+        .split("</section>")
+        .next()
+        .unwrap();
+    let bars = card.matches("data-bucket=").count();
+    assert_eq!(bars, 12, "a bar per bucket");
+    let first: Vec<u64> = view["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["remaining"].as_u64().unwrap())
+        .collect();
+    assert!(dom.contains(&format!(
+        "data-bucket=\"0\" data-remaining=\"{}\"",
+        first[0]
+    )));
+    // And a picture of it, for people (the README's screenshot is made the same way).
+    let png = std::env::temp_dir().join(format!("shardstock-live-{}.png", std::process::id()));
+    chromium(&[
+        "--window-size=1280,720",
+        &format!("--screenshot={}", png.display()),
+        &format!("{}/ui?event={id}", app.base),
+    ]);
+    assert!(
+        std::fs::metadata(&png)
+            .map(|m| m.len() > 5_000)
+            .unwrap_or(false),
+        "a screenshot was written"
+    );
+    let _ = std::fs::remove_file(png);
+}
