@@ -14,21 +14,25 @@ KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to 
                            sold-out event; the empty mark holds only while equal
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
-ARGV[3] n, the number of entries; then n groups of 6:
-        user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id
+ARGV[3] n, the number of entries; then n groups of 10:
+        user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id,
+        and, built by the caller so that the script only writes them: the
+        stream record "o|oid|user|q|b|b|rid|now", the index entry
+        "C|user|q|b|rid|now", the pending record "P|q|oid|user|now" and the
+        bought record "B|q|oid|b|0"
 
-Returns "ST" when the bucket does not exist or is sealed, else an array of n
-replies, one per entry, in order:
-  {"B", stock_left}  bought: decremented, order in stream + index, user count up
-                     (limit), record "B|q|oid|b|0" stored when keep
-  {"R", record}      the rid has a record already: the caller replays it (or
-                     re-drives the saga if it is pending "P|...")
-  {"L", held}        over the limit; record "L|q|limit|held" when keep
-  {"S"}              sold out: the event was found empty (a consistent probe of
-                     every bucket) and no unit has come back since (the empty
-                     mark still equals the epoch); record "S|q|0" when keep
-  {"P", stock}       fewer than q here: the quota is reserved (limit) and
-                     "P|q|oid|user|now" stored under rid; the caller probes the ring
+Returns "ST" when the bucket does not exist or is sealed, else a flat array of
+2n values, two per entry, in order:
+  "B", stock_left   bought: decremented, order in stream + index, user count up
+                    (limit), record "B|q|oid|b|0" stored when keep
+  "R", record       the rid has a record already: the caller replays it (or
+                    re-drives the saga if it is pending "P|...")
+  "L", held         over the limit; record "L|q|limit|held" when keep
+  "S", 0            sold out: the event was found empty (a consistent probe of
+                    every bucket) and no unit has come back since (the empty
+                    mark still equals the epoch); record "S|q|0" when keep
+  "P", stock        fewer than q here: the quota is reserved (limit) and the
+                    pending record stored under rid; the caller probes the ring
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -40,50 +44,49 @@ trap of seed 003).
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
-local now, bucket, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local n = tonumber(ARGV[3])
 local stock = tonumber(redis.call('GET', KEYS[1]))
 local empty = redis.call('GET', KEYS[8])
 local soldout = empty and empty == (redis.call('GET', KEYS[9]) or '0')
 local sold, wanted = 0, 0
 local out = {}
 for i = 1, n do
-  local a = 3 + (i - 1) * 6
+  local a = 3 + (i - 1) * 10
   local user, qty, limit = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local rid, keep, oid = ARGV[a + 4], ARGV[a + 5] == '1', ARGV[a + 6]
+  local rid, keep = ARGV[a + 4], ARGV[a + 5] == '1'
   local rec = false
   if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
   local held = 0
   if not rec and limit > 0 then held = tonumber(redis.call('HGET', KEYS[2], user) or '0') end
+  local o = 2 * i - 1
   if rec then
-    out[i] = {'R', rec}
+    out[o], out[o + 1] = 'R', rec
   elseif limit > 0 and held + qty > limit then
     if keep then
       redis.call('HSET', KEYS[3], rid, 'L|' .. qty .. '|' .. limit .. '|' .. held)
     end
-    out[i] = {'L', held}
+    out[o], out[o + 1] = 'L', held
   elseif stock >= qty then
     wanted = wanted + qty
     stock = stock - qty
     sold = sold + qty
     if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
-    local kept = keep and rid or ''
-    redis.call('XADD', KEYS[4], '*', 'd',
-      'o|' .. oid .. '|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. bucket .. '|' .. rid .. '|' .. now)
-    redis.call('HSET', KEYS[5], oid, 'C|' .. user .. '|' .. qty .. '|' .. bucket .. '|' .. kept .. '|' .. now)
+    redis.call('XADD', KEYS[4], '*', 'd', ARGV[a + 7])
+    redis.call('HSET', KEYS[5], ARGV[a + 6], ARGV[a + 8])
     if keep then
-      redis.call('HSET', KEYS[3], rid, 'B|' .. qty .. '|' .. oid .. '|' .. bucket .. '|0')
+      redis.call('HSET', KEYS[3], rid, ARGV[a + 10])
     end
-    out[i] = {'B', stock}
+    out[o], out[o + 1] = 'B', stock
   elseif soldout and stock == 0 then
     if keep then
       redis.call('HSET', KEYS[3], rid, 'S|' .. qty .. '|0')
     end
-    out[i] = {'S'}
+    out[o], out[o + 1] = 'S', 0
   else
     wanted = wanted + qty
     if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
-    redis.call('HSET', KEYS[3], rid, 'P|' .. qty .. '|' .. oid .. '|' .. user .. '|' .. now)
-    out[i] = {'P', stock}
+    redis.call('HSET', KEYS[3], rid, ARGV[a + 9])
+    out[o], out[o + 1] = 'P', stock
   end
 end
 if sold > 0 then

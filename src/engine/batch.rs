@@ -111,28 +111,29 @@ async fn drive<S: Store>(
             }
             continue;
         }
-        let entries: Vec<HomeEntry> = batch.iter().map(|q| q.entry.clone()).collect();
+        let (entries, replies): (Vec<HomeEntry>, Vec<_>) =
+            batch.into_iter().map(|q| (q.entry, q.reply)).unzip();
         metrics::histogram!(m::BATCH_SIZE).record(entries.len() as f64);
         metrics::counter!(m::SCRIPT_CALLS).increment(1);
         match store.home(&bucket, now_ms, &entries).await {
-            Ok(replies) if replies.len() == batch.len() => {
-                for (q, reply) in batch.into_iter().zip(replies) {
-                    let _ = q.reply.send(Ok(reply));
+            Ok(answers) if answers.len() == replies.len() => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
                 }
             }
-            Ok(replies) => {
+            Ok(answers) => {
                 let e = StoreError::Protocol(format!(
                     "{} replies for {} entries",
-                    replies.len(),
-                    batch.len()
+                    answers.len(),
+                    replies.len()
                 ));
-                for q in batch {
-                    let _ = q.reply.send(Err(e.clone()));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
             Err(e) => {
-                for q in batch {
-                    let _ = q.reply.send(Err(e.clone()));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
         }

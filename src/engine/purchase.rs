@@ -205,7 +205,8 @@ impl<S: Store> Engine<S> {
             keep: saga.keep,
             order_id: saga.order_id.clone(),
         };
-        let reply = match self.home_step(&bucket, entry.clone()).await {
+        let limit = entry.limit;
+        let reply = match self.home_step(&bucket, entry).await {
             Ok(reply) => reply,
             Err(StoreError::Unavailable(why)) => return self.resolve(meta, saga, why).await,
             Err(e) => return Err(e.into()),
@@ -224,10 +225,9 @@ impl<S: Store> Engine<S> {
                 saga.home,
                 0,
             )))),
-            HomeReply::LimitExceeded { held } => Ok(fresh(Err(Refusal::LimitExceeded {
-                limit: entry.limit,
-                held,
-            }))),
+            HomeReply::LimitExceeded { held } => {
+                Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
+            }
             HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
             HomeReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
             HomeReply::Replay(record) => self.replay(meta, saga, record).await,

@@ -9,6 +9,8 @@
 //! connection died mid-flight (a purchase is not idempotent without its request
 //! id), so such a call fails and the engine resolves what happened.
 
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -153,6 +155,7 @@ pub struct RedisStore {
     client: Client,
     scripts: std::sync::Arc<Scripts>,
     namespace: std::sync::Arc<str>,
+    home_keys: Arc<RwLock<HashMap<BucketRef, Arc<[Key]>>>>,
 }
 
 impl RedisStore {
@@ -184,6 +187,7 @@ impl RedisStore {
             client,
             scripts: std::sync::Arc::new(Scripts::new()),
             namespace: opts.namespace.as_str().into(),
+            home_keys: Arc::default(),
         };
         store.load_scripts().await?;
         Ok(store)
@@ -199,6 +203,29 @@ impl RedisStore {
 
     fn keys(&self, bucket: &BucketRef) -> crate::keys::BucketKeys {
         bucket.keys_in(&self.namespace)
+    }
+
+    /// The home step's keys of a bucket, built once per bucket: formatting
+    /// nine key names for every purchase showed up in profiles.
+    fn home_keys(&self, bucket: &BucketRef) -> Arc<[Key]> {
+        if let Some(keys) = self
+            .home_keys
+            .read()
+            .expect("key cache poisoned")
+            .get(bucket)
+        {
+            return keys.clone();
+        }
+        let k = self.keys(bucket);
+        let keys: Arc<[Key]> = [
+            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch,
+        ]
+        .into_iter()
+        .map(Key::from)
+        .collect();
+        let mut cache = self.home_keys.write().expect("key cache poisoned");
+        cache.insert(bucket.clone(), keys.clone());
+        keys
     }
 
     fn event_keys(&self, event: &EventId) -> EventKeys {
@@ -252,6 +279,20 @@ impl RedisStore {
         script: &Script,
         keys: Vec<String>,
         args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        // Moved into fred's types (no copy), whose clones are reference counts.
+        let keys: Vec<Key> = keys.into_iter().map(Key::from).collect();
+        let args: Vec<Value> = args.into_iter().map(Value::from).collect();
+        self.eval_raw(script, keys, args).await
+    }
+
+    /// EVALSHA with fred's own key and value types (the hot path builds them
+    /// directly: cached keys, integers as integers).
+    async fn eval_raw(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
     ) -> Result<Value, StoreError> {
         match script
             .evalsha(&self.client, keys.clone(), args.clone())
@@ -560,52 +601,62 @@ impl Store for RedisStore {
         now_ms: i64,
         entries: &[HomeEntry],
     ) -> Result<Vec<HomeReply>, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![
-            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch,
-        ];
-        let mut args = Vec::with_capacity(3 + 6 * entries.len());
+        let keys = self.home_keys(bucket).to_vec();
+        let mut args: Vec<Value> = Vec::with_capacity(3 + 6 * entries.len());
         args.extend([
-            now_ms.to_string(),
-            bucket.index.to_string(),
-            entries.len().to_string(),
+            Value::Integer(now_ms),
+            Value::Integer(i64::from(bucket.index)),
+            Value::Integer(entries.len() as i64),
         ]);
         for e in entries {
+            // The script only writes these; building them here keeps string
+            // work off the one Redis thread.
+            let (b, oid, user, rid) = (
+                bucket.index,
+                e.order_id.as_str(),
+                e.user.as_str(),
+                e.rid.as_str(),
+            );
+            let kept = if e.keep { rid } else { "" };
             args.extend([
-                e.user.to_string(),
-                e.qty.to_string(),
-                e.limit.to_string(),
-                e.rid.clone(),
-                if e.keep { "1" } else { "0" }.to_owned(),
-                e.order_id.to_string(),
+                Value::from(user),
+                Value::Integer(i64::from(e.qty)),
+                Value::Integer(i64::from(e.limit)),
+                Value::from(rid),
+                Value::Integer(i64::from(e.keep)),
+                Value::from(oid),
+                Value::from(format!("o|{oid}|{user}|{}|{b}|{b}|{rid}|{now_ms}", e.qty)),
+                Value::from(format!("C|{user}|{}|{b}|{kept}|{now_ms}", e.qty)),
+                Value::from(format!("P|{}|{oid}|{user}|{now_ms}", e.qty)),
+                Value::from(format!("B|{}|{oid}|{b}|0", e.qty)),
             ]);
         }
-        let replies = self
-            .eval_bucket(bucket, &self.scripts.purchase, keys, args)
-            .await?;
-        if replies.len() != entries.len() {
+        let replies = match self.eval_raw(&self.scripts.purchase, keys, args).await? {
+            Value::Array(parts) => parts,
+            v if v.as_str().as_deref() == Some("ST") => {
+                return Err(StoreError::Stale(bucket.tag()));
+            }
+            other => return Err(protocol("array", &other)),
+        };
+        if replies.len() != 2 * entries.len() {
             return Err(StoreError::Protocol(format!(
-                "{} replies for {} entries",
+                "{} reply values for {} entries",
                 replies.len(),
                 entries.len()
             )));
         }
         replies
-            .into_iter()
-            .map(|r| {
-                let parts = r.into_array();
-                Ok(match code(&parts)?.as_str() {
-                    "B" => HomeReply::Bought {
-                        stock_left: num(arg(&parts, 1)?)?,
+            .chunks(2)
+            .map(|pair| {
+                let value = &pair[1];
+                Ok(match pair[0].as_str().as_deref() {
+                    Some("B") => HomeReply::Bought {
+                        stock_left: num(value)?,
                     },
-                    "R" => HomeReply::Replay(record(arg(&parts, 1)?)?),
-                    "L" => HomeReply::LimitExceeded {
-                        held: num(arg(&parts, 1)?)?,
-                    },
-                    "P" => HomeReply::Pending {
-                        stock: num(arg(&parts, 1)?)?,
-                    },
-                    "S" => HomeReply::SoldOut,
+                    Some("R") => HomeReply::Replay(record(value)?),
+                    Some("L") => HomeReply::LimitExceeded { held: num(value)? },
+                    Some("P") => HomeReply::Pending { stock: num(value)? },
+                    Some("S") => HomeReply::SoldOut,
                     other => return Err(StoreError::Protocol(format!("home reply {other:?}"))),
                 })
             })
