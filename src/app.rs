@@ -102,6 +102,7 @@ impl Application {
         });
         let mut engine_options = settings.engine.options();
         engine_options.max_batch = settings.batching.max_batch();
+        engine_options.batch_wait = settings.batching.max_wait();
         let engine = Arc::new(Engine::new(store, engine_options));
         let (rebuilt, refused) = lifecycle::recover_lost(&engine, &ledger, policy)
             .await

@@ -156,6 +156,10 @@ impl BatchSettings {
     pub fn max_batch(&self) -> Option<usize> {
         self.enabled.then_some(self.max_batch)
     }
+
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_micros(self.max_wait_us)
+    }
 }
 
 impl DatabaseSettings {
@@ -191,6 +195,7 @@ impl EngineSettings {
             gather_lease_ttl: Duration::from_millis(self.gather_lease_ttl_ms),
             gather_wait: Duration::from_millis(self.gather_wait_ms),
             max_batch: None,
+            batch_wait: Duration::ZERO,
         }
     }
 }
@@ -261,6 +266,11 @@ pub struct BatchSettings {
     pub enabled: bool,
     /// Purchases per script call at most.
     pub max_batch: usize,
+    /// How long a call may wait for more purchases when it would go out with
+    /// fewer than `max_batch` (0, the default: never — a lone purchase is sent
+    /// at once; the only wait is for a call already in flight). The timer's
+    /// granularity is a millisecond.
+    pub max_wait_us: u64,
 }
 
 impl Default for BatchSettings {
@@ -268,6 +278,7 @@ impl Default for BatchSettings {
         Self {
             enabled: true,
             max_batch: 64,
+            max_wait_us: 0,
         }
     }
 }
@@ -414,6 +425,12 @@ impl Settings {
         if self.batching.max_batch == 0 || self.batching.max_batch > 1_000 {
             return Err(invalid("batching.max_batch", "must be between 1 and 1000"));
         }
+        if self.batching.max_wait_us > 100_000 {
+            return Err(invalid(
+                "batching.max_wait_us",
+                "must be at most 100000 (a purchase should not wait 100 ms for company)",
+            ));
+        }
         let r = &self.rebalancer;
         if r.skew_threshold < 1.0 {
             return Err(invalid("rebalancer.skew_threshold", "must be at least 1.0"));
@@ -495,5 +512,16 @@ mod tests {
         );
         let msg = field_of(parse("[database]\nflush_batch = \"many\"\n").unwrap_err());
         assert!(msg.contains("flush_batch"), "{msg}");
+        assert_eq!(
+            field_of(parse("[batching]\nmax_wait_us = 1000000\n").unwrap_err()),
+            "batching.max_wait_us"
+        );
+        assert_eq!(
+            parse("[batching]\nmax_wait_us = 500\n")
+                .unwrap()
+                .batching
+                .max_wait(),
+            Duration::from_micros(500)
+        );
     }
 }

@@ -114,7 +114,10 @@ impl<S: Store> Flusher<S> {
             {
                 Ok(entries) => entries,
                 Err(StoreError::Stale(_)) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    crate::metrics::store_error("stream_read");
+                    return Err(e.into());
+                }
             };
             if entries.is_empty() {
                 continue;

@@ -73,7 +73,7 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: Can
         let events = match engine.store().list_events().await {
             Ok(events) => events,
             Err(e) => {
-                metrics::counter!(m::STORE_ERRORS, "op" => "list_events").increment(1);
+                m::store_error("list_events");
                 tracing::warn!(error = %e, "gauges: listing events failed");
                 continue;
             }

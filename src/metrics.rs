@@ -77,6 +77,11 @@ pub const BATCH_SIZE: &str = "shardstock_batch_size";
 /// counter: home-step script calls.
 pub const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
 
+/// Counts a failed store call (`op`: what was being done).
+pub fn store_error(op: &'static str) {
+    metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
+}
+
 /// Registers the descriptions (HELP lines) of every metric.
 pub fn describe() {
     describe_counter!(PURCHASES, "Purchase requests by outcome");

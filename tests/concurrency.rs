@@ -18,6 +18,17 @@ use shardstock::{Engine, EngineError};
 
 on_every_backend!(a_sale_under_real_concurrency_keeps_every_invariant);
 
+/// Batches that linger for company (`batching.max_wait_us`) keep every invariant too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lingering_batches_keep_every_invariant_on_redis() {
+    let store = common::standalone().await.store().clone();
+    let opts = shardstock::EngineOptions {
+        batch_wait: std::time::Duration::from_millis(1),
+        ..shardstock::EngineOptions::default()
+    };
+    a_sale_under_real_concurrency_keeps_every_invariant(Engine::new(store, opts)).await;
+}
+
 const TASKS: usize = 64;
 const ATTEMPTS: usize = 5_000;
 const STOCK: u64 = 1_500;

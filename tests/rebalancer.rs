@@ -26,6 +26,7 @@ on_every_backend!(
     a_crash_between_out_and_in_is_completed_by_the_next_leader,
     skewed_demand_stays_on_the_fast_path_with_the_rebalancer_on,
     resharding_16_4_32_during_a_sale_keeps_every_invariant,
+    the_end_of_the_sale_window_closes_the_event,
 );
 
 fn options(lease_ttl_ms: u64) -> RebalanceOptions {
@@ -381,4 +382,42 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
         answers.len(),
         meta.generation
     );
+}
+
+async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>) {
+    let engine = Arc::new(engine);
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("window");
+    let mut s = spec(&id, 40, 4);
+    s.ends_at = Some(shardstock::engine::now_ms() + 400);
+    shardstock::lifecycle::create(&engine, &ledger, s)
+        .await
+        .unwrap();
+    for i in 0..10 {
+        engine
+            .purchase(&req(&id, &format!("u-{i}"), 1, None))
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+    }
+    let stop = CancellationToken::new();
+    let mut leader = rebalancer(&engine, &ledger, 2_000);
+    leader.lead(&id, &stop).await.unwrap();
+    assert!(
+        !ledger.event(&id).await.unwrap().unwrap().closed,
+        "still on sale"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    leader.lead(&id, &stop).await.unwrap();
+    assert!(
+        ledger.event(&id).await.unwrap().unwrap().closed,
+        "the leader closed it at the window's end"
+    );
+    let t = ledger.totals(&id).await.unwrap().unwrap();
+    assert_eq!((t.sold, t.released, t.leftover), (10, 0, 30));
+    let audit = shardstock::audit::audit(&engine, &ledger, &id)
+        .await
+        .unwrap();
+    assert!(audit.balanced && audit.sold_unflushed == 0, "{audit:?}");
 }

@@ -15,8 +15,8 @@ use super::{
 /// all of them, writing BENCHMARKS.md.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// S: units of stock.
-    #[arg(long, default_value_t = 50_000)]
+    /// S: units of stock (the default sells out about 80% of the way through).
+    #[arg(long, default_value_t = 100_000)]
     pub stock: u64,
     /// U: distinct users.
     #[arg(long, default_value_t = 1_000_000)]

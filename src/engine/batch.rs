@@ -9,7 +9,9 @@
 //! goes on while entries keep arriving. A lone purchase is sent at once — the
 //! only wait is for a call already in flight — and no caller ever drives the
 //! queue for others, so nobody's answer waits behind someone else's batch.
-//! No lock is held across an `.await`.
+//! With `batching.max_wait_us` above zero the driver lingers that long after
+//! the first entry of a batch to let more join (a latency-for-throughput knob;
+//! off by default). No lock is held across an `.await`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,14 +41,16 @@ struct Lane {
 pub struct Batcher<S: Store> {
     store: S,
     max_batch: usize,
+    wait: std::time::Duration,
     lanes: RwLock<HashMap<BucketRef, Arc<Lane>>>,
 }
 
 impl<S: Store> Batcher<S> {
-    pub fn new(store: S, max_batch: usize) -> Self {
+    pub fn new(store: S, max_batch: usize, wait: std::time::Duration) -> Self {
         Self {
             store,
             max_batch: max_batch.max(1),
+            wait,
             lanes: RwLock::new(HashMap::new()),
         }
     }
@@ -65,13 +69,8 @@ impl<S: Store> Batcher<S> {
         let lane = self.lane(bucket);
         lane.queue.push(Queued { entry, reply: tx });
         if !lane.busy.swap(true, Ordering::AcqRel) {
-            tokio::spawn(drive(
-                self.store.clone(),
-                bucket.clone(),
-                lane,
-                self.max_batch,
-                now_ms,
-            ));
+            let (store, max, wait) = (self.store.clone(), self.max_batch, self.wait);
+            tokio::spawn(drive(store, bucket.clone(), lane, max, wait, now_ms));
         }
         rx.await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("the batch driver stopped".into())))
@@ -92,15 +91,24 @@ async fn drive<S: Store>(
     bucket: BucketRef,
     lane: Arc<Lane>,
     max_batch: usize,
+    wait: std::time::Duration,
     mut now_ms: i64,
 ) {
-    loop {
-        let mut batch = Vec::with_capacity(max_batch.min(64));
+    let take = |batch: &mut Vec<Queued>| {
         while batch.len() < max_batch {
             match lane.queue.pop() {
                 Some(q) => batch.push(q),
                 None => break,
             }
+        }
+    };
+    loop {
+        let mut batch = Vec::with_capacity(max_batch.min(64));
+        take(&mut batch);
+        if !wait.is_zero() && !batch.is_empty() && batch.len() < max_batch {
+            tokio::time::sleep(wait).await;
+            take(&mut batch);
+            now_ms = crate::engine::now_ms();
         }
         if batch.is_empty() {
             lane.busy.store(false, Ordering::Release);

@@ -82,6 +82,8 @@ pub struct EngineOptions {
     /// Group commit of the home step: at most this many purchases per script
     /// call; `None` sends each purchase on its own.
     pub max_batch: Option<usize>,
+    /// How long a partial batch may wait for more (zero: it never waits).
+    pub batch_wait: Duration,
 }
 
 impl Default for EngineOptions {
@@ -93,6 +95,7 @@ impl Default for EngineOptions {
             gather_lease_ttl: Duration::from_secs(2),
             gather_wait: Duration::from_secs(2),
             max_batch: Some(64),
+            batch_wait: Duration::ZERO,
         }
     }
 }
@@ -133,7 +136,7 @@ impl<S: Store> Engine<S> {
         Self {
             batcher: opts
                 .max_batch
-                .map(|n| batch::Batcher::new(store.clone(), n)),
+                .map(|n| batch::Batcher::new(store.clone(), n, opts.batch_wait)),
             store,
             opts,
             instance: format!("i{:016x}", rand::random::<u64>()),

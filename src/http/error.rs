@@ -167,6 +167,7 @@ impl From<EngineError> for ApiError {
                 Self::TryAgain("the event's layout is changing; retry".into())
             }
             E::OutcomeUnknown(why) => {
+                crate::metrics::store_error("request");
                 tracing::warn!(%why, "purchase outcome unknown");
                 Self::Unavailable {
                     detail: "the store failed mid-purchase; retry with the same request id".into(),
@@ -174,6 +175,7 @@ impl From<EngineError> for ApiError {
                 }
             }
             E::Store(StoreError::Unavailable(why)) => {
+                crate::metrics::store_error("request");
                 tracing::warn!(%why, "store unavailable");
                 Self::Unavailable {
                     detail: "the store is unreachable; nothing was deducted".into(),

@@ -115,6 +115,7 @@ impl<S: Store> Rebalancer<S> {
             };
             for event in events {
                 if let Err(e) = self.lead(&event, &stop).await {
+                    crate::metrics::store_error("rebalance");
                     tracing::warn!(%event, error = %e, "rebalancer round failed");
                 }
             }

@@ -4,6 +4,7 @@
 mod common;
 mod helpers;
 
+mod admin;
 mod events;
 mod ops;
 mod orders;

@@ -1,0 +1,249 @@
+//! The admin endpoints over HTTP: reshard, rebalance, close, audit; and the
+//! live page. Each needs the token, and each refusal changes nothing.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TOKEN, TestApp, eid, problem};
+use crate::on_memory_and_redis;
+
+on_memory_and_redis!(
+    admin_endpoints_need_the_token_and_refusals_change_nothing,
+    a_live_event_is_resharded_and_rebalanced_over_http,
+    close_ends_the_sale_and_the_audit_balances_throughout,
+    the_live_page_is_served,
+);
+
+async fn admin(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut r = app.client.request(method, app.url(path)).bearer_auth(TOKEN);
+    if let Some(body) = body {
+        r = r.json(&body);
+    }
+    r.send().await.unwrap()
+}
+
+async fn admin_endpoints_need_the_token_and_refusals_change_nothing(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-admin");
+    app.create(&id, 100, 4, json!({})).await;
+    let before = app.view(&id).await;
+    let put = app
+        .client
+        .put(app.url(&format!("/v1/events/{id}/buckets")))
+        .json(&json!({"buckets": 8}));
+    problem(put.send().await.unwrap(), 401, "unauthorized").await;
+    for path in ["rebalance", "close"] {
+        let r = app
+            .post(&format!("/v1/events/{id}/{path}"), json!({}))
+            .await;
+        problem(r, 401, "unauthorized").await;
+    }
+    problem(
+        app.get(&format!("/v1/events/{id}/audit")).await,
+        401,
+        "unauthorized",
+    )
+    .await;
+    for bad in [
+        json!({"buckets": 0}),
+        json!({"buckets": 1025}),
+        json!({"buckets": "many"}),
+    ] {
+        let r = admin(
+            &app,
+            reqwest::Method::PUT,
+            &format!("/v1/events/{id}/buckets"),
+            Some(bad),
+        )
+        .await;
+        problem(r, 400, "invalid-request").await;
+    }
+    let ghost = eid("ghost");
+    let r = admin(
+        &app,
+        reqwest::Method::GET,
+        &format!("/v1/events/{ghost}/audit"),
+        None,
+    )
+    .await;
+    problem(r, 404, "unknown-event").await;
+    let r = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{ghost}/close"),
+        None,
+    )
+    .await;
+    problem(r, 404, "unknown-event").await;
+    assert_eq!(app.view(&id).await, before);
+}
+
+async fn a_live_event_is_resharded_and_rebalanced_over_http(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-reshard");
+    app.create(&id, 400, 4, json!({"per_user_limit": 3})).await;
+    let first: Value = app
+        .buy(&id, "u-1", 2, Some("r-1"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let r = admin(
+        &app,
+        reqwest::Method::PUT,
+        &format!("/v1/events/{id}/buckets"),
+        Some(json!({"buckets": 16})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let view: Value = r.json().await.unwrap();
+    assert_eq!(
+        (view["bucket_count"].as_u64(), view["remaining"].as_u64()),
+        (Some(16), Some(398))
+    );
+    assert_eq!(view["generation"], 1);
+    // The user's count and request record moved with the reshard.
+    let replay = app.buy(&id, "u-1", 2, Some("r-1")).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.json::<Value>().await.unwrap()["order_id"],
+        first["order_id"]
+    );
+    problem(
+        app.buy(&id, "u-1", 2, Some("r-2")).await,
+        409,
+        "limit-exceeded",
+    )
+    .await;
+    let oid = first["order_id"].as_str().unwrap();
+    assert_eq!(
+        app.post(&format!("/v1/orders/{oid}/cancel"), json!({}))
+            .await
+            .status(),
+        200
+    );
+    let r = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{id}/rebalance"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let rebalanced: Value = r.json().await.unwrap();
+    assert!(rebalanced["moves"].is_array());
+    assert_eq!(rebalanced["event"]["remaining"], 400);
+}
+
+async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-close");
+    app.create(&id, 50, 4, json!({})).await;
+    let mut orders = Vec::new();
+    for i in 0..20 {
+        let order: Value = app
+            .buy(&id, &format!("u-{i}"), 1, None)
+            .await
+            .json()
+            .await
+            .unwrap();
+        orders.push(order["order_id"].as_str().unwrap().to_owned());
+    }
+    app.post(&format!("/v1/orders/{}/cancel", orders[0]), json!({}))
+        .await;
+    let audit: Value = admin(
+        &app,
+        reqwest::Method::GET,
+        &format!("/v1/events/{id}/audit"),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(audit["balanced"], true, "{audit}");
+    assert_eq!(audit["stock"], 50);
+    let r = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{id}/close"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let closed: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            closed["status"].as_str(),
+            closed["sold"].as_u64(),
+            closed["leftover"].as_u64()
+        ),
+        (Some("closed"), Some(19), Some(31))
+    );
+    let audit: Value = admin(
+        &app,
+        reqwest::Method::GET,
+        &format!("/v1/events/{id}/audit"),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            audit["balanced"].as_bool(),
+            audit["sold_unflushed"].as_u64()
+        ),
+        (Some(true), Some(0)),
+        "{audit}"
+    );
+    problem(app.buy(&id, "late", 1, None).await, 409, "not-on-sale").await;
+    problem(
+        app.post(&format!("/v1/orders/{}/cancel", orders[1]), json!({}))
+            .await,
+        409,
+        "not-on-sale",
+    )
+    .await;
+    let order: Value = app
+        .get(&format!("/v1/orders/{}", orders[1]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(order["status"], "confirmed");
+    let again = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{id}/close"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        again.json::<Value>().await.unwrap()["leftover"],
+        31,
+        "closing twice changes nothing"
+    );
+    assert_eq!(app.view(&id).await["status"], "closed");
+}
+
+async fn the_live_page_is_served(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let r = app.get("/ui").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(r.text().await.unwrap().contains("/v1/events"));
+    let root = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(root.url().path(), "/ui", "/ redirects to the live page");
+}
