@@ -152,6 +152,7 @@ pub async fn compare(o: &CompareOptions) -> anyhow::Result<Comparison> {
     for batch in [None, Some(64)] {
         let s = EngineStrategy::connect(&cluster_url, 16, batch).await?;
         rows.push(row(&s, w, o.progress, None).await?);
+        s.close().await;
     }
     drop(local);
     {
@@ -275,8 +276,10 @@ pub fn markdown(c: &Comparison, command: &str) -> String {
          engine with N buckets on standalone Redis, `-cluster-` on a 3-master Redis Cluster started for the run, \
          `-http-` the real service over HTTP with a separate client (it also writes every order to PostgreSQL). \
          *unbatched* sends every purchase in its own script call; *batched* groups the purchases of a bucket that \
-         arrive while a call is in flight (`purchases per script call`). The machine is shared and noisy: compare \
-         rows of one run, not runs.\n"
+         arrive while a call is in flight (`purchases per script call`). The single-key Redis rows pipeline over \
+         one connection and only check and decrement; an engine purchase also writes its order record, its index \
+         entry and its idempotency record in the same atomic step — `docs/PROFILE.md` shows where the time goes. \
+         The machine is shared and noisy: compare rows of one run, not runs.\n"
     );
     s
 }

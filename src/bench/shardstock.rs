@@ -48,6 +48,13 @@ pub struct EngineStrategy {
 }
 
 impl EngineStrategy {
+    /// Closes the Redis connections (before a local Cluster is stopped, so
+    /// the client does not log the connections it loses).
+    pub async fn close(&self) {
+        use fred::interfaces::ClientLike;
+        let _ = self.engine.store().client().quit().await;
+    }
+
     /// `url`: `redis://…` or `redis-cluster://…`; `batch`: group commit bound.
     pub async fn connect(
         url: &str,
