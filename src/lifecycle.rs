@@ -168,7 +168,9 @@ fn ignore_stale_vec<T>(e: StoreError) -> Result<Vec<T>, StoreError> {
     ignore_stale(e).map(|_| Vec::new())
 }
 
-async fn take_lease<S: Store>(
+/// Waits up to 10 s for the event's mover lease (held by the rebalancer's
+/// rounds, a close or a reshard); its fencing token on success.
+pub(crate) async fn take_lease<S: Store>(
     engine: &Engine<S>,
     event: &EventId,
     owner: &str,

@@ -17,7 +17,6 @@
 //! one it finds stalled).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use crate::engine::{Engine, EngineError, EventView};
 use crate::ids::{EventId, OrderId, UserId};
@@ -29,8 +28,6 @@ use crate::model::{
 use crate::mover::{self, MoverError};
 use crate::routing::{home, user_hash};
 use crate::store::{BucketContents, Store, StoreError};
-
-const LEASE_TTL_MS: u64 = 30_000;
 
 /// Moves `event` to `buckets` buckets while it sells; returns the new view.
 pub async fn reshard<S: Store>(
@@ -73,7 +70,7 @@ pub async fn reshard<S: Store>(
         engine.instance(),
         rand::random::<u32>()
     );
-    let token = lease(engine, event, &owner).await?;
+    let token = crate::lifecycle::take_lease(engine, event, &owner).await?;
     let result = run(engine, &meta, token, target).await;
     let _ = store.release_lease(event, &owner, token).await;
     result?;
@@ -81,29 +78,6 @@ pub async fn reshard<S: Store>(
     engine.forget(event);
     tracing::info!(%event, from = meta.spec.buckets, to = buckets, "resharded");
     Ok(engine.view(event).await?)
-}
-
-async fn lease<S: Store>(
-    engine: &Engine<S>,
-    event: &EventId,
-    owner: &str,
-) -> Result<u64, LifecycleError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(token) = engine
-            .store()
-            .acquire_lease(event, owner, LEASE_TTL_MS)
-            .await?
-        {
-            return Ok(token);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(LifecycleError::Busy(format!(
-                "the mover lease of {event} stayed busy"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn mover_error(e: MoverError) -> LifecycleError {

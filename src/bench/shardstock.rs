@@ -89,11 +89,7 @@ impl EngineStrategy {
     }
 
     fn current(&self) -> EventId {
-        self.event
-            .lock()
-            .expect("event slot")
-            .clone()
-            .expect("prepare ran")
+        current(&self.event)
     }
 
     /// The Redis client, for counting script calls.
@@ -237,11 +233,7 @@ impl HttpStrategy {
     }
 
     fn current(&self) -> EventId {
-        self.event
-            .lock()
-            .expect("event slot")
-            .clone()
-            .expect("prepare ran")
+        current(&self.event)
     }
 }
 
@@ -312,4 +304,12 @@ impl Strategy for HttpStrategy {
             .as_i64()
             .ok_or_else(|| anyhow::anyhow!("no remaining in {v}"))
     }
+}
+
+/// The event `prepare` created for the run.
+fn current(slot: &Mutex<Option<EventId>>) -> EventId {
+    slot.lock()
+        .expect("event slot")
+        .clone()
+        .expect("prepare ran")
 }

@@ -271,6 +271,25 @@ impl RedisStore {
         &self.client
     }
 
+    /// A step on the event's layout in `meta` (`set_layout`, `end_reshard`):
+    /// true when it applied.
+    async fn layout_step(
+        &self,
+        script: &Script,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        let args = vec![
+            generation.to_string(),
+            buckets.to_string(),
+            EventMeta::encode_layouts(retired),
+        ];
+        Ok(num(&self.eval(script, keys, args).await?)? == 1)
+    }
+
     /// EVALSHA; on `NOSCRIPT` (scripts flushed, a restart, a failover) the
     /// same call once more as EVAL with the script's body, which cannot miss and
     /// caches the script again on exactly the node that lost it.
@@ -552,14 +571,9 @@ impl Store for RedisStore {
         buckets: u32,
         retired: &[(u32, u32)],
     ) -> Result<bool, StoreError> {
-        let keys = vec![self.event_keys(event).meta];
-        let args = vec![
-            generation.to_string(),
-            buckets.to_string(),
-            EventMeta::encode_layouts(retired),
-        ];
-        let v = self.eval(&self.scripts.set_layout, keys, args).await?;
-        Ok(num(&v)? == 1)
+        let script = &self.scripts.set_layout;
+        self.layout_step(script, event, generation, buckets, retired)
+            .await
     }
 
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
@@ -890,14 +904,9 @@ impl Store for RedisStore {
         buckets: u32,
         retired: &[(u32, u32)],
     ) -> Result<bool, StoreError> {
-        let keys = vec![self.event_keys(event).meta];
-        let args = vec![
-            generation.to_string(),
-            buckets.to_string(),
-            EventMeta::encode_layouts(retired),
-        ];
-        let v = self.eval(&self.scripts.end_reshard, keys, args).await?;
-        Ok(num(&v)? == 1)
+        let script = &self.scripts.end_reshard;
+        self.layout_step(script, event, generation, buckets, retired)
+            .await
     }
 
     async fn acquire_leadership(

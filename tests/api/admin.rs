@@ -27,6 +27,19 @@ async fn admin(
     r.send().await.unwrap()
 }
 
+/// The event's audit, which must answer 200.
+async fn audit_of(app: &TestApp, id: &str) -> Value {
+    let r = admin(
+        app,
+        reqwest::Method::GET,
+        &format!("/v1/events/{id}/audit"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.unwrap()
+}
+
 async fn admin_endpoints_need_the_token_and_refusals_change_nothing(b: Backend) {
     let app = TestApp::spawn(b).await;
     let id = eid("api-admin");
@@ -156,16 +169,7 @@ async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
     }
     app.post(&format!("/v1/orders/{}/cancel", orders[0]), json!({}))
         .await;
-    let audit: Value = admin(
-        &app,
-        reqwest::Method::GET,
-        &format!("/v1/events/{id}/audit"),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    let audit = audit_of(&app, &id).await;
     assert_eq!(audit["balanced"], true, "{audit}");
     assert_eq!(audit["stock"], 50);
     let r = admin(
@@ -185,16 +189,7 @@ async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
         ),
         (Some("closed"), Some(19), Some(31))
     );
-    let audit: Value = admin(
-        &app,
-        reqwest::Method::GET,
-        &format!("/v1/events/{id}/audit"),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    let audit = audit_of(&app, &id).await;
     assert_eq!(
         (
             audit["balanced"].as_bool(),
