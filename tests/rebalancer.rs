@@ -389,7 +389,8 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
     let ledger = ledger_for(engine.store().kind()).await;
     let id = event_id("window");
     let mut s = spec(&id, 40, 4);
-    s.ends_at = Some(shardstock::engine::now_ms() + 400);
+    let ends_at = shardstock::engine::now_ms() + 1_500;
+    s.ends_at = Some(ends_at);
     shardstock::lifecycle::create(&engine, &ledger, s)
         .await
         .unwrap();
@@ -408,7 +409,8 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
         !ledger.event(&id).await.unwrap().unwrap().closed,
         "still on sale"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let past_the_end = ends_at + 100 - shardstock::engine::now_ms();
+    tokio::time::sleep(Duration::from_millis(past_the_end.max(0) as u64)).await;
     leader.lead(&id, &stop).await.unwrap();
     assert!(
         ledger.event(&id).await.unwrap().unwrap().closed,
