@@ -290,6 +290,43 @@ impl RedisStore {
         Ok(num(&self.eval(script, keys, args).await?)? == 1)
     }
 
+    /// `lease_acquire.lua` on a holder key and its token counter (the
+    /// rebalancer's leadership, or the mover lease): the new token, or `None`
+    /// when another owner holds it.
+    async fn take_lease(
+        &self,
+        holder: String,
+        counter: String,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let args = vec![owner.to_owned(), ttl_ms.to_string()];
+        let parts = self
+            .eval(&self.scripts.lease_acquire, vec![holder, counter], args)
+            .await?
+            .into_array();
+        match code(&parts)?.as_str() {
+            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// `lease_renew.lua`: extends (or, with `ttl_ms` 0, releases) a lease the
+    /// owner still holds with this token; false when it does not.
+    async fn renew_lease_key(
+        &self,
+        holder: String,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let args = vec![owner.to_owned(), token.to_string(), ttl_ms.to_string()];
+        let v = self
+            .eval(&self.scripts.lease_renew, vec![holder], args)
+            .await?;
+        Ok(num(&v)? == 1)
+    }
+
     /// EVALSHA; on `NOSCRIPT` (scripts flushed, a restart, a failover) the
     /// same call once more as EVAL with the script's body, which cannot miss and
     /// caches the script again on exactly the node that lost it.
@@ -916,18 +953,7 @@ impl Store for RedisStore {
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
         let k = self.event_keys(event);
-        let parts = self
-            .eval(
-                &self.scripts.lease_acquire,
-                vec![k.leader, k.term],
-                vec![owner.to_owned(), ttl_ms.to_string()],
-            )
-            .await?
-            .into_array();
-        match code(&parts)?.as_str() {
-            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
-            _ => Ok(None),
-        }
+        self.take_lease(k.leader, k.term, owner, ttl_ms).await
     }
 
     async fn release_leadership(
@@ -936,14 +962,10 @@ impl Store for RedisStore {
         owner: &str,
         term: u64,
     ) -> Result<(), StoreError> {
-        let args = vec![owner.to_owned(), term.to_string(), "0".to_owned()];
-        self.eval(
-            &self.scripts.lease_renew,
-            vec![self.event_keys(event).leader],
-            args,
-        )
-        .await
-        .map(drop)
+        let k = self.event_keys(event);
+        self.renew_lease_key(k.leader, owner, term, 0)
+            .await
+            .map(drop)
     }
 
     async fn acquire_lease(
@@ -953,15 +975,7 @@ impl Store for RedisStore {
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
         let k = self.event_keys(event);
-        let args = vec![owner.to_owned(), ttl_ms.to_string()];
-        let parts = self
-            .eval(&self.scripts.lease_acquire, vec![k.lease, k.token], args)
-            .await?
-            .into_array();
-        match code(&parts)?.as_str() {
-            "OK" => Ok(Some(num(arg(&parts, 1)?)?)),
-            _ => Ok(None),
-        }
+        self.take_lease(k.lease, k.token, owner, ttl_ms).await
     }
 
     async fn renew_lease(
@@ -972,11 +986,7 @@ impl Store for RedisStore {
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
         let k = self.event_keys(event);
-        let args = vec![owner.to_owned(), token.to_string(), ttl_ms.to_string()];
-        let v = self
-            .eval(&self.scripts.lease_renew, vec![k.lease], args)
-            .await?;
-        Ok(num(&v)? == 1)
+        self.renew_lease_key(k.lease, owner, token, ttl_ms).await
     }
 
     async fn release_lease(
