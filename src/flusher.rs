@@ -97,6 +97,17 @@ impl<S: Store> Flusher<S> {
         buckets: &[BucketRef],
         stop: &CancellationToken,
     ) -> Result<usize, FlushError> {
+        self.flush_round(buckets, stop, self.opts.claim_idle_ms)
+            .await
+    }
+
+    /// `flush_once`, claiming records other consumers have held for `claim_idle_ms`.
+    async fn flush_round(
+        &mut self,
+        buckets: &[BucketRef],
+        stop: &CancellationToken,
+        claim_idle_ms: u64,
+    ) -> Result<usize, FlushError> {
         let mut batch: Vec<FlushRecord> = Vec::new();
         let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
         let n = buckets.len();
@@ -109,7 +120,7 @@ impl<S: Store> Flusher<S> {
             let entries = match self
                 .engine
                 .store()
-                .stream_read(b, &self.consumer, left, self.opts.claim_idle_ms)
+                .stream_read(b, &self.consumer, left, claim_idle_ms)
                 .await
             {
                 Ok(entries) => entries,
@@ -188,13 +199,20 @@ impl<S: Store> Flusher<S> {
     }
 
     /// Flushes `buckets` until their streams are empty (the end of a sale).
+    ///
+    /// Records another consumer read but has not acknowledged are claimed at
+    /// once after the first round that cannot read them: that consumer may have
+    /// died (a killed instance), and waiting `claim_idle_ms` for it would stall
+    /// a close. If it is alive, both write the records, which the ledger keys by
+    /// stream id: the second write adds nothing.
     pub async fn drain(
         &mut self,
         buckets: &[BucketRef],
         stop: &CancellationToken,
     ) -> Result<(), FlushError> {
+        let mut claim_idle_ms = self.opts.claim_idle_ms;
         loop {
-            while self.flush_once(buckets, stop).await? > 0 {}
+            while self.flush_round(buckets, stop, claim_idle_ms).await? > 0 {}
             let mut left = 0;
             for b in buckets {
                 left += self.engine.store().stream_len(b).await?;
@@ -202,7 +220,8 @@ impl<S: Store> Flusher<S> {
             if left == 0 {
                 return Ok(());
             }
-            // Records delivered to another consumer: wait until they are flushed or claimable.
+            // Records delivered to another consumer: claim them next round.
+            claim_idle_ms = 0;
             tokio::select! {
                 _ = stop.cancelled() => return Err(FlushError::Stopped),
                 _ = tokio::time::sleep(self.opts.idle) => {}

@@ -3,7 +3,9 @@
 //! Redis lost its state.
 //!
 //! Close: the status goes to `closed` (new purchases are refused), the mover
-//! lease is taken and open transfers completed, every bucket is sealed (stale
+//! lease is seized (a close never waits for background work, nor for an
+//! instance that died holding the lease), every bucket of every layout is
+//! fenced to its token and open transfers completed, every bucket is sealed (stale
 //! instances are refused too), sagas cut off mid-way are settled, each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, and the event's keys expire.
@@ -27,6 +29,7 @@ use crate::ids::{EventId, OrderId, UserId};
 use crate::keys::BucketRef;
 use crate::ledger::{DbEvent, Ledger, LedgerError};
 use crate::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
+use crate::mover::MoverError;
 use crate::routing::{home, user_hash};
 use crate::store::{CreateMeta, Store, StoreError};
 
@@ -120,12 +123,23 @@ pub async fn close<S: Store>(
     }
     let meta = engine.reload(event).await?;
     let owner = format!("{}/close-{:08x}", engine.instance(), rand::random::<u32>());
-    let token = take_lease(engine, event, &owner).await?;
+    let buckets = buckets_of(&meta);
+    // A close wins over background work: it seizes the mover lease (a holder
+    // that died, a rebalancer round, a saga's consolidation or a reshard) and
+    // fences every bucket of every layout before it moves anything, so the
+    // displaced holder is refused everywhere. A close fenced in turn (another
+    // close seized the lease) seizes again: every step below is idempotent.
+    let mut attempts = 0;
+    let token = loop {
+        attempts += 1;
+        let token = store.seize_lease(event, &owner, CLOSE_LEASE_TTL_MS).await?;
+        match fence_and_complete(store, &meta, &buckets, token).await {
+            Ok(()) => break token,
+            Err(MoverError::Fenced { .. }) if attempts < 5 => continue,
+            Err(e) => return Err(EngineError::from(e).into()),
+        }
+    };
     let result = async {
-        crate::mover::complete_open(store, &meta, token)
-            .await
-            .map_err(EngineError::from)?;
-        let buckets = buckets_of(&meta);
         for b in &buckets {
             store.seal(b).await.or_else(ignore_stale)?;
         }
@@ -155,6 +169,32 @@ pub async fn close<S: Store>(
     result?;
     engine.forget(event);
     final_view(engine, ledger, event).await
+}
+
+/// How long a close holds the mover lease without finishing (it seizes it
+/// again when it resumes).
+const CLOSE_LEASE_TTL_MS: u64 = 30_000;
+
+/// Raises the fence of every bucket to `token`, then completes the transfers
+/// a displaced mover left open.
+async fn fence_and_complete<S: Store>(
+    store: &S,
+    meta: &crate::model::EventMeta,
+    buckets: &[BucketRef],
+    token: u64,
+) -> Result<(), MoverError> {
+    for b in buckets {
+        let fence = store.raise_fence(b, token).await.or_else(ignore_stale)?;
+        if fence > token {
+            return Err(MoverError::Fenced {
+                bucket: b.index,
+                token,
+                highest: fence,
+            });
+        }
+    }
+    crate::mover::complete_open(store, meta, token).await?;
+    Ok(())
 }
 
 fn ignore_stale(e: StoreError) -> Result<u64, StoreError> {

@@ -21,6 +21,7 @@ on_every_backend!(
     every_sold_order_reaches_the_ledger_once_and_the_audit_balances,
     the_audit_balances_mid_sale_with_records_still_in_redis,
     close_drains_everything_and_refuses_later_purchases,
+    close_wins_over_a_dead_instances_lease_and_unacknowledged_records,
 );
 
 struct Rig<S: Store> {
@@ -245,6 +246,74 @@ async fn close_drains_everything_and_refuses_later_purchases<S: Store>(engine: E
         .await
         .unwrap();
     assert_eq!(again.leftover, view.leftover);
+}
+
+/// A close must never wait for background work. Here an instance died while it
+/// held the mover lease (for an hour) and after its flusher had read records it
+/// never acknowledged (claimable only after an hour): the close still finishes
+/// at once, with every order in the ledger. Before the fix, it waited 10 s for
+/// the lease and then answered "busy", or waited for the claim time. (Seen in
+/// CI as a flaky API test: other tests' instances share the namespace and die
+/// mid-round.)
+async fn close_wins_over_a_dead_instances_lease_and_unacknowledged_records<S: Store>(
+    engine: Engine<S>,
+) {
+    let mut r = rig(engine).await;
+    r.flusher = Flusher::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        "closer".into(),
+        FlushOptions {
+            claim_idle_ms: 3_600_000,
+            ..options()
+        },
+    );
+    let id = event_id("close-wins");
+    create(&r, &id, 100, 4).await;
+    let answered = sale(&r, &id, 64).await;
+    let store = r.engine.store();
+    let dead = store
+        .acquire_lease(&id, "dead-instance", 3_600_000)
+        .await
+        .unwrap()
+        .expect("the lease is free");
+    let meta = r.engine.meta(&id).await.unwrap();
+    let mut unacked = 0;
+    for b in buckets_of(&meta) {
+        unacked += store
+            .stream_read(&b, "dead-flusher", 1000, 3_600_000)
+            .await
+            .unwrap()
+            .len();
+    }
+    assert!(unacked > 0);
+    let view = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop),
+    )
+    .await
+    .expect("close waited for a dead instance")
+    .expect("close failed");
+    let net: u64 = answered
+        .values()
+        .filter(|(_, c)| !c)
+        .map(|(q, _)| u64::from(*q))
+        .sum();
+    assert_eq!(
+        (view.status, view.sold, view.leftover),
+        ("closed", net, Some(100 - net))
+    );
+    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(audit.balanced, "{audit:?}");
+    // The dead holder's token is fenced off: it can no longer renew.
+    assert!(
+        !store
+            .renew_lease(&id, "dead-instance", dead, 1_000)
+            .await
+            .unwrap()
+    );
 }
 
 fn record(

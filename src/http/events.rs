@@ -139,8 +139,19 @@ async fn close<S: Store>(
         consumer,
         state.flush.clone(),
     );
-    let view = lifecycle::close(&state.engine, &state.ledger, &mut flusher, &id, &state.stop)
+    // The close runs as its own task: a client that goes away or the request
+    // timeout must not leave a sale half closed. A retry finds it done (or
+    // finishes it: every step is idempotent).
+    let task = {
+        let state = state.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            lifecycle::close(&state.engine, &state.ledger, &mut flusher, &id, &state.stop).await
+        })
+    };
+    let view = task
         .await
+        .map_err(|e| ApiError::Internal(format!("the close task failed: {e}")))?
         .map_err(|e| state.lifecycle_error(&id, e))?;
     Ok(Json(view))
 }

@@ -757,6 +757,20 @@ impl Store for MemoryStore {
             .flatten())
     }
 
+    async fn seize_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<u64, StoreError> {
+        self.with_event(event, |s| {
+            s.lease = None;
+            take_lease(&mut s.lease, &mut s.token, owner, ttl_ms)
+        })
+        .flatten()
+        .ok_or_else(|| StoreError::Stale(event.to_string()))
+    }
+
     async fn renew_lease(
         &self,
         event: &EventId,

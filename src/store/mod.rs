@@ -473,6 +473,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
 
+    /// Takes the event's mover lease whoever holds it, with a fresh fencing
+    /// token (a close wins over background work). The caller must raise every
+    /// bucket's fence to the token before it moves anything.
+    fn seize_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
     /// Extends the lease if `owner` still holds it with `token`.
     fn renew_lease(
         &self,

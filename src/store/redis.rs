@@ -299,8 +299,12 @@ impl RedisStore {
         counter: String,
         owner: &str,
         ttl_ms: u64,
+        seize: bool,
     ) -> Result<Option<u64>, StoreError> {
-        let args = vec![owner.to_owned(), ttl_ms.to_string()];
+        let mut args = vec![owner.to_owned(), ttl_ms.to_string()];
+        if seize {
+            args.push("seize".to_owned());
+        }
         let parts = self
             .eval(&self.scripts.lease_acquire, vec![holder, counter], args)
             .await?
@@ -953,7 +957,8 @@ impl Store for RedisStore {
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
         let k = self.event_keys(event);
-        self.take_lease(k.leader, k.term, owner, ttl_ms).await
+        self.take_lease(k.leader, k.term, owner, ttl_ms, false)
+            .await
     }
 
     async fn release_leadership(
@@ -975,7 +980,20 @@ impl Store for RedisStore {
         ttl_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
         let k = self.event_keys(event);
-        self.take_lease(k.lease, k.token, owner, ttl_ms).await
+        self.take_lease(k.lease, k.token, owner, ttl_ms, false)
+            .await
+    }
+
+    async fn seize_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let k = self.event_keys(event);
+        self.take_lease(k.lease, k.token, owner, ttl_ms, true)
+            .await?
+            .ok_or_else(|| StoreError::Protocol("a seized lease was refused".into()))
     }
 
     async fn renew_lease(

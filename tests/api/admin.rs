@@ -179,8 +179,9 @@ async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
         None,
     )
     .await;
-    assert_eq!(r.status(), StatusCode::OK);
+    let status = r.status();
     let closed: Value = r.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{closed}");
     assert_eq!(
         (
             closed["status"].as_str(),
