@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
+use shardstock::domain::ids::{EventId, UserId};
+use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::engine::{PurchaseRequest, now_ms};
-use shardstock::flusher::{FlushOptions, Flusher, buckets_of};
-use shardstock::ids::{EventId, UserId};
 use shardstock::ledger::Ledger;
-use shardstock::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::store::redis::RedisOptions;
 use shardstock::store::{MemoryStore, RedisStore, Store};
 use shardstock::{Engine, EngineOptions};
@@ -88,7 +88,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
         starts_at: None,
         ends_at: None,
     };
-    shardstock::lifecycle::create(&engine, &ledger, spec)
+    shardstock::control::lifecycle::create(&engine, &ledger, spec)
         .await
         .unwrap();
     sell(&engine, &event, a.orders).await;

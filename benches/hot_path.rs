@@ -6,11 +6,11 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use shardstock::domain::ids::{EventId, UserId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::model::EventSpec;
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::PurchaseRequest;
-use shardstock::ids::{EventId, UserId};
-use shardstock::keys::BucketRef;
-use shardstock::model::EventSpec;
-use shardstock::routing::{home, user_hash};
 use shardstock::{Engine, EngineOptions, MemoryStore};
 
 fn routing(c: &mut Criterion) {

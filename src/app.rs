@@ -20,13 +20,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::control::flusher::Flusher;
+use crate::control::lifecycle::{self, LostState};
+use crate::control::rebalancer::Rebalancer;
 use crate::engine::Engine;
-use crate::flusher::Flusher;
 use crate::http::{self, AppState, guard::RateLimits};
 use crate::ledger::Ledger;
-use crate::lifecycle::{self, LostState};
 use crate::metrics as m;
-use crate::rebalancer::Rebalancer;
 use crate::store::redis::RedisOptions;
 use crate::store::{MemoryStore, RedisStore, Store};
 
@@ -140,7 +140,11 @@ impl Application {
             .with_context(|| format!("binding {}", settings.server.listen))?;
         let mut tasks = JoinSet::new();
         let interval = Duration::from_millis(settings.server.gauges_interval_ms);
-        tasks.spawn(crate::gauges::run(engine.clone(), interval, stop.clone()));
+        tasks.spawn(crate::control::gauges::run(
+            engine.clone(),
+            interval,
+            stop.clone(),
+        ));
         let flusher = Flusher::new(
             engine.clone(),
             ledger.clone(),
@@ -232,16 +236,19 @@ async fn redis_store(settings: &Settings) -> anyhow::Result<RedisStore> {
 }
 
 /// `shardstock audit EVENT`.
-pub async fn audit(settings: Settings, event: &str) -> anyhow::Result<crate::audit::Audit> {
-    let event = crate::ids::EventId::parse(event)?;
+pub async fn audit(
+    settings: Settings,
+    event: &str,
+) -> anyhow::Result<crate::control::audit::Audit> {
+    let event = crate::domain::ids::EventId::parse(event)?;
     let ledger = Ledger::connect(&settings.database.url, 2).await?;
     let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
-    Ok(crate::audit::audit(&engine, &ledger, &event).await?)
+    Ok(crate::control::audit::audit(&engine, &ledger, &event).await?)
 }
 
 /// `shardstock recover EVENT`: rebuild an event the store lost from the ledger.
 pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
-    let event = crate::ids::EventId::parse(event)?;
+    let event = crate::domain::ids::EventId::parse(event)?;
     let ledger = Ledger::connect(&settings.database.url, 2).await?;
     let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
     if engine.store().load_meta(&event).await?.is_some() {
@@ -275,7 +282,7 @@ async fn audits<S: Store>(
             continue;
         };
         for event in events {
-            match crate::audit::audit(&engine, &ledger, &event).await {
+            match crate::control::audit::audit(&engine, &ledger, &event).await {
                 Ok(a) if !a.balanced => {
                     tracing::error!(%event, audit = ?a, "audit does not balance")
                 }

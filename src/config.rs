@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::domain::ids::EventId;
+use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::EngineOptions;
-use crate::ids::EventId;
-use crate::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +96,7 @@ impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             redis_url: None,
-            namespace: crate::keys::NAMESPACE.to_owned(),
+            namespace: crate::domain::keys::NAMESPACE.to_owned(),
             command_timeout_ms: 2_000,
             connect_timeout_ms: 5_000,
         }
@@ -121,7 +121,7 @@ pub struct DatabaseSettings {
     /// empty): `rebuild` its buckets from the ledger, or `refuse` it until
     /// `shardstock recover`. Default: rebuild on the embedded store (it never
     /// survives a restart), refuse on Redis.
-    pub lost_state: Option<crate::lifecycle::LostState>,
+    pub lost_state: Option<crate::control::lifecycle::LostState>,
     /// How often every event is audited (the `shardstock_audit_balanced` gauge); 0 = never.
     pub audit_interval_ms: u64,
 }
@@ -163,8 +163,8 @@ impl BatchSettings {
 }
 
 impl DatabaseSettings {
-    pub fn flush_options(&self) -> crate::flusher::FlushOptions {
-        crate::flusher::FlushOptions {
+    pub fn flush_options(&self) -> crate::control::flusher::FlushOptions {
+        crate::control::flusher::FlushOptions {
             batch: self.flush_batch,
             workers: self.flush_workers.max(1),
             idle: Duration::from_millis(self.flush_block_ms),
@@ -245,11 +245,11 @@ impl Default for RebalancerSettings {
 }
 
 impl RebalancerSettings {
-    pub fn options(&self) -> crate::rebalancer::RebalanceOptions {
-        crate::rebalancer::RebalanceOptions {
+    pub fn options(&self) -> crate::control::rebalancer::RebalanceOptions {
+        crate::control::rebalancer::RebalanceOptions {
             interval: Duration::from_millis(self.interval_ms),
             lease_ttl_ms: self.lease_ttl_ms,
-            policy: crate::rebalancer::Policy {
+            policy: crate::control::rebalancer::Policy {
                 horizon_s: self.horizon_ms as f64 / 1000.0,
                 skew_threshold: self.skew_threshold,
                 gather_below: self.gather_below,
@@ -304,7 +304,7 @@ impl EventSettings {
         let field = |f: &str| format!("events[{i}].{f}");
         let time = |f: &str, v: &Option<String>| {
             v.as_deref()
-                .map(crate::model::rfc3339_ms::parse)
+                .map(crate::domain::model::rfc3339_ms::parse)
                 .transpose()
                 .map_err(|e| invalid(field(f), e))
         };
@@ -318,7 +318,7 @@ impl EventSettings {
             ends_at: time("ends_at", &self.ends_at)?,
         };
         spec.validate().map_err(|e| {
-            use crate::model::SpecError::*;
+            use crate::domain::model::SpecError::*;
             let f = match e {
                 Buckets(_) => "buckets",
                 Stock(_) => "stock",

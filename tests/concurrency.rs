@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use common::{event_id, spec, user};
 use rand::Rng;
+use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::ids::{EventId, RequestId};
-use shardstock::keys::BucketRef;
-use shardstock::routing::{home, user_hash};
 use shardstock::store::Store;
 use shardstock::{Engine, EngineError};
 

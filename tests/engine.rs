@@ -4,11 +4,11 @@
 mod common;
 
 use common::{event_id, spec, user};
+use shardstock::domain::ids::{EventId, RequestId, UserId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::model::{EventSpec, Order, SpecError};
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{CrashPoint, PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::ids::{EventId, RequestId, UserId};
-use shardstock::keys::BucketRef;
-use shardstock::model::{EventSpec, Order, SpecError};
-use shardstock::routing::{home, user_hash};
 use shardstock::store::Store;
 use shardstock::{Engine, EngineError};
 
@@ -431,7 +431,7 @@ async fn a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take<S: S
 }
 
 async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) {
-    use shardstock::mover::{self, MoverError};
+    use shardstock::engine::mover::{self, MoverError};
     let id = event_id("fence");
     engine.create_event(spec(&id, 8, 2)).await.unwrap();
     let meta = engine.meta(&id).await.unwrap();
@@ -455,7 +455,7 @@ async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) 
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {
-    use shardstock::mover;
+    use shardstock::engine::mover;
     use shardstock::store::TransferReply;
     let id = event_id("xfer");
     engine.create_event(spec(&id, 8, 2)).await.unwrap();
@@ -489,7 +489,7 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
 }
 
 async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(engine: Engine<S>) {
-    use shardstock::ids::OrderId;
+    use shardstock::domain::ids::OrderId;
     use shardstock::store::{HomeEntry, StoreError, TakeArgs};
     let id = event_id("sealed");
     engine.create_event(spec(&id, 8, 2)).await.unwrap();
@@ -558,7 +558,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         limit: 0,
         rid: format!("~{n}"),
         keep: false,
-        order_id: shardstock::ids::OrderId::generate(&id, u64::from(n)),
+        order_id: shardstock::domain::ids::OrderId::generate(&id, u64::from(n)),
     };
     for b in 0..4 {
         let r = store

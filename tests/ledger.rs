@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{event_id, spec, user};
+use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
+use shardstock::control::lifecycle::{self, LostState};
+use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::engine::{OrderStatus, PurchaseRequest, Refusal};
-use shardstock::flusher::{FlushOptions, Flusher, buckets_of};
-use shardstock::ids::{EventId, RequestId};
 use shardstock::ledger::{FlushRecord, Ledger};
-use shardstock::lifecycle::{self, LostState};
 use shardstock::store::{MemoryStore, RecordKind, Store, StreamEntry, StreamId};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
@@ -131,7 +131,7 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
     let meta = r.engine.meta(&id).await.unwrap();
     r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
     for (oid, (qty, cancelled)) in &answered {
-        let (order_id, event, _) = shardstock::ids::OrderId::parse(oid).unwrap();
+        let (order_id, event, _) = shardstock::domain::ids::OrderId::parse(oid).unwrap();
         let row = r
             .ledger
             .order(&order_id, &event)
@@ -157,7 +157,7 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
     assert_eq!(totals.released, cancelled);
     let view = r.engine.view(&id).await.unwrap();
     assert_eq!(totals.sold - totals.released, view.sold);
-    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
@@ -176,7 +176,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
     let id = event_id("audit");
     create(&r, &id, 200, 4).await;
     sale(&r, &id, 160).await;
-    let a = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let a = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(
@@ -199,7 +199,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
         .flush_once(&buckets_of(&meta), &r.stop)
         .await
         .unwrap();
-    let b = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let b = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(
@@ -208,7 +208,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
     );
     assert_eq!(b.sold_flushed + b.sold_unflushed, a.sold_unflushed);
     r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
-    let c = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let c = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(c.balanced && c.sold_unflushed == 0, "{c:?}");
@@ -231,7 +231,7 @@ async fn close_drains_everything_and_refuses_later_purchases<S: Store>(engine: E
     assert_eq!(view.leftover, Some(100 - net));
     let totals = r.ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!(totals.sold - totals.released + totals.leftover, 100);
-    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
@@ -303,7 +303,7 @@ async fn close_wins_over_a_dead_instances_lease_and_unacknowledged_records<S: St
         (view.status, view.sold, view.leftover),
         ("closed", net, Some(100 - net))
     );
-    let audit = shardstock::audit::audit(&r.engine, &r.ledger, &id)
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
@@ -380,7 +380,7 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
                 .await
                 .unwrap();
         }
-        let (o, e, _) = shardstock::ids::OrderId::parse(&oid).unwrap();
+        let (o, e, _) = shardstock::domain::ids::OrderId::parse(&oid).unwrap();
         let row = ledger.order(&o, &e).await.unwrap().unwrap();
         assert_eq!(
             (row.status, row.bucket, row.quantity),
@@ -459,7 +459,7 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
         .await
         .unwrap();
     assert!(replay.replayed && replay.result.is_ok(), "{replay:?}");
-    let audit = shardstock::audit::audit(&fresh, &r.ledger, &id)
+    let audit = shardstock::control::audit::audit(&fresh, &r.ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced, "{audit:?}");

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use common::{event_id, ledger_for, spec, user, user_homed_at};
 use rand::Rng;
+use shardstock::control::flusher::FlushOptions;
+use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
+use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::flusher::FlushOptions;
-use shardstock::ids::{EventId, RequestId};
-use shardstock::keys::BucketRef;
 use shardstock::ledger::Ledger;
-use shardstock::rebalancer::{Policy, RebalanceOptions, Rebalancer};
-use shardstock::routing::{home, user_hash};
 use shardstock::store::{Store, TransferReply};
 use shardstock::{Engine, EngineError};
 use tokio_util::sync::CancellationToken;
@@ -91,7 +91,7 @@ async fn a_stale_leader_is_fenced_by_every_bucket_and_moves_nothing<S: Store>(en
     let engine = Arc::new(engine);
     let ledger = ledger_for(engine.store().kind()).await;
     let id = event_id("stale");
-    shardstock::lifecycle::create(&engine, &ledger, spec(&id, 800, 8))
+    shardstock::control::lifecycle::create(&engine, &ledger, spec(&id, 800, 8))
         .await
         .unwrap();
     let stop = CancellationToken::new();
@@ -132,7 +132,7 @@ async fn a_crash_between_out_and_in_is_completed_by_the_next_leader<S: Store>(en
     let engine = Arc::new(engine);
     let ledger = ledger_for(engine.store().kind()).await;
     let id = event_id("crashx");
-    shardstock::lifecycle::create(&engine, &ledger, spec(&id, 80, 4))
+    shardstock::control::lifecycle::create(&engine, &ledger, spec(&id, 80, 4))
         .await
         .unwrap();
     let store = engine.store();
@@ -146,7 +146,7 @@ async fn a_crash_between_out_and_in_is_completed_by_the_next_leader<S: Store>(en
             .unwrap(),
         TransferReply::Applied(7)
     );
-    let audit = shardstock::audit::audit(&engine, &ledger, &id)
+    let audit = shardstock::control::audit::audit(&engine, &ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced && audit.in_transfer == 7, "{audit:?}");
@@ -155,7 +155,7 @@ async fn a_crash_between_out_and_in_is_completed_by_the_next_leader<S: Store>(en
     next.lead(&id, &CancellationToken::new()).await.unwrap();
     let view = engine.view(&id).await.unwrap();
     assert_eq!((view.in_transfer, view.remaining), (0, 80));
-    let audit = shardstock::audit::audit(&engine, &ledger, &id)
+    let audit = shardstock::control::audit::audit(&engine, &ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced && audit.in_transfer == 0, "{audit:?}");
@@ -169,7 +169,7 @@ async fn skewed_sale<S: Store>(
     rebalance: bool,
 ) -> (f64, f64) {
     let id = event_id(if rebalance { "skew-on" } else { "skew-off" });
-    shardstock::lifecycle::create(&engine, &ledger, spec(&id, 3_200, 16))
+    shardstock::control::lifecycle::create(&engine, &ledger, spec(&id, 3_200, 16))
         .await
         .unwrap();
     let stop = CancellationToken::new();
@@ -266,7 +266,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
     let mut s = spec(&id, 6_000, 16);
     s.per_user_limit = Some(5);
     s.max_per_order = 3;
-    shardstock::lifecycle::create(&engine, &ledger, s)
+    shardstock::control::lifecycle::create(&engine, &ledger, s)
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -276,7 +276,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
         tokio::spawn(async move {
             let mut audits = 0;
             while !stop.load(Ordering::Relaxed) {
-                match shardstock::audit::audit(&engine, &ledger, &id).await {
+                match shardstock::control::audit::audit(&engine, &ledger, &id).await {
                     Ok(a) => {
                         assert!(
                             a.balanced,
@@ -284,7 +284,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
                         );
                         audits += 1;
                     }
-                    Err(shardstock::lifecycle::LifecycleError::Busy(_)) => {}
+                    Err(shardstock::control::lifecycle::LifecycleError::Busy(_)) => {}
                     Err(e) => panic!("audit failed: {e}"),
                 }
                 tokio::time::sleep(Duration::from_millis(15)).await;
@@ -319,7 +319,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
         .collect();
     for buckets in [4, 32] {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let view = shardstock::reshard::reshard(&engine, &id, buckets)
+        let view = shardstock::control::reshard::reshard(&engine, &id, buckets)
             .await
             .unwrap();
         assert_eq!(view.bucket_count, buckets);
@@ -391,7 +391,7 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
     let mut s = spec(&id, 40, 4);
     let ends_at = shardstock::engine::now_ms() + 1_500;
     s.ends_at = Some(ends_at);
-    shardstock::lifecycle::create(&engine, &ledger, s)
+    shardstock::control::lifecycle::create(&engine, &ledger, s)
         .await
         .unwrap();
     for i in 0..10 {
@@ -418,7 +418,7 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
     );
     let t = ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!((t.sold, t.released, t.leftover), (10, 0, 30));
-    let audit = shardstock::audit::audit(&engine, &ledger, &id)
+    let audit = shardstock::control::audit::audit(&engine, &ledger, &id)
         .await
         .unwrap();
     assert!(audit.balanced && audit.sold_unflushed == 0, "{audit:?}");

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::{RedisCluster, RedisServer, connect, event_id, spec, user};
+use shardstock::domain::ids::RequestId;
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{PurchaseRequest, Refusal};
-use shardstock::ids::RequestId;
-use shardstock::routing::{home, user_hash};
 use shardstock::{Engine, EngineOptions, RedisStore};
 
 /// Runs a 64-task sale while `disturb` runs alongside; checks nothing failed

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{BenchError, Outcome, Strategy, Workload};
+use crate::domain::ids::{EventId, RequestId, UserId};
+use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{PurchaseRequest, Refusal};
-use crate::ids::{EventId, RequestId, UserId};
-use crate::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::store::redis::RedisOptions;
 use crate::store::{RedisStore, Store};
 use crate::{Engine, EngineError, EngineOptions};
@@ -148,7 +148,7 @@ impl Strategy for EngineStrategy {
 
     async fn cleanup(&self) -> anyhow::Result<()> {
         let meta = self.engine.meta(&self.current()).await?;
-        for b in crate::flusher::buckets_of(&meta) {
+        for b in crate::control::flusher::buckets_of(&meta) {
             self.engine.store().expire_bucket(&b, 1_000).await?;
         }
         Ok(())

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use crossbeam::queue::SegQueue;
 use tokio::sync::oneshot;
 
-use crate::keys::BucketRef;
+use crate::domain::keys::BucketRef;
 use crate::metrics as m;
 use crate::store::{HomeEntry, HomeReply, Store, StoreError};
 
@@ -77,7 +77,7 @@ impl<S: Store> Batcher<S> {
     }
 
     /// Forgets the lanes of buckets that no longer exist (after a reshard or close).
-    pub fn forget(&self, event: &crate::ids::EventId) {
+    pub fn forget(&self, event: &crate::domain::ids::EventId) {
         self.lanes
             .write()
             .expect("lanes poisoned")

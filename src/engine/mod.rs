@@ -10,6 +10,7 @@
 //! lookup), `view` (per-bucket remaining, skew).
 
 mod batch;
+pub mod mover;
 mod orders;
 mod purchase;
 mod view;
@@ -21,10 +22,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::try_join_all;
 
-use crate::ids::{EventId, IdError};
-use crate::keys::BucketRef;
-use crate::model::{EventMeta, EventSpec, EventStatus, SpecError};
-use crate::mover::MoverError;
+use crate::domain::ids::{EventId, IdError};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
+use crate::engine::mover::MoverError;
 use crate::store::{CreateMeta, Store, StoreError};
 
 pub use orders::{CancelOutcome, OrderStatus, OrderView};

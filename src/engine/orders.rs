@@ -10,10 +10,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Engine, EngineError, now_ms};
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::BucketRef;
-use crate::model::{EventMeta, EventStatus, OrderEntry};
-use crate::routing::home;
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{EventMeta, EventStatus, OrderEntry};
+use crate::domain::routing::home;
 use crate::store::{CancelReply, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -35,7 +35,7 @@ pub struct OrderView {
     pub status: OrderStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
-    #[serde(with = "crate::model::rfc3339_ms")]
+    #[serde(with = "crate::domain::model::rfc3339_ms")]
     pub created_at: Option<i64>,
 }
 
@@ -141,7 +141,7 @@ impl<S: Store> Engine<S> {
         let (entry, already) = match reply {
             CancelReply::Cancelled(entry) => {
                 let meta = self.meta(&event).await?;
-                crate::mover::units_came_back(&self.store, &event, &meta).await?;
+                crate::engine::mover::units_came_back(&self.store, &event, &meta).await?;
                 (entry, false)
             }
             CancelReply::AlreadyCancelled(entry) => (entry, true),

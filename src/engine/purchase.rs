@@ -21,10 +21,10 @@ use std::slice;
 use futures::future::try_join_all;
 
 use super::{CrashPoint, Engine, EngineError, now_ms};
-use crate::ids::{EventId, OrderId, RequestId, UserId};
-use crate::keys::BucketRef;
-use crate::model::{EventMeta, EventStatus, Order, Record};
-use crate::routing::{home, ring, user_hash};
+use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{EventMeta, EventStatus, Order, Record};
+use crate::domain::routing::{home, ring, user_hash};
 use crate::store::{
     Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply,
 };
@@ -410,8 +410,8 @@ impl<S: Store> Engine<S> {
                 }
                 if let Some((_, token)) = *lease {
                     let gathered = async {
-                        crate::mover::complete_open(&self.store, meta, token).await?;
-                        crate::mover::gather(&self.store, meta, token, saga.home, qty).await
+                        crate::engine::mover::complete_open(&self.store, meta, token).await?;
+                        crate::engine::mover::gather(&self.store, meta, token, saga.home, qty).await
                     };
                     match gathered.await {
                         Ok(moved) => {
@@ -535,7 +535,7 @@ impl<S: Store> Engine<S> {
             .untake(&Self::bucket(meta, bucket), now_ms(), &args)
             .await?
         {
-            crate::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
+            crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
         }
         match ended {
             Some(record) => self.answer(meta, saga, record),

@@ -4,8 +4,8 @@ use futures::future::try_join_all;
 use serde::Serialize;
 
 use super::{Engine, EngineError, now_ms};
-use crate::ids::EventId;
-use crate::model::{BucketState, EventMeta, EventStatus};
+use crate::domain::ids::EventId;
+use crate::domain::model::{BucketState, EventMeta, EventStatus};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -32,9 +32,9 @@ pub struct EventView {
     pub in_transfer: u64,
     pub per_user_limit: Option<u32>,
     pub max_per_order: u32,
-    #[serde(with = "crate::model::rfc3339_ms")]
+    #[serde(with = "crate::domain::model::rfc3339_ms")]
     pub starts_at: Option<i64>,
-    #[serde(with = "crate::model::rfc3339_ms")]
+    #[serde(with = "crate::domain::model::rfc3339_ms")]
     pub ends_at: Option<i64>,
     pub generation: u32,
     /// Units left unsold at the end of the sale (closed events).

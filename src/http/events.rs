@@ -7,12 +7,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState};
-use crate::audit::Audit;
+use crate::control::audit::Audit;
+use crate::control::flusher::Flusher;
+use crate::control::lifecycle::{self, LifecycleError};
+use crate::domain::ids::EventId;
+use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{EngineError, EventView};
-use crate::flusher::Flusher;
-use crate::ids::EventId;
-use crate::lifecycle::{self, LifecycleError};
-use crate::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
@@ -32,9 +32,9 @@ struct CreateEvent {
     buckets: u32,
     per_user_limit: Option<u32>,
     max_per_order: Option<u32>,
-    #[serde(default, with = "crate::model::rfc3339_ms")]
+    #[serde(default, with = "crate::domain::model::rfc3339_ms")]
     starts_at: Option<i64>,
-    #[serde(default, with = "crate::model::rfc3339_ms")]
+    #[serde(default, with = "crate::domain::model::rfc3339_ms")]
     ends_at: Option<i64>,
 }
 
@@ -100,7 +100,7 @@ async fn create<S: Store>(
     let view = lifecycle::create(&state.engine, &state.ledger, spec)
         .await
         .map_err(|e| state.lifecycle_error(&id, e))?;
-    crate::gauges::initialise(&id);
+    crate::control::gauges::initialise(&id);
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -164,7 +164,7 @@ async fn audit<S: Store>(
 ) -> Result<Json<Audit>, ApiError> {
     state.require_admin(&headers)?;
     let id = event_id(id)?;
-    let audit = crate::audit::audit(&state.engine, &state.ledger, &id)
+    let audit = crate::control::audit::audit(&state.engine, &state.ledger, &id)
         .await
         .map_err(|e| state.lifecycle_error(&id, e))?;
     Ok(Json(audit))
@@ -184,7 +184,7 @@ async fn reshard<S: Store>(
 ) -> Result<Json<EventView>, ApiError> {
     state.require_admin(&headers)?;
     let id = event_id(id)?;
-    let view = crate::reshard::reshard(&state.engine, &id, body.buckets)
+    let view = crate::control::reshard::reshard(&state.engine, &id, body.buckets)
         .await
         .map_err(|e| state.lifecycle_error(&id, e))?;
     if let Err(e) = state.ledger.set_buckets(&id, body.buckets).await {
@@ -195,7 +195,7 @@ async fn reshard<S: Store>(
 
 #[derive(serde::Serialize)]
 struct Rebalanced {
-    moves: Vec<crate::rebalancer::Move>,
+    moves: Vec<crate::control::rebalancer::Move>,
     transfers: u64,
     units: u64,
     event: EventView,
@@ -214,13 +214,13 @@ async fn rebalance<S: Store>(
         .reload(&id)
         .await
         .map_err(|e| state.engine_error(&id, e))?;
-    if meta.status != crate::model::EventStatus::OnSale {
+    if meta.status != crate::domain::model::EventStatus::OnSale {
         return Err(ApiError::NotOnSale(format!(
             "event {id} is {}",
             meta.status.as_str()
         )));
     }
-    let mut rebalancer = crate::rebalancer::Rebalancer::new(
+    let mut rebalancer = crate::control::rebalancer::Rebalancer::new(
         state.engine.clone(),
         state.ledger.clone(),
         state.flush.clone(),

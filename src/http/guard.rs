@@ -16,7 +16,7 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use crate::config::RateLimitSettings;
-use crate::ids::UserId;
+use crate::domain::ids::UserId;
 
 /// Checks `Authorization: Bearer <token>` against the configured token; with
 /// no token configured every admin request is refused.

@@ -26,11 +26,11 @@ use tokio_util::sync::CancellationToken;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::config::ServerSettings;
+use crate::control::flusher::FlushOptions;
+use crate::control::rebalancer::RebalanceOptions;
+use crate::domain::ids::EventId;
 use crate::engine::Engine;
-use crate::flusher::FlushOptions;
-use crate::ids::EventId;
 use crate::ledger::Ledger;
-use crate::rebalancer::RebalanceOptions;
 use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};

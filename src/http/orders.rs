@@ -6,8 +6,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{ApiError, AppState};
+use crate::domain::ids::OrderId;
 use crate::engine::{EngineError, OrderView};
-use crate::ids::OrderId;
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {

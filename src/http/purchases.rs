@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState, events::event_id};
+use crate::domain::ids::{RequestId, UserId};
 use crate::engine::{PurchaseOutcome, PurchaseRequest};
-use crate::ids::{RequestId, UserId};
 use crate::metrics as m;
 use crate::store::Store;
 

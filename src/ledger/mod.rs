@@ -16,8 +16,8 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::MigrateDatabase;
 use sqlx::{Any, AnyPool};
 
-use crate::ids::EventId;
-use crate::model::EventSpec;
+use crate::domain::ids::EventId;
+use crate::domain::model::EventSpec;
 
 pub use apply::{Applied, FlushRecord};
 pub use read::{AuditDb, DbEvent, DbOrder, StreamCut, Totals};

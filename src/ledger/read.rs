@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use sqlx::{Row, any::AnyRow};
 
 use super::{DbKind, Ledger, LedgerError};
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::model::EventSpec;
 use crate::engine::{OrderStatus, OrderView};
-use crate::ids::{EventId, OrderId, UserId};
-use crate::model::EventSpec;
 use crate::store::StreamId;
 
 /// An event as the ledger has it.

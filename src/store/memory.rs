@@ -16,9 +16,9 @@ use super::{
     HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError, StreamEntry,
     StreamId, TakeArgs, TakeReply, TransferReply,
 };
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::BucketRef;
-use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
 
 /// A stream record and, once delivered to a flusher, to whom and when.
 #[derive(Debug, Clone)]

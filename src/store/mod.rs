@@ -15,9 +15,9 @@ pub mod redis;
 
 use std::future::Future;
 
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::BucketRef;
-use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;

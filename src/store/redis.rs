@@ -21,9 +21,9 @@ use super::{
     FinishReply, HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError,
     StreamEntry, StreamId, TakeArgs, TakeReply, TransferReply,
 };
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::{BucketRef, EventKeys};
-use crate::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::{BucketRef, EventKeys};
+use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ impl RedisOptions {
             url: url.into(),
             command_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
-            namespace: crate::keys::NAMESPACE.to_owned(),
+            namespace: crate::domain::keys::NAMESPACE.to_owned(),
         }
     }
 }
@@ -201,7 +201,7 @@ impl RedisStore {
         Ok(())
     }
 
-    fn keys(&self, bucket: &BucketRef) -> crate::keys::BucketKeys {
+    fn keys(&self, bucket: &BucketRef) -> crate::domain::keys::BucketKeys {
         bucket.keys_in(&self.namespace)
     }
 

@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use shardstock::ids::{EventId, UserId};
-use shardstock::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
+use shardstock::domain::ids::{EventId, UserId};
+use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::store::redis::RedisOptions;
 use shardstock::{Engine, EngineOptions, MemoryStore, RedisStore};
 
@@ -161,8 +161,10 @@ pub fn user_homed_at(bucket: u32, n: u32, salt: &str) -> String {
     (0..)
         .map(|i| format!("u-{salt}-{i}"))
         .find(|u| {
-            shardstock::routing::home(shardstock::routing::user_hash(&user(u.as_str())), n)
-                == bucket
+            shardstock::domain::routing::home(
+                shardstock::domain::routing::user_hash(&user(u.as_str())),
+                n,
+            ) == bucket
         })
         .unwrap()
 }

@@ -23,14 +23,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::control::flusher::{FlushError, Flusher, buckets_of};
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
+use crate::domain::routing::{home, user_hash};
+use crate::engine::mover::MoverError;
 use crate::engine::{Engine, EngineError, EventView, now_ms};
-use crate::flusher::{FlushError, Flusher, buckets_of};
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::BucketRef;
 use crate::ledger::{DbEvent, Ledger, LedgerError};
-use crate::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
-use crate::mover::MoverError;
-use crate::routing::{home, user_hash};
 use crate::store::{CreateMeta, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +95,7 @@ pub async fn ensure<S: Store>(
         ledger.register_event(&meta.spec, now_ms()).await?;
         if meta.spec.buckets != spec.buckets && meta.status != EventStatus::Closed {
             tracing::info!(event = %spec.id, from = meta.spec.buckets, to = spec.buckets, "bucket count changed in the configuration: resharding");
-            crate::reshard::reshard(engine, &spec.id, spec.buckets).await?;
+            crate::control::reshard::reshard(engine, &spec.id, spec.buckets).await?;
             ledger.set_buckets(&spec.id, spec.buckets).await?;
         }
         return Ok(false);
@@ -179,7 +179,7 @@ const CLOSE_LEASE_TTL_MS: u64 = 30_000;
 /// a displaced mover left open.
 async fn fence_and_complete<S: Store>(
     store: &S,
-    meta: &crate::model::EventMeta,
+    meta: &crate::domain::model::EventMeta,
     buckets: &[BucketRef],
     token: u64,
 ) -> Result<(), MoverError> {
@@ -193,7 +193,7 @@ async fn fence_and_complete<S: Store>(
             });
         }
     }
-    crate::mover::complete_open(store, meta, token).await?;
+    crate::engine::mover::complete_open(store, meta, token).await?;
     Ok(())
 }
 
@@ -243,7 +243,7 @@ pub async fn final_view<S: Store>(
                 .await?
                 .ok_or_else(|| EngineError::UnknownEvent(event.clone()))?;
             EventView::new(
-                &crate::model::EventMeta {
+                &crate::domain::model::EventMeta {
                     spec: db.spec.clone(),
                     status: EventStatus::Closed,
                     generation: 0,

@@ -6,7 +6,7 @@
 //! bucket. `home = hash % buckets`. The unit tests pin known values: if they
 //! ever change, routing changed, and live events would lose track of their users.
 
-use crate::ids::UserId;
+use crate::domain::ids::UserId;
 
 /// The stable 64-bit routing hash of a user id.
 pub fn user_hash(user: &UserId) -> u64 {

@@ -18,12 +18,12 @@ use std::collections::HashSet;
 use futures::future::try_join_all;
 use serde::Serialize;
 
+use crate::control::flusher::{buckets_of, stream_name};
+use crate::control::lifecycle::LifecycleError;
+use crate::domain::ids::EventId;
+use crate::domain::keys::BucketRef;
 use crate::engine::{Engine, EngineError};
-use crate::flusher::{buckets_of, stream_name};
-use crate::ids::EventId;
-use crate::keys::BucketRef;
 use crate::ledger::{Ledger, StreamCut};
-use crate::lifecycle::LifecycleError;
 use crate::metrics as m;
 use crate::store::{BucketAudit, RecordKind, Store, StoreError};
 

@@ -21,15 +21,15 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::control::flusher::{FlushOptions, Flusher};
+use crate::control::lifecycle::LifecycleError;
+use crate::domain::ids::EventId;
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{EventMeta, EventStatus};
+use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, now_ms};
-use crate::flusher::{FlushOptions, Flusher};
-use crate::ids::EventId;
-use crate::keys::BucketRef;
 use crate::ledger::Ledger;
-use crate::lifecycle::LifecycleError;
 use crate::metrics as m;
-use crate::model::{EventMeta, EventStatus};
-use crate::mover::{self, MoverError};
 use crate::store::{Store, StoreError};
 
 pub use policy::{Move, Policy};
@@ -166,7 +166,7 @@ impl<S: Store> Rebalancer<S> {
             {
                 // Nobody holds the mover lease: the reshard stalled. Resume it.
                 tracing::warn!(%event, buckets, "resuming a stalled reshard");
-                crate::reshard::reshard(&self.engine, event, buckets).await?;
+                crate::control::reshard::reshard(&self.engine, event, buckets).await?;
             }
             return Ok(None);
         }
@@ -178,7 +178,8 @@ impl<S: Store> Rebalancer<S> {
                 consumer,
                 self.flush.clone(),
             );
-            crate::lifecycle::close(&self.engine, &self.ledger, &mut flusher, event, stop).await?;
+            crate::control::lifecycle::close(&self.engine, &self.ledger, &mut flusher, event, stop)
+                .await?;
             tracing::info!(%event, "the sale window ended: closed");
             return Ok(None);
         }

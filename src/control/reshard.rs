@@ -18,15 +18,15 @@
 
 use std::collections::HashMap;
 
-use crate::engine::{Engine, EngineError, EventView};
-use crate::ids::{EventId, OrderId, UserId};
-use crate::keys::BucketRef;
-use crate::lifecycle::LifecycleError;
-use crate::model::{
+use crate::control::lifecycle::LifecycleError;
+use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{
     EventMeta, EventStatus, MAX_BUCKETS, OrderEntry, Record, SpecError, split_even,
 };
-use crate::mover::{self, MoverError};
-use crate::routing::{home, user_hash};
+use crate::domain::routing::{home, user_hash};
+use crate::engine::mover::{self, MoverError};
+use crate::engine::{Engine, EngineError, EventView};
 use crate::store::{BucketContents, Store, StoreError};
 
 /// Moves `event` to `buckets` buckets while it sells; returns the new view.
@@ -70,7 +70,7 @@ pub async fn reshard<S: Store>(
         engine.instance(),
         rand::random::<u32>()
     );
-    let token = crate::lifecycle::take_lease(engine, event, &owner).await?;
+    let token = crate::control::lifecycle::take_lease(engine, event, &owner).await?;
     let result = run(engine, &meta, token, target).await;
     let _ = store.release_lease(event, &owner, token).await;
     result?;

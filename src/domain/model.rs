@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{EventId, OrderId, UserId};
+use crate::domain::ids::{EventId, OrderId, UserId};
 
 /// Bounds every event must respect (API.md).
 pub const MAX_BUCKETS: u32 = 1024;

@@ -14,15 +14,15 @@
 
 use futures::future::try_join_all;
 
-use crate::keys::BucketRef;
-use crate::model::EventMeta;
+use crate::domain::keys::BucketRef;
+use crate::domain::model::EventMeta;
 use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
 
 /// Moves `units` from `from` to `to` (any layouts; `from` may be sealed) under
 /// transfer id `xid`; returns the units moved. Used by a reshard.
 pub async fn move_between<S: Store>(
     store: &S,
-    event: &crate::ids::EventId,
+    event: &crate::domain::ids::EventId,
     token: u64,
     from: &BucketRef,
     to: &BucketRef,
@@ -116,7 +116,7 @@ pub async fn transfer<S: Store>(
 /// epoch too, so no bucket answers "sold out" from its empty mark any more.
 pub async fn units_came_back<S: Store>(
     store: &S,
-    event: &crate::ids::EventId,
+    event: &crate::domain::ids::EventId,
     meta: &EventMeta,
 ) -> Result<(), StoreError> {
     if store.bump_seq(event).await?.was_sold_out {

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::ids::EventId;
+use crate::domain::keys::BucketRef;
+use crate::domain::model::EventMeta;
 use crate::engine::{Engine, EngineError};
-use crate::ids::EventId;
-use crate::keys::BucketRef;
 use crate::ledger::{FlushRecord, Ledger, LedgerError};
 use crate::metrics as m;
-use crate::model::EventMeta;
 use crate::store::{Store, StoreError, StreamId};
 
 /// Tunables (from `[database]`).

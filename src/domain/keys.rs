@@ -25,10 +25,10 @@
 //! of a Cluster, while all keys one script touches share a slot. The generation
 //! (`gen`) changes when an event is resharded: a stale instance that still routes
 //! with the old bucket count finds the old buckets sealed and reloads, instead of
-//! writing into a layout that no longer exists. Ids are validated (`crate::ids`)
+//! writing into a layout that no longer exists. Ids are validated (`crate::domain::ids`)
 //! before they get here, so no `{` or `}` can move a key.
 
-use crate::ids::EventId;
+use crate::domain::ids::EventId;
 
 /// The keys of one event's meta slot.
 #[derive(Debug, Clone)]

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::ids::EventId;
 use crate::engine::{Engine, EventView};
-use crate::ids::EventId;
 use crate::metrics as m;
 use crate::store::Store;
 

@@ -1,0 +1,14 @@
+//! The domain: what every other layer speaks in, with no I/O at all.
+//!
+//! Ids are validated where they enter, the key layout and the routing hash are
+//! pure functions, and the model types carry their stored encodings. Nothing
+//! here imports another layer of the crate.
+
+/// Validated identifiers (everything that reaches a key or a URL).
+pub mod ids;
+/// The Redis key layout and hash tags.
+pub mod keys;
+/// Events, meta, orders, request records and their stored encodings.
+pub mod model;
+/// The stable routing hash, home bucket and probe ring.
+pub mod routing;
