@@ -24,6 +24,7 @@ use crate::control::flusher::Flusher;
 use crate::control::lifecycle::{self, LostState};
 use crate::control::rebalancer::Rebalancer;
 use crate::engine::Engine;
+use crate::http::serve::ServeOptions;
 use crate::http::{self, AppState, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::metrics as m;
@@ -63,9 +64,19 @@ pub fn metrics_handle() -> PrometheusHandle {
 pub struct Application {
     listener: TcpListener,
     router: Router,
-    tasks: JoinSet<()>,
+    tasks: JoinSet<anyhow::Result<()>>,
+    /// Fires at the shutdown signal: background loops stop.
     stop: CancellationToken,
+    /// Fires when the grace period is over: the last work gives up.
+    deadline: CancellationToken,
     grace: Duration,
+    serve: ServeOptions,
+}
+
+/// A background task that ends when `stop` fires and has nothing to report.
+async fn quietly(task: impl Future<Output = ()>) -> anyhow::Result<()> {
+    task.await;
+    Ok(())
 }
 
 impl Application {
@@ -139,19 +150,26 @@ impl Application {
             .await
             .with_context(|| format!("binding {}", settings.server.listen))?;
         let mut tasks = JoinSet::new();
+        let deadline = CancellationToken::new();
         let interval = Duration::from_millis(settings.server.gauges_interval_ms);
-        tasks.spawn(crate::control::gauges::run(
+        tasks.spawn(quietly(crate::control::gauges::run(
             engine.clone(),
             interval,
             stop.clone(),
-        ));
+        )));
         let flusher = Flusher::new(
             engine.clone(),
             ledger.clone(),
             engine.instance().to_owned(),
             db.flush_options(),
         );
-        tasks.spawn(flusher.run(stop.clone()));
+        let (flush_stop, flush_deadline) = (stop.clone(), deadline.clone());
+        tasks.spawn(async move {
+            flusher
+                .run(flush_stop, flush_deadline)
+                .await
+                .context("orders were left unflushed at shutdown")
+        });
         if settings.rebalancer.enabled {
             let rebalancer = Rebalancer::new(
                 engine.clone(),
@@ -159,20 +177,30 @@ impl Application {
                 db.flush_options(),
                 settings.rebalancer.options(),
             );
-            tasks.spawn(rebalancer.run(stop.clone()));
+            tasks.spawn(quietly(rebalancer.run(stop.clone())));
         }
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);
-            tasks.spawn(audits(engine.clone(), ledger.clone(), every, stop.clone()));
+            tasks.spawn(quietly(audits(
+                engine.clone(),
+                ledger.clone(),
+                every,
+                stop.clone(),
+            )));
         }
-        tasks.spawn(housekeeping(state, stop.clone()));
+        tasks.spawn(quietly(housekeeping(state, stop.clone())));
         tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
         Ok(Self {
             listener,
             router,
             tasks,
             stop,
+            deadline,
             grace: Duration::from_millis(settings.server.shutdown_grace_ms),
+            serve: ServeOptions {
+                header_read_timeout: Duration::from_millis(settings.server.header_read_timeout_ms),
+                max_connections: settings.server.max_connections,
+            },
         })
     }
 
@@ -191,27 +219,69 @@ impl Application {
         self.run_until(shutdown_signal()).await
     }
 
-    /// Serves until `signal` completes, then shuts down gracefully.
+    /// Serves until `signal` completes, then shuts down within the grace
+    /// period: in-flight requests finish, background loops stop, the flusher
+    /// drains what is left. Past the grace period whatever still runs is
+    /// dropped. `Err` when shutdown could not finish its work (orders left in
+    /// the streams, or tasks cut off): the process should exit non-zero.
     pub async fn run_until(
         mut self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let stop = self.stop.clone();
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+        let serve = http::serve::serve(self.listener, self.router, self.serve, async move {
             signal.await;
             tracing::info!("shutting down: finishing in-flight requests");
             stop.cancel();
         });
-        let grace = self.grace;
-        let stopped = self.stop.clone();
+        let mut serve = std::pin::pin!(serve);
         tokio::select! {
-            served = serve => served.context("serving HTTP")?,
-            _ = async move { stopped.cancelled().await; tokio::time::sleep(grace).await } => {
-                tracing::warn!(?grace, "grace period over; dropping remaining requests");
-            }
+            _ = &mut serve => {}
+            _ = self.stop.cancelled() => {}
+        }
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let timer = self.deadline.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            timer.cancel();
+        });
+        let mut complete = true;
+        if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+            tracing::warn!(grace = ?self.grace, "grace period over; dropping remaining requests");
+            complete = false;
         }
         self.stop.cancel();
-        while self.tasks.join_next().await.is_some() {}
+        // The deadline token lets the flusher give up cleanly; the margin lets
+        // it say so before the tasks are cut off.
+        let cutoff = deadline + Duration::from_millis(250);
+        loop {
+            match tokio::time::timeout_at(cutoff, self.tasks.join_next()).await {
+                Ok(None) => break,
+                Ok(Some(Ok(Ok(())))) => {}
+                Ok(Some(Ok(Err(e)))) => {
+                    tracing::error!(error = %format!("{e:#}"), "a background task ended badly");
+                    complete = false;
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::error!(error = %e, "a background task panicked");
+                    complete = false;
+                }
+                Err(_) => {
+                    tracing::error!(
+                        tasks = self.tasks.len(),
+                        "grace period over; cutting off background tasks"
+                    );
+                    self.tasks.abort_all();
+                    complete = false;
+                    break;
+                }
+            }
+        }
+        anyhow::ensure!(
+            complete,
+            "shutdown did not finish its work within the grace period ({:?})",
+            self.grace
+        );
         tracing::info!("stopped");
         Ok(())
     }

@@ -63,8 +63,15 @@ pub struct ServerSettings {
     pub request_timeout_ms: u64,
     /// How often the bucket gauges are refreshed.
     pub gauges_interval_ms: u64,
-    /// How long shutdown waits for in-flight requests.
+    /// How long shutdown may take in all: in-flight requests, then the
+    /// background tasks' last work (the flusher's final drain). Past it the
+    /// process exits anyway, non-zero if orders were left unflushed.
     pub shutdown_grace_ms: u64,
+    /// A request's headers must arrive within this long after the connection
+    /// opened or went idle (slow clients and idle keep-alives are closed).
+    pub header_read_timeout_ms: u64,
+    /// Open client connections at most; beyond it new clients wait to be accepted.
+    pub max_connections: usize,
 }
 
 impl Default for ServerSettings {
@@ -76,6 +83,8 @@ impl Default for ServerSettings {
             request_timeout_ms: 10_000,
             gauges_interval_ms: 1_000,
             shutdown_grace_ms: 10_000,
+            header_read_timeout_ms: 10_000,
+            max_connections: 8_192,
         }
     }
 }
@@ -378,6 +387,15 @@ impl Settings {
             .map_err(|e| invalid("server.listen", e))?;
         if self.server.body_limit_bytes < 256 {
             return Err(invalid("server.body_limit_bytes", "must be at least 256"));
+        }
+        if !(100..=600_000).contains(&self.server.header_read_timeout_ms) {
+            return Err(invalid(
+                "server.header_read_timeout_ms",
+                "must be between 100 and 600000",
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
         }
         if let Some(url) = &self.store.redis_url
             && !(url.starts_with("redis://")

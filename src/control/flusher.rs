@@ -251,19 +251,38 @@ impl<S: Store> Flusher<S> {
 
     /// `workers` loops sharing the streams (the consumer group hands each record
     /// to one of them), until `stop`; then a final drain.
-    pub async fn run(self, stop: CancellationToken) {
+    ///
+    /// The final drain goes on after `stop` until `deadline` fires; `Err` when
+    /// records were left in the streams (they are flushed by another instance,
+    /// or by this one after a restart — on the embedded store they are lost).
+    pub async fn run(
+        self,
+        stop: CancellationToken,
+        deadline: CancellationToken,
+    ) -> Result<(), FlushError> {
         let mut workers = tokio::task::JoinSet::new();
         for w in 1..self.opts.workers {
             let mut worker = self.clone();
             worker.cursor = w * 7;
-            workers.spawn(worker.work(stop.clone(), false));
+            workers.spawn(worker.work(stop.clone(), None));
         }
-        workers.spawn(self.work(stop.clone(), true));
-        while workers.join_next().await.is_some() {}
+        workers.spawn(self.work(stop.clone(), Some(deadline)));
+        let mut drained = Ok(());
+        while let Some(done) = workers.join_next().await {
+            if let Ok(Err(e)) = done {
+                drained = Err(e);
+            }
+        }
+        drained
     }
 
-    /// One worker's loop; the `last` one drains what is left at the stop.
-    async fn work(mut self, stop: CancellationToken, last: bool) {
+    /// One worker's loop; the one given a `deadline` drains what is left at
+    /// the stop, until the deadline.
+    async fn work(
+        mut self,
+        stop: CancellationToken,
+        deadline: Option<CancellationToken>,
+    ) -> Result<(), FlushError> {
         let mut buckets: Vec<BucketRef> = Vec::new();
         let mut refreshed = Instant::now() - Duration::from_secs(60);
         while !stop.is_cancelled() {
@@ -289,26 +308,27 @@ impl<S: Store> Flusher<S> {
                 _ = tokio::time::sleep(self.opts.idle) => {}
             }
         }
-        if !last {
-            return;
-        }
+        let Some(deadline) = deadline else {
+            return Ok(());
+        };
         // What was sold before the stop still goes to the ledger (for the
-        // embedded store this is the only chance), within a bounded time.
-        let deadline = CancellationToken::new();
-        let timer = deadline.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            timer.cancel();
-        });
-        match self.all_buckets().await {
-            Ok(buckets) => match self.drain(&buckets, &deadline).await {
-                Ok(()) => tracing::info!("flusher stopped; every record is in the ledger"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "flusher stopped with records left in the streams")
-                }
-            },
-            Err(e) => tracing::warn!(error = %e, "flusher stopped without a final drain"),
+        // embedded store this is the only chance), until the deadline. A store
+        // or database that does not answer must not hold the process: every
+        // step races the deadline.
+        let drained = tokio::select! {
+            _ = deadline.cancelled() => Err(FlushError::Stopped),
+            drained = async {
+                let buckets = self.all_buckets().await?;
+                self.drain(&buckets, &deadline).await
+            } => drained,
+        };
+        match &drained {
+            Ok(()) => tracing::info!("flusher stopped; every record is in the ledger"),
+            Err(e) => {
+                tracing::error!(error = %e, "flusher stopped with records left in the streams")
+            }
         }
+        drained
     }
 
     async fn all_buckets(&self) -> Result<Vec<BucketRef>, FlushError> {

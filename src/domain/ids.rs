@@ -22,6 +22,10 @@ pub enum IdError {
         field: &'static str,
         allowed: &'static str,
     },
+    /// `.` and `..` are path segments every URL library normalizes away: an
+    /// event so named could never be addressed.
+    #[error("{field} must not be made of dots only")]
+    DotSegment { field: &'static str },
 }
 
 fn check(
@@ -43,6 +47,18 @@ fn check(
     Ok(())
 }
 
+/// Event ids are URL path segments: refuse the ones clients normalize away.
+fn path_segment(value: &str, field: &'static str) -> Result<(), IdError> {
+    if value.bytes().all(|b| b == b'.') {
+        return Err(IdError::DotSegment { field });
+    }
+    Ok(())
+}
+
+fn no_more(_: &str, _: &'static str) -> Result<(), IdError> {
+    Ok(())
+}
+
 fn event_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
 }
@@ -52,7 +68,7 @@ fn user_byte(b: u8) -> bool {
 }
 
 macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $allowed:literal, $ok:expr) => {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $allowed:literal, $ok:expr, $more:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
@@ -66,6 +82,7 @@ macro_rules! id_type {
             pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
                 let value = value.into();
                 check(&value, $field, $max, $allowed, $ok)?;
+                $more(&value, $field)?;
                 Ok(Self(value))
             }
 
@@ -96,16 +113,16 @@ macro_rules! id_type {
 }
 
 id_type!(
-    /// An event (one product on sale): `[A-Za-z0-9_.-]{1,64}`.
-    EventId, "event id", 64, "letters, digits, '_', '.' and '-'", event_byte
+    /// An event (one product on sale): `[A-Za-z0-9_.-]{1,64}`, not only dots.
+    EventId, "event id", 64, "letters, digits, '_', '.' and '-'", event_byte, path_segment
 );
 id_type!(
     /// A buyer: `[A-Za-z0-9_.:@-]{1,128}`.
-    UserId, "user_id", 128, "letters, digits, '_', '.', '-', ':' and '@'", user_byte
+    UserId, "user_id", 128, "letters, digits, '_', '.', '-', ':' and '@'", user_byte, no_more
 );
 id_type!(
     /// A client's idempotency key: `[A-Za-z0-9_.-]{1,128}` (UUIDs fit).
-    RequestId, "request_id", 128, "letters, digits, '_', '.' and '-'", event_byte
+    RequestId, "request_id", 128, "letters, digits, '_', '.' and '-'", event_byte, no_more
 );
 
 /// An order: `<event>.<user hash, 16 hex>.<random, 16 hex>`.
@@ -180,6 +197,18 @@ mod tests {
             EventId::parse("sneaker{42}"),
             Err(IdError::Charset { .. })
         ));
+    }
+
+    #[test]
+    fn an_event_id_of_dots_only_is_rejected() {
+        for dots in [".", "..", "..."] {
+            assert!(
+                matches!(EventId::parse(dots), Err(IdError::DotSegment { .. })),
+                "{dots}"
+            );
+        }
+        assert!(EventId::parse("sneaker.42").is_ok());
+        assert!(EventId::parse(".hidden").is_ok());
     }
 
     #[test]

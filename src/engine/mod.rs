@@ -247,6 +247,15 @@ impl<S: Store> Engine<S> {
         Ok(meta)
     }
 
+    /// Whether this engine has loaded the event (it exists, or existed).
+    /// Cheap: one read of the meta cache, no store call.
+    pub fn is_known(&self, event: &EventId) -> bool {
+        self.events
+            .read()
+            .expect("meta cache poisoned")
+            .contains_key(event)
+    }
+
     /// Drops an event from the cache.
     pub fn forget(&self, event: &EventId) {
         self.events

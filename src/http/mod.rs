@@ -12,6 +12,7 @@ pub mod guard;
 mod ops;
 mod orders;
 mod purchases;
+pub mod serve;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -51,10 +51,10 @@ async fn purchase<S: Store>(
     ApiJson(body): ApiJson<PurchaseBody>,
 ) -> Response {
     let start = Instant::now();
-    let mut label = "invalid".to_owned();
+    let mut event_seen = None;
     let outcome = async {
         let event = event_id(id)?;
-        label = event.to_string();
+        event_seen = Some(event.clone());
         let req = PurchaseRequest {
             user: UserId::parse(body.user_id).map_err(ApiError::invalid)?,
             quantity: body.quantity,
@@ -70,8 +70,17 @@ async fn purchase<S: Store>(
             .map_err(|e| state.engine_error(&event, e))
     }
     .await;
-    respond(outcome, &label, start)
+    // Metric series are labelled only with events that exist, so requests for
+    // made-up ids cannot grow /metrics without bound.
+    let label = match &event_seen {
+        Some(e) if outcome.is_ok() || state.engine.is_known(e) => e.as_str(),
+        _ => UNKNOWN_EVENT,
+    };
+    respond(outcome, label, start)
 }
+
+/// The `event` label of purchases whose event does not exist (or was never named).
+const UNKNOWN_EVENT: &str = "unknown";
 
 fn respond(outcome: Result<PurchaseOutcome, ApiError>, event: &str, start: Instant) -> Response {
     let elapsed = start.elapsed().as_secs_f64();
@@ -107,11 +116,6 @@ fn respond(outcome: Result<PurchaseOutcome, ApiError>, event: &str, start: Insta
         }
         Err(e) => {
             let outcome = e.outcome();
-            let event = if matches!(e, ApiError::UnknownEvent(_)) {
-                "unknown"
-            } else {
-                event
-            };
             metrics::counter!(m::PURCHASES, "event" => event.to_owned(), "outcome" => outcome)
                 .increment(1);
             return e.into_response();
