@@ -304,7 +304,10 @@ async fn a_cancel_puts_units_back_and_is_idempotent<S: Store>(engine: Engine<S>)
     assert!(again.already);
     assert_eq!(engine.view(&id).await.unwrap().remaining, 4);
     let looked_up = engine.order(order.order_id.as_str()).await.unwrap();
-    assert_eq!(looked_up.status, shardstock::engine::OrderStatus::Cancelled);
+    assert_eq!(
+        looked_up.status,
+        shardstock::domain::model::OrderStatus::Cancelled
+    );
     assert!(buy(&engine, &id, "u-1", 2).await.is_ok(), "quota came back");
     for bad in ["nope", &format!("{id}.0000000000000000.0000000000000000")] {
         assert!(matches!(

@@ -22,10 +22,11 @@ use crate::control::flusher::{buckets_of, stream_name};
 use crate::control::lifecycle::LifecycleError;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::stream::RecordKind;
 use crate::engine::{Engine, EngineError};
 use crate::ledger::{Ledger, StreamCut};
 use crate::metrics as m;
-use crate::store::{BucketAudit, RecordKind, Store, StoreError};
+use crate::store::{BucketAudit, Store, StoreError};
 
 /// The audit as `GET /v1/events/{id}/audit` and `shardstock audit` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

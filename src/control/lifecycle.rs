@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::control::flusher::{FlushError, Flusher, buckets_of};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
+use crate::domain::model::{EventSpec, EventStatus, OrderEntry, RequestRecord, split_even};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::MoverError;
 use crate::engine::{Engine, EngineError, EventView, now_ms};
@@ -370,11 +370,11 @@ pub async fn rebuild<S: Store>(
         }
         for chunk in orders.chunks(500) {
             // Replays of client request ids answer what the ledger recorded.
-            let records: Vec<(String, Record)> = chunk
+            let records: Vec<(String, RequestRecord)> = chunk
                 .iter()
                 .filter(|(_, e)| !e.request_id.is_empty())
                 .map(|(oid, e)| {
-                    let record = Record::Bought {
+                    let record = RequestRecord::Bought {
                         qty: e.qty,
                         order_id: oid.clone(),
                         bucket: e.bucket,

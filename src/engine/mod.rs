@@ -28,7 +28,7 @@ use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
 use crate::engine::mover::MoverError;
 use crate::store::{CreateMeta, Store, StoreError};
 
-pub use orders::{CancelOutcome, OrderStatus, OrderView};
+pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use view::{BucketView, EventView, skew};
 

@@ -23,7 +23,7 @@ use futures::future::try_join_all;
 use super::{CrashPoint, Engine, EngineError, now_ms};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, Order, Record};
+use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
 use crate::domain::routing::{home, ring, user_hash};
 use crate::store::{
     Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply,
@@ -104,7 +104,7 @@ enum Step {
         available: u64,
     },
     /// A concurrent driver ended the saga with this record.
-    Ended(Record),
+    Ended(RequestRecord),
     GaveUp,
 }
 
@@ -257,13 +257,13 @@ impl<S: Store> Engine<S> {
         &self,
         meta: &EventMeta,
         mut saga: Saga,
-        record: Record,
+        record: RequestRecord,
     ) -> Result<PurchaseOutcome, EngineError> {
         if record.qty() != saga.qty {
             return Err(EngineError::IdempotencyConflict(saga.rid));
         }
         let result = match record {
-            Record::Pending { order_id, .. } => {
+            RequestRecord::Pending { order_id, .. } => {
                 saga.order_id = order_id;
                 self.drive(meta, &saga).await?
             }
@@ -276,19 +276,24 @@ impl<S: Store> Engine<S> {
     }
 
     /// The answer a final record stands for.
-    fn answer(&self, meta: &EventMeta, saga: &Saga, record: Record) -> Result<Answer, EngineError> {
+    fn answer(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        record: RequestRecord,
+    ) -> Result<Answer, EngineError> {
         Ok(match record {
-            Record::Bought {
+            RequestRecord::Bought {
                 qty,
                 order_id,
                 bucket,
                 probes,
             } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
-            Record::LimitExceeded { limit, held, .. } => {
+            RequestRecord::LimitExceeded { limit, held, .. } => {
                 Err(Refusal::LimitExceeded { limit, held })
             }
-            Record::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
-            Record::Pending { .. } => {
+            RequestRecord::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
+            RequestRecord::Pending { .. } => {
                 return Err(StoreError::Protocol("finish answered a pending record".into()).into());
             }
         })
@@ -397,7 +402,7 @@ impl<S: Store> Engine<S> {
                 // Another driver of this saga probed here first: it may have ended it.
                 let home = Self::bucket(meta, saga.home);
                 if let Some(record) = self.store.record(&home, &saga.rid).await?
-                    && !matches!(record, Record::Pending { .. })
+                    && !matches!(record, RequestRecord::Pending { .. })
                 {
                     return Ok(Step::Ended(record));
                 }
@@ -519,7 +524,7 @@ impl<S: Store> Engine<S> {
                     meta, &saga.user, saga.qty, order_id, bucket, probes,
                 )));
             }
-            FinishReply::Already(record @ Record::Bought { .. }) if matches!(&record, Record::Bought { order_id: o, .. } if *o == order_id) =>
+            FinishReply::Already(record @ RequestRecord::Bought { .. }) if matches!(&record, RequestRecord::Bought { order_id: o, .. } if *o == order_id) =>
             {
                 // A concurrent driver finished with this same take: answer as it did.
                 return self.answer(meta, saga, record);
@@ -581,7 +586,7 @@ impl<S: Store> Engine<S> {
                     result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)),
                     replayed: false,
                 }),
-                (None, Some(Record::Pending { .. })) => Ok(PurchaseOutcome {
+                (None, Some(RequestRecord::Pending { .. })) => Ok(PurchaseOutcome {
                     result: self.drive(meta, &saga).await?,
                     replayed: false,
                 }),
@@ -607,9 +612,9 @@ impl<S: Store> Engine<S> {
         meta: &EventMeta,
         home: u32,
         rid: &str,
-        record: &Record,
+        record: &RequestRecord,
     ) -> Result<(), EngineError> {
-        let Record::Pending {
+        let RequestRecord::Pending {
             qty,
             order_id,
             user,
@@ -649,7 +654,7 @@ impl<S: Store> Engine<S> {
             probes,
         };
         let confirmed = match self.finish_with(meta, &saga, kept).await? {
-            FinishReply::Already(Record::Bought { order_id, .. }) => order_id,
+            FinishReply::Already(RequestRecord::Bought { order_id, .. }) => order_id,
             _ => oid,
         };
         for (pass, _, j, other) in takes {

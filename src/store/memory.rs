@@ -13,12 +13,15 @@ use std::time::{Duration, Instant};
 
 use super::{
     BucketAudit, BucketContents, CancelReply, CreateMeta, Finish, FinishArgs, FinishReply,
-    HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError, StreamEntry,
-    StreamId, TakeArgs, TakeReply, TransferReply,
+    HomeEntry, HomeReply, OpenTransfer, SeqBump, Store, StoreError, TakeArgs, TakeReply,
+    TransferReply,
 };
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::model::{
+    BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, RequestRecord,
+};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 
 /// A stream record and, once delivered to a flusher, to whom and when.
 #[derive(Debug, Clone)]
@@ -47,7 +50,7 @@ struct Journal {
 struct Bucket {
     stock: u64,
     users: HashMap<UserId, u64>,
-    reqs: HashMap<String, Record>,
+    reqs: HashMap<String, RequestRecord>,
     markers: HashMap<(String, u32), Marker>,
     idx: HashMap<OrderId, OrderEntry>,
     stream: std::collections::VecDeque<Slot>,
@@ -134,7 +137,7 @@ impl Bucket {
         let qty = u64::from(e.qty);
         if limited && held + qty > u64::from(e.limit) {
             if e.keep {
-                let record = Record::LimitExceeded {
+                let record = RequestRecord::LimitExceeded {
                     qty: e.qty,
                     limit: e.limit,
                     held,
@@ -169,7 +172,7 @@ impl Bucket {
             };
             self.idx.insert(e.order_id.clone(), entry);
             if e.keep {
-                let record = Record::Bought {
+                let record = RequestRecord::Bought {
                     qty: e.qty,
                     order_id: e.order_id.clone(),
                     bucket: index,
@@ -185,7 +188,7 @@ impl Bucket {
             if e.keep {
                 self.reqs.insert(
                     e.rid.clone(),
-                    Record::SoldOut {
+                    RequestRecord::SoldOut {
                         qty: e.qty,
                         remaining: 0,
                     },
@@ -197,7 +200,7 @@ impl Bucket {
         if limited {
             self.hold(&e.user, qty as i64);
         }
-        let record = Record::Pending {
+        let record = RequestRecord::Pending {
             qty: e.qty,
             order_id: e.order_id.clone(),
             user: e.user.clone(),
@@ -546,7 +549,7 @@ impl Store for MemoryStore {
         self.with(b, |bk| {
             match bk.reqs.get(&a.rid) {
                 None => return FinishReply::NoRecord,
-                Some(Record::Pending { .. }) => {}
+                Some(RequestRecord::Pending { .. }) => {}
                 Some(done) => return FinishReply::Already(done.clone()),
             }
             let final_record = match &a.outcome {
@@ -566,7 +569,7 @@ impl Store for MemoryStore {
                             at_ms: now_ms,
                         },
                     );
-                    Some(Record::Bought {
+                    Some(RequestRecord::Bought {
                         qty: a.qty,
                         order_id: order_id.clone(),
                         bucket: *bucket,
@@ -577,7 +580,7 @@ impl Store for MemoryStore {
                     if a.limited {
                         bk.hold(&a.user, -i64::from(a.qty));
                     }
-                    Some(Record::SoldOut {
+                    Some(RequestRecord::SoldOut {
                         qty: a.qty,
                         remaining: *remaining,
                     })
@@ -639,7 +642,7 @@ impl Store for MemoryStore {
         self.with(b, |bk| bk.idx.get(order).cloned())
     }
 
-    async fn record(&self, b: &BucketRef, rid: &str) -> Result<Option<Record>, StoreError> {
+    async fn record(&self, b: &BucketRef, rid: &str) -> Result<Option<RequestRecord>, StoreError> {
         self.with(b, |bk| bk.reqs.get(rid).cloned())
     }
 
@@ -988,11 +991,11 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, Record)>, StoreError> {
+    async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, RequestRecord)>, StoreError> {
         self.with(b, |bk| {
             bk.reqs
                 .iter()
-                .filter(|(_, r)| matches!(r, Record::Pending { .. }))
+                .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
                 .map(|(rid, r)| (rid.clone(), r.clone()))
                 .collect()
         })
@@ -1019,7 +1022,7 @@ impl Store for MemoryStore {
         b: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
-        records: &[(String, Record)],
+        records: &[(String, RequestRecord)],
     ) -> Result<(), StoreError> {
         self.with(b, |bk| {
             for (user, units) in holdings {
@@ -1046,7 +1049,7 @@ impl Store for MemoryStore {
             records: bk
                 .reqs
                 .iter()
-                .filter(|(rid, r)| rid.contains('/') && !matches!(r, Record::Pending { .. }))
+                .filter(|(rid, r)| rid.contains('/') && !matches!(r, RequestRecord::Pending { .. }))
                 .map(|(rid, r)| (rid.clone(), r.clone()))
                 .collect(),
         })

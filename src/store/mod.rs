@@ -17,7 +17,10 @@ use std::future::Future;
 
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::model::{
+    BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, RequestRecord,
+};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -56,7 +59,7 @@ pub enum HomeReply {
     /// Bought on the fast path; the order is in the bucket's stream and index.
     Bought { stock_left: u64 },
     /// The request id already has a record.
-    Replay(Record),
+    Replay(RequestRecord),
     /// Over the per-user limit; `held` is what the user holds already.
     LimitExceeded { held: u64 },
     /// The home bucket holds fewer than `qty`: quota reserved, a pending record written.
@@ -124,7 +127,7 @@ pub enum FinishReply {
     /// This call ended the saga.
     Done,
     /// The saga had already ended (a concurrent driver): this is its record.
-    Already(Record),
+    Already(RequestRecord),
     /// No record for this request id (nothing pending).
     NoRecord,
 }
@@ -174,80 +177,6 @@ pub struct OpenTransfer {
 /// The flusher's consumer group on every bucket stream.
 pub const FLUSH_GROUP: &str = "flusher";
 
-/// What a stream record says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RecordKind {
-    /// Units sold (`k=o`).
-    Order,
-    /// Units given back by a cancel (`k=c`).
-    Cancel,
-    /// A saga's take undone (`k=v`): those units were never sold.
-    Void,
-    /// A retired bucket's leftover stock at the end of the sale (`k=l`).
-    Leftover,
-}
-
-impl RecordKind {
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::Order => "o",
-            Self::Cancel => "c",
-            Self::Void => "v",
-            Self::Leftover => "l",
-        }
-    }
-
-    pub fn parse(code: &str) -> Option<Self> {
-        Some(match code {
-            "o" => Self::Order,
-            "c" => Self::Cancel,
-            "v" => Self::Void,
-            "l" => Self::Leftover,
-            _ => return None,
-        })
-    }
-}
-
-/// A Redis stream entry id, `<ms>-<seq>`; ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct StreamId {
-    pub ms: u64,
-    pub seq: u64,
-}
-
-impl StreamId {
-    pub fn parse(s: &str) -> Option<Self> {
-        let (ms, seq) = s.split_once('-')?;
-        Some(Self {
-            ms: ms.parse().ok()?,
-            seq: seq.parse().ok()?,
-        })
-    }
-}
-
-impl std::fmt::Display for StreamId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.ms, self.seq)
-    }
-}
-
-/// One record of a bucket's order stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamEntry {
-    pub id: StreamId,
-    pub kind: RecordKind,
-    pub order_id: String,
-    pub user: String,
-    pub qty: u64,
-    /// The bucket whose stock changed.
-    pub bucket: u32,
-    /// The user's home bucket.
-    pub home: u32,
-    /// The stored request id (`<user>/<id>`, internal `~…`, or empty).
-    pub rid: String,
-    pub at_ms: i64,
-}
-
 /// Everything the audit needs from one bucket, read atomically.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketAudit {
@@ -270,7 +199,7 @@ pub struct BucketContents {
     pub holdings: Vec<(UserId, u64)>,
     pub orders: Vec<(OrderId, OrderEntry)>,
     /// Final records of client request ids (`<user>/<id>`).
-    pub records: Vec<(String, Record)>,
+    pub records: Vec<(String, RequestRecord)>,
 }
 
 /// The per-slot atomic steps every backend provides.
@@ -396,7 +325,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         bucket: &BucketRef,
         rid: &str,
-    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<RequestRecord>, StoreError>> + Send;
 
     /// Units a user holds (bought and reserved) in their home bucket.
     fn held(
@@ -593,7 +522,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn pending(
         &self,
         bucket: &BucketRef,
-    ) -> impl Future<Output = Result<Vec<(String, Record)>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send;
 
     /// The takes this saga made in the bucket, by pass (read-only; works on a
     /// sealed bucket, where the saga can no longer probe).
@@ -611,7 +540,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         bucket: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
-        records: &[(String, Record)],
+        records: &[(String, RequestRecord)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// What a (sealed) bucket remembers about its users: holdings, order index

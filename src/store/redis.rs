@@ -18,12 +18,15 @@ use fred::types::scripts::Script;
 
 use super::{
     BucketAudit, BucketContents, CancelReply, CreateMeta, FLUSH_GROUP, Finish, FinishArgs,
-    FinishReply, HomeEntry, HomeReply, OpenTransfer, RecordKind, SeqBump, Store, StoreError,
-    StreamEntry, StreamId, TakeArgs, TakeReply, TransferReply,
+    FinishReply, HomeEntry, HomeReply, OpenTransfer, SeqBump, Store, StoreError, TakeArgs,
+    TakeReply, TransferReply,
 };
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::{BucketRef, EventKeys};
-use crate::domain::model::{BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, Record};
+use crate::domain::model::{
+    BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, RequestRecord,
+};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -427,9 +430,9 @@ fn arg(parts: &[Value], i: usize) -> Result<&Value, StoreError> {
         .ok_or_else(|| StoreError::Protocol(format!("reply too short: {parts:?}")))
 }
 
-fn record(v: &Value) -> Result<Record, StoreError> {
+fn record(v: &Value) -> Result<RequestRecord, StoreError> {
     let s = text(v)?;
-    Record::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad record {s:?}")))
+    RequestRecord::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad record {s:?}")))
 }
 
 fn entry(v: &Value) -> Result<OrderEntry, StoreError> {
@@ -857,7 +860,11 @@ impl Store for RedisStore {
         entry(&v).map(Some)
     }
 
-    async fn record(&self, bucket: &BucketRef, rid: &str) -> Result<Option<Record>, StoreError> {
+    async fn record(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+    ) -> Result<Option<RequestRecord>, StoreError> {
         let v: Value = self
             .client
             .hget(self.keys(bucket).reqs, rid)
@@ -1240,7 +1247,10 @@ impl Store for RedisStore {
         })
     }
 
-    async fn pending(&self, bucket: &BucketRef) -> Result<Vec<(String, Record)>, StoreError> {
+    async fn pending(
+        &self,
+        bucket: &BucketRef,
+    ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
         let all: std::collections::HashMap<String, String> = self
             .client
             .hgetall(self.keys(bucket).reqs)
@@ -1249,7 +1259,7 @@ impl Store for RedisStore {
         Ok(all
             .into_iter()
             .filter(|(_, v)| v.starts_with("P|"))
-            .filter_map(|(rid, v)| Record::decode(&v).map(|r| (rid, r)))
+            .filter_map(|(rid, v)| RequestRecord::decode(&v).map(|r| (rid, r)))
             .collect())
     }
 
@@ -1280,7 +1290,7 @@ impl Store for RedisStore {
         bucket: &BucketRef,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
-        records: &[(String, Record)],
+        records: &[(String, RequestRecord)],
     ) -> Result<(), StoreError> {
         let k = self.keys(bucket);
         let mut args = vec![holdings.len().to_string()];
@@ -1330,8 +1340,8 @@ impl Store for RedisStore {
         for (rid, record) in reqs {
             if rid.contains('/')
                 && !rid.starts_with("t:")
-                && let Some(record) = Record::decode(&record)
-                && !matches!(record, Record::Pending { .. })
+                && let Some(record) = RequestRecord::decode(&record)
+                && !matches!(record, RequestRecord::Pending { .. })
             {
                 c.records.push((rid, record));
             }
