@@ -493,7 +493,7 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
 
 async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(engine: Engine<S>) {
     use shardstock::domain::ids::OrderId;
-    use shardstock::store::{HomeEntry, StoreError, TakeArgs};
+    use shardstock::store::{PurchaseEntry, StoreError, TakeArgs};
     let id = event_id("sealed");
     engine.create_event(spec(&id, 8, 2)).await.unwrap();
     let order = buy(&engine, &id, &user_homed_at(0, 2, "s"), 1)
@@ -506,7 +506,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         |r: Result<(), StoreError>| assert!(matches!(r, Err(StoreError::Stale(_))), "{r:?}");
     let u = user("u-x");
     let oid = OrderId::generate(&id, 1);
-    let entry = HomeEntry {
+    let entry = PurchaseEntry {
         user: u.clone(),
         qty: 1,
         limit: 0,
@@ -514,7 +514,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         keep: false,
         order_id: oid.clone(),
     };
-    stale(store.home(&b0, 0, &[entry]).await.map(drop));
+    stale(store.purchase(&b0, 0, &[entry]).await.map(drop));
     let take = TakeArgs {
         rid: "~2".into(),
         pass: 1,
@@ -542,7 +542,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
 async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Store>(
     engine: Engine<S>,
 ) {
-    use shardstock::store::{HomeEntry, HomeReply};
+    use shardstock::store::{PurchaseEntry, PurchaseReply};
     let id = event_id("empty");
     engine.create_event(spec(&id, 4, 4)).await.unwrap();
     let mut orders = Vec::new();
@@ -555,7 +555,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         Err(Refusal::SoldOut { remaining: 0 })
     );
     let store = engine.store();
-    let entry = |n: u32| HomeEntry {
+    let entry = |n: u32| PurchaseEntry {
         user: user(format!("late-{n}")),
         qty: 1,
         limit: 0,
@@ -565,20 +565,20 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
     };
     for b in 0..4 {
         let r = store
-            .home(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
+            .purchase(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
             .await
             .unwrap();
-        assert_eq!(r, vec![HomeReply::SoldOut], "bucket {b} answers alone");
+        assert_eq!(r, vec![PurchaseReply::SoldOut], "bucket {b} answers alone");
     }
     // …until a cancel puts a unit back: then every bucket's mark is void.
     engine.cancel(orders[0].order_id.as_str()).await.unwrap();
     for b in 0..4 {
         let r = store
-            .home(&BucketRef::new(&id, 0, b), 0, &[entry(10 + b)])
+            .purchase(&BucketRef::new(&id, 0, b), 0, &[entry(10 + b)])
             .await
             .unwrap();
         assert!(
-            !matches!(r[0], HomeReply::SoldOut),
+            !matches!(r[0], PurchaseReply::SoldOut),
             "bucket {b} still claims sold out: {r:?}"
         );
     }

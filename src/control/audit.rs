@@ -123,7 +123,7 @@ pub async fn audit<S: Store>(
                 r.as_ref().map(|r| StreamCut {
                     stream: stream_name(b),
                     last: r.last_id,
-                    present: r.records.iter().map(|(id, ..)| *id).collect(),
+                    present: r.entries.iter().map(|(id, ..)| *id).collect(),
                 })
             })
             .collect();
@@ -150,7 +150,7 @@ pub async fn audit<S: Store>(
                 }
             }
             let stream = stream_name(b);
-            for (id, kind, qty) in &r.records {
+            for (id, kind, qty) in &r.entries {
                 if db.already.contains(&(stream.clone(), *id)) {
                     continue;
                 }

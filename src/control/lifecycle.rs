@@ -31,7 +31,7 @@ use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::MoverError;
 use crate::engine::{Engine, EngineError, EventView, now_ms};
 use crate::ledger::{DbEvent, Ledger, LedgerError};
-use crate::store::{CreateMeta, Store, StoreError};
+use crate::store::{CreateEventReply, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -315,10 +315,10 @@ pub async fn rebuild<S: Store>(
     let remaining = spec
         .stock
         .saturating_sub(totals.sold.saturating_sub(totals.released) + totals.leftover);
-    match store.create_meta(spec, now_ms()).await? {
-        CreateMeta::Created => {}
-        CreateMeta::Exists(meta) if meta.status == EventStatus::Creating => {}
-        CreateMeta::Exists(_) => return Ok(()),
+    match store.create_event(spec, now_ms()).await? {
+        CreateEventReply::Created => {}
+        CreateEventReply::Exists(meta) if meta.status == EventStatus::Creating => {}
+        CreateEventReply::Exists(_) => return Ok(()),
     }
     store.register_event(&spec.id).await?;
     // A fresh generation: no stream of the rebuilt buckets reuses an old name.

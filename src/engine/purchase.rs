@@ -26,7 +26,8 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
 use crate::domain::routing::{home, ring, user_hash};
 use crate::store::{
-    Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply,
+    Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, Store, StoreError, TakeArgs,
+    TakeReply,
 };
 
 /// A purchase as the engine receives it (ids already validated).
@@ -197,7 +198,7 @@ impl<S: Store> Engine<S> {
 
     async fn attempt(&self, meta: &EventMeta, saga: Saga) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
-        let entry = HomeEntry {
+        let entry = PurchaseEntry {
             user: saga.user.clone(),
             qty: saga.qty,
             limit: meta.spec.per_user_limit.unwrap_or(0),
@@ -217,7 +218,7 @@ impl<S: Store> Engine<S> {
             replayed: false,
         };
         match reply {
-            HomeReply::Bought { .. } => Ok(fresh(Ok(order(
+            PurchaseReply::Bought { .. } => Ok(fresh(Ok(order(
                 meta,
                 &saga.user,
                 saga.qty,
@@ -225,12 +226,12 @@ impl<S: Store> Engine<S> {
                 saga.home,
                 0,
             )))),
-            HomeReply::LimitExceeded { held } => {
+            PurchaseReply::LimitExceeded { held } => {
                 Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
             }
-            HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
-            HomeReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
-            HomeReply::Replay(record) => self.replay(meta, saga, record).await,
+            PurchaseReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
+            PurchaseReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
+            PurchaseReply::Replay(record) => self.replay(meta, saga, record).await,
         }
     }
 
@@ -238,13 +239,13 @@ impl<S: Store> Engine<S> {
     async fn home_step(
         &self,
         bucket: &BucketRef,
-        entry: HomeEntry,
-    ) -> Result<HomeReply, StoreError> {
+        entry: PurchaseEntry,
+    ) -> Result<PurchaseReply, StoreError> {
         match &self.batcher {
             Some(batcher) => batcher.home(bucket, now_ms(), entry).await,
             None => self
                 .store
-                .home(bucket, now_ms(), slice::from_ref(&entry))
+                .purchase(bucket, now_ms(), slice::from_ref(&entry))
                 .await?
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("empty home reply".into())),
@@ -401,7 +402,7 @@ impl<S: Store> Engine<S> {
             if !fresh_all {
                 // Another driver of this saga probed here first: it may have ended it.
                 let home = Self::bucket(meta, saga.home);
-                if let Some(record) = self.store.record(&home, &saga.rid).await?
+                if let Some(record) = self.store.request_record(&home, &saga.rid).await?
                     && !matches!(record, RequestRecord::Pending { .. })
                 {
                     return Ok(Step::Ended(record));
@@ -576,7 +577,7 @@ impl<S: Store> Engine<S> {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
             let (entry, record) = match (
                 self.store.order_entry(&bucket, &saga.order_id).await,
-                self.store.record(&bucket, &saga.rid).await,
+                self.store.request_record(&bucket, &saga.rid).await,
             ) {
                 (Ok(entry), Ok(record)) => (entry, record),
                 _ => continue,
