@@ -27,6 +27,7 @@ on_every_backend!(
     a_crash_after_the_home_step_is_completed_by_a_retry,
     a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take,
     a_stale_mover_is_fenced_and_moves_nothing,
+    the_lease_holder_is_read_without_taking_a_token,
     an_interrupted_transfer_is_completed_by_the_next_mover,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
@@ -455,6 +456,28 @@ async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) 
     assert!(matches!(stale, Err(MoverError::Fenced { .. })), "{stale:?}");
     assert_eq!(remaining(&engine, &id).await, vec![3, 5]);
     assert!(!store.renew_lease(&id, "old", old, 1000).await.unwrap());
+}
+
+async fn the_lease_holder_is_read_without_taking_a_token<S: Store>(engine: Engine<S>) {
+    let id = event_id("holder");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let store = engine.store();
+    assert_eq!(
+        store.lease_holder(&id).await.unwrap(),
+        None,
+        "free at first"
+    );
+    let token = store.acquire_lease(&id, "a", 5_000).await.unwrap().unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            store.lease_holder(&id).await.unwrap(),
+            Some(("a".to_owned(), token))
+        );
+    }
+    store.release_lease(&id, "a", token).await.unwrap();
+    assert_eq!(store.lease_holder(&id).await.unwrap(), None, "free again");
+    let next = store.acquire_lease(&id, "b", 5_000).await.unwrap().unwrap();
+    assert_eq!(next, token + 1, "reading the holder took no token");
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {

@@ -72,4 +72,12 @@ pub trait Leases {
         owner: &str,
         token: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Who holds the mover lease now, `(owner, token)`, or `None` when it is
+    /// free. A plain read: it takes no token and changes nothing, so asking
+    /// whether the lease is free never advances the fencing counter.
+    fn lease_holder(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<Option<(String, u64)>, StoreError>> + Send;
 }

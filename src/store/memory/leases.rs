@@ -50,6 +50,14 @@ impl LeaseSlot {
             _ => false,
         }
     }
+
+    /// `(owner, number)` while the lease is held.
+    fn holder(&self) -> Option<(String, u64)> {
+        match &self.holder {
+            Some((owner, n, expiry)) if *expiry > Instant::now() => Some((owner.clone(), *n)),
+            _ => None,
+        }
+    }
 }
 
 impl Leases for MemoryStore {
@@ -117,5 +125,10 @@ impl Leases for MemoryStore {
         token: u64,
     ) -> Result<(), StoreError> {
         self.renew_lease(event, owner, token, 0).await.map(drop)
+    }
+
+    /// A GET of the lease key: an expired lease is no lease.
+    async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
+        Ok(self.with_event(event, |s| s.lease.holder()).flatten())
     }
 }

@@ -2,8 +2,10 @@
 //! and its counter — `leader`/`term` for the leadership, `lease`/`token` for
 //! the mover lease.
 
+use fred::prelude::*;
+
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, unknown};
+use super::{RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::store::{Leases, StoreError};
 
@@ -111,5 +113,20 @@ impl Leases for RedisStore {
         token: u64,
     ) -> Result<(), StoreError> {
         self.renew_lease(event, owner, token, 0).await.map(drop)
+    }
+
+    async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
+        let held: Option<String> = self
+            .client
+            .get(self.event_keys(event).lease)
+            .await
+            .map_err(unavailable)?;
+        held.map(|v| {
+            // "owner|token", as lease_acquire.lua writes it (owners have no '|').
+            v.rsplit_once('|')
+                .and_then(|(owner, token)| Some((owner.to_owned(), token.parse().ok()?)))
+                .ok_or_else(|| StoreError::Protocol(format!("bad lease {v:?}")))
+        })
+        .transpose()
     }
 }
