@@ -1,4 +1,6 @@
 --[[ lease_acquire.lua — takes or renews an event's mover lease, with a fencing token.
+The same script takes the rebalancer's leadership, on ss:{e}:leader and
+ss:{e}:term (the number is then a leadership term).
 
 KEYS[1] ss:{e}:lease   STR "owner|token", with a TTL
 KEYS[2] ss:{e}:token   STR counter of fencing tokens

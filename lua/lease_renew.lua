@@ -1,4 +1,5 @@
---[[ lease_renew.lua — heartbeat or release of a mover lease.
+--[[ lease_renew.lua — heartbeat or release of a mover lease (or, on KEYS[1]
+ss:{e}:leader with its term, of the rebalancer's leadership).
 
 KEYS[1] ss:{e}:lease   ARGV[1] owner   ARGV[2] token   ARGV[3] ttl ms (0 = release)
 Returns 1 when the caller still held the lease with this token (renewed, or

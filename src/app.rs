@@ -29,7 +29,7 @@ use crate::http::{self, AppState, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::redis::RedisOptions;
-use crate::store::{MemoryStore, RedisStore, Store};
+use crate::store::{Events, MemoryStore, RedisStore, Store};
 
 /// The process-wide Prometheus recorder (installed once, shared by every app
 /// in the process: tests run several).

@@ -27,6 +27,7 @@ on_every_backend!(
     a_crash_after_the_home_step_is_completed_by_a_retry,
     a_crash_after_a_take_is_completed_by_a_retry_without_a_second_take,
     a_stale_mover_is_fenced_and_moves_nothing,
+    the_lease_holder_is_read_without_taking_a_token,
     an_interrupted_transfer_is_completed_by_the_next_mover,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
@@ -304,7 +305,10 @@ async fn a_cancel_puts_units_back_and_is_idempotent<S: Store>(engine: Engine<S>)
     assert!(again.already);
     assert_eq!(engine.view(&id).await.unwrap().remaining, 4);
     let looked_up = engine.order(order.order_id.as_str()).await.unwrap();
-    assert_eq!(looked_up.status, shardstock::engine::OrderStatus::Cancelled);
+    assert_eq!(
+        looked_up.status,
+        shardstock::domain::model::OrderStatus::Cancelled
+    );
     assert!(buy(&engine, &id, "u-1", 2).await.is_ok(), "quota came back");
     for bad in ["nope", &format!("{id}.0000000000000000.0000000000000000")] {
         assert!(matches!(
@@ -454,6 +458,28 @@ async fn a_stale_mover_is_fenced_and_moves_nothing<S: Store>(engine: Engine<S>) 
     assert!(!store.renew_lease(&id, "old", old, 1000).await.unwrap());
 }
 
+async fn the_lease_holder_is_read_without_taking_a_token<S: Store>(engine: Engine<S>) {
+    let id = event_id("holder");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let store = engine.store();
+    assert_eq!(
+        store.lease_holder(&id).await.unwrap(),
+        None,
+        "free at first"
+    );
+    let token = store.acquire_lease(&id, "a", 5_000).await.unwrap().unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            store.lease_holder(&id).await.unwrap(),
+            Some(("a".to_owned(), token))
+        );
+    }
+    store.release_lease(&id, "a", token).await.unwrap();
+    assert_eq!(store.lease_holder(&id).await.unwrap(), None, "free again");
+    let next = store.acquire_lease(&id, "b", 5_000).await.unwrap().unwrap();
+    assert_eq!(next, token + 1, "reading the holder took no token");
+}
+
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {
     use shardstock::engine::mover;
     use shardstock::store::TransferReply;
@@ -490,7 +516,7 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
 
 async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(engine: Engine<S>) {
     use shardstock::domain::ids::OrderId;
-    use shardstock::store::{HomeEntry, StoreError, TakeArgs};
+    use shardstock::store::{PurchaseEntry, StoreError, TakeArgs};
     let id = event_id("sealed");
     engine.create_event(spec(&id, 8, 2)).await.unwrap();
     let order = buy(&engine, &id, &user_homed_at(0, 2, "s"), 1)
@@ -503,7 +529,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         |r: Result<(), StoreError>| assert!(matches!(r, Err(StoreError::Stale(_))), "{r:?}");
     let u = user("u-x");
     let oid = OrderId::generate(&id, 1);
-    let entry = HomeEntry {
+    let entry = PurchaseEntry {
         user: u.clone(),
         qty: 1,
         limit: 0,
@@ -511,7 +537,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         keep: false,
         order_id: oid.clone(),
     };
-    stale(store.home(&b0, 0, &[entry]).await.map(drop));
+    stale(store.purchase(&b0, 0, &[entry]).await.map(drop));
     let take = TakeArgs {
         rid: "~2".into(),
         pass: 1,
@@ -539,7 +565,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
 async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Store>(
     engine: Engine<S>,
 ) {
-    use shardstock::store::{HomeEntry, HomeReply};
+    use shardstock::store::{PurchaseEntry, PurchaseReply};
     let id = event_id("empty");
     engine.create_event(spec(&id, 4, 4)).await.unwrap();
     let mut orders = Vec::new();
@@ -552,7 +578,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         Err(Refusal::SoldOut { remaining: 0 })
     );
     let store = engine.store();
-    let entry = |n: u32| HomeEntry {
+    let entry = |n: u32| PurchaseEntry {
         user: user(format!("late-{n}")),
         qty: 1,
         limit: 0,
@@ -562,20 +588,20 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
     };
     for b in 0..4 {
         let r = store
-            .home(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
+            .purchase(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
             .await
             .unwrap();
-        assert_eq!(r, vec![HomeReply::SoldOut], "bucket {b} answers alone");
+        assert_eq!(r, vec![PurchaseReply::SoldOut], "bucket {b} answers alone");
     }
     // …until a cancel puts a unit back: then every bucket's mark is void.
     engine.cancel(orders[0].order_id.as_str()).await.unwrap();
     for b in 0..4 {
         let r = store
-            .home(&BucketRef::new(&id, 0, b), 0, &[entry(10 + b)])
+            .purchase(&BucketRef::new(&id, 0, b), 0, &[entry(10 + b)])
             .await
             .unwrap();
         assert!(
-            !matches!(r[0], HomeReply::SoldOut),
+            !matches!(r[0], PurchaseReply::SoldOut),
             "bucket {b} still claims sold out: {r:?}"
         );
     }

@@ -11,9 +11,11 @@ use common::{event_id, spec, user};
 use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
 use shardstock::control::lifecycle::{self, LostState};
 use shardstock::domain::ids::{EventId, RequestId};
-use shardstock::engine::{OrderStatus, PurchaseRequest, Refusal};
+use shardstock::domain::model::OrderStatus;
+use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
+use shardstock::engine::{PurchaseRequest, Refusal};
 use shardstock::ledger::{FlushRecord, Ledger};
-use shardstock::store::{MemoryStore, RecordKind, Store, StreamEntry, StreamId};
+use shardstock::store::{MemoryStore, Store};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 

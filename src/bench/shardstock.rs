@@ -14,7 +14,7 @@ use crate::domain::ids::{EventId, RequestId, UserId};
 use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{PurchaseRequest, Refusal};
 use crate::store::redis::RedisOptions;
-use crate::store::{RedisStore, Store};
+use crate::store::{RedisStore, Retirement, Store};
 use crate::{Engine, EngineError, EngineOptions};
 
 fn event(prefix: &str) -> EventId {

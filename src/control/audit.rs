@@ -22,10 +22,11 @@ use crate::control::flusher::{buckets_of, stream_name};
 use crate::control::lifecycle::LifecycleError;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::stream::RecordKind;
 use crate::engine::{Engine, EngineError};
 use crate::ledger::{Ledger, StreamCut};
 use crate::metrics as m;
-use crate::store::{BucketAudit, RecordKind, Store, StoreError};
+use crate::store::{BucketAudit, Store, StoreError};
 
 /// The audit as `GET /v1/events/{id}/audit` and `shardstock audit` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -122,7 +123,7 @@ pub async fn audit<S: Store>(
                 r.as_ref().map(|r| StreamCut {
                     stream: stream_name(b),
                     last: r.last_id,
-                    present: r.records.iter().map(|(id, ..)| *id).collect(),
+                    present: r.entries.iter().map(|(id, ..)| *id).collect(),
                 })
             })
             .collect();
@@ -149,7 +150,7 @@ pub async fn audit<S: Store>(
                 }
             }
             let stream = stream_name(b);
-            for (id, kind, qty) in &r.records {
+            for (id, kind, qty) in &r.entries {
                 if db.already.contains(&(stream.clone(), *id)) {
                     continue;
                 }

@@ -19,10 +19,11 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::EventMeta;
+use crate::domain::stream::StreamId;
 use crate::engine::{Engine, EngineError};
 use crate::ledger::{FlushRecord, Ledger, LedgerError};
 use crate::metrics as m;
-use crate::store::{Store, StoreError, StreamId};
+use crate::store::{Store, StoreError};
 
 /// Tunables (from `[database]`).
 #[derive(Debug, Clone)]

@@ -26,12 +26,12 @@ use tokio_util::sync::CancellationToken;
 use crate::control::flusher::{FlushError, Flusher, buckets_of};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventSpec, EventStatus, OrderEntry, Record, split_even};
+use crate::domain::model::{EventSpec, EventStatus, OrderEntry, RequestRecord, split_even};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::MoverError;
 use crate::engine::{Engine, EngineError, EventView, now_ms};
 use crate::ledger::{DbEvent, Ledger, LedgerError};
-use crate::store::{CreateMeta, Store, StoreError};
+use crate::store::{CreateEventReply, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -315,10 +315,10 @@ pub async fn rebuild<S: Store>(
     let remaining = spec
         .stock
         .saturating_sub(totals.sold.saturating_sub(totals.released) + totals.leftover);
-    match store.create_meta(spec, now_ms()).await? {
-        CreateMeta::Created => {}
-        CreateMeta::Exists(meta) if meta.status == EventStatus::Creating => {}
-        CreateMeta::Exists(_) => return Ok(()),
+    match store.create_event(spec, now_ms()).await? {
+        CreateEventReply::Created => {}
+        CreateEventReply::Exists(meta) if meta.status == EventStatus::Creating => {}
+        CreateEventReply::Exists(_) => return Ok(()),
     }
     store.register_event(&spec.id).await?;
     // A fresh generation: no stream of the rebuilt buckets reuses an old name.
@@ -370,11 +370,11 @@ pub async fn rebuild<S: Store>(
         }
         for chunk in orders.chunks(500) {
             // Replays of client request ids answer what the ledger recorded.
-            let records: Vec<(String, Record)> = chunk
+            let records: Vec<(String, RequestRecord)> = chunk
                 .iter()
                 .filter(|(_, e)| !e.request_id.is_empty())
                 .map(|(oid, e)| {
-                    let record = Record::Bought {
+                    let record = RequestRecord::Bought {
                         qty: e.qty,
                         order_id: oid.clone(),
                         bucket: e.bucket,

@@ -22,7 +22,7 @@ use crate::control::lifecycle::LifecycleError;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{
-    EventMeta, EventStatus, MAX_BUCKETS, OrderEntry, Record, SpecError, split_even,
+    EventMeta, EventStatus, MAX_BUCKETS, OrderEntry, RequestRecord, SpecError, split_even,
 };
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
@@ -202,7 +202,7 @@ async fn write_contents<S: Store>(
     for chunk in orders.chunks(500) {
         store.restore(bucket, &[], chunk, &[]).await?;
     }
-    let records: Vec<(String, Record)> = c.records;
+    let records: Vec<(String, RequestRecord)> = c.records;
     for chunk in records.chunks(500) {
         store.restore(bucket, &[], &[], chunk).await?;
     }

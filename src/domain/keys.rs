@@ -78,9 +78,15 @@ impl BucketRef {
         }
     }
 
+    /// `<event>#<gen>#<b>`: the ledger's name for the bucket's stream, and the
+    /// order id of the bucket's leftover record.
+    pub fn name(&self) -> String {
+        format!("{}#{}#{}", self.event, self.generation, self.index)
+    }
+
     /// The bucket's hash tag, `{<event>#<gen>#<b>}`: one Cluster slot per bucket.
     pub fn tag(&self) -> String {
-        format!("{{{}#{}#{}}}", self.event, self.generation, self.index)
+        format!("{{{}}}", self.name())
     }
 
     /// All keys of this bucket.

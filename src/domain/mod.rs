@@ -12,3 +12,5 @@ pub mod keys;
 pub mod model;
 /// The stable routing hash, home bucket and probe ring.
 pub mod routing;
+/// A bucket's order stream: entry kinds, ids and their stored encoding.
+pub mod stream;

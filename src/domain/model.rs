@@ -1,8 +1,10 @@
 //! The domain: events, their stored meta, orders and purchase records.
 //!
 //! These types are shared by the engine and every store backend. The compact
-//! `|`-separated encodings of [`Record`] and [`OrderEntry`] are what the Lua
-//! scripts write into Redis; the memory backend keeps the same values decoded.
+//! `|`-separated encodings of [`RequestRecord`] and [`OrderEntry`] are what the Lua
+//! scripts write into Redis (the Redis store builds them with `encode`, never by
+//! hand); the memory backend keeps the same values decoded. The order stream's
+//! entries are in [`crate::domain::stream`].
 
 use serde::{Deserialize, Serialize};
 
@@ -185,7 +187,7 @@ pub struct BucketState {
 
 /// The outcome of a request id, stored in the home bucket so a retry gets the same answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
+pub enum RequestRecord {
     /// Quota reserved, the home bucket was short: the ring is being probed.
     Pending {
         qty: u32,
@@ -210,7 +212,7 @@ pub enum Record {
     },
 }
 
-impl Record {
+impl RequestRecord {
     pub fn qty(&self) -> u32 {
         match self {
             Self::Pending { qty, .. }
@@ -313,6 +315,55 @@ impl OrderEntry {
     }
 }
 
+/// Whether an order stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    Confirmed,
+    Cancelled,
+}
+
+/// An order as the API shows it (from its home bucket's index, or from the ledger).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderView {
+    pub order_id: OrderId,
+    pub event_id: EventId,
+    pub user_id: UserId,
+    pub quantity: u32,
+    /// The bucket the units came from.
+    pub bucket: u32,
+    pub status: OrderStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(with = "crate::domain::model::rfc3339_ms")]
+    pub created_at: Option<i64>,
+}
+
+impl OrderView {
+    pub fn new(order_id: OrderId, event: EventId, entry: OrderEntry) -> Self {
+        // Stored request ids are "<user>/<request id>".
+        let request_id = entry
+            .request_id
+            .split_once('/')
+            .map(|(_, rid)| rid.to_owned())
+            .filter(|rid| !rid.is_empty());
+        Self {
+            order_id,
+            event_id: event,
+            user_id: entry.user,
+            quantity: entry.qty,
+            bucket: entry.bucket,
+            status: if entry.cancelled {
+                OrderStatus::Cancelled
+            } else {
+                OrderStatus::Confirmed
+            },
+            request_id,
+            created_at: Some(entry.at_ms),
+        }
+    }
+}
+
 /// A confirmed purchase, as the API returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Order {
@@ -366,34 +417,48 @@ mod tests {
     }
 
     #[test]
-    fn records_round_trip_their_encoding() {
+    fn request_records_round_trip_their_encoding() {
         let oid = OrderId::from_stored("e.0000000000000001.0000000000000002".into());
         for r in [
-            Record::Pending {
+            RequestRecord::Pending {
                 qty: 2,
                 order_id: oid.clone(),
                 user: UserId::parse("u-1").unwrap(),
                 at_ms: 17,
             },
-            Record::Bought {
+            RequestRecord::Bought {
                 qty: 1,
                 order_id: oid,
                 bucket: 3,
                 probes: 2,
             },
-            Record::LimitExceeded {
+            RequestRecord::LimitExceeded {
                 qty: 3,
                 limit: 2,
                 held: 1,
             },
-            Record::SoldOut {
+            RequestRecord::SoldOut {
                 qty: 1,
                 remaining: 0,
             },
         ] {
-            assert_eq!(Record::decode(&r.encode()), Some(r));
+            assert_eq!(RequestRecord::decode(&r.encode()), Some(r));
         }
-        assert_eq!(Record::decode("Z|1"), None);
+        assert_eq!(RequestRecord::decode("Z|1"), None);
+    }
+
+    #[test]
+    fn order_entries_round_trip_their_encoding() {
+        let entry = OrderEntry {
+            cancelled: true,
+            user: UserId::parse("u-1").unwrap(),
+            qty: 2,
+            bucket: 3,
+            request_id: "u-1/r".into(),
+            at_ms: 17,
+        };
+        assert_eq!(entry.encode(), "X|u-1|2|3|u-1/r|17");
+        assert_eq!(OrderEntry::decode(&entry.encode()), Some(entry));
     }
 }
 

@@ -22,12 +22,12 @@ use tokio::sync::oneshot;
 
 use crate::domain::keys::BucketRef;
 use crate::metrics as m;
-use crate::store::{HomeEntry, HomeReply, Store, StoreError};
+use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
 
-type Reply = Result<HomeReply, StoreError>;
+type Reply = Result<PurchaseReply, StoreError>;
 
 struct Queued {
-    entry: HomeEntry,
+    entry: PurchaseEntry,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -64,7 +64,7 @@ impl<S: Store> Batcher<S> {
     }
 
     /// The home step for one entry, batched with whatever else is waiting.
-    pub async fn home(&self, bucket: &BucketRef, now_ms: i64, entry: HomeEntry) -> Reply {
+    pub async fn home(&self, bucket: &BucketRef, now_ms: i64, entry: PurchaseEntry) -> Reply {
         let (tx, rx) = oneshot::channel();
         let lane = self.lane(bucket);
         lane.queue.push(Queued { entry, reply: tx });
@@ -119,11 +119,11 @@ async fn drive<S: Store>(
             }
             continue;
         }
-        let (entries, replies): (Vec<HomeEntry>, Vec<_>) =
+        let (entries, replies): (Vec<PurchaseEntry>, Vec<_>) =
             batch.into_iter().map(|q| (q.entry, q.reply)).unzip();
         metrics::histogram!(m::BATCH_SIZE).record(entries.len() as f64);
         metrics::counter!(m::SCRIPT_CALLS).increment(1);
-        match store.home(&bucket, now_ms, &entries).await {
+        match store.purchase(&bucket, now_ms, &entries).await {
             Ok(answers) if answers.len() == replies.len() => {
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));

@@ -26,9 +26,9 @@ use crate::domain::ids::{EventId, IdError};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
 use crate::engine::mover::MoverError;
-use crate::store::{CreateMeta, Store, StoreError};
+use crate::store::{CreateEventReply, Store, StoreError};
 
-pub use orders::{CancelOutcome, OrderStatus, OrderView};
+pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use view::{BucketView, EventView, skew};
 
@@ -180,14 +180,14 @@ impl<S: Store> Engine<S> {
     /// that an interrupted creation of the same spec is resumed.
     pub async fn create_event(&self, spec: EventSpec) -> Result<EventView, EngineError> {
         spec.validate()?;
-        match self.store.create_meta(&spec, now_ms()).await? {
-            CreateMeta::Created => {}
-            CreateMeta::Exists(meta)
+        match self.store.create_event(&spec, now_ms()).await? {
+            CreateEventReply::Created => {}
+            CreateEventReply::Exists(meta)
                 if meta.status == EventStatus::Creating && meta.spec == spec =>
             {
                 tracing::info!(event = %spec.id, "resuming an interrupted creation");
             }
-            CreateMeta::Exists(_) => return Err(EngineError::EventExists(spec.id)),
+            CreateEventReply::Exists(_) => return Err(EngineError::EventExists(spec.id)),
         }
         self.store.register_event(&spec.id).await?;
         let shares = spec.split();

@@ -7,62 +7,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::{Engine, EngineError, now_ms};
-use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::ids::{EventId, OrderId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, OrderEntry};
+use crate::domain::model::{EventMeta, EventStatus, OrderStatus, OrderView};
 use crate::domain::routing::home;
 use crate::store::{CancelReply, Store, StoreError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OrderStatus {
-    Confirmed,
-    Cancelled,
-}
-
-/// An order as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OrderView {
-    pub order_id: OrderId,
-    pub event_id: EventId,
-    pub user_id: UserId,
-    pub quantity: u32,
-    /// The bucket the units came from.
-    pub bucket: u32,
-    pub status: OrderStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-    #[serde(with = "crate::domain::model::rfc3339_ms")]
-    pub created_at: Option<i64>,
-}
-
-impl OrderView {
-    pub fn new(order_id: OrderId, event: EventId, entry: OrderEntry) -> Self {
-        // Stored request ids are "<user>/<request id>".
-        let request_id = entry
-            .request_id
-            .split_once('/')
-            .map(|(_, rid)| rid.to_owned())
-            .filter(|rid| !rid.is_empty());
-        Self {
-            order_id,
-            event_id: event,
-            user_id: entry.user,
-            quantity: entry.qty,
-            bucket: entry.bucket,
-            status: if entry.cancelled {
-                OrderStatus::Cancelled
-            } else {
-                OrderStatus::Confirmed
-            },
-            request_id,
-            created_at: Some(entry.at_ms),
-        }
-    }
-}
 
 /// The answer to a cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]

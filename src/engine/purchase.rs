@@ -23,10 +23,11 @@ use futures::future::try_join_all;
 use super::{CrashPoint, Engine, EngineError, now_ms};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, Order, Record};
+use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
 use crate::domain::routing::{home, ring, user_hash};
 use crate::store::{
-    Finish, FinishArgs, FinishReply, HomeEntry, HomeReply, Store, StoreError, TakeArgs, TakeReply,
+    Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, Store, StoreError, TakeArgs,
+    TakeReply,
 };
 
 /// A purchase as the engine receives it (ids already validated).
@@ -104,7 +105,7 @@ enum Step {
         available: u64,
     },
     /// A concurrent driver ended the saga with this record.
-    Ended(Record),
+    Ended(RequestRecord),
     GaveUp,
 }
 
@@ -197,7 +198,7 @@ impl<S: Store> Engine<S> {
 
     async fn attempt(&self, meta: &EventMeta, saga: Saga) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
-        let entry = HomeEntry {
+        let entry = PurchaseEntry {
             user: saga.user.clone(),
             qty: saga.qty,
             limit: meta.spec.per_user_limit.unwrap_or(0),
@@ -217,7 +218,7 @@ impl<S: Store> Engine<S> {
             replayed: false,
         };
         match reply {
-            HomeReply::Bought { .. } => Ok(fresh(Ok(order(
+            PurchaseReply::Bought { .. } => Ok(fresh(Ok(order(
                 meta,
                 &saga.user,
                 saga.qty,
@@ -225,12 +226,12 @@ impl<S: Store> Engine<S> {
                 saga.home,
                 0,
             )))),
-            HomeReply::LimitExceeded { held } => {
+            PurchaseReply::LimitExceeded { held } => {
                 Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
             }
-            HomeReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
-            HomeReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
-            HomeReply::Replay(record) => self.replay(meta, saga, record).await,
+            PurchaseReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
+            PurchaseReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
+            PurchaseReply::Replay(record) => self.replay(meta, saga, record).await,
         }
     }
 
@@ -238,13 +239,13 @@ impl<S: Store> Engine<S> {
     async fn home_step(
         &self,
         bucket: &BucketRef,
-        entry: HomeEntry,
-    ) -> Result<HomeReply, StoreError> {
+        entry: PurchaseEntry,
+    ) -> Result<PurchaseReply, StoreError> {
         match &self.batcher {
             Some(batcher) => batcher.home(bucket, now_ms(), entry).await,
             None => self
                 .store
-                .home(bucket, now_ms(), slice::from_ref(&entry))
+                .purchase(bucket, now_ms(), slice::from_ref(&entry))
                 .await?
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("empty home reply".into())),
@@ -257,13 +258,13 @@ impl<S: Store> Engine<S> {
         &self,
         meta: &EventMeta,
         mut saga: Saga,
-        record: Record,
+        record: RequestRecord,
     ) -> Result<PurchaseOutcome, EngineError> {
         if record.qty() != saga.qty {
             return Err(EngineError::IdempotencyConflict(saga.rid));
         }
         let result = match record {
-            Record::Pending { order_id, .. } => {
+            RequestRecord::Pending { order_id, .. } => {
                 saga.order_id = order_id;
                 self.drive(meta, &saga).await?
             }
@@ -276,19 +277,24 @@ impl<S: Store> Engine<S> {
     }
 
     /// The answer a final record stands for.
-    fn answer(&self, meta: &EventMeta, saga: &Saga, record: Record) -> Result<Answer, EngineError> {
+    fn answer(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        record: RequestRecord,
+    ) -> Result<Answer, EngineError> {
         Ok(match record {
-            Record::Bought {
+            RequestRecord::Bought {
                 qty,
                 order_id,
                 bucket,
                 probes,
             } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
-            Record::LimitExceeded { limit, held, .. } => {
+            RequestRecord::LimitExceeded { limit, held, .. } => {
                 Err(Refusal::LimitExceeded { limit, held })
             }
-            Record::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
-            Record::Pending { .. } => {
+            RequestRecord::SoldOut { remaining, .. } => Err(Refusal::SoldOut { remaining }),
+            RequestRecord::Pending { .. } => {
                 return Err(StoreError::Protocol("finish answered a pending record".into()).into());
             }
         })
@@ -396,8 +402,8 @@ impl<S: Store> Engine<S> {
             if !fresh_all {
                 // Another driver of this saga probed here first: it may have ended it.
                 let home = Self::bucket(meta, saga.home);
-                if let Some(record) = self.store.record(&home, &saga.rid).await?
-                    && !matches!(record, Record::Pending { .. })
+                if let Some(record) = self.store.request_record(&home, &saga.rid).await?
+                    && !matches!(record, RequestRecord::Pending { .. })
                 {
                     return Ok(Step::Ended(record));
                 }
@@ -519,7 +525,7 @@ impl<S: Store> Engine<S> {
                     meta, &saga.user, saga.qty, order_id, bucket, probes,
                 )));
             }
-            FinishReply::Already(record @ Record::Bought { .. }) if matches!(&record, Record::Bought { order_id: o, .. } if *o == order_id) =>
+            FinishReply::Already(record @ RequestRecord::Bought { .. }) if matches!(&record, RequestRecord::Bought { order_id: o, .. } if *o == order_id) =>
             {
                 // A concurrent driver finished with this same take: answer as it did.
                 return self.answer(meta, saga, record);
@@ -571,7 +577,7 @@ impl<S: Store> Engine<S> {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
             let (entry, record) = match (
                 self.store.order_entry(&bucket, &saga.order_id).await,
-                self.store.record(&bucket, &saga.rid).await,
+                self.store.request_record(&bucket, &saga.rid).await,
             ) {
                 (Ok(entry), Ok(record)) => (entry, record),
                 _ => continue,
@@ -581,7 +587,7 @@ impl<S: Store> Engine<S> {
                     result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)),
                     replayed: false,
                 }),
-                (None, Some(Record::Pending { .. })) => Ok(PurchaseOutcome {
+                (None, Some(RequestRecord::Pending { .. })) => Ok(PurchaseOutcome {
                     result: self.drive(meta, &saga).await?,
                     replayed: false,
                 }),
@@ -607,9 +613,9 @@ impl<S: Store> Engine<S> {
         meta: &EventMeta,
         home: u32,
         rid: &str,
-        record: &Record,
+        record: &RequestRecord,
     ) -> Result<(), EngineError> {
-        let Record::Pending {
+        let RequestRecord::Pending {
             qty,
             order_id,
             user,
@@ -649,7 +655,7 @@ impl<S: Store> Engine<S> {
             probes,
         };
         let confirmed = match self.finish_with(meta, &saga, kept).await? {
-            FinishReply::Already(Record::Bought { order_id, .. }) => order_id,
+            FinishReply::Already(RequestRecord::Bought { order_id, .. }) => order_id,
             _ => oid,
         };
         for (pass, _, j, other) in takes {

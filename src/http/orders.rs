@@ -7,7 +7,8 @@ use axum::{Json, Router};
 
 use super::{ApiError, AppState};
 use crate::domain::ids::OrderId;
-use crate::engine::{EngineError, OrderView};
+use crate::domain::model::OrderView;
+use crate::engine::EngineError;
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use sqlx::{Any, AssertSqlSafe, Row, Transaction};
 
 use super::{Ledger, LedgerError};
-use crate::store::{RecordKind, StreamEntry};
+use crate::domain::stream::{RecordKind, StreamEntry};
 
 /// A stream record on its way to the database.
 #[derive(Debug, Clone)]

@@ -7,9 +7,8 @@ use sqlx::{Row, any::AnyRow};
 
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::ids::{EventId, OrderId, UserId};
-use crate::domain::model::EventSpec;
-use crate::engine::{OrderStatus, OrderView};
-use crate::store::StreamId;
+use crate::domain::model::{EventSpec, OrderStatus, OrderView};
+use crate::domain::stream::StreamId;
 
 /// An event as the ledger has it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -363,7 +363,7 @@ impl<S: Store> Rebalancer<S> {
             for b in 0..n {
                 let bucket = BucketRef::new(&meta.spec.id, generation, b);
                 let drained = match store.audit_bucket(&bucket).await {
-                    Ok(a) => a.stock == 0 && a.open.is_empty() && a.records.is_empty(),
+                    Ok(a) => a.stock == 0 && a.open.is_empty() && a.entries.is_empty(),
                     Err(StoreError::Stale(_)) => true,
                     Err(e) => return Err(e.into()),
                 };

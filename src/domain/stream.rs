@@ -1,0 +1,149 @@
+//! A bucket's order stream: what its entries say and how they are written.
+//!
+//! Every step that changes who owns units (a purchase, a saga's take or its
+//! undo, a cancel, a closed bucket's leftover) appends one entry to the bucket's
+//! stream in the same atomic step. The flusher carries the entries to the ledger,
+//! the audit counts the ones not flushed yet. In Redis an entry is a stream
+//! record with one field `d` holding [`StreamEntry::data`]; the memory store
+//! keeps the decoded value.
+
+/// What a stream entry says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// Units sold (`k=o`).
+    Order,
+    /// Units given back by a cancel (`k=c`).
+    Cancel,
+    /// A saga's take undone (`k=v`): those units were never sold.
+    Void,
+    /// A retired bucket's leftover stock at the end of the sale (`k=l`).
+    Leftover,
+}
+
+impl RecordKind {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Order => "o",
+            Self::Cancel => "c",
+            Self::Void => "v",
+            Self::Leftover => "l",
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<Self> {
+        Some(match code {
+            "o" => Self::Order,
+            "c" => Self::Cancel,
+            "v" => Self::Void,
+            "l" => Self::Leftover,
+            _ => return None,
+        })
+    }
+}
+
+/// A Redis stream entry id, `<ms>-<seq>`; ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub fn parse(s: &str) -> Option<Self> {
+        let (ms, seq) = s.split_once('-')?;
+        Some(Self {
+            ms: ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+/// One entry of a bucket's order stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEntry {
+    pub id: StreamId,
+    pub kind: RecordKind,
+    pub order_id: String,
+    pub user: String,
+    pub qty: u64,
+    /// The bucket whose stock changed.
+    pub bucket: u32,
+    /// The user's home bucket.
+    pub home: u32,
+    /// The stored request id (`<user>/<id>`, internal `~…`, or empty).
+    pub rid: String,
+    pub at_ms: i64,
+}
+
+impl StreamEntry {
+    /// The entry's `d` field as the Lua scripts write it,
+    /// `kind|order id|user|qty|bucket|home|rid|at` (the id is the stream's).
+    pub fn data(&self) -> String {
+        format!(
+            "{}|{}|{}|{}|{}|{}|{}|{}",
+            self.kind.code(),
+            self.order_id,
+            self.user,
+            self.qty,
+            self.bucket,
+            self.home,
+            self.rid,
+            self.at_ms
+        )
+    }
+
+    /// The entry with stream id `id` whose `d` field is `data`.
+    pub fn from_data(id: StreamId, data: &str) -> Option<Self> {
+        let f: Vec<&str> = data.split('|').collect();
+        let [kind, order_id, user, qty, bucket, home, rid, at_ms] = f[..] else {
+            return None;
+        };
+        Some(Self {
+            id,
+            kind: RecordKind::parse(kind)?,
+            order_id: order_id.to_owned(),
+            user: user.to_owned(),
+            qty: qty.parse().ok()?,
+            bucket: bucket.parse().ok()?,
+            home: home.parse().ok()?,
+            rid: rid.to_owned(),
+            at_ms: at_ms.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_round_trips_its_data_field() {
+        let entry = StreamEntry {
+            id: StreamId { ms: 5, seq: 1 },
+            kind: RecordKind::Void,
+            order_id: "e.1.2".into(),
+            user: "u-1".into(),
+            qty: 3,
+            bucket: 2,
+            home: 0,
+            rid: "u-1/r".into(),
+            at_ms: 17,
+        };
+        assert_eq!(entry.data(), "v|e.1.2|u-1|3|2|0|u-1/r|17");
+        assert_eq!(StreamEntry::from_data(entry.id, &entry.data()), Some(entry));
+        assert_eq!(StreamEntry::from_data(StreamId::default(), "x|a"), None);
+    }
+
+    #[test]
+    fn stream_ids_order_by_time_then_sequence() {
+        assert_eq!(StreamId::parse("12-3"), Some(StreamId { ms: 12, seq: 3 }));
+        assert!(StreamId { ms: 1, seq: 9 } < StreamId { ms: 2, seq: 0 });
+        assert_eq!(StreamId { ms: 7, seq: 0 }.to_string(), "7-0");
+    }
+}

@@ -1,0 +1,272 @@
+//! The hot path: steps on one bucket that sell, end a saga, cancel, and read.
+//!
+//! A purchase is `purchase` on the buyer's home bucket (nearly always the only
+//! step); when the home bucket is short, the engine's saga probes the ring with
+//! `take`, ends at home with `finish`, and gives back a take it no longer needs
+//! with `untake`. Every step that moves units appends its stream entry and its
+//! request record in the same atomic step (see `lua/purchase.lua` for why).
+
+use std::future::Future;
+
+use super::StoreError;
+use crate::domain::ids::{OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+
+/// One buyer in a `purchase` step (a batch holds one or more).
+#[derive(Debug, Clone)]
+pub struct PurchaseEntry {
+    pub user: UserId,
+    pub qty: u32,
+    /// 0: no per-user limit.
+    pub limit: u32,
+    /// The request id: the client's, or an internal one (then `keep` is false).
+    pub rid: String,
+    /// Store the outcome under `rid` for replays (only for client request ids).
+    pub keep: bool,
+    pub order_id: OrderId,
+}
+
+impl PurchaseEntry {
+    /// The stream entry a purchase in `bucket` (its home) appends; the stream
+    /// gives it its id.
+    pub fn stream_entry(&self, bucket: u32, now_ms: i64) -> StreamEntry {
+        StreamEntry {
+            id: StreamId::default(),
+            kind: RecordKind::Order,
+            order_id: self.order_id.to_string(),
+            user: self.user.to_string(),
+            qty: u64::from(self.qty),
+            bucket,
+            home: bucket,
+            rid: self.rid.clone(),
+            at_ms: now_ms,
+        }
+    }
+
+    /// The order's entry in its home bucket's index.
+    pub fn order_entry(&self, bucket: u32, now_ms: i64) -> OrderEntry {
+        OrderEntry {
+            cancelled: false,
+            user: self.user.clone(),
+            qty: self.qty,
+            bucket,
+            request_id: if self.keep {
+                self.rid.clone()
+            } else {
+                String::new()
+            },
+            at_ms: now_ms,
+        }
+    }
+
+    /// The record kept under `rid` when the purchase buys on the fast path.
+    pub fn bought(&self, bucket: u32) -> RequestRecord {
+        RequestRecord::Bought {
+            qty: self.qty,
+            order_id: self.order_id.clone(),
+            bucket,
+            probes: 0,
+        }
+    }
+
+    /// The record left under `rid` when the home bucket is short.
+    pub fn pending(&self, now_ms: i64) -> RequestRecord {
+        RequestRecord::Pending {
+            qty: self.qty,
+            order_id: self.order_id.clone(),
+            user: self.user.clone(),
+            at_ms: now_ms,
+        }
+    }
+}
+
+/// The answer of a `purchase` step to one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurchaseReply {
+    /// Bought on the fast path; the order is in the bucket's stream and index.
+    Bought { stock_left: u64 },
+    /// The request id already has a record.
+    Replay(RequestRecord),
+    /// Over the per-user limit; `held` is what the user holds already.
+    LimitExceeded { held: u64 },
+    /// The home bucket holds fewer than `qty`: quota reserved, a pending record written.
+    Pending { stock: u64 },
+    /// The event was found sold out and no unit has come back since (the
+    /// bucket's empty mark holds): refused in this one call.
+    SoldOut,
+}
+
+/// One probe of the ring by the purchase saga (`take`), or its undo (`untake`).
+#[derive(Debug, Clone)]
+pub struct TakeArgs {
+    pub rid: String,
+    /// Probe pass (1-based): each bucket decides once per (rid, pass), so a
+    /// re-driven saga makes the same decisions and never takes twice.
+    pub pass: u32,
+    pub user: UserId,
+    pub qty: u32,
+    pub order_id: OrderId,
+    pub home: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeReply {
+    /// Units taken here (now or by an earlier driver of the same saga) for this order.
+    Taken { order_id: OrderId },
+    /// Not enough here; `available` counts stock plus units journaled out by
+    /// open transfers; `adds` is the bucket's addition count when that was
+    /// decided; `fresh`: decided by this call (false: an earlier driver's
+    /// decision, replayed).
+    Short {
+        available: u64,
+        fresh: bool,
+        adds: u64,
+    },
+}
+
+/// How a saga ends at the home bucket.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Bought {
+        order_id: OrderId,
+        bucket: u32,
+        probes: u32,
+    },
+    /// Release the quota; answer sold out with `remaining` units seen.
+    SoldOut { remaining: u64 },
+    /// Release the quota and forget the request: nothing was bought, a retry starts afresh.
+    Abort,
+}
+
+#[derive(Debug, Clone)]
+pub struct FinishArgs {
+    pub rid: String,
+    pub user: UserId,
+    pub qty: u32,
+    pub keep: bool,
+    /// The event has a per-user limit (only then was a quota reserved).
+    pub limited: bool,
+    pub outcome: Finish,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReply {
+    /// This call ended the saga.
+    Done,
+    /// The saga had already ended (a concurrent driver): this is its record.
+    Already(RequestRecord),
+    /// No record for this request id (nothing pending).
+    NoRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelReply {
+    Cancelled(OrderEntry),
+    AlreadyCancelled(OrderEntry),
+    NotFound,
+}
+
+/// Steps on one bucket: selling, the saga, cancels, reads.
+pub trait Buckets {
+    /// Creates the bucket with `stock` units unless it exists (idempotent)
+    /// (`lua/init_bucket.lua`).
+    fn init_bucket(
+        &self,
+        bucket: &BucketRef,
+        stock: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The fast path: one atomic step per batch, entries applied in order
+    /// (`lua/purchase.lua`).
+    fn purchase(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[PurchaseEntry],
+    ) -> impl Future<Output = Result<Vec<PurchaseReply>, StoreError>> + Send;
+
+    /// One probe of the ring (`lua/take.lua`).
+    fn take(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &TakeArgs,
+    ) -> impl Future<Output = Result<TakeReply, StoreError>> + Send;
+
+    /// Undoes this saga's take in `bucket` (a concurrent driver ended the saga
+    /// otherwise): units back, a void entry in the stream. False if there was
+    /// no take (`lua/untake.lua`).
+    fn untake(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &TakeArgs,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Ends a saga at its home bucket (`lua/finish.lua`).
+    fn finish(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        args: &FinishArgs,
+    ) -> impl Future<Output = Result<FinishReply, StoreError>> + Send;
+
+    /// Cancels an order in its home bucket: units back on sale there, the
+    /// user's count down (`lua/cancel.lua`).
+    fn cancel(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> impl Future<Output = Result<CancelReply, StoreError>> + Send;
+
+    /// The order's entry in its home bucket's index.
+    fn order_entry(
+        &self,
+        bucket: &BucketRef,
+        order: &OrderId,
+    ) -> impl Future<Output = Result<Option<OrderEntry>, StoreError>> + Send;
+
+    /// The record stored under a request id in its home bucket.
+    fn request_record(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+    ) -> impl Future<Output = Result<Option<RequestRecord>, StoreError>> + Send;
+
+    /// Units a user holds (bought and reserved) in their home bucket.
+    fn held(
+        &self,
+        bucket: &BucketRef,
+        user: &UserId,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// `(adds, epoch)`: how many steps added units to the bucket, and its epoch
+    /// (bumped when units come back to a sold-out event). One atomic read
+    /// (`lua/counters.lua`).
+    fn counters(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
+
+    /// Marks the bucket's copy of "the event is sold out" if its epoch is still
+    /// `epoch` (`lua/set_empty.lua`).
+    fn set_empty(
+        &self,
+        bucket: &BucketRef,
+        epoch: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Bumps the bucket's epoch: its empty mark no longer holds.
+    fn bump_epoch(&self, bucket: &BucketRef)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Stock, journaled units, fence, adds and demand in one read
+    /// (`lua/bucket_state.lua`).
+    fn bucket_state(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<BucketState, StoreError>> + Send;
+}

@@ -1,0 +1,109 @@
+//! The event slot: steps on one event's meta (`ss:{<event>}:meta`), which every
+//! instance reads to route, and the set of known events.
+//!
+//! The meta is the event's routing table (layout generation, bucket count, the
+//! retired layouts still holding records), its status, and the `seq` that makes
+//! a sold-out mark trustworthy. Every write is a compare-and-set or idempotent,
+//! so two instances finishing the same creation, close or reshard agree.
+
+use std::future::Future;
+
+use super::StoreError;
+use crate::domain::ids::EventId;
+use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+
+/// Whether `create_event` wrote the meta.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateEventReply {
+    Created,
+    /// The event exists: nothing was written; this is its meta.
+    Exists(EventMeta),
+}
+
+/// What bumping an event's seq found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqBump {
+    pub seq: u64,
+    /// The event was marked sold out: the buckets' empty marks must be invalidated.
+    pub was_sold_out: bool,
+}
+
+/// Steps on an event's own slot.
+pub trait Events {
+    /// Writes the meta with status `creating` unless the event exists
+    /// (`lua/create_event.lua`).
+    fn create_event(
+        &self,
+        spec: &EventSpec,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<CreateEventReply, StoreError>> + Send;
+
+    /// Adds the event to the set of known events (`ss:events`); idempotent.
+    fn register_event(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every known event.
+    fn list_events(&self) -> impl Future<Output = Result<Vec<EventId>, StoreError>> + Send;
+
+    /// The event's meta, `None` if it has none.
+    fn load_meta(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<Option<EventMeta>, StoreError>> + Send;
+
+    /// Moves the status from `from` to `to`; false if it was not `from`
+    /// (`lua/set_status.lua`).
+    fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Routes the event to layout `generation` with `buckets` buckets; `retired`
+    /// lists older layouts that may still hold records. False without meta
+    /// (`lua/set_layout.lua`).
+    fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Increments the event's seq (after units were added to a bucket)
+    /// (`lua/bump_seq.lua`).
+    fn bump_seq(&self, event: &EventId)
+    -> impl Future<Output = Result<SeqBump, StoreError>> + Send;
+
+    /// Marks the event sold out at `seq` if its seq is still `seq`
+    /// (`lua/mark_sold_out.lua`).
+    fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Marks the event as resharding to `(generation, buckets)` (or confirms an
+    /// interrupted reshard to the same layout); false otherwise
+    /// (`lua/begin_reshard.lua`).
+    fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Switches to the new layout and back on sale, in one step
+    /// (`lua/end_reshard.lua`).
+    fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}

@@ -1,0 +1,334 @@
+//! The hot path in memory: each step one critical section on one bucket.
+
+use std::sync::{Arc, Mutex};
+
+use super::{Bucket, Marker, MemoryStore};
+use crate::domain::ids::{OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::store::{
+    Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply,
+    StoreError, TakeArgs, TakeReply,
+};
+
+impl Bucket {
+    /// One entry of `purchase.lua`'s batch.
+    fn purchase_one(
+        &mut self,
+        index: u32,
+        now_ms: i64,
+        sold_out: bool,
+        e: &PurchaseEntry,
+    ) -> PurchaseReply {
+        if let Some(rec) = self.reqs.get(&e.rid).filter(|_| !e.rid.is_empty()) {
+            return PurchaseReply::Replay(rec.clone());
+        }
+        let limited = e.limit > 0;
+        let held = if limited {
+            self.users.get(&e.user).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        let qty = u64::from(e.qty);
+        if limited && held + qty > u64::from(e.limit) {
+            if e.keep {
+                let record = RequestRecord::LimitExceeded {
+                    qty: e.qty,
+                    limit: e.limit,
+                    held,
+                };
+                self.reqs.insert(e.rid.clone(), record);
+            }
+            return PurchaseReply::LimitExceeded { held };
+        }
+        if self.stock >= qty {
+            self.demand += qty;
+            self.stock -= qty;
+            if limited {
+                self.hold(&e.user, qty as i64);
+            }
+            self.append(e.stream_entry(index, now_ms));
+            self.idx
+                .insert(e.order_id.clone(), e.order_entry(index, now_ms));
+            if e.keep {
+                self.reqs.insert(e.rid.clone(), e.bought(index));
+            }
+            return PurchaseReply::Bought {
+                stock_left: self.stock,
+            };
+        }
+        if sold_out && self.stock == 0 {
+            if e.keep {
+                let record = RequestRecord::SoldOut {
+                    qty: e.qty,
+                    remaining: 0,
+                };
+                self.reqs.insert(e.rid.clone(), record);
+            }
+            return PurchaseReply::SoldOut;
+        }
+        self.demand += qty;
+        if limited {
+            self.hold(&e.user, qty as i64);
+        }
+        self.reqs.insert(e.rid.clone(), e.pending(now_ms));
+        PurchaseReply::Pending { stock: self.stock }
+    }
+}
+
+/// The stream entry a saga's take (or its undo) appends in bucket `index`.
+fn saga_entry(kind: RecordKind, index: u32, now_ms: i64, a: &TakeArgs) -> StreamEntry {
+    StreamEntry {
+        id: StreamId::default(),
+        kind,
+        order_id: a.order_id.to_string(),
+        user: a.user.to_string(),
+        qty: u64::from(a.qty),
+        bucket: index,
+        home: a.home,
+        rid: a.rid.clone(),
+        at_ms: now_ms,
+    }
+}
+
+impl Buckets for MemoryStore {
+    /// Mirrors `lua/init_bucket.lua`.
+    async fn init_bucket(&self, b: &BucketRef, stock: u64) -> Result<(), StoreError> {
+        let mut map = self.inner.buckets.write().expect("bucket map poisoned");
+        map.entry(b.clone()).or_insert_with(|| {
+            Arc::new(Mutex::new(Bucket {
+                stock,
+                ..Bucket::default()
+            }))
+        });
+        Ok(())
+    }
+
+    /// Mirrors `lua/purchase.lua`.
+    async fn purchase(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        entries: &[PurchaseEntry],
+    ) -> Result<Vec<PurchaseReply>, StoreError> {
+        self.with_live(b, |bk| {
+            let sold_out = bk.empty == Some(bk.epoch);
+            entries
+                .iter()
+                .map(|e| bk.purchase_one(b.index, now_ms, sold_out, e))
+                .collect()
+        })
+    }
+
+    /// Mirrors `lua/take.lua`.
+    async fn take(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<TakeReply, StoreError> {
+        self.with_live(b, |bk| {
+            let marker = (a.rid.clone(), a.pass);
+            if let Some(seen) = bk.markers.get(&marker) {
+                return match seen {
+                    Marker::Taken(order_id) => TakeReply::Taken {
+                        order_id: order_id.clone(),
+                    },
+                    Marker::Short(available, adds) => TakeReply::Short {
+                        available: *available,
+                        fresh: false,
+                        adds: *adds,
+                    },
+                    // This saga's take here was undone: the bucket as it is now.
+                    Marker::Undone => TakeReply::Short {
+                        available: bk.stock + bk.in_transfer(),
+                        fresh: false,
+                        adds: bk.adds,
+                    },
+                };
+            }
+            let qty = u64::from(a.qty);
+            if bk.stock >= qty {
+                bk.stock -= qty;
+                bk.append(saga_entry(RecordKind::Order, b.index, now_ms, a));
+                bk.markers.insert(marker, Marker::Taken(a.order_id.clone()));
+                TakeReply::Taken {
+                    order_id: a.order_id.clone(),
+                }
+            } else {
+                let available = bk.stock + bk.in_transfer();
+                bk.markers.insert(marker, Marker::Short(available, bk.adds));
+                TakeReply::Short {
+                    available,
+                    fresh: true,
+                    adds: bk.adds,
+                }
+            }
+        })
+    }
+
+    /// Mirrors `lua/untake.lua`.
+    async fn untake(&self, b: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<bool, StoreError> {
+        self.with(b, |bk| {
+            let marker = (a.rid.clone(), a.pass);
+            match bk.markers.get(&marker) {
+                Some(Marker::Taken(oid)) if *oid == a.order_id => {}
+                _ => return false,
+            }
+            bk.markers.insert(marker, Marker::Undone);
+            bk.stock += u64::from(a.qty);
+            bk.adds += 1;
+            bk.append(saga_entry(RecordKind::Void, b.index, now_ms, a));
+            true
+        })
+    }
+
+    /// Mirrors `lua/finish.lua`.
+    async fn finish(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &FinishArgs,
+    ) -> Result<FinishReply, StoreError> {
+        self.with(b, |bk| {
+            match bk.reqs.get(&a.rid) {
+                None => return FinishReply::NoRecord,
+                Some(RequestRecord::Pending { .. }) => {}
+                Some(done) => return FinishReply::Already(done.clone()),
+            }
+            let final_record = match &a.outcome {
+                Finish::Bought {
+                    order_id,
+                    bucket,
+                    probes,
+                } => {
+                    bk.idx.insert(
+                        order_id.clone(),
+                        OrderEntry {
+                            cancelled: false,
+                            user: a.user.clone(),
+                            qty: a.qty,
+                            bucket: *bucket,
+                            request_id: if a.keep { a.rid.clone() } else { String::new() },
+                            at_ms: now_ms,
+                        },
+                    );
+                    Some(RequestRecord::Bought {
+                        qty: a.qty,
+                        order_id: order_id.clone(),
+                        bucket: *bucket,
+                        probes: *probes,
+                    })
+                }
+                Finish::SoldOut { remaining } => {
+                    if a.limited {
+                        bk.hold(&a.user, -i64::from(a.qty));
+                    }
+                    Some(RequestRecord::SoldOut {
+                        qty: a.qty,
+                        remaining: *remaining,
+                    })
+                }
+                Finish::Abort => {
+                    if a.limited {
+                        bk.hold(&a.user, -i64::from(a.qty));
+                    }
+                    None
+                }
+            };
+            match final_record.filter(|_| a.keep) {
+                Some(r) => bk.reqs.insert(a.rid.clone(), r),
+                None => bk.reqs.remove(&a.rid),
+            };
+            FinishReply::Done
+        })
+    }
+
+    /// Mirrors `lua/cancel.lua`.
+    async fn cancel(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> Result<CancelReply, StoreError> {
+        self.with_live(b, |bk| {
+            let Some(entry) = bk.idx.get_mut(order) else {
+                return CancelReply::NotFound;
+            };
+            if entry.cancelled {
+                return CancelReply::AlreadyCancelled(entry.clone());
+            }
+            let before = entry.clone();
+            entry.cancelled = true;
+            if bk.users.contains_key(&before.user) {
+                bk.hold(&before.user, -i64::from(before.qty));
+            }
+            bk.stock += u64::from(before.qty);
+            bk.adds += 1;
+            bk.append(StreamEntry {
+                id: StreamId::default(),
+                kind: RecordKind::Cancel,
+                order_id: order.to_string(),
+                user: before.user.to_string(),
+                qty: u64::from(before.qty),
+                bucket: b.index,
+                home: b.index,
+                rid: String::new(),
+                at_ms: now_ms,
+            });
+            CancelReply::Cancelled(before)
+        })
+    }
+
+    async fn order_entry(
+        &self,
+        b: &BucketRef,
+        order: &OrderId,
+    ) -> Result<Option<OrderEntry>, StoreError> {
+        self.with(b, |bk| bk.idx.get(order).cloned())
+    }
+
+    async fn request_record(
+        &self,
+        b: &BucketRef,
+        rid: &str,
+    ) -> Result<Option<RequestRecord>, StoreError> {
+        self.with(b, |bk| bk.reqs.get(rid).cloned())
+    }
+
+    async fn held(&self, b: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
+        self.with(b, |bk| bk.users.get(user).copied().unwrap_or(0))
+    }
+
+    /// Mirrors `lua/counters.lua`.
+    async fn counters(&self, b: &BucketRef) -> Result<(u64, u64), StoreError> {
+        self.with(b, |bk| (bk.adds, bk.epoch))
+    }
+
+    /// Mirrors `lua/set_empty.lua`.
+    async fn set_empty(&self, b: &BucketRef, epoch: u64) -> Result<bool, StoreError> {
+        self.with(b, |bk| {
+            let current = bk.epoch == epoch;
+            if current {
+                bk.empty = Some(epoch);
+            }
+            current
+        })
+    }
+
+    async fn bump_epoch(&self, b: &BucketRef) -> Result<(), StoreError> {
+        self.with(b, |bk| bk.epoch += 1)
+    }
+
+    /// Mirrors `lua/bucket_state.lua`.
+    async fn bucket_state(&self, b: &BucketRef) -> Result<BucketState, StoreError> {
+        self.with(b, |bk| BucketState {
+            stock: bk.stock,
+            in_transfer: bk.in_transfer(),
+            fence: bk.fence,
+            adds: bk.adds,
+            demand: bk.demand,
+        })
+    }
+}

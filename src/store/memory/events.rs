@@ -1,0 +1,156 @@
+//! The event slot in memory: the meta of each event, in the event map.
+
+use super::leases::LeaseSlot;
+use super::{EventSlot, MemoryStore};
+use crate::domain::ids::EventId;
+use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+use crate::store::{CreateEventReply, Events, SeqBump, StoreError};
+
+impl Events for MemoryStore {
+    /// Mirrors `lua/create_event.lua`.
+    async fn create_event(
+        &self,
+        spec: &EventSpec,
+        now_ms: i64,
+    ) -> Result<CreateEventReply, StoreError> {
+        let mut events = self.inner.events.lock().expect("event map poisoned");
+        if let Some(slot) = events.get(&spec.id) {
+            return Ok(CreateEventReply::Exists(slot.meta.clone()));
+        }
+        let meta = EventMeta {
+            spec: spec.clone(),
+            status: EventStatus::Creating,
+            generation: 0,
+            seq: 0,
+            sold_out: None,
+            created_ms: now_ms,
+            retired: Vec::new(),
+            reshard_to: None,
+        };
+        events.insert(
+            spec.id.clone(),
+            EventSlot {
+                meta,
+                lease: LeaseSlot::default(),
+                leader: LeaseSlot::default(),
+            },
+        );
+        Ok(CreateEventReply::Created)
+    }
+
+    /// The event map is the set of known events: nothing to add.
+    async fn register_event(&self, _event: &EventId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
+        let events = self.inner.events.lock().expect("event map poisoned");
+        Ok(events.keys().cloned().collect())
+    }
+
+    async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {
+        Ok(self.with_event(event, |s| s.meta.clone()))
+    }
+
+    /// Mirrors `lua/set_status.lua`.
+    async fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            let ok = s.meta.status == from;
+            if ok {
+                s.meta.status = to;
+            }
+            ok
+        }))
+    }
+
+    /// Mirrors `lua/set_layout.lua`.
+    async fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .with_event(event, |s| {
+                s.meta.generation = generation;
+                s.meta.spec.buckets = buckets;
+                s.meta.retired = retired.to_vec();
+            })
+            .is_some())
+    }
+
+    /// Mirrors `lua/bump_seq.lua`.
+    async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
+        self.with_event(event, |s| {
+            let was_sold_out = matches!(s.meta.sold_out, Some((seq, _)) if seq == s.meta.seq);
+            s.meta.seq += 1;
+            SeqBump {
+                seq: s.meta.seq,
+                was_sold_out,
+            }
+        })
+        .ok_or_else(|| StoreError::Stale(format!("meta of {event}")))
+    }
+
+    /// Mirrors `lua/mark_sold_out.lua`.
+    async fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            let ok = s.meta.seq == seq;
+            if ok {
+                s.meta.sold_out = Some((seq, now_ms));
+            }
+            ok
+        }))
+    }
+
+    /// Mirrors `lua/begin_reshard.lua`.
+    async fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| match s.meta.status {
+            EventStatus::OnSale => {
+                s.meta.status = EventStatus::Resharding;
+                s.meta.reshard_to = Some((generation, buckets));
+                true
+            }
+            EventStatus::Resharding => s.meta.reshard_to == Some((generation, buckets)),
+            _ => false,
+        }))
+    }
+
+    /// Mirrors `lua/end_reshard.lua`.
+    async fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            if s.meta.reshard_to != Some((generation, buckets)) {
+                return false;
+            }
+            s.meta.generation = generation;
+            s.meta.spec.buckets = buckets;
+            s.meta.retired = retired.to_vec();
+            s.meta.status = EventStatus::OnSale;
+            s.meta.reshard_to = None;
+            s.meta.seq += 1;
+            true
+        }))
+    }
+}

@@ -1,0 +1,138 @@
+//! The end of a bucket in memory: seal, leftover, the audit's read, what the
+//! bucket remembers and expiry.
+
+use std::time::{Duration, Instant};
+
+use super::{Marker, MemoryStore};
+use crate::domain::ids::{OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{OrderEntry, RequestRecord};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::store::{BucketAudit, BucketContents, Retirement, StoreError};
+
+impl Retirement for MemoryStore {
+    /// Mirrors `lua/seal.lua`.
+    async fn seal(&self, b: &BucketRef) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            bk.sealed = true;
+            bk.stock
+        })
+    }
+
+    /// Mirrors `lua/retire.lua`.
+    async fn retire(&self, b: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
+        self.with(b, |bk| {
+            if !bk.sealed {
+                return None;
+            }
+            let units = std::mem::take(&mut bk.stock);
+            if units > 0 {
+                bk.append(StreamEntry {
+                    id: StreamId::default(),
+                    kind: RecordKind::Leftover,
+                    order_id: b.name(),
+                    user: String::new(),
+                    qty: units,
+                    bucket: b.index,
+                    home: b.index,
+                    rid: String::new(),
+                    at_ms: now_ms,
+                });
+            }
+            Some(units)
+        })
+    }
+
+    /// Mirrors `lua/audit_bucket.lua`.
+    async fn audit_bucket(&self, b: &BucketRef) -> Result<BucketAudit, StoreError> {
+        self.with(b, |bk| BucketAudit {
+            stock: bk.stock,
+            adds: bk.adds,
+            sealed: bk.sealed,
+            last_id: bk.last_id,
+            open: bk
+                .xfer
+                .iter()
+                .filter(|(_, j)| j.open)
+                .map(|(xid, j)| (xid.clone(), j.target, j.units))
+                .collect(),
+            applied: bk.xin.keys().cloned().collect(),
+            entries: bk
+                .stream
+                .iter()
+                .map(|s| (s.entry.id, s.entry.kind, s.entry.qty))
+                .collect(),
+        })
+    }
+
+    async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, RequestRecord)>, StoreError> {
+        self.with(b, |bk| {
+            bk.reqs
+                .iter()
+                .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
+                .map(|(rid, r)| (rid.clone(), r.clone()))
+                .collect()
+        })
+    }
+
+    async fn take_markers(
+        &self,
+        b: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<Vec<(u32, OrderId)>, StoreError> {
+        self.with(b, |bk| {
+            (1..=passes)
+                .filter_map(|pass| match bk.markers.get(&(rid.to_owned(), pass)) {
+                    Some(Marker::Taken(oid)) => Some((pass, oid.clone())),
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    /// Mirrors `lua/restore.lua`.
+    async fn restore(
+        &self,
+        b: &BucketRef,
+        holdings: &[(UserId, u64)],
+        orders: &[(OrderId, OrderEntry)],
+        records: &[(String, RequestRecord)],
+    ) -> Result<(), StoreError> {
+        self.with(b, |bk| {
+            for (user, units) in holdings {
+                bk.users.insert(user.clone(), *units);
+            }
+            for (oid, entry) in orders {
+                bk.idx.insert(oid.clone(), entry.clone());
+            }
+            for (rid, record) in records {
+                bk.reqs.insert(rid.clone(), record.clone());
+            }
+        })
+    }
+
+    async fn contents(&self, b: &BucketRef) -> Result<BucketContents, StoreError> {
+        self.with(b, |bk| BucketContents {
+            holdings: bk
+                .users
+                .iter()
+                .filter(|(_, u)| **u > 0)
+                .map(|(u, n)| (u.clone(), *n))
+                .collect(),
+            orders: bk.idx.iter().map(|(o, e)| (o.clone(), e.clone())).collect(),
+            records: bk
+                .reqs
+                .iter()
+                .filter(|(rid, r)| rid.contains('/') && !matches!(r, RequestRecord::Pending { .. }))
+                .map(|(rid, r)| (rid.clone(), r.clone()))
+                .collect(),
+        })
+    }
+
+    async fn expire_bucket(&self, b: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
+        self.with(b, |bk| {
+            bk.expires = Some(Instant::now() + Duration::from_millis(ttl_ms))
+        })
+    }
+}

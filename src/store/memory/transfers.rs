@@ -1,0 +1,136 @@
+//! Fenced transfers in memory: a bucket's `xfer` journal, `xin` set and fence.
+
+use super::{Bucket, Journal, MemoryStore};
+use crate::domain::keys::BucketRef;
+use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
+
+impl Bucket {
+    /// The fence check every transfer step starts with (raises the fence).
+    fn fence(&mut self, token: u64) -> Result<(), TransferReply> {
+        if token < self.fence {
+            return Err(TransferReply::Fenced {
+                highest: self.fence,
+            });
+        }
+        self.fence = token;
+        Ok(())
+    }
+
+    /// OUT: stock into the journal (`lua/transfer_out.lua`).
+    fn out(&mut self, token: u64, xid: &str, target: u32, units: u64) -> TransferReply {
+        if let Err(fenced) = self.fence(token) {
+            return fenced;
+        }
+        if let Some(j) = self.xfer.get(xid) {
+            return TransferReply::Duplicate(j.units);
+        }
+        let moved = units.min(self.stock);
+        if moved > 0 {
+            self.stock -= moved;
+            self.xfer.insert(
+                xid.to_owned(),
+                Journal {
+                    target,
+                    units: moved,
+                    token,
+                    open: true,
+                },
+            );
+        }
+        TransferReply::Applied(moved)
+    }
+}
+
+impl Transfers for MemoryStore {
+    /// Mirrors `lua/transfer_out.lua`.
+    async fn transfer_out(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.with_live(b, |bk| bk.out(token, xid, target, units))
+    }
+
+    /// Mirrors `lua/transfer_out.lua`, allowed on a sealed bucket.
+    async fn drain_out(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.with(b, |bk| bk.out(token, xid, target, units))
+    }
+
+    /// Mirrors `lua/raise_fence.lua`.
+    async fn raise_fence(&self, b: &BucketRef, token: u64) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            bk.fence = bk.fence.max(token);
+            bk.fence
+        })
+    }
+
+    /// Mirrors `lua/transfer_in.lua`.
+    async fn transfer_in(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+        _source: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.with_live(b, |bk| {
+            if let Err(fenced) = bk.fence(token) {
+                return fenced;
+            }
+            if let Some(&done) = bk.xin.get(xid) {
+                return TransferReply::Duplicate(done);
+            }
+            bk.stock += units;
+            bk.adds += 1;
+            bk.xin.insert(xid.to_owned(), units);
+            TransferReply::Applied(units)
+        })
+    }
+
+    /// Mirrors `lua/transfer_clear.lua`.
+    async fn transfer_clear(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> Result<TransferReply, StoreError> {
+        self.with(b, |bk| {
+            if let Err(fenced) = bk.fence(token) {
+                return fenced;
+            }
+            match bk.xfer.get_mut(xid) {
+                None => TransferReply::Duplicate(0),
+                Some(j) if !j.open => TransferReply::Duplicate(j.units),
+                Some(j) => {
+                    j.open = false;
+                    TransferReply::Applied(j.units)
+                }
+            }
+        })
+    }
+
+    async fn open_transfers(&self, b: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
+        self.with(b, |bk| {
+            bk.xfer
+                .iter()
+                .filter(|(_, j)| j.open)
+                .map(|(xid, j)| OpenTransfer {
+                    xid: xid.clone(),
+                    target: j.target,
+                    units: j.units,
+                    token: j.token,
+                })
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,222 @@
+//! The event slot on Redis: `ss:{<event>}:meta` (a HASH the scripts write
+//! field by field) and the `ss:events` set.
+
+use std::collections::HashMap;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use super::scripts::reply;
+use super::{RedisStore, arg, code, num, unavailable, unknown};
+use crate::domain::ids::EventId;
+use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+use crate::store::{CreateEventReply, Events, SeqBump, StoreError};
+
+impl RedisStore {
+    /// The set of known event ids (one small key, written once per event).
+    fn events_key(&self) -> String {
+        format!("{}:events", self.namespace)
+    }
+
+    /// A script on the event's meta alone that answers 1 (applied) or 0.
+    async fn meta_flag(
+        &self,
+        script: &Script,
+        event: &EventId,
+        args: Vec<String>,
+    ) -> Result<bool, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        self.eval_flag(script, keys, args).await
+    }
+
+    /// `set_layout.lua` or `end_reshard.lua`, which take the same arguments.
+    async fn layout_step(
+        &self,
+        script: &Script,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let args = vec![
+            generation.to_string(),
+            buckets.to_string(),
+            EventMeta::encode_layouts(retired),
+        ];
+        self.meta_flag(script, event, args).await
+    }
+}
+
+impl Events for RedisStore {
+    async fn create_event(
+        &self,
+        spec: &EventSpec,
+        now_ms: i64,
+    ) -> Result<CreateEventReply, StoreError> {
+        let keys = vec![self.event_keys(&spec.id).meta];
+        let args = vec![
+            spec.id.to_string(),
+            spec.stock.to_string(),
+            spec.buckets.to_string(),
+            spec.per_user_limit.unwrap_or(0).to_string(),
+            spec.max_per_order.to_string(),
+            opt_ms(spec.starts_at),
+            opt_ms(spec.ends_at),
+            now_ms.to_string(),
+        ];
+        let reply = self.eval(&self.scripts.create_event, keys, args).await?;
+        match code(&reply.into_array())?.as_str() {
+            reply::OK => Ok(CreateEventReply::Created),
+            reply::EXISTS => match self.load_meta(&spec.id).await? {
+                Some(meta) => Ok(CreateEventReply::Exists(meta)),
+                None => Err(StoreError::Protocol("event vanished during create".into())),
+            },
+            other => Err(unknown("create_event", other)),
+        }
+    }
+
+    async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.client
+            .sadd::<(), _, _>(self.events_key(), event.as_str())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
+        let ids: Vec<String> = self
+            .client
+            .smembers(self.events_key())
+            .await
+            .map_err(unavailable)?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| EventId::parse(id).ok())
+            .collect())
+    }
+
+    async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {
+        let fields = self.hash(self.event_keys(event).meta).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse_meta(fields).map(Some)
+    }
+
+    async fn set_status(
+        &self,
+        event: &EventId,
+        from: EventStatus,
+        to: EventStatus,
+    ) -> Result<bool, StoreError> {
+        let args = vec![from.as_str().to_owned(), to.as_str().to_owned()];
+        self.meta_flag(&self.scripts.set_status, event, args).await
+    }
+
+    async fn set_layout(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let script = &self.scripts.set_layout;
+        self.layout_step(script, event, generation, buckets, retired)
+            .await
+    }
+
+    async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
+        let keys = vec![self.event_keys(event).meta];
+        let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;
+        // -1: the event has no meta.
+        if v.as_i64() == Some(-1) {
+            return Err(StoreError::Stale(format!("meta of {event}")));
+        }
+        let parts = v.into_array();
+        Ok(SeqBump {
+            seq: num(arg(&parts, 0)?)?,
+            was_sold_out: num(arg(&parts, 1)?)? == 1,
+        })
+    }
+
+    async fn mark_sold_out(
+        &self,
+        event: &EventId,
+        seq: u64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let args = vec![seq.to_string(), now_ms.to_string()];
+        self.meta_flag(&self.scripts.mark_sold_out, event, args)
+            .await
+    }
+
+    async fn begin_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+    ) -> Result<bool, StoreError> {
+        let args = vec![generation.to_string(), buckets.to_string()];
+        self.meta_flag(&self.scripts.begin_reshard, event, args)
+            .await
+    }
+
+    async fn end_reshard(
+        &self,
+        event: &EventId,
+        generation: u32,
+        buckets: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let script = &self.scripts.end_reshard;
+        self.layout_step(script, event, generation, buckets, retired)
+            .await
+    }
+}
+
+/// An optional timestamp as `create_event.lua` takes it ('' = none).
+fn opt_ms(v: Option<i64>) -> String {
+    v.map(|ms| ms.to_string()).unwrap_or_default()
+}
+
+/// The meta HASH as `create_event.lua` and the other event scripts write it.
+fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> {
+    let bad = |f: &str| StoreError::Protocol(format!("event meta field {f:?} missing or bad"));
+    let get = |f: &str| fields.get(f).ok_or_else(|| bad(f));
+    let num = |f: &str| get(f)?.parse::<u64>().map_err(|_| bad(f));
+    let opt = |f: &str| -> Result<Option<i64>, StoreError> {
+        match get(f)?.as_str() {
+            "" => Ok(None),
+            s => s.parse().map(Some).map_err(|_| bad(f)),
+        }
+    };
+    let limit = num("limit")? as u32;
+    let sold_out = match get("soldout")?.split_once('|') {
+        Some((seq, at)) => Some((
+            seq.parse().map_err(|_| bad("soldout"))?,
+            at.parse().map_err(|_| bad("soldout"))?,
+        )),
+        None => None,
+    };
+    Ok(EventMeta {
+        spec: EventSpec {
+            id: EventId::parse(get("id")?.as_str()).map_err(|_| bad("id"))?,
+            stock: num("stock")?,
+            buckets: num("buckets")? as u32,
+            per_user_limit: (limit > 0).then_some(limit),
+            max_per_order: num("max_per_order")? as u32,
+            starts_at: opt("starts_at")?,
+            ends_at: opt("ends_at")?,
+        },
+        status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,
+        generation: num("gen")? as u32,
+        seq: num("seq")?,
+        sold_out,
+        created_ms: num("created")? as i64,
+        retired: EventMeta::decode_layouts(fields.get("retired").map_or("", String::as_str))
+            .ok_or_else(|| bad("retired"))?,
+        reshard_to: EventMeta::decode_layouts(fields.get("reshard_to").map_or("", String::as_str))
+            .ok_or_else(|| bad("reshard_to"))?
+            .first()
+            .copied(),
+    })
+}

@@ -1,0 +1,132 @@
+//! Leases on Redis: `lease_acquire.lua` and `lease_renew.lua` on a holder key
+//! and its counter — `leader`/`term` for the leadership, `lease`/`token` for
+//! the mover lease.
+
+use fred::prelude::*;
+
+use super::scripts::reply;
+use super::{RedisStore, arg, code, num, unavailable, unknown};
+use crate::domain::ids::EventId;
+use crate::store::{Leases, StoreError};
+
+impl RedisStore {
+    /// `lease_acquire.lua` on a holder key and its counter: the caller's
+    /// number, or `None` when another owner holds it.
+    async fn lease_acquire(
+        &self,
+        holder: String,
+        counter: String,
+        owner: &str,
+        ttl_ms: u64,
+        seize: bool,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut args = vec![owner.to_owned(), ttl_ms.to_string()];
+        if seize {
+            args.push("seize".to_owned());
+        }
+        let parts = self
+            .eval(&self.scripts.lease_acquire, vec![holder, counter], args)
+            .await?
+            .into_array();
+        match code(&parts)?.as_str() {
+            reply::OK => Ok(Some(num(arg(&parts, 1)?)?)),
+            reply::HELD => Ok(None),
+            other => Err(unknown("lease_acquire", other)),
+        }
+    }
+
+    /// `lease_renew.lua`: extends (or, with `ttl_ms` 0, releases) a lease the
+    /// owner still holds with this number; false when it does not.
+    async fn lease_renew(
+        &self,
+        holder: String,
+        owner: &str,
+        number: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let args = vec![owner.to_owned(), number.to_string(), ttl_ms.to_string()];
+        self.eval_flag(&self.scripts.lease_renew, vec![holder], args)
+            .await
+    }
+}
+
+impl Leases for RedisStore {
+    async fn acquire_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let k = self.event_keys(event);
+        self.lease_acquire(k.leader, k.term, owner, ttl_ms, false)
+            .await
+    }
+
+    async fn release_leadership(
+        &self,
+        event: &EventId,
+        owner: &str,
+        term: u64,
+    ) -> Result<(), StoreError> {
+        let k = self.event_keys(event);
+        self.lease_renew(k.leader, owner, term, 0).await.map(drop)
+    }
+
+    async fn acquire_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let k = self.event_keys(event);
+        self.lease_acquire(k.lease, k.token, owner, ttl_ms, false)
+            .await
+    }
+
+    async fn seize_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let k = self.event_keys(event);
+        self.lease_acquire(k.lease, k.token, owner, ttl_ms, true)
+            .await?
+            .ok_or_else(|| StoreError::Protocol("a seized lease was refused".into()))
+    }
+
+    async fn renew_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let k = self.event_keys(event);
+        self.lease_renew(k.lease, owner, token, ttl_ms).await
+    }
+
+    async fn release_lease(
+        &self,
+        event: &EventId,
+        owner: &str,
+        token: u64,
+    ) -> Result<(), StoreError> {
+        self.renew_lease(event, owner, token, 0).await.map(drop)
+    }
+
+    async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
+        let held: Option<String> = self
+            .client
+            .get(self.event_keys(event).lease)
+            .await
+            .map_err(unavailable)?;
+        held.map(|v| {
+            // "owner|token", as lease_acquire.lua writes it (owners have no '|').
+            v.rsplit_once('|')
+                .and_then(|(owner, token)| Some((owner.to_owned(), token.parse().ok()?)))
+                .ok_or_else(|| StoreError::Protocol(format!("bad lease {v:?}")))
+        })
+        .transpose()
+    }
+}

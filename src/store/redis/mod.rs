@@ -1,0 +1,282 @@
+//! The Redis backend: every store step is one Lua script from `lua/`, run with
+//! EVALSHA on the slot of the bucket (or event) it touches. Standalone Redis and
+//! Redis Cluster are the same code: fred routes each call by its first key.
+//!
+//! This file holds the connection, the options and the eval helpers; the
+//! scripts are declared once in [`scripts`], and each section's steps (key
+//! order, argument builder, reply decoder, side by side) live in the file named
+//! like the section (`buckets.rs` next to `store/buckets.rs`).
+//!
+//! Scripts are embedded with `include_str!`, loaded on every primary at connect
+//! time, and reloaded on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a
+//! failover). The client reconnects with exponential backoff and gives every
+//! command a timeout; it never re-sends a script whose connection died
+//! mid-flight (a purchase is not idempotent without its request id), so such a
+//! call fails and the engine resolves what happened.
+
+mod buckets;
+mod events;
+mod leases;
+mod retire;
+mod scripts;
+mod streams;
+mod transfers;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use self::scripts::{Scripts, reply};
+use super::{Store, StoreError};
+use crate::domain::ids::EventId;
+use crate::domain::keys::{BucketKeys, BucketRef, EventKeys};
+use crate::domain::model::{OrderEntry, RequestRecord};
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// `redis://host:port` or `redis-cluster://host:port?node=host:port&node=…`.
+    pub url: String,
+    /// Per-command timeout.
+    pub command_timeout: Duration,
+    /// Key namespace (`ss` unless a shared Redis must keep users apart).
+    pub namespace: String,
+    /// How long `connect` waits for the first connection.
+    pub connect_timeout: Duration,
+}
+
+impl RedisOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            command_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(5),
+            namespace: crate::domain::keys::NAMESPACE.to_owned(),
+        }
+    }
+}
+
+/// The Redis (standalone or Cluster) store.
+#[derive(Clone)]
+pub struct RedisStore {
+    client: Client,
+    scripts: Arc<Scripts>,
+    namespace: Arc<str>,
+    purchase_keys: Arc<RwLock<HashMap<BucketRef, Arc<[Key]>>>>,
+}
+
+impl RedisStore {
+    /// Connects, and loads every script on every primary.
+    pub async fn connect(opts: &RedisOptions) -> Result<Self, StoreError> {
+        let config = Config::from_url(&opts.url)
+            .map_err(|e| StoreError::Unavailable(format!("bad Redis URL {:?}: {e}", opts.url)))?;
+        let client = Builder::from_config(config)
+            .with_performance_config(|p| p.default_command_timeout = opts.command_timeout)
+            .with_connection_config(|c| {
+                c.connection_timeout = opts.connect_timeout;
+                c.internal_command_timeout = opts.connect_timeout;
+                // A command whose connection died may have run: never re-send it.
+                c.max_command_attempts = 1;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build()
+            .map_err(unavailable)?;
+        tokio::time::timeout(opts.connect_timeout, client.init())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "no answer from Redis at {} within {:?}",
+                    opts.url, opts.connect_timeout
+                ))
+            })?
+            .map_err(unavailable)?;
+        let store = Self {
+            client,
+            scripts: Arc::new(Scripts::new()),
+            namespace: opts.namespace.as_str().into(),
+            purchase_keys: Arc::default(),
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// `SCRIPT LOAD` of every script on every primary.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        for script in self.scripts.all() {
+            script.load(&self.client).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// The underlying client, for diagnostics and tests (INFO, SCRIPT FLUSH …).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn keys(&self, bucket: &BucketRef) -> BucketKeys {
+        bucket.keys_in(&self.namespace)
+    }
+
+    fn event_keys(&self, event: &EventId) -> EventKeys {
+        EventKeys::in_namespace(&self.namespace, event)
+    }
+
+    /// EVALSHA; on `NOSCRIPT` (scripts flushed, a restart, a failover) the
+    /// same call once more as EVAL with the script's body, which cannot miss and
+    /// caches the script again on exactly the node that lost it.
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        // Moved into fred's types (no copy), whose clones are reference counts.
+        let keys: Vec<Key> = keys.into_iter().map(Key::from).collect();
+        let args: Vec<Value> = args.into_iter().map(Value::from).collect();
+        self.eval_raw(script, keys, args).await
+    }
+
+    /// EVALSHA with fred's own key and value types (the hot path builds them
+    /// directly: cached keys, integers as integers).
+    async fn eval_raw(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<Value, StoreError> {
+        match script
+            .evalsha(&self.client, keys.clone(), args.clone())
+            .await
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                let lua = script
+                    .lua()
+                    .cloned()
+                    .expect("scripts are built from their Lua");
+                self.client.eval(lua, keys, args).await.map_err(unavailable)
+            }
+            other => other.map_err(unavailable),
+        }
+    }
+
+    /// Runs a bucket script that answers an array, or [`reply::STALE`].
+    async fn eval_bucket(
+        &self,
+        bucket: &BucketRef,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Vec<Value>, StoreError> {
+        array_or_stale(bucket, self.eval(script, keys, args).await?)
+    }
+
+    /// A HASH read whole (`HGETALL`).
+    async fn hash(&self, key: String) -> Result<HashMap<String, String>, StoreError> {
+        self.client.hgetall(key).await.map_err(unavailable)
+    }
+
+    /// A script answering 1 (applied) or 0.
+    async fn eval_flag(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<bool, StoreError> {
+        Ok(num(&self.eval(script, keys, args).await?)? == 1)
+    }
+}
+
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        if self.client.is_clustered() {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client.ping::<()>(None).await.map_err(unavailable)
+    }
+}
+
+// ---- errors and reply decoding shared by the sections ----
+
+fn unavailable(e: Error) -> StoreError {
+    match e.kind() {
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Backpressure
+        | ErrorKind::Cluster
+        | ErrorKind::Routing => StoreError::Unavailable(e.to_string()),
+        _ if e.details().starts_with("CLUSTERDOWN") || e.details().starts_with("LOADING") => {
+            StoreError::Unavailable(e.to_string())
+        }
+        _ => StoreError::Protocol(e.to_string()),
+    }
+}
+
+fn protocol(what: &str, got: &Value) -> StoreError {
+    StoreError::Protocol(format!("expected {what}, got {got:?}"))
+}
+
+/// The reply's parts, or [`StoreError::Stale`] for [`reply::STALE`].
+fn array_or_stale(bucket: &BucketRef, v: Value) -> Result<Vec<Value>, StoreError> {
+    match v {
+        Value::Array(parts) => Ok(parts),
+        v if is_stale(&v) => Err(StoreError::Stale(bucket.tag())),
+        other => Err(protocol("array", &other)),
+    }
+}
+
+fn is_stale(v: &Value) -> bool {
+    v.as_str().as_deref() == Some(reply::STALE)
+}
+
+fn text(v: &Value) -> Result<String, StoreError> {
+    v.as_str()
+        .map(|s| s.into_owned())
+        .ok_or_else(|| protocol("string", v))
+}
+
+fn num(v: &Value) -> Result<u64, StoreError> {
+    v.as_u64().ok_or_else(|| protocol("number", v))
+}
+
+/// The reply code, the first part of a script's array reply.
+fn code(parts: &[Value]) -> Result<String, StoreError> {
+    parts
+        .first()
+        .ok_or_else(|| StoreError::Protocol("empty reply".into()))
+        .and_then(text)
+}
+
+fn arg(parts: &[Value], i: usize) -> Result<&Value, StoreError> {
+    parts
+        .get(i)
+        .ok_or_else(|| StoreError::Protocol(format!("reply too short: {parts:?}")))
+}
+
+/// A boolean as the scripts take it.
+fn flag(on: bool) -> String {
+    if on { "1" } else { "0" }.to_owned()
+}
+
+/// A reply code no decoder of `step` knows.
+fn unknown(step: &str, code: &str) -> StoreError {
+    StoreError::Protocol(format!("{step} reply {code:?}"))
+}
+
+fn request_record(v: &Value) -> Result<RequestRecord, StoreError> {
+    let s = text(v)?;
+    RequestRecord::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad record {s:?}")))
+}
+
+fn order_entry(v: &Value) -> Result<OrderEntry, StoreError> {
+    let s = text(v)?;
+    OrderEntry::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad order entry {s:?}")))
+}

@@ -1,0 +1,193 @@
+//! The end of a bucket on Redis: seal, leftover, the audit's read, what the
+//! bucket remembers (its `users`, `idx` and `reqs` hashes) and expiry.
+
+use fred::prelude::*;
+
+use super::scripts::reply;
+use super::{RedisStore, arg, array_or_stale, code, is_stale, num, text, unavailable, unknown};
+use crate::domain::ids::{OrderId, UserId};
+use crate::domain::keys::BucketRef;
+use crate::domain::model::{OrderEntry, RequestRecord};
+use crate::domain::stream::{RecordKind, StreamId};
+use crate::store::{BucketAudit, BucketContents, Retirement, StoreError};
+
+impl Retirement for RedisStore {
+    async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+        let k = self.keys(bucket);
+        match self
+            .eval(&self.scripts.seal, vec![k.stock, k.sealed], vec![])
+            .await?
+        {
+            v if is_stale(&v) => Err(StoreError::Stale(bucket.tag())),
+            v => num(&v),
+        }
+    }
+
+    async fn retire(&self, bucket: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.sealed, k.orders];
+        let args = vec![now_ms.to_string(), bucket.index.to_string(), bucket.name()];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.retire, keys, args)
+            .await?;
+        match code(&parts)?.as_str() {
+            reply::OK => Ok(Some(num(arg(&parts, 1)?)?)),
+            reply::NOT_SEALED => Ok(None),
+            other => Err(unknown("retire", other)),
+        }
+    }
+
+    async fn audit_bucket(&self, bucket: &BucketRef) -> Result<BucketAudit, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed];
+        let reply = self.eval(&self.scripts.audit_bucket, keys, vec![]).await?;
+        decode_audit(bucket, array_or_stale(bucket, reply)?)
+    }
+
+    async fn pending(
+        &self,
+        bucket: &BucketRef,
+    ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
+        let reqs = self.hash(self.keys(bucket).reqs).await?;
+        Ok(reqs
+            .into_iter()
+            .filter_map(|(rid, v)| RequestRecord::decode(&v).map(|r| (rid, r)))
+            .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
+            .collect())
+    }
+
+    async fn take_markers(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<Vec<(u32, OrderId)>, StoreError> {
+        // take.lua's marker of (rid, pass): field "t:<rid>:<pass>", "T|oid" once taken.
+        let fields: Vec<String> = (1..=passes).map(|p| format!("t:{rid}:{p}")).collect();
+        let values: Vec<Option<String>> = self
+            .client
+            .hmget(self.keys(bucket).reqs, fields)
+            .await
+            .map_err(unavailable)?;
+        Ok(values
+            .into_iter()
+            .zip(1..)
+            .filter_map(|(v, pass)| {
+                v?.strip_prefix("T|")
+                    .map(|oid| (pass, OrderId::from_stored(oid.to_owned())))
+            })
+            .collect())
+    }
+
+    async fn restore(
+        &self,
+        bucket: &BucketRef,
+        holdings: &[(UserId, u64)],
+        orders: &[(OrderId, OrderEntry)],
+        records: &[(String, RequestRecord)],
+    ) -> Result<(), StoreError> {
+        let k = self.keys(bucket);
+        let mut args = vec![holdings.len().to_string()];
+        for (user, units) in holdings {
+            args.extend([user.to_string(), units.to_string()]);
+        }
+        args.push(orders.len().to_string());
+        for (oid, entry) in orders {
+            args.extend([oid.to_string(), entry.encode()]);
+        }
+        args.push(records.len().to_string());
+        for (rid, record) in records {
+            args.extend([rid.clone(), record.encode()]);
+        }
+        let keys = vec![k.users, k.idx, k.reqs];
+        self.eval(&self.scripts.restore, keys, args).await.map(drop)
+    }
+
+    async fn contents(&self, bucket: &BucketRef) -> Result<BucketContents, StoreError> {
+        let k = self.keys(bucket);
+        let (users, idx, reqs) = (
+            self.hash(k.users).await?,
+            self.hash(k.idx).await?,
+            self.hash(k.reqs).await?,
+        );
+        let mut c = BucketContents::default();
+        for (user, units) in users {
+            let units: u64 = units
+                .parse()
+                .map_err(|_| StoreError::Protocol(format!("held {units:?}")))?;
+            if let (Ok(user), true) = (UserId::parse(user), units > 0) {
+                c.holdings.push((user, units));
+            }
+        }
+        for (oid, entry) in idx {
+            let entry = OrderEntry::decode(&entry)
+                .ok_or_else(|| StoreError::Protocol(format!("entry {entry:?}")))?;
+            c.orders.push((OrderId::from_stored(oid), entry));
+        }
+        // Client request ids only ("<user>/<id>"); probe markers and internal ids stay behind.
+        for (rid, record) in reqs {
+            if rid.contains('/')
+                && !rid.starts_with("t:")
+                && let Some(record) = RequestRecord::decode(&record)
+                && !matches!(record, RequestRecord::Pending { .. })
+            {
+                c.records.push((rid, record));
+            }
+        }
+        Ok(c)
+    }
+
+    async fn expire_bucket(&self, bucket: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
+        for key in self.keys(bucket).all() {
+            self.client
+                .pexpire::<(), _>(key, ttl_ms as i64, None)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+}
+
+/// `audit_bucket.lua`'s reply: stock, adds, sealed, last id, then the open
+/// transfers, the applied ones and the stream's entries as flat lists.
+fn decode_audit(bucket: &BucketRef, parts: Vec<Value>) -> Result<BucketAudit, StoreError> {
+    let id = |v: &Value| {
+        let s = text(v)?;
+        StreamId::parse(&s).ok_or_else(|| StoreError::Protocol(format!("bad stream id {s:?}")))
+    };
+    let list = |i: usize| arg(&parts, i).map(|v| v.clone().into_array());
+    let triple = |c: &[Value]| match c {
+        [a, b, c] => Ok((a.clone(), b.clone(), c.clone())),
+        _ => Err(StoreError::Protocol(format!(
+            "audit reply of {} is cut short",
+            bucket.tag()
+        ))),
+    };
+    let open = list(4)?
+        .chunks(3)
+        .map(|c| {
+            let (xid, target, units) = triple(c)?;
+            Ok((text(&xid)?, num(&target)? as u32, num(&units)?))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let applied = list(5)?.iter().map(text).collect::<Result<_, _>>()?;
+    let entries = list(6)?
+        .chunks(3)
+        .map(|c| {
+            let (entry_id, kind, qty) = triple(c)?;
+            let kind = RecordKind::parse(&text(&kind)?).ok_or_else(|| {
+                StoreError::Protocol(format!("bad record kind {kind:?} in {}", bucket.tag()))
+            })?;
+            Ok((id(&entry_id)?, kind, num(&qty)?))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(BucketAudit {
+        stock: num(arg(&parts, 0)?)?,
+        adds: num(arg(&parts, 1)?)?,
+        sealed: num(arg(&parts, 2)?)? == 1,
+        last_id: id(arg(&parts, 3)?)?,
+        open,
+        applied,
+        entries,
+    })
+}

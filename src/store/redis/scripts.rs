@@ -1,0 +1,181 @@
+//! The Lua scripts the Redis store runs: one declaration list, and the reply
+//! codes they answer with.
+//!
+//! `scripts!` turns the list into the [`Scripts`] registry (each script
+//! embedded from `lua/<name>.lua`), the iterator `SCRIPT LOAD` walks, and the
+//! table the tests below check against the Lua text: a code a decoder reads
+//! that the script's header or body no longer mentions fails a test, so the
+//! Rust side and the Lua contract cannot drift apart silently.
+
+use fred::types::scripts::Script;
+
+/// The reply codes the scripts answer with, as their headers document them.
+pub(super) mod reply {
+    /// The bucket does not exist (or, for the steps that sell, is sealed).
+    pub const STALE: &str = "ST";
+    /// Done (`untake`, `finish`, `cancel`, `retire`, `create_event`, `lease_acquire`).
+    pub const OK: &str = "OK";
+
+    // purchase.lua, one per entry
+    pub const BOUGHT: &str = "B";
+    /// The request id has a record already (also `finish`: the saga had ended).
+    pub const REPLAY: &str = "R";
+    pub const LIMIT: &str = "L";
+    pub const SOLD_OUT: &str = "S";
+    pub const PENDING: &str = "P";
+
+    // take.lua
+    pub const TAKEN: &str = "T";
+    pub const SHORT: &str = "S";
+
+    // untake.lua
+    pub const NO_TAKE: &str = "NO";
+
+    // finish.lua
+    pub const NO_RECORD: &str = "NR";
+
+    // cancel.lua
+    pub const ALREADY_CANCELLED: &str = "AC";
+    pub const NOT_FOUND: &str = "NF";
+
+    // create_event.lua
+    pub const EXISTS: &str = "EX";
+
+    // lease_acquire.lua
+    pub const HELD: &str = "HELD";
+
+    // transfer_out.lua, transfer_in.lua, transfer_clear.lua
+    pub const APPLIED: &str = "A";
+    pub const DUPLICATE: &str = "D";
+    pub const FENCED: &str = "F";
+
+    // retire.lua
+    pub const NOT_SEALED: &str = "NS";
+}
+
+/// The text of `lua/<name>.lua`.
+macro_rules! lua {
+    ($name:ident) => {
+        include_str!(concat!("../../../lua/", stringify!($name), ".lua"))
+    };
+}
+
+/// Declares every script once: `name: [reply codes its decoder reads]`.
+macro_rules! scripts {
+    ($($name:ident: [$($code:ident),*],)*) => {
+        /// Every script of `lua/` the store runs, by name.
+        pub(super) struct Scripts {
+            $(pub(super) $name: Script,)*
+        }
+
+        impl Scripts {
+            pub(super) fn new() -> Self {
+                Self {
+                    $($name: Script::from_lua(lua!($name)),)*
+                }
+            }
+
+            /// Every script, for `SCRIPT LOAD`.
+            pub(super) fn all(&self) -> impl Iterator<Item = &Script> {
+                [$(&self.$name),*].into_iter()
+            }
+        }
+
+        /// Each script's name, Lua text and the reply codes its decoder reads.
+        #[cfg(test)]
+        const CONTRACTS: &[(&str, &str, &[&str])] = &[
+            $((stringify!($name), lua!($name), &[$(reply::$code),*]),)*
+        ];
+    };
+}
+
+scripts! {
+    // events.rs
+    create_event: [OK, EXISTS],
+    set_status: [],
+    set_layout: [],
+    bump_seq: [],
+    mark_sold_out: [],
+    begin_reshard: [],
+    end_reshard: [],
+    // buckets.rs
+    init_bucket: [],
+    purchase: [STALE, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
+    take: [STALE, TAKEN, SHORT],
+    untake: [STALE, OK, NO_TAKE],
+    finish: [STALE, OK, REPLAY, NO_RECORD],
+    cancel: [STALE, OK, ALREADY_CANCELLED, NOT_FOUND],
+    counters: [],
+    set_empty: [],
+    bucket_state: [STALE],
+    // leases.rs
+    lease_acquire: [OK, HELD],
+    lease_renew: [],
+    // transfers.rs
+    transfer_out: [STALE, FENCED, DUPLICATE, APPLIED],
+    raise_fence: [],
+    transfer_in: [STALE, FENCED, DUPLICATE, APPLIED],
+    transfer_clear: [STALE, FENCED, DUPLICATE, APPLIED],
+    // streams.rs
+    stream_read: [],
+    stream_ack: [],
+    // retire.rs
+    seal: [STALE],
+    retire: [STALE, OK, NOT_SEALED],
+    audit_bucket: [STALE],
+    restore: [],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A script's contract (the `--[[ … ]]` header) and its code.
+    fn split(lua: &str) -> (&str, &str) {
+        lua.split_once("\n]]")
+            .expect("every script opens with its contract in a --[[ ]] block")
+    }
+
+    #[test]
+    fn every_reply_code_a_decoder_reads_is_in_its_scripts_contract_and_code() {
+        for (name, lua, codes) in CONTRACTS {
+            let (header, body) = split(lua);
+            for code in *codes {
+                assert!(
+                    header.contains(&format!("\"{code}\"")),
+                    "{name}.lua: its contract does not mention the reply \"{code}\""
+                );
+                assert!(
+                    body.contains(&format!("'{code}'")),
+                    "{name}.lua: its code never answers '{code}'"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_script_in_lua_is_declared_and_names_itself_first() {
+        let declared: Vec<&str> = CONTRACTS.iter().map(|(name, ..)| *name).collect();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        for file in std::fs::read_dir(dir).expect("lua/ is readable") {
+            let path = file.expect("lua/ is listable").path();
+            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            // The benchmark's baseline script is run by the bench, not the store.
+            if name.starts_with("bench_") {
+                continue;
+            }
+            assert!(declared.contains(&name), "lua/{name}.lua is not declared");
+        }
+        for (name, lua, _) in CONTRACTS {
+            assert!(
+                lua.starts_with(&format!("--[[ {name}.lua — ")),
+                "{name}.lua does not open with its own name and contract"
+            );
+        }
+    }
+
+    #[test]
+    fn the_registry_holds_every_declared_script() {
+        assert_eq!(Scripts::new().all().count(), CONTRACTS.len());
+    }
+}

@@ -1,0 +1,62 @@
+//! The order streams on Redis: one STREAM per bucket, read by the flusher's
+//! consumer group.
+
+use fred::prelude::*;
+
+use super::{RedisStore, arg, num, text, unavailable};
+use crate::domain::keys::BucketRef;
+use crate::domain::stream::{StreamEntry, StreamId};
+use crate::store::{FLUSH_GROUP, StoreError, Streams};
+
+impl Streams for RedisStore {
+    async fn stream_read(
+        &self,
+        bucket: &BucketRef,
+        consumer: &str,
+        count: usize,
+        claim_idle_ms: u64,
+    ) -> Result<Vec<StreamEntry>, StoreError> {
+        let keys = vec![self.keys(bucket).orders];
+        let args = vec![
+            FLUSH_GROUP.to_owned(),
+            consumer.to_owned(),
+            count.to_string(),
+            claim_idle_ms.to_string(),
+        ];
+        let v = self.eval(&self.scripts.stream_read, keys, args).await?;
+        v.into_array().into_iter().map(stream_entry).collect()
+    }
+
+    async fn stream_ack(&self, bucket: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
+        let keys = vec![self.keys(bucket).orders];
+        let mut args = Vec::with_capacity(ids.len() + 1);
+        args.push(FLUSH_GROUP.to_owned());
+        args.extend(ids.iter().map(StreamId::to_string));
+        num(&self.eval(&self.scripts.stream_ack, keys, args).await?)
+    }
+
+    async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+        self.client
+            .xlen(self.keys(bucket).orders)
+            .await
+            .map_err(unavailable)
+    }
+}
+
+/// `{id, {"d", data, …}}` from XREADGROUP / XAUTOCLAIM.
+fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
+    let parts = v.into_array();
+    let raw_id = text(arg(&parts, 0)?)?;
+    let id = StreamId::parse(&raw_id)
+        .ok_or_else(|| StoreError::Protocol(format!("bad stream id {raw_id:?}")))?;
+    let fields = arg(&parts, 1)?.clone().into_array();
+    let data = fields
+        .chunks(2)
+        .find_map(|pair| match pair {
+            [k, v] if k.as_str().as_deref() == Some("d") => text(v).ok(),
+            _ => None,
+        })
+        .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id} has no d field")))?;
+    StreamEntry::from_data(id, &data)
+        .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id}: {data:?}")))
+}

@@ -1,0 +1,135 @@
+//! Fenced transfers on Redis: the journal `xfer` in the source bucket, the
+//! applied set `xin` in the target, the `fence` in both.
+
+use fred::prelude::*;
+
+use super::scripts::reply;
+use super::{RedisStore, arg, code, flag, num, unknown};
+use crate::domain::keys::BucketRef;
+use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
+
+impl RedisStore {
+    /// `transfer_out.lua`, optionally allowed on a sealed bucket.
+    async fn out_step(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+        sealed_ok: bool,
+    ) -> Result<TransferReply, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.xfer, k.fence, k.sealed];
+        let args = vec![
+            token.to_string(),
+            xid.to_owned(),
+            target.to_string(),
+            units.to_string(),
+            flag(sealed_ok),
+        ];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_out, keys, args)
+            .await?;
+        transfer_reply("transfer_out", &parts)
+    }
+}
+
+impl Transfers for RedisStore {
+    async fn transfer_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.out_step(bucket, token, xid, target, units, false)
+            .await
+    }
+
+    async fn drain_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.out_step(bucket, token, xid, target, units, true).await
+    }
+
+    async fn raise_fence(&self, bucket: &BucketRef, token: u64) -> Result<u64, StoreError> {
+        let (keys, args) = (vec![self.keys(bucket).fence], vec![token.to_string()]);
+        num(&self.eval(&self.scripts.raise_fence, keys, args).await?)
+    }
+
+    async fn transfer_in(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.xin, k.fence, k.adds, k.sealed];
+        let args = vec![
+            token.to_string(),
+            xid.to_owned(),
+            source.to_string(),
+            units.to_string(),
+        ];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_in, keys, args)
+            .await?;
+        transfer_reply("transfer_in", &parts)
+    }
+
+    async fn transfer_clear(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> Result<TransferReply, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.stock, k.xfer, k.fence];
+        let args = vec![token.to_string(), xid.to_owned()];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.transfer_clear, keys, args)
+            .await?;
+        transfer_reply("transfer_clear", &parts)
+    }
+
+    async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
+        let mut open = Vec::new();
+        for (xid, v) in self.hash(self.keys(bucket).xfer).await? {
+            // "target|units|token|o", or "…|d" once cleared (transfer_out.lua).
+            let bad = || StoreError::Protocol(format!("bad journal entry {v:?}"));
+            let f: Vec<&str> = v.split('|').collect();
+            let [target, units, token, state] = f[..] else {
+                return Err(bad());
+            };
+            if state == "o" {
+                open.push(OpenTransfer {
+                    xid,
+                    target: target.parse().map_err(|_| bad())?,
+                    units: units.parse().map_err(|_| bad())?,
+                    token: token.parse().map_err(|_| bad())?,
+                });
+            }
+        }
+        Ok(open)
+    }
+}
+
+/// `{code, units}` of the three transfer scripts.
+fn transfer_reply(step: &str, parts: &[Value]) -> Result<TransferReply, StoreError> {
+    let n = num(arg(parts, 1)?)?;
+    match code(parts)?.as_str() {
+        reply::APPLIED => Ok(TransferReply::Applied(n)),
+        reply::DUPLICATE => Ok(TransferReply::Duplicate(n)),
+        reply::FENCED => Ok(TransferReply::Fenced { highest: n }),
+        other => Err(unknown(step, other)),
+    }
+}

@@ -1,0 +1,43 @@
+//! The flusher's side of the order streams: read, acknowledge, measure.
+//!
+//! The entries themselves ([`StreamEntry`]) are domain types: the ledger reads
+//! them too. An entry stays in its stream until the database has committed it,
+//! so a stream's length is its bucket's flush lag.
+
+use std::future::Future;
+
+use super::StoreError;
+use crate::domain::keys::BucketRef;
+use crate::domain::stream::{StreamEntry, StreamId};
+
+/// The flusher's consumer group on every bucket stream.
+pub const FLUSH_GROUP: &str = "flusher";
+
+/// Steps on a bucket's order stream.
+pub trait Streams {
+    /// Up to `count` entries for `consumer` of the flusher group: first those a
+    /// consumer left unacknowledged for `claim_idle_ms`, then new ones
+    /// (`lua/stream_read.lua`).
+    fn stream_read(
+        &self,
+        bucket: &BucketRef,
+        consumer: &str,
+        count: usize,
+        claim_idle_ms: u64,
+    ) -> impl Future<Output = Result<Vec<StreamEntry>, StoreError>> + Send;
+
+    /// Acknowledges and deletes entries the database has committed
+    /// (`lua/stream_ack.lua`).
+    fn stream_ack(
+        &self,
+        bucket: &BucketRef,
+        ids: &[StreamId],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Entries not yet flushed (and deleted) from the bucket's stream; 0 for a
+    /// bucket that does not exist.
+    fn stream_len(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}

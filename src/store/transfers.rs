@@ -1,0 +1,91 @@
+//! Fenced transfers: moving units between buckets of one event.
+//!
+//! A transfer is two idempotent steps joined by a journal in the source
+//! bucket: OUT (`transfer_out`, or `drain_out` from a sealed bucket) moves units
+//! from the source's stock into a journal entry, IN (`transfer_in`) adds them to
+//! the target once per transfer id, and `transfer_clear` closes the entry. At
+//! every instant the units are counted once: in a stock or in an open entry.
+//! Every step carries the mover's fencing token (see [`super::leases`]).
+
+use std::future::Future;
+
+use super::StoreError;
+use crate::domain::keys::BucketRef;
+
+/// The answer of a fenced transfer step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferReply {
+    /// Done; for `transfer_out`, the units actually journaled (≤ asked).
+    Applied(u64),
+    /// Already done before (same transfer id): nothing changed.
+    Duplicate(u64),
+    /// The bucket has accepted a higher token: this mover is stale.
+    Fenced { highest: u64 },
+}
+
+/// An open transfer journaled in its source bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTransfer {
+    pub xid: String,
+    pub target: u32,
+    pub units: u64,
+    pub token: u64,
+}
+
+/// The steps of a transfer, and the fence and journal they rely on.
+pub trait Transfers {
+    /// OUT: journals up to `units` from `bucket` for transfer `xid` to `target`
+    /// (`lua/transfer_out.lua`).
+    fn transfer_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// OUT from a sealed bucket: a reshard draining the old layout
+    /// (`lua/transfer_out.lua`, allowed on a sealed bucket).
+    fn drain_out(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        target: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// Raises the bucket's fence to `token` (a new leader, before it moves
+    /// anything); returns the fence afterwards (`lua/raise_fence.lua`).
+    fn raise_fence(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`
+    /// (`lua/transfer_in.lua`).
+    fn transfer_in(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// Closes transfer `xid` in the source's journal (`lua/transfer_clear.lua`).
+    fn transfer_clear(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+
+    /// The transfers out of `bucket` still open in its journal.
+    fn open_transfers(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<Vec<OpenTransfer>, StoreError>> + Send;
+}
