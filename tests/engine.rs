@@ -334,7 +334,7 @@ async fn a_cancelled_unit_sells_again_after_a_sold_out<S: Store>(engine: Engine<
 }
 
 async fn purchases_outside_the_sale_window_are_refused<S: Store>(engine: Engine<S>) {
-    let now = shardstock::engine::now_ms();
+    let now = shardstock::engine::Clock::system().now_ms();
     let later = event_id("later");
     let mut s: EventSpec = spec(&later, 5, 1);
     s.starts_at = Some(now + 3_600_000);

@@ -389,7 +389,7 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
     let ledger = ledger_for(engine.store().kind()).await;
     let id = event_id("window");
     let mut s = spec(&id, 40, 4);
-    let ends_at = shardstock::engine::now_ms() + 1_500;
+    let ends_at = shardstock::engine::Clock::system().now_ms() + 1_500;
     s.ends_at = Some(ends_at);
     shardstock::control::lifecycle::create(&engine, &ledger, s)
         .await
@@ -409,7 +409,7 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
         !ledger.event(&id).await.unwrap().unwrap().closed,
         "still on sale"
     );
-    let past_the_end = ends_at + 100 - shardstock::engine::now_ms();
+    let past_the_end = ends_at + 100 - shardstock::engine::Clock::system().now_ms();
     tokio::time::sleep(Duration::from_millis(past_the_end.max(0) as u64)).await;
     leader.lead(&id, &stop).await.unwrap();
     assert!(
