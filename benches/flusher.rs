@@ -13,7 +13,7 @@ use std::time::Instant;
 use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
 use shardstock::domain::ids::{EventId, UserId};
 use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
-use shardstock::engine::{PurchaseRequest, now_ms};
+use shardstock::engine::{Clock, PurchaseRequest};
 use shardstock::ledger::Ledger;
 use shardstock::store::redis::RedisOptions;
 use shardstock::store::{MemoryStore, RedisStore, Store};
@@ -136,7 +136,7 @@ async fn baseline(a: &Args) -> f64 {
         qb.push_values(0..n, |mut row, i| {
             let x = (done + i as u64) as i64;
             row.push_bind("s#0#0")
-                .push_bind(now_ms())
+                .push_bind(Clock::system().now_ms())
                 .push_bind(x)
                 .push_bind("event")
                 .push_bind("o")

@@ -170,7 +170,7 @@ impl<S: Store> Flusher<S> {
     ) -> Result<usize, FlushError> {
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.ledger.apply(batch, crate::engine::now_ms()).await {
+            match self.ledger.apply(batch, self.engine.clock().now_ms()).await {
                 Ok(applied) => return Ok(applied.new_records),
                 Err(e) => {
                     metrics::counter!(m::FLUSH_ERRORS).increment(1);

@@ -29,7 +29,7 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventSpec, EventStatus, OrderEntry, RequestRecord, split_even};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::MoverError;
-use crate::engine::{Engine, EngineError, EventView, now_ms};
+use crate::engine::{Engine, EngineError, EventView};
 use crate::ledger::{DbEvent, Ledger, LedgerError};
 use crate::store::{CreateEventReply, Store, StoreError};
 
@@ -79,7 +79,9 @@ pub async fn create<S: Store>(
         return Err(LifecycleError::Exists(spec.id));
     }
     let view = engine.create_event(spec.clone()).await?;
-    ledger.register_event(&spec, now_ms()).await?;
+    ledger
+        .register_event(&spec, engine.clock().now_ms())
+        .await?;
     Ok(view)
 }
 
@@ -92,7 +94,9 @@ pub async fn ensure<S: Store>(
     spec: EventSpec,
 ) -> Result<bool, LifecycleError> {
     if let Some(meta) = engine.store().load_meta(&spec.id).await? {
-        ledger.register_event(&meta.spec, now_ms()).await?;
+        ledger
+            .register_event(&meta.spec, engine.clock().now_ms())
+            .await?;
         if meta.spec.buckets != spec.buckets && meta.status != EventStatus::Closed {
             tracing::info!(event = %spec.id, from = meta.spec.buckets, to = spec.buckets, "bucket count changed in the configuration: resharding");
             crate::control::reshard::reshard(engine, &spec.id, spec.buckets).await?;
@@ -150,12 +154,12 @@ pub async fn close<S: Store>(
         }
         for b in &buckets {
             store
-                .retire(b, now_ms())
+                .retire(b, engine.clock().now_ms())
                 .await
                 .or_else(|e| ignore_stale(e).map(|_| None))?;
         }
         flusher.drain_parallel(&buckets, stop).await?;
-        ledger.close_event(event, now_ms()).await?;
+        ledger.close_event(event, engine.clock().now_ms()).await?;
         for b in &buckets {
             store
                 .expire_bucket(b, CLOSED_TTL.as_millis() as u64)
@@ -254,7 +258,7 @@ pub async fn final_view<S: Store>(
                     reshard_to: None,
                 },
                 &[],
-                now_ms(),
+                engine.clock().now_ms(),
             )
         }
         Err(e) => return Err(e.into()),
@@ -315,7 +319,7 @@ pub async fn rebuild<S: Store>(
     let remaining = spec
         .stock
         .saturating_sub(totals.sold.saturating_sub(totals.released) + totals.leftover);
-    match store.create_event(spec, now_ms()).await? {
+    match store.create_event(spec, engine.clock().now_ms()).await? {
         CreateEventReply::Created => {}
         CreateEventReply::Exists(meta) if meta.status == EventStatus::Creating => {}
         CreateEventReply::Exists(_) => return Ok(()),

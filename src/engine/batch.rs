@@ -20,6 +20,7 @@ use std::sync::{Arc, RwLock};
 use crossbeam::queue::SegQueue;
 use tokio::sync::oneshot;
 
+use super::Clock;
 use crate::domain::keys::BucketRef;
 use crate::metrics as m;
 use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
@@ -43,6 +44,7 @@ pub struct Batcher<S: Store> {
     max_batch: usize,
     wait: std::time::Duration,
     lanes: RwLock<HashMap<BucketRef, Arc<Lane>>>,
+    clock: Clock,
 }
 
 impl<S: Store> Batcher<S> {
@@ -52,7 +54,13 @@ impl<S: Store> Batcher<S> {
             max_batch: max_batch.max(1),
             wait,
             lanes: RwLock::new(HashMap::new()),
+            clock: Clock::system(),
         }
+    }
+
+    /// The clock a batch after the first reads its time from (the engine's).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
     fn lane(&self, bucket: &BucketRef) -> Arc<Lane> {
@@ -70,7 +78,8 @@ impl<S: Store> Batcher<S> {
         lane.queue.push(Queued { entry, reply: tx });
         if !lane.busy.swap(true, Ordering::AcqRel) {
             let (store, max, wait) = (self.store.clone(), self.max_batch, self.wait);
-            tokio::spawn(drive(store, bucket.clone(), lane, max, wait, now_ms));
+            let clock = self.clock.clone();
+            tokio::spawn(drive(store, bucket.clone(), lane, max, wait, clock, now_ms));
         }
         rx.await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("the batch driver stopped".into())))
@@ -92,6 +101,7 @@ async fn drive<S: Store>(
     lane: Arc<Lane>,
     max_batch: usize,
     wait: std::time::Duration,
+    clock: Clock,
     mut now_ms: i64,
 ) {
     let take = |batch: &mut Vec<Queued>| {
@@ -108,7 +118,7 @@ async fn drive<S: Store>(
         if !wait.is_zero() && !batch.is_empty() && batch.len() < max_batch {
             tokio::time::sleep(wait).await;
             take(&mut batch);
-            now_ms = crate::engine::now_ms();
+            now_ms = clock.now_ms();
         }
         if batch.is_empty() {
             lane.busy.store(false, Ordering::Release);
@@ -145,6 +155,6 @@ async fn drive<S: Store>(
                 }
             }
         }
-        now_ms = crate::engine::now_ms();
+        now_ms = clock.now_ms();
     }
 }

@@ -7,9 +7,11 @@
 //! `Stale`, and the engine reloads the meta and routes again.
 //!
 //! Sub-modules: `purchase` (fast path and the probe saga), `orders` (cancel,
-//! lookup), `view` (per-bucket remaining, skew).
+//! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
+//! window and sold-out mark is judged by).
 
 mod batch;
+mod clock;
 pub mod mover;
 mod orders;
 mod purchase;
@@ -18,7 +20,7 @@ mod view;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::future::try_join_all;
 
@@ -28,6 +30,7 @@ use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
 use crate::engine::mover::MoverError;
 use crate::store::{CreateEventReply, Store, StoreError};
 
+pub use clock::{Clock, ManualClock};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use view::{BucketView, EventView, skew};
@@ -122,14 +125,7 @@ pub struct Engine<S: Store> {
     events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
     batcher: Option<batch::Batcher<S>>,
     crash: AtomicU8,
-}
-
-/// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
+    clock: Clock,
 }
 
 impl<S: Store> Engine<S> {
@@ -143,7 +139,24 @@ impl<S: Store> Engine<S> {
             instance: format!("i{:016x}", rand::random::<u64>()),
             events: RwLock::new(HashMap::new()),
             crash: AtomicU8::new(CrashPoint::None as u8),
+            clock: Clock::system(),
         }
+    }
+
+    /// The same engine on another clock (tests move a [`ManualClock`] to put
+    /// an event past its sale window without sleeping).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        if let Some(b) = &mut self.batcher {
+            b.set_clock(clock.clone());
+        }
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the engine judges sale windows and sold-out marks by; the
+    /// control plane reads time from it too.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub fn store(&self) -> &S {
@@ -180,7 +193,7 @@ impl<S: Store> Engine<S> {
     /// that an interrupted creation of the same spec is resumed.
     pub async fn create_event(&self, spec: EventSpec) -> Result<EventView, EngineError> {
         spec.validate()?;
-        match self.store.create_event(&spec, now_ms()).await? {
+        match self.store.create_event(&spec, self.clock.now_ms()).await? {
             CreateEventReply::Created => {}
             CreateEventReply::Exists(meta)
                 if meta.status == EventStatus::Creating && meta.spec == spec =>

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Engine, EngineError, now_ms};
+use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, OrderStatus, OrderView};
@@ -79,7 +79,10 @@ impl<S: Store> Engine<S> {
                 {
                     return Ok(None);
                 }
-                self.store.cancel(&bucket, now_ms(), &oid).await.map(Some)
+                self.store
+                    .cancel(&bucket, self.clock.now_ms(), &oid)
+                    .await
+                    .map(Some)
             })
             .await?;
         let Some(reply) = reply else {

@@ -20,7 +20,7 @@ use std::slice;
 
 use futures::future::try_join_all;
 
-use super::{CrashPoint, Engine, EngineError, now_ms};
+use super::{CrashPoint, Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
@@ -166,7 +166,7 @@ impl<S: Store> Engine<S> {
             if meta.status == EventStatus::Resharding {
                 meta = self.settled(&req.event).await?;
             }
-            check_on_sale(&meta, now_ms())?;
+            check_on_sale(&meta, self.clock.now_ms())?;
             if req.quantity == 0 || req.quantity > meta.spec.max_per_order {
                 return Err(EngineError::Invalid {
                     field: "quantity",
@@ -242,10 +242,10 @@ impl<S: Store> Engine<S> {
         entry: PurchaseEntry,
     ) -> Result<PurchaseReply, StoreError> {
         match &self.batcher {
-            Some(batcher) => batcher.home(bucket, now_ms(), entry).await,
+            Some(batcher) => batcher.home(bucket, self.clock.now_ms(), entry).await,
             None => self
                 .store
-                .purchase(bucket, now_ms(), slice::from_ref(&entry))
+                .purchase(bucket, self.clock.now_ms(), slice::from_ref(&entry))
                 .await?
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("empty home reply".into())),
@@ -303,7 +303,10 @@ impl<S: Store> Engine<S> {
     /// The probe saga, from the pending record to its end.
     async fn drive(&self, meta: &EventMeta, saga: &Saga) -> Result<Answer, EngineError> {
         let start = self.fresh_meta(meta).await?;
-        if start.sold_out_at(now_ms(), self.opts.sold_out_mark_ttl.as_millis() as i64) {
+        if start.sold_out_at(
+            self.clock.now_ms(),
+            self.opts.sold_out_mark_ttl.as_millis() as i64,
+        ) {
             return self.finish_sold_out(meta, saga, 0).await;
         }
         // A saga that had to gather keeps the mover lease until it ends, so
@@ -356,7 +359,7 @@ impl<S: Store> Engine<S> {
                 probes += 1;
                 match self
                     .store
-                    .take(&Self::bucket(meta, j), now_ms(), &args)
+                    .take(&Self::bucket(meta, j), self.clock.now_ms(), &args)
                     .await?
                 {
                     TakeReply::Taken { order_id } => {
@@ -386,7 +389,7 @@ impl<S: Store> Engine<S> {
                 if available == 0
                     && self
                         .store
-                        .mark_sold_out(&meta.spec.id, seq, now_ms())
+                        .mark_sold_out(&meta.spec.id, seq, self.clock.now_ms())
                         .await?
                 {
                     // Every bucket's copy of the mark: from now on the home step
@@ -501,7 +504,7 @@ impl<S: Store> Engine<S> {
         let bucket = Self::bucket(meta, saga.home);
         Ok(self
             .store
-            .finish(&bucket, now_ms(), &saga.finish_args(outcome))
+            .finish(&bucket, self.clock.now_ms(), &saga.finish_args(outcome))
             .await?)
     }
 
@@ -538,7 +541,7 @@ impl<S: Store> Engine<S> {
         args.order_id = order_id;
         if self
             .store
-            .untake(&Self::bucket(meta, bucket), now_ms(), &args)
+            .untake(&Self::bucket(meta, bucket), self.clock.now_ms(), &args)
             .await?
         {
             crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
@@ -665,7 +668,7 @@ impl<S: Store> Engine<S> {
             let mut args = saga.take_args(pass);
             args.order_id = other;
             self.store
-                .untake(&Self::bucket(meta, j), now_ms(), &args)
+                .untake(&Self::bucket(meta, j), self.clock.now_ms(), &args)
                 .await?;
         }
         Ok(())

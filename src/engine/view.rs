@@ -3,7 +3,7 @@
 use futures::future::try_join_all;
 use serde::Serialize;
 
-use super::{Engine, EngineError, now_ms};
+use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
 use crate::domain::model::{BucketState, EventMeta, EventStatus};
 use crate::store::{Store, StoreError};
@@ -106,7 +106,7 @@ impl<S: Store> Engine<S> {
         let mut meta = self.meta(event).await?;
         for _ in 0..3 {
             match self.bucket_states(&meta).await {
-                Ok(states) => return Ok(EventView::new(&meta, &states, now_ms())),
+                Ok(states) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
                 Err(StoreError::Stale(_)) => meta = self.settled(event).await?,
                 Err(e) => return Err(e.into()),
             }

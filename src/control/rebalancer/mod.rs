@@ -27,7 +27,7 @@ use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus};
 use crate::engine::mover::{self, MoverError};
-use crate::engine::{Engine, EngineError, now_ms};
+use crate::engine::{Engine, EngineError};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
@@ -170,7 +170,11 @@ impl<S: Store> Rebalancer<S> {
             }
             return Ok(None);
         }
-        if meta.spec.ends_at.is_some_and(|end| now_ms() >= end) {
+        if meta
+            .spec
+            .ends_at
+            .is_some_and(|end| self.engine.clock().now_ms() >= end)
+        {
             let consumer = format!("{}/close", self.engine.instance());
             let mut flusher = Flusher::new(
                 self.engine.clone(),

@@ -5,14 +5,14 @@
 //! of every alert rule must return data (`deploy/local/query_check.py`), and
 //! `promtool` must accept the configuration and the rules.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use crate::harness::{eventually, free_port};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const INSTALL: &str = "bash deploy/local/install.sh";
@@ -59,7 +59,7 @@ fn up() -> Topology {
          [[events]]\nid = \"dash\"\nstock = 20000\nbuckets = 8\nper_user_limit = 4\nmax_per_order = 2\n",
     )
     .unwrap();
-    let port = |_: u8| common::free_port().to_string();
+    let port = |_: u8| free_port().to_string();
     let out = Command::new("bash")
         .arg(Path::new(REPO).join("deploy/local/up.sh"))
         .envs([
@@ -71,7 +71,7 @@ fn up() -> Topology {
             ("CONFIG", config.display().to_string()),
             (
                 "DB_NAME",
-                format!("shardstock_t_topology_{}", std::process::id()),
+                format!("shardstock_it_topology_{}", std::process::id()),
             ),
             ("RESET_DB", "1".to_owned()),
             ("BASE_PORT", port(0)),
@@ -150,20 +150,29 @@ async fn every_dashboard_and_alert_expression_has_data_after_a_sale() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    // Scrapes every second; audits every second; rate() needs two samples.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let check = Command::new("python3")
-        .arg(Path::new(REPO).join("deploy/local/query_check.py"))
-        .arg(&t.env["PROMETHEUS_URL"])
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&check.stdout);
-    println!("{report}");
-    assert!(
-        check.status.success(),
-        "a dashboard or alert expression has no data:\n{report}\n{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    // Scrapes every second, audits every second, and rate() needs two
+    // samples: asked again until every expression has data. Each report is
+    // printed: the test's output shows the last ones if it fails.
+    let prometheus = &t.env["PROMETHEUS_URL"];
+    eventually(
+        "every dashboard and alert expression to have data",
+        Duration::from_secs(60),
+        async || {
+            let check = tokio::process::Command::new("python3")
+                .arg(Path::new(REPO).join("deploy/local/query_check.py"))
+                .arg(prometheus)
+                .output()
+                .await
+                .unwrap();
+            println!(
+                "{}\n{}",
+                String::from_utf8_lossy(&check.stdout),
+                String::from_utf8_lossy(&check.stderr)
+            );
+            check.status.success().then_some(())
+        },
+    )
+    .await;
     for args in [
         vec![
             "check".to_owned(),

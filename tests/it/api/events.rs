@@ -3,8 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{Backend, TOKEN, TestApp, eid, problem, settings};
-use crate::on_memory_and_redis;
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem, settings};
 
 on_memory_and_redis!(
     creating_an_event_splits_its_stock_and_shows_it,

@@ -4,43 +4,56 @@
 //! - Redis itself killed with SIGKILL and restarted from its append-only file.
 //!
 //! Each test ends with: every order a client got a 201 for is in the database,
-//! exactly once, and the audit balances.
-
-mod common;
-#[path = "api/helpers.rs"]
-mod helpers;
+//! exactly once, and the audit balances. Each step waits for the sale to move
+//! on (orders answered), not for a fixed time. The suite has its own Redis
+//! namespace, so the service it kills and the apps whose database it cuts
+//! never hold another suite's events; Redis itself is crashed on a private
+//! server.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use helpers::{Backend, TOKEN, TestApp, eid, sample, settings};
 use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::{TcpListener, TcpStream};
 
-/// Order ids a client was answered 201 for.
-type Answered = Arc<Mutex<HashSet<String>>>;
+use crate::harness::{
+    Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_url,
+    sample, settings_in,
+};
 
-/// Buys from `base` with `clients` concurrent clients until `stop`; errors
-/// (the service or a backend gone) are retried after a pause.
-async fn buyers(base: String, event: String, clients: usize, stop: Arc<AtomicBool>) -> Answered {
-    let answered: Answered = Arc::default();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let tasks: Vec<_> = (0..clients)
-        .map(|t| {
-            let (client, base, event, answered, stop) = (client.clone(), base.clone(), event.clone(), answered.clone(), stop.clone());
-            tokio::spawn(async move {
+/// How long a step may take: a sale to move on, the ledger to catch up.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A sale over HTTP: concurrent clients buying one unit each until stopped;
+/// errors (the service or a backend gone) are retried after a pause.
+struct Sale {
+    /// Order ids a client was answered 201 for.
+    answered: Arc<Mutex<HashSet<String>>>,
+    stop: Arc<AtomicBool>,
+    clients: tokio::task::JoinSet<()>,
+}
+
+impl Sale {
+    fn start(base: &str, event: &str, clients: usize) -> Self {
+        let answered: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in 0..clients {
+            let (client, answered, stop) = (client.clone(), answered.clone(), stop.clone());
+            let url = format!("{base}/v1/events/{event}/purchases");
+            tasks.spawn(async move {
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     let body = json!({"user_id": format!("u-{t}-{i}"), "quantity": 1, "request_id": format!("r-{t}-{i}")});
-                    match client.post(format!("{base}/v1/events/{event}/purchases")).json(&body).send().await {
+                    match client.post(&url).json(&body).send().await {
                         Ok(r) if r.status() == 201 => {
                             let order: Value = r.json().await.unwrap();
                             answered.lock().unwrap().insert(order["order_id"].as_str().unwrap().to_owned());
@@ -49,25 +62,44 @@ async fn buyers(base: String, event: String, clients: usize, stop: Arc<AtomicBoo
                         _ => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
                 }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
+            });
+        }
+        Self {
+            answered,
+            stop,
+            clients: tasks,
+        }
     }
-    answered
+
+    fn count(&self) -> usize {
+        self.answered.lock().unwrap().len()
+    }
+
+    /// Waits until `more` further orders have been answered 201.
+    async fn sells(&self, more: usize, what: &str) {
+        let want = self.count() + more;
+        eventually(what, WAIT, async || (self.count() >= want).then_some(())).await;
+    }
+
+    /// Stops the clients; the order ids answered 201.
+    async fn stop(mut self) -> HashSet<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        while let Some(client) = self.clients.join_next().await {
+            client.unwrap();
+        }
+        self.answered.lock().unwrap().clone()
+    }
 }
 
 /// Asserts every answered order is in the database once, and the audit balances.
 async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>) {
     let pool = PgPoolOptions::new()
         .max_connections(2)
-        .connect(&common::pg_url())
+        .connect(&pg_url())
         .await
         .unwrap();
     let client = reqwest::Client::new();
-    let start = Instant::now();
-    let audit = loop {
+    let audit = eventually("the ledger to catch up", WAIT, async || {
         let audit: Value = client
             .get(format!("{base}/v1/events/{event}/audit"))
             .bearer_auth(TOKEN)
@@ -77,15 +109,9 @@ async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<Strin
             .json()
             .await
             .unwrap();
-        if audit["sold_unflushed"] == 0 && audit["balanced"] == true {
-            break audit;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the ledger never caught up: {audit}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        (audit["sold_unflushed"] == 0 && audit["balanced"] == true).then_some(audit)
+    })
+    .await;
     for oid in answered {
         let (takes,): (i64,) =
             sqlx::query_as("SELECT count(*) FROM order_records WHERE order_id = $1 AND kind = 'o'")
@@ -119,38 +145,9 @@ async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<Strin
     );
 }
 
-struct Service(Child);
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_service(config: &std::path::Path, port: u16) -> Service {
-    let child = Command::new(env!("CARGO_BIN_EXE_shardstock"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the service did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Service(child)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
-    let port = common::free_port();
+    let port = free_port();
     let event = eid("kill");
     let dir = std::env::temp_dir().join(format!("shardstock-kill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -162,23 +159,20 @@ async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
              [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
              [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
              [[events]]\nid = \"{event}\"\nstock = 100000\nbuckets = 8\n",
-            ns = common::namespace(),
-            db = common::pg_url(),
+            ns = namespace("durability"),
+            db = pg_url(),
         ),
     )
     .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let mut service = start_service(&config, port);
-    let stop = Arc::new(AtomicBool::new(false));
-    let sale = tokio::spawn(buyers(base.clone(), event.to_string(), 32, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    service.0.kill().unwrap(); // SIGKILL: no shutdown, no final flush
-    service.0.wait().unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _restarted = start_service(&config, port);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let answered = sale.await.unwrap().lock().unwrap().clone();
+    let mut service = Service::start(&config, port);
+    let sale = Sale::start(&base, &event, 32);
+    sale.sells(200, "orders before the kill").await;
+    service.child.kill().unwrap(); // SIGKILL: no shutdown, no final flush
+    service.child.wait().unwrap();
+    let _restarted = Service::start(&config, port);
+    sale.sells(100, "orders from the restarted service").await;
+    let answered = sale.stop().await;
     assert!(
         answered.len() > 100,
         "only {} purchases before and after the kill",
@@ -236,40 +230,43 @@ impl Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_only_delays_the_ledger() {
     let proxy = Proxy::start("127.0.0.1:5432").await;
-    let mut s = settings(Backend::Redis);
-    s.database.url =
-        common::pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let mut s = settings_in("durability", Backend::Redis);
+    s.database.url = pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
     s.database.claim_idle_ms = 500;
     s.database.flush_block_ms = 20;
     let app = TestApp::spawn_with(s).await;
     let event = eid("dbdown");
     app.create(&event, 100_000, 8, json!({})).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sale = tokio::spawn(buyers(app.base.clone(), event.clone(), 16, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sale = Sale::start(&app.base, &event, 16);
+    sale.sells(100, "orders before the outage").await;
     proxy.cut();
     // Purchases go on; the records wait in Redis.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let lag = sample(&app.metrics().await, "shardstock_flush_lag_orders", &[]).unwrap_or(0.0);
-    assert!(lag > 0.0, "the lag grows while the database is down");
-    assert_eq!(
-        app.get("/readyz").await.status(),
-        503,
-        "not ready without the database"
-    );
+    sale.sells(100, "orders while the database is down").await;
+    let lag = eventually(
+        "the lag to grow while the database is down",
+        WAIT,
+        async || {
+            let lag =
+                sample(&app.metrics().await, "shardstock_flush_lag_orders", &[]).unwrap_or(0.0);
+            (lag > 0.0).then_some(lag)
+        },
+    )
+    .await;
+    eventually("not ready without the database", WAIT, async || {
+        (app.get("/readyz").await.status() == 503).then_some(())
+    })
+    .await;
     proxy.restore();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let answered = sale.await.unwrap().lock().unwrap().clone();
+    sale.sells(100, "orders after the outage").await;
+    let answered = sale.stop().await;
     assert_in_ledger_once(&app.base, &event, &answered).await;
     println!("lag while the database was down: {lag}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
-    let mut redis =
-        common::RedisServer::start_with("--appendonly yes --appendfsync always --save ''");
-    let mut s = settings(Backend::Redis);
+    let mut redis = RedisServer::start_with("--appendonly yes --appendfsync always --save ''");
+    let mut s = settings_in("durability", Backend::Redis);
     s.store.redis_url = Some(redis.url());
     s.store.command_timeout_ms = 500;
     s.database.claim_idle_ms = 500;
@@ -277,9 +274,8 @@ async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
     let app = TestApp::spawn_with(s).await;
     let event = eid("aof");
     app.create(&event, 100_000, 8, json!({})).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sale = tokio::spawn(buyers(app.base.clone(), event.clone(), 16, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let sale = Sale::start(&app.base, &event, 16);
+    sale.sells(100, "orders before the crash").await;
     let before = app.view(&event).await["sold"].as_u64().unwrap();
     tokio::task::spawn_blocking(move || {
         redis.crash_and_restart();
@@ -291,9 +287,8 @@ async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
         std::mem::forget(r);
     })
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let answered = sale.await.unwrap().lock().unwrap().clone();
+    sale.sells(100, "orders after Redis came back").await;
+    let answered = sale.stop().await;
     let after = app.view(&event).await["sold"].as_u64().unwrap();
     assert!(
         after >= before,

@@ -4,8 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, eid, problem, settings};
-use crate::on_memory_and_redis;
+use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem, settings};
 
 on_memory_and_redis!(
     a_purchase_returns_the_order,

@@ -5,9 +5,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::RedisServer;
-use crate::helpers::{Backend, TestApp, eid, problem, sample, settings};
-use crate::on_memory_and_redis;
+use crate::harness::{
+    Backend, RedisServer, TestApp, eid, eventually, on_memory_and_redis, problem, sample, settings,
+};
 
 on_memory_and_redis!(
     health_and_readiness_answer,
@@ -51,9 +51,30 @@ async fn metrics_count_the_sale_with_the_right_labels(b: Backend) {
         }
     }
     assert_eq!(units, 20, "the event sold out");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let text = app.metrics().await;
     let e = id.as_str();
+    // Remaining, skew and moved units are gauges the app publishes every 50 ms.
+    let text = eventually(
+        "the gauges to show the sold-out event",
+        Duration::from_secs(10),
+        async || {
+            let text = app.metrics().await;
+            let empty = |labels: &[(&str, &str)]| {
+                sample(&text, "shardstock_bucket_remaining", labels) == Some(0.0)
+            };
+            let published = sample(&text, "shardstock_event_remaining", &[("event", e)])
+                == Some(0.0)
+                && (0..4).all(|b| empty(&[("event", e), ("bucket", &b.to_string())]))
+                && sample(&text, "shardstock_bucket_skew_ratio", &[("event", e)]).is_some()
+                && sample(
+                    &text,
+                    "shardstock_rebalance_moved_units_total",
+                    &[("event", e)],
+                )
+                .is_some();
+            published.then_some(text)
+        },
+    )
+    .await;
     assert_eq!(
         sample(
             &text,
@@ -165,6 +186,7 @@ async fn shutdown_lets_in_flight_purchases_finish() {
             })
         })
         .collect();
+    // A moment for the requests to reach the app, so the stop lands among them.
     tokio::time::sleep(Duration::from_millis(5)).await;
     app.stop().await;
     let mut created = 0;

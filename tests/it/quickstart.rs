@@ -8,7 +8,9 @@
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::harness::wait_until;
 
 const RUN: &str = "cargo run --release -- ";
 
@@ -69,14 +71,9 @@ fn the_readme_quickstart_works_as_written() {
             .spawn()
             .unwrap(),
     );
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("the server to start", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     let order_file = scratch.join("order.json");
     let script = format!(
         "set -euo pipefail\n{}",

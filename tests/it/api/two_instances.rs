@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, eid};
+use crate::harness::{Backend, TestApp, eid};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sell_one_event_without_breaking_an_invariant() {

@@ -1,25 +1,26 @@
 //! The rebalancer on every backend: fencing, crash recovery of transfers, skew
 //! control under skewed demand, and live resharding during a sale.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{event_id, ledger_for, spec, user, user_homed_at};
 use rand::Rng;
 use shardstock::control::flusher::FlushOptions;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::routing::{home, user_hash};
-use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
+use shardstock::engine::{ManualClock, PurchaseOutcome, PurchaseRequest, Refusal};
 use shardstock::ledger::Ledger;
 use shardstock::store::{Store, TransferReply};
 use shardstock::{Engine, EngineError};
 use tokio_util::sync::CancellationToken;
+
+use crate::harness::{
+    event_id, eventually, ledger_for, on_every_backend, spec, user, user_homed_at,
+};
 
 on_every_backend!(
     a_stale_leader_is_fenced_by_every_bucket_and_moves_nothing,
@@ -28,6 +29,9 @@ on_every_backend!(
     resharding_16_4_32_during_a_sale_keeps_every_invariant,
     the_end_of_the_sale_window_closes_the_event,
 );
+
+/// How long a test waits for a lease to lapse or a sale to move on.
+const WAIT: Duration = Duration::from_secs(30);
 
 fn options(lease_ttl_ms: u64) -> RebalanceOptions {
     RebalanceOptions {
@@ -111,9 +115,11 @@ async fn a_stale_leader_is_fenced_by_every_bucket_and_moves_nothing<S: Store>(en
         !planned.moves.is_empty(),
         "bucket 0 is empty: A wants to refill it"
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
     let changes = counter(&id, "shardstock_leader_changes_total");
-    let round = b.lead(&id, &stop).await.unwrap().expect("B took over");
+    let round = eventually("B to take over once A's leases lapse", WAIT, async || {
+        b.lead(&id, &stop).await.unwrap()
+    })
+    .await;
     assert!(round.units > 0 && !round.fenced);
     assert!(counter(&id, "shardstock_leader_changes_total") > changes);
     // A wakes up and carries on with its old token: every bucket refuses it.
@@ -150,9 +156,14 @@ async fn a_crash_between_out_and_in_is_completed_by_the_next_leader<S: Store>(en
         .await
         .unwrap();
     assert!(audit.balanced && audit.in_transfer == 7, "{audit:?}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Once the dead mover's lease (50 ms) lapses, the next leader's round
+    // completes its transfer.
     let mut next = rebalancer(&engine, &ledger, 5_000);
-    next.lead(&id, &CancellationToken::new()).await.unwrap();
+    let stop = CancellationToken::new();
+    eventually("the next leader to run a round", WAIT, async || {
+        next.lead(&id, &stop).await.unwrap()
+    })
+    .await;
     let view = engine.view(&id).await.unwrap();
     assert_eq!((view.in_transfer, view.remaining), (0, 80));
     let audit = shardstock::control::audit::audit(&engine, &ledger, &id)
@@ -259,6 +270,20 @@ async fn skewed_demand_stays_on_the_fast_path_with_the_rebalancer_on<S: Store>(e
     );
 }
 
+/// Every purchase answered during a sale, with its request.
+type Answers = Arc<Mutex<Vec<(PurchaseRequest, PurchaseOutcome)>>>;
+
+/// Waits until the sale has moved on: 300 more answers and two more balanced
+/// audits (so a step lands mid-sale on a fast machine and a slow one alike).
+async fn headway(answers: &Answers, audited: &AtomicU64) {
+    let answered = || answers.lock().unwrap().len();
+    let (a, b) = (answered(), audited.load(Ordering::Relaxed));
+    eventually("the sale to move on", WAIT, async || {
+        (answered() >= a + 300 && audited.load(Ordering::Relaxed) >= b + 2).then_some(())
+    })
+    .await;
+}
+
 async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine: Engine<S>) {
     let engine = Arc::new(engine);
     let ledger = ledger_for(engine.store().kind()).await;
@@ -270,11 +295,17 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let answers: Arc<Mutex<Vec<(PurchaseRequest, PurchaseOutcome)>>> = Arc::default();
+    let answers: Answers = Arc::default();
+    let audited = Arc::new(AtomicU64::new(0));
     let auditor = {
-        let (engine, ledger, id, stop) = (engine.clone(), ledger.clone(), id.clone(), stop.clone());
+        let (engine, ledger, id, stop, audited) = (
+            engine.clone(),
+            ledger.clone(),
+            id.clone(),
+            stop.clone(),
+            audited.clone(),
+        );
         tokio::spawn(async move {
-            let mut audits = 0;
             while !stop.load(Ordering::Relaxed) {
                 match shardstock::control::audit::audit(&engine, &ledger, &id).await {
                     Ok(a) => {
@@ -282,14 +313,14 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
                             a.balanced,
                             "sold + remaining != stock during the reshard: {a:?}"
                         );
-                        audits += 1;
+                        audited.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(shardstock::control::lifecycle::LifecycleError::Busy(_)) => {}
                     Err(e) => panic!("audit failed: {e}"),
                 }
                 tokio::time::sleep(Duration::from_millis(15)).await;
             }
-            audits
+            audited.load(Ordering::Relaxed)
         })
     };
     let buyers: Vec<_> = (0..24)
@@ -318,13 +349,13 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
         })
         .collect();
     for buckets in [4, 32] {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        headway(&answers, &audited).await;
         let view = shardstock::control::reshard::reshard(&engine, &id, buckets)
             .await
             .unwrap();
         assert_eq!(view.bucket_count, buckets);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    headway(&answers, &audited).await;
     stop.store(true, Ordering::Relaxed);
     for b in buyers {
         b.await.unwrap();
@@ -384,12 +415,15 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
     );
 }
 
+/// The window's end is read from the engine's clock: the test moves a manual
+/// clock to it instead of sleeping.
 async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>) {
-    let engine = Arc::new(engine);
+    let clock = ManualClock::starting_now();
+    let engine = Arc::new(engine.with_clock(clock.clone().into()));
     let ledger = ledger_for(engine.store().kind()).await;
     let id = event_id("window");
     let mut s = spec(&id, 40, 4);
-    let ends_at = shardstock::engine::now_ms() + 1_500;
+    let ends_at = clock.now_ms() + 1_500;
     s.ends_at = Some(ends_at);
     shardstock::control::lifecycle::create(&engine, &ledger, s)
         .await
@@ -409,8 +443,7 @@ async fn the_end_of_the_sale_window_closes_the_event<S: Store>(engine: Engine<S>
         !ledger.event(&id).await.unwrap().unwrap().closed,
         "still on sale"
     );
-    let past_the_end = ends_at + 100 - shardstock::engine::now_ms();
-    tokio::time::sleep(Duration::from_millis(past_the_end.max(0) as u64)).await;
+    clock.set(ends_at);
     leader.lead(&id, &stop).await.unwrap();
     assert!(
         ledger.event(&id).await.unwrap().unwrap().closed,

@@ -4,8 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TOKEN, TestApp, eid, problem};
-use crate::on_memory_and_redis;
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem};
 
 on_memory_and_redis!(
     admin_endpoints_need_the_token_and_refusals_change_nothing,

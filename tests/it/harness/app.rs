@@ -1,5 +1,5 @@
-#![allow(dead_code)]
-//! `TestApp`: the real application on 127.0.0.1:0, and a client for it.
+//! `TestApp`: the real application on 127.0.0.1:0, and a client for it;
+//! problem+json and Prometheus helpers; `on_memory_and_redis!`.
 
 use std::time::Duration;
 
@@ -24,17 +24,25 @@ pub struct TestApp {
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
+/// Settings for an app of the API suite (its apps share the `api` namespace
+/// on Redis, as when the suite was its own binary).
 pub fn settings(backend: Backend) -> Settings {
+    settings_in("api", backend)
+}
+
+/// Settings for an app of `suite`: port 0, the test token, fast gauges; on
+/// Redis, the suite's namespace and this process's PostgreSQL database.
+pub fn settings_in(suite: &str, backend: Backend) -> Settings {
     let mut s = Settings::default();
     s.server.listen = "127.0.0.1:0".into();
     s.server.admin_token = TOKEN.into();
     s.server.gauges_interval_ms = 50;
     match backend {
-        Backend::Memory => s.database.url = crate::common::sqlite_url(),
+        Backend::Memory => s.database.url = super::sqlite_url(),
         Backend::Redis => {
             s.store.redis_url = Some("redis://127.0.0.1:6379".into());
-            s.store.namespace = crate::common::namespace();
-            s.database.url = crate::common::pg_url();
+            s.store.namespace = super::namespace(suite);
+            s.database.url = super::pg_url();
         }
     }
     s
@@ -49,7 +57,7 @@ impl TestApp {
         let app = Application::build(settings).await.unwrap_or_else(|e| {
             panic!(
                 "cannot build the app ({e:#}); is Redis up? start it with:\n  {}",
-                crate::common::START_REDIS
+                super::START_REDIS
             )
         });
         let base = format!("http://127.0.0.1:{}", app.port());
@@ -167,7 +175,7 @@ pub async fn problem(r: Response, status: u16, kind: &str) -> Value {
 
 /// A unique event id.
 pub fn eid(prefix: &str) -> String {
-    crate::common::event_id(prefix).to_string()
+    super::event_id(prefix).to_string()
 }
 
 /// The value of a Prometheus sample `name{labels…}` in a text exposition:
@@ -192,14 +200,13 @@ pub fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
 }
 
 /// Runs each listed `async fn name(backend)` on memory and on Redis.
-#[macro_export]
 macro_rules! on_memory_and_redis {
     ($($name:ident),* $(,)?) => {
         mod on_memory {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::helpers::Backend::Memory).await;
+                    super::$name($crate::harness::Backend::Memory).await;
                 }
             )*
         }
@@ -207,9 +214,10 @@ macro_rules! on_memory_and_redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::helpers::Backend::Redis).await;
+                    super::$name($crate::harness::Backend::Redis).await;
                 }
             )*
         }
     };
 }
+pub(crate) use on_memory_and_redis;

@@ -2,12 +2,9 @@
 //! retries with the same request id (later and at the same time), cancels, and
 //! demand far above supply. Checked by invariants, not by timing.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use common::{event_id, spec, user};
 use rand::Rng;
 use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::keys::BucketRef;
@@ -16,12 +13,14 @@ use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
 use shardstock::store::Store;
 use shardstock::{Engine, EngineError};
 
+use crate::harness::{event_id, on_every_backend, spec, standalone, user};
+
 on_every_backend!(a_sale_under_real_concurrency_keeps_every_invariant);
 
 /// Batches that linger for company (`batching.max_wait_us`) keep every invariant too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lingering_batches_keep_every_invariant_on_redis() {
-    let store = common::standalone().await.store().clone();
+    let store = standalone("concurrency").await.store().clone();
     let opts = shardstock::EngineOptions {
         batch_wait: std::time::Duration::from_millis(1),
         ..shardstock::EngineOptions::default()

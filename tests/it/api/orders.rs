@@ -3,8 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, eid, problem};
-use crate::on_memory_and_redis;
+use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem};
 
 on_memory_and_redis!(
     an_order_can_be_read_and_cancelled_once,

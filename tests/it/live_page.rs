@@ -2,14 +2,11 @@
 //! `chromium`) renders it after a sale, and the numbers it shows for the event
 //! must be the API's.
 
-mod common;
-#[path = "api/helpers.rs"]
-mod helpers;
-
 use std::process::Command;
 
-use helpers::{Backend, TestApp, eid};
 use serde_json::json;
+
+use crate::harness::{Backend, TestApp, eid, settings_in};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -57,7 +54,8 @@ fn shown(dom: &str, event: &str, id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_live_page_shows_the_events_numbers() {
-    let app = TestApp::spawn(Backend::Redis).await;
+    // Its own namespace: the page lists every event of the app's namespace.
+    let app = TestApp::spawn_with(settings_in("live_page", Backend::Redis)).await;
     let id = eid("live");
     app.create(&id, 5_000, 12, json!({})).await;
     for i in 0..300 {

@@ -1,16 +1,21 @@
 //! Redis-only faults and costs, each on a private server (or a private Cluster)
 //! so flushing scripts or counting commands cannot disturb other tests.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use common::{RedisCluster, RedisServer, connect, event_id, spec, user};
 use shardstock::domain::ids::RequestId;
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{PurchaseRequest, Refusal};
 use shardstock::{Engine, EngineOptions, RedisStore};
+
+use crate::harness::{RedisCluster, RedisServer, event_id, spec, user};
+
+/// A store on a private server or Cluster (its own, so the suite's namespace
+/// is only for form's sake).
+async fn connect(url: &str) -> RedisStore {
+    crate::harness::connect(url, "redis_faults").await
+}
 
 /// Runs a 64-task sale while `disturb` runs alongside; checks nothing failed
 /// and every unit was sold exactly once.
@@ -103,6 +108,7 @@ async fn purchases_go_on_through_script_flush_on_every_cluster_node() {
 /// Records every command clients send to a server (MONITOR), leaving out the
 /// commands scripts run inside Redis (`[0 lua]`): what crossed the network.
 struct Monitor {
+    port: u16,
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
 }
@@ -123,15 +129,30 @@ impl Monitor {
             }
         });
         assert_eq!(lines.recv().unwrap(), "OK");
-        Self { child, lines }
+        Self { port, child, lines }
     }
 
-    /// Client commands seen so far (lower-cased names), after a short settle.
+    /// Client commands the server ran so far (lower-cased names). MONITOR
+    /// shows commands in the order the server ran them, so everything sent
+    /// before is in once a marker sent last shows up.
     fn commands(&mut self) -> Vec<String> {
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let marker = format!("monitor-end-{:08x}", rand::random::<u32>());
+        let echoed = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "echo", &marker])
+            .output()
+            .unwrap();
+        assert!(echoed.status.success());
+        let seen: Vec<String> = std::iter::from_fn(|| {
+            let line = self
+                .lines
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("MONITOR shows the marker");
+            (!line.contains(&marker)).then_some(line)
+        })
+        .collect();
         let _ = self.child.kill();
-        self.lines
-            .try_iter()
+        let _ = self.child.wait();
+        seen.iter()
             .filter(|l| !l.contains(" lua]"))
             .filter_map(|l| l.split('"').nth(1).map(str::to_lowercase))
             .collect()

@@ -2,12 +2,9 @@
 //! PostgreSQL, and the 3-master Cluster + PostgreSQL. The flusher, the ledger,
 //! the audit and close run for real; nothing is mocked.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{event_id, spec, user};
 use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
 use shardstock::control::lifecycle::{self, LostState};
 use shardstock::domain::ids::{EventId, RequestId};
@@ -18,6 +15,8 @@ use shardstock::ledger::{FlushRecord, Ledger};
 use shardstock::store::{MemoryStore, Store};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
+
+use crate::harness::{event_id, on_every_backend, pg_url, spec, sqlite_url, user};
 
 on_every_backend!(
     every_sold_order_reaches_the_ledger_once_and_the_audit_balances,
@@ -44,9 +43,9 @@ fn options() -> FlushOptions {
 
 async fn rig<S: Store>(engine: Engine<S>) -> Rig<S> {
     let url = if engine.store().kind() == "memory" {
-        common::sqlite_url()
+        sqlite_url()
     } else {
-        common::pg_url()
+        pg_url()
     };
     let ledger = Ledger::connect(&url, 4).await.unwrap();
     let engine = Arc::new(engine);
@@ -345,7 +344,7 @@ fn record(
 }
 
 async fn sqlite_ledger_with(id: &EventId, stock: u64) -> Ledger {
-    let ledger = Ledger::connect(&common::sqlite_url(), 1).await.unwrap();
+    let ledger = Ledger::connect(&sqlite_url(), 1).await.unwrap();
     ledger.register_event(&spec(id, stock, 2), 0).await.unwrap();
     ledger
 }

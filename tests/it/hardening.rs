@@ -4,74 +4,14 @@
 //! Redis stops answering; made-up event ids cannot grow `/metrics`; event ids
 //! that URL libraries normalize away are refused.
 
-mod common;
-#[path = "api/helpers.rs"]
-mod helpers;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use helpers::{Backend, TOKEN, TestApp, problem};
 use serde_json::json;
 
-/// The service as a child process (killed when dropped).
-struct Service(Child);
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Service {
-    /// Starts `shardstock serve` with `config` (TOML) on a free port.
-    fn start(config: &str) -> (Self, u16) {
-        let port = common::free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "shardstock-hardening-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("shardstock.toml");
-        std::fs::write(
-            &path,
-            format!("[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n{config}"),
-        )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_shardstock"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the service did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        (Self(child), port)
-    }
-
-    /// Sockets the process holds open (listener and client connections).
-    fn sockets(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.0.id()))
-            .map(|fds| {
-                fds.filter_map(Result::ok)
-                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                    .filter(|target| target.to_string_lossy().starts_with("socket:"))
-                    .count()
-            })
-            .unwrap_or(0)
-    }
-}
+use crate::harness::{Backend, RedisServer, Service, TestApp, eid, pg_url, problem, sqlite_url};
 
 /// A slowloris client: a request line, then one header line at a time, never
 /// the blank line that ends the headers.
@@ -100,10 +40,14 @@ fn closed_by_server(s: &mut TcpStream) -> bool {
 /// (Before: every slow connection stayed open, one descriptor each, forever.)
 #[test]
 fn slow_header_clients_are_cut_off_and_connections_are_bounded() {
-    let (service, port) = Service::start(&format!(
-        "header_read_timeout_ms = 1000\nmax_connections = 64\n[database]\nurl = \"{}\"\n",
-        common::sqlite_url()
-    ));
+    let service = Service::with_config(
+        "slowloris",
+        &format!(
+            "header_read_timeout_ms = 1000\nmax_connections = 64\n[database]\nurl = \"{}\"\n",
+            sqlite_url()
+        ),
+    );
+    let port = service.port;
     let idle = service.sockets();
     let mut clients: Vec<TcpStream> = (0..300).map(|_| slow_client(port)).collect();
     let mut most = 0;
@@ -140,16 +84,20 @@ fn slow_header_clients_are_cut_off_and_connections_are_bounded() {
 /// "flusher stopped without a final drain" and never exited.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_redis_stalled_ends_within_the_grace_and_exits_non_zero() {
-    let redis = common::RedisServer::start();
-    let event = helpers::eid("stall");
-    let (mut service, port) = Service::start(&format!(
-        "shutdown_grace_ms = 2000\n\
+    let redis = RedisServer::start();
+    let event = eid("stall");
+    let mut service = Service::with_config(
+        "stall",
+        &format!(
+            "shutdown_grace_ms = 2000\n\
          [store]\nredis_url = \"{}\"\ncommand_timeout_ms = 30000\n\
          [database]\nurl = \"{}\"\naudit_interval_ms = 0\n\
          [[events]]\nid = \"{event}\"\nstock = 1000\nbuckets = 4\n",
-        redis.url(),
-        common::pg_url(),
-    ));
+            redis.url(),
+            pg_url(),
+        ),
+    );
+    let port = service.port;
     let client = reqwest::Client::new();
     for i in 0..20 {
         let r = client
@@ -179,10 +127,10 @@ async fn shutdown_with_redis_stalled_ends_within_the_grace_and_exits_non_zero() 
         );
     };
     signal("-STOP", &redis_pid);
-    signal("-TERM", &service.0.id().to_string());
+    signal("-TERM", &service.child.id().to_string());
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = service.0.try_wait().unwrap() {
+        if let Some(status) = service.child.try_wait().unwrap() {
             break Some(status);
         }
         if start.elapsed() > Duration::from_secs(20) {
@@ -204,7 +152,7 @@ async fn shutdown_with_redis_stalled_ends_within_the_grace_and_exits_non_zero() 
 #[tokio::test]
 async fn purchases_for_unknown_events_add_no_metric_series() {
     let app = TestApp::spawn(Backend::Memory).await;
-    let ghosts: Vec<String> = (0..300).map(|_| helpers::eid("ghost")).collect();
+    let ghosts: Vec<String> = (0..300).map(|_| eid("ghost")).collect();
     for (i, ghost) in ghosts.iter().enumerate() {
         let body = if i % 3 == 0 {
             json!({"user_id": "bad user", "quantity": 1})

@@ -1,0 +1,9 @@
+//! The API suite: the real application on port 0, over HTTP, on memory and
+//! on Redis (see `harness::TestApp`).
+
+mod admin;
+mod events;
+mod ops;
+mod orders;
+mod purchases;
+mod two_instances;

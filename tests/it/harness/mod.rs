@@ -1,0 +1,29 @@
+//! The harness every suite shares. Real backends only: nothing is mocked.
+//!
+//! - `fixtures`: unique event ids, users, specs.
+//! - `backends`: engines on memory, the machine's Redis and the test Cluster;
+//!   a Redis namespace per suite; this process's PostgreSQL database;
+//!   `on_every_backend!`.
+//! - `servers`: private `redis-server`s and the shared 3-master Cluster.
+//! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
+//! - `service`: the `shardstock` binary as a child process.
+//! - `wait`: waiting for a condition with a deadline, never for a fixed time.
+
+mod app;
+mod backends;
+mod fixtures;
+mod servers;
+mod service;
+mod wait;
+
+pub(crate) use app::on_memory_and_redis;
+pub use app::{Backend, TOKEN, TestApp, eid, problem, sample, settings, settings_in};
+pub(crate) use backends::on_every_backend;
+pub use backends::{
+    START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_url, sqlite_url, standalone,
+    suite_of, unbatched,
+};
+pub use fixtures::{event_id, spec, user, user_homed_at};
+pub use servers::{RedisCluster, RedisServer, free_port};
+pub use service::Service;
+pub use wait::{eventually, wait_until};

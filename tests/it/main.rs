@@ -1,0 +1,43 @@
+//! The integration tests: one binary, one module per suite, one harness.
+//!
+//! A test's name says where it runs and what it shows, e.g.
+//! `engine::cluster::the_fast_path_buys_from_the_home_bucket` or
+//! `api::admin::on_redis::close_ends_the_sale_and_the_audit_balances_throughout`;
+//! `cargo test --test it engine::` runs one suite.
+//!
+//! # Layout
+//! - `harness`: backends, namespaces, private Redis servers, the shared
+//!   Cluster, `TestApp`, `on_every_backend!`, waiting for conditions.
+//! - `engine`: the engine's conformance suite, on every backend.
+//! - `concurrency`: 64 tasks against one event, checked by invariants.
+//! - `ledger`: flusher, ledger, audit and close: every order reaches the
+//!   database once.
+//! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
+//!   the end of a sale window.
+//! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
+//!   private servers.
+//! - `api`: the HTTP API of `API.md` on memory and Redis.
+//! - `durability`: a killed service, a database outage, a crashed Redis.
+//! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
+//!   metric labels from made-up ids, dot-only event ids.
+//! - `live_page`: `/ui` rendered by headless Chromium.
+//! - `quickstart`: the README's quickstart, run as written.
+//! - `deploy_local`: the local topology, its dashboards and alert rules.
+//!
+//! Suites share one process: the machine's Redis is split by a namespace per
+//! suite, PostgreSQL by a database per process, and tests that stop, crash or
+//! flush a Redis get a private one.
+
+mod harness;
+
+mod api;
+mod concurrency;
+mod deploy_local;
+mod durability;
+mod engine;
+mod hardening;
+mod ledger;
+mod live_page;
+mod quickstart;
+mod rebalancer;
+mod redis_faults;
