@@ -107,7 +107,13 @@ pub async fn ensure<S: Store>(
     if ledger.event(&spec.id).await?.is_some() {
         return Ok(false);
     }
-    create(engine, ledger, spec).await.map(|_| true)
+    match create(engine, ledger, spec).await {
+        Ok(_) => Ok(true),
+        // Another instance, started at the same moment from the same
+        // configuration, created it between our look and our create.
+        Err(LifecycleError::Engine(EngineError::EventExists(_))) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Ends a sale: see the module docs. Idempotent; returns the final view.

@@ -23,6 +23,7 @@ on_every_backend!(
     the_audit_balances_mid_sale_with_records_still_in_redis,
     close_drains_everything_and_refuses_later_purchases,
     close_wins_over_a_dead_instances_lease_and_unacknowledged_records,
+    instances_starting_together_all_ensure_a_configured_event,
 );
 
 struct Rig<S: Store> {
@@ -60,6 +61,30 @@ async fn rig<S: Store>(engine: Engine<S>) -> Rig<S> {
         ledger,
         flusher,
         stop: CancellationToken::new(),
+    }
+}
+
+/// Replicas started at the same moment from one configuration all find the
+/// configured event missing and all create it: every start succeeds, and the
+/// event is created once (a replica that finds a creation under way finishes
+/// it, which is idempotent). (Seen as a flaky deploy_local run: the second
+/// replica failed with "event exists".)
+async fn instances_starting_together_all_ensure_a_configured_event<S: Store>(engine: Engine<S>) {
+    let r = rig(engine).await;
+    for round in 0..10 {
+        let id = event_id(&format!("ensure{round}"));
+        let starts = (0..3).map(|_| {
+            let engine = Engine::new(r.engine.store().clone(), EngineOptions::default());
+            let (ledger, spec) = (r.ledger.clone(), spec(&id, 100, 4));
+            tokio::spawn(async move { lifecycle::ensure(&engine, &ledger, spec).await })
+        });
+        let mut created = 0;
+        for start in starts.collect::<Vec<_>>() {
+            created += u32::from(start.await.unwrap().expect("every replica starts"));
+        }
+        assert!(created >= 1, "some replica creates the event");
+        let view = r.engine.view(&id).await.unwrap();
+        assert_eq!((view.stock, view.remaining), (100, 100));
     }
 }
 
