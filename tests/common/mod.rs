@@ -201,16 +201,16 @@ fn require(binary: &str) {
     );
 }
 
-pub use shardstock::bench::cluster::free_port;
-use shardstock::bench::cluster::{redis_cli, scratch_dir as temp_dir};
+pub use shardstock_bench::cluster::free_port;
+use shardstock_bench::cluster::{redis_cli, scratch_dir as temp_dir};
 
 fn spawn_redis(dir: &Path, args: &str) -> Child {
     require("redis-server");
-    shardstock::bench::cluster::spawn_redis(dir, args).expect("spawn redis-server")
+    shardstock_bench::cluster::spawn_redis(dir, args).expect("spawn redis-server")
 }
 
 fn wait_until(what: &str, timeout: Duration, ok: impl FnMut() -> bool) {
-    shardstock::bench::cluster::wait_until(what, timeout, ok).unwrap();
+    shardstock_bench::cluster::wait_until(what, timeout, ok).unwrap();
 }
 
 /// A private standalone redis-server.
@@ -302,7 +302,7 @@ impl Drop for RedisServer {
 }
 
 /// The 3-master test Cluster.
-pub type RedisCluster = shardstock::bench::cluster::LocalCluster;
+pub type RedisCluster = shardstock_bench::cluster::LocalCluster;
 
 /// Runs each listed `async fn name<S: Store>(engine: Engine<S>)` against the
 /// memory store, the machine's Redis and the test Cluster (home steps batched,
