@@ -3,9 +3,14 @@
 //! Flags override the configuration file; each flag can also come from its
 //! environment variable (`SHARDSTOCK_LISTEN`, …), which is how containers and
 //! the Kubernetes manifests in `deploy/` configure the service.
+//!
+//! `bench` only hands over to the `shardstock-bench` binary (the `bench/`
+//! workspace member), which owns the load generator and its flags.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{ConfigError, Settings};
@@ -33,10 +38,19 @@ pub enum Command {
     /// Rebuild an event the store lost (a Redis that restarted empty) from the database.
     Recover(EventArgs),
     /// Run a flash-sale load against a strategy, or compare them all (--compare
-    /// writes BENCHMARKS.md).
-    Bench(crate::bench::cmd::BenchArgs),
+    /// writes BENCHMARKS.md): runs the shardstock-bench binary next to this one
+    /// with the same arguments (`shardstock bench --help` lists them).
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Check a configuration file and print the events it declares.
     CheckConfig(ConfigArgs),
+}
+
+/// Everything after `bench`, for `shardstock-bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +129,41 @@ impl BackendArgs {
     }
 }
 
+impl BenchArgs {
+    /// Runs `shardstock-bench` from this binary's directory (where cargo puts
+    /// both) with the same arguments; when it is not there, fails with the
+    /// command that builds and runs it.
+    pub fn forward(&self) -> anyhow::Result<()> {
+        let bench = std::env::current_exe()
+            .context("finding this binary")?
+            .with_file_name(format!("shardstock-bench{}", std::env::consts::EXE_SUFFIX));
+        if !bench.is_file() {
+            let args: Vec<_> = self.args.iter().map(|a| a.to_string_lossy()).collect();
+            anyhow::bail!(
+                "the benchmark is its own binary, shardstock-bench, and there is none at {}. \
+                 Build and run it with:\n  cargo run --release -p shardstock-bench -- {}",
+                bench.display(),
+                args.join(" ")
+            );
+        }
+        let mut command = std::process::Command::new(&bench);
+        command.args(&self.args);
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            // `exec` only returns on failure.
+            Err(command.exec()).with_context(|| format!("running {}", bench.display()))
+        }
+        #[cfg(not(unix))]
+        {
+            let status = command
+                .status()
+                .with_context(|| format!("running {}", bench.display()))?;
+            std::process::exit(status.code().unwrap_or(1))
+        }
+    }
+}
+
 impl ServeArgs {
     /// The file, with flags and environment on top, validated again.
     pub fn settings(&self) -> Result<Settings, ConfigError> {
@@ -152,6 +201,22 @@ mod tests {
         let s = args.settings().unwrap();
         assert_eq!(s.server.listen, "0.0.0.0:9999");
         assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
+    }
+
+    #[test]
+    fn bench_passes_every_argument_through() {
+        let cli = Cli::parse_from([
+            "shardstock",
+            "bench",
+            "--compare",
+            "--zipf",
+            "1.1",
+            "--help",
+        ]);
+        let Command::Bench(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.args, ["--compare", "--zipf", "1.1", "--help"]);
     }
 
     #[test]

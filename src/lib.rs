@@ -23,13 +23,13 @@
 //! - [`http`]: the axum API of `API.md`, problem+json errors, guards.
 //! - [`app`]: `Application`: build from settings, run until stopped.
 //! - [`config`], [`metrics`], [`cli`]: settings, metric names, the command line.
-//! - [`bench`]: the benchmark harness (workload, runner, report), the five
-//!   baselines (PostgreSQL and single-key Redis) and the raw Redis ceiling.
+//!
+//! The load generator that measures all this is a workspace member of its own,
+//! `bench/` (the `shardstock-bench` package and binary): the service carries
+//! none of its code or dependencies.
 
 /// Build and run the service.
 pub mod app;
-/// The benchmark harness, its baseline strategies and the Redis ceiling.
-pub mod bench;
 /// The command line.
 pub mod cli;
 /// Settings from `config/*.toml`.

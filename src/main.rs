@@ -11,26 +11,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let bench = matches!(cli.command, Command::Bench(_));
-    let default_filter = if bench { "warn" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    // The load generator runs its clients on one thread: on a small machine the
-    // other cores belong to Redis, and cross-thread wakeups would only cost.
-    let runtime = if bench {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-    };
-    runtime.block_on(run(cli.command))
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(cli.command))
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
@@ -41,7 +30,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 .run_until_stopped()
                 .await
         }
-        Command::Bench(args) => shardstock::bench::cmd::command(args).await,
+        Command::Bench(args) => args.forward(),
         Command::Audit(args) => {
             let audit = app::audit(args.backends.settings()?, &args.event).await?;
             println!("{}", serde_json::to_string_pretty(&audit)?);

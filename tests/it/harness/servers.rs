@@ -11,20 +11,20 @@
 //!
 //! Servers run under a tiny `sh` watchdog that kills them when the test
 //! process is gone, so nothing outlives `cargo test` (not even after a panic or
-//! a kill -9). The process plumbing is the bench's (`shardstock::bench::cluster`).
+//! a kill -9). The process plumbing is the bench's (`shardstock_bench::cluster`).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-pub use shardstock::bench::cluster::{free_port, scratch_dir};
-use shardstock::bench::cluster::{redis_cli, spawn_redis};
+pub use shardstock_bench::cluster::{free_port, scratch_dir};
+use shardstock_bench::cluster::{redis_cli, spawn_redis};
 
 use super::wait_until;
 
 /// A 3-master Cluster on free ports (stopped when dropped).
-pub type RedisCluster = shardstock::bench::cluster::LocalCluster;
+pub type RedisCluster = shardstock_bench::cluster::LocalCluster;
 
 /// The Cluster every suite's Cluster tests share, started on first use.
 pub fn shared_cluster() -> &'static RedisCluster {

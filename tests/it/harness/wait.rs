@@ -33,5 +33,5 @@ pub async fn eventually<T>(
 /// Blocks until `ok` holds (processes, ports); fails the test naming `what`
 /// when `timeout` passes first.
 pub fn wait_until(what: &str, timeout: Duration, ok: impl FnMut() -> bool) {
-    shardstock::bench::cluster::wait_until(what, timeout, ok).unwrap();
+    shardstock_bench::cluster::wait_until(what, timeout, ok).unwrap();
 }

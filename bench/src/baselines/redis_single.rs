@@ -19,13 +19,13 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::{START_REDIS, run_id};
-use crate::bench::{BenchError, Outcome, Strategy, Workload};
+use crate::{BenchError, Outcome, Strategy, Workload};
 
 /// The machine's Redis.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// The single-key check-and-decrement script (also used by the ceiling).
-pub const SINGLE_KEY_LUA: &str = include_str!("../../../lua/bench_single_key.lua");
+pub const SINGLE_KEY_LUA: &str = include_str!("../../lua/bench_single_key.lua");
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

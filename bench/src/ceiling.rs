@@ -2,7 +2,7 @@
 //! serves when the client costs nothing, measured with the system's
 //! `redis-benchmark` (C, no Rust client, no harness) running EVALSHA of
 //! `lua/bench_single_key.lua` — the same script as
-//! [`RedisLuaSingleKey`](super::RedisLuaSingleKey). Every strategy's row is
+//! [`RedisLuaSingleKey`](crate::RedisLuaSingleKey). Every strategy's row is
 //! read against it, unpipelined and with `-P 16`.
 //!
 //! The script is loaded with `redis-cli SCRIPT LOAD`; the key gets 2^62 units
@@ -15,8 +15,8 @@
 
 use std::process::Command;
 
-use super::BenchError;
-use super::baselines::SINGLE_KEY_LUA;
+use crate::BenchError;
+use crate::baselines::SINGLE_KEY_LUA;
 
 /// Units the key starts with; far more than any run can take.
 const HUGE_STOCK: i64 = 1 << 62;

@@ -18,7 +18,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Zipf;
 
-use super::{BenchError, Workload};
+use crate::{BenchError, Workload};
 
 /// One purchase attempt, as generated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{Outcome, Picker, Report, Strategy, Workload};
+use crate::{Outcome, Picker, Report, Strategy, Workload};
 
 /// Latencies are recorded in microseconds, from 1 µs to one hour, to three
 /// significant digits.

@@ -8,8 +8,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use shardstock::bench::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL, START_REDIS};
-use shardstock::bench::{
+use shardstock_bench::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL, START_REDIS};
+use shardstock_bench::{
     Outcome, PgConditionalUpdate, PgForUpdate, PgVersionCas, Picker, RedisDecrRollback,
     RedisLuaSingleKey, Report, Strategy, Workload, redis_ceiling, run,
 };
@@ -273,10 +273,12 @@ async fn a_backend_that_is_down_is_reported_with_its_start_command() {
 }
 
 /// A tiny run of the shardstock strategies (smoke: the harness and the
-/// strategies work end to end; speed is measured by `shardstock bench`).
+/// strategies work end to end; speed is measured by `shardstock-bench`). The
+/// service runs in process here: cargo builds the `shardstock` binary for the
+/// tests of its own package only, and the real runs start the binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_shardstock_strategies_run_clean() {
-    use shardstock::bench::{EngineStrategy, HttpStrategy};
+    use shardstock_bench::{EngineStrategy, HttpStrategy};
     let w = Workload {
         stock: 200,
         users: 100,
@@ -294,15 +296,9 @@ async fn the_shardstock_strategies_run_clean() {
         assert_eq!(r.units_sold + r.remaining as u64, 200);
     }
     let pg = "postgres://postgres@127.0.0.1:5432/shardstock_bench";
-    let s = HttpStrategy::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_shardstock")),
-        "redis://127.0.0.1:6379",
-        pg,
-        4,
-        16,
-    )
-    .await
-    .unwrap();
+    let s = HttpStrategy::in_process("redis://127.0.0.1:6379", pg, 4, 16)
+        .await
+        .unwrap();
     let r = run(&s, &w, false).await.unwrap();
     assert_eq!(r.verdict, "clean", "{r}");
     assert_eq!(r.units_sold, 200, "{r}");

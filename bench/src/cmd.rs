@@ -1,19 +1,25 @@
-//! `shardstock bench`: the flash-sale load generator on the command line.
+//! The `shardstock-bench` command line: one strategy, or `--compare` them all.
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::Parser;
 
-use super::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL};
-use super::compare::{CompareOptions, compare, markdown};
-use super::{
+use crate::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL};
+use crate::compare::{CompareOptions, compare, markdown};
+use crate::http::service_binary;
+use crate::{
     EngineStrategy, HttpStrategy, PgConditionalUpdate, PgForUpdate, PgVersionCas,
     RedisDecrRollback, RedisLuaSingleKey, Report, Strategy, Workload, run,
 };
 
-/// Runs a flash-sale workload against one strategy, or (`--compare`) against
-/// all of them, writing BENCHMARKS.md.
-#[derive(Debug, Args)]
+/// The flash-sale load generator for shardstock.
+///
+/// Runs a flash-sale workload against one strategy, or (--compare) against
+/// all of them — the PostgreSQL and single-key Redis baselines, the shardstock
+/// engine on Redis and on a Redis Cluster, the service over HTTP — and
+/// measures the raw Redis ceiling in the same run, writing BENCHMARKS.md.
+#[derive(Debug, Parser)]
+#[command(name = "shardstock-bench", version, about, long_about)]
 pub struct BenchArgs {
     /// S: units of stock (the default sells out about 80% of the way through).
     #[arg(long, default_value_t = 100_000)]
@@ -71,6 +77,10 @@ pub struct BenchArgs {
     /// Requests per redis-benchmark run for the ceiling.
     #[arg(long, default_value_t = 200_000)]
     pub ceiling_requests: u64,
+    /// The `shardstock` binary the http strategy runs (default: the one next
+    /// to this binary, which `cargo build` puts there).
+    #[arg(long, env = "SHARDSTOCK_BIN")]
+    pub service: Option<PathBuf>,
 }
 
 /// A quantity mix for clap.
@@ -116,9 +126,11 @@ async fn one<S: Strategy>(s: &S, w: &Workload, json: bool) -> anyhow::Result<Rep
 pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
     let w = a.workload();
     w.validate()?;
+    // Found before any row runs: the HTTP row comes last in a comparison.
+    let service = || service_binary(a.service.as_deref());
     if a.compare {
         let command = format!(
-            "shardstock {}",
+            "shardstock-bench {}",
             std::env::args().skip(1).collect::<Vec<_>>().join(" ")
         );
         let opts = CompareOptions {
@@ -128,7 +140,7 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
             cluster: a.cluster.clone(),
             ceiling_requests: a.ceiling_requests,
             out: Some(a.out.clone()),
-            binary: std::env::current_exe()?,
+            binary: service()?,
             progress: !a.json,
             command: command.clone(),
         };
@@ -165,8 +177,7 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
             .await?
         }
         "http" => {
-            let s = HttpStrategy::start(&std::env::current_exe()?, &a.redis, &a.pg, a.buckets, c)
-                .await?;
+            let s = HttpStrategy::start(&service()?, &a.redis, &a.pg, a.buckets, c).await?;
             one(&s, &w, a.json).await?
         }
         other => anyhow::bail!("unknown strategy {other:?}"),

@@ -1,5 +1,8 @@
-//! A throwaway 3-master Redis Cluster on free ports, for `bench --compare` and
-//! the tests: `redis-server --cluster-enabled yes` ×3 + `redis-cli --cluster create`.
+//! A throwaway 3-master Redis Cluster on free ports, for `--compare` and the
+//! tests — this crate's and the service's, which reach it as a dev-dependency:
+//! `redis-server --cluster-enabled yes` ×3 + `redis-cli --cluster create`.
+//! Also the process helpers those share: free ports, scratch directories,
+//! private `redis-server`s.
 //!
 //! Each server runs under a small `sh` watchdog that kills it when the process
 //! that started it is gone, so nothing outlives a benchmark or a test run —
@@ -10,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use crate::BenchError;
 
 /// A port whose cluster-bus twin (port + 10000) is free too.
 pub fn free_port() -> u16 {

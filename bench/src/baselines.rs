@@ -1,5 +1,5 @@
 //! The five baselines shardstock is measured against, from the articles that
-//! motivate it, each a [`Strategy`](super::Strategy) in the same harness:
+//! motivate it, each a [`Strategy`](crate::Strategy) in the same harness:
 //!
 //! | strategy | source | how |
 //! | --- | --- | --- |

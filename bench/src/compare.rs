@@ -1,4 +1,4 @@
-//! `shardstock bench --compare`: every strategy on one workload, the raw Redis
+//! `shardstock-bench --compare`: every strategy on one workload, the raw Redis
 //! ceiling measured in the same run, and `BENCHMARKS.md` written from it.
 //!
 //! Rows are run one at a time (each with the machine to itself). Each row also
@@ -11,11 +11,11 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::baselines::{
+use crate::baselines::{
     PgConditionalUpdate, PgForUpdate, PgVersionCas, RedisDecrRollback, RedisLuaSingleKey,
 };
-use super::cluster::LocalCluster;
-use super::{EngineStrategy, HttpStrategy, Report, Strategy, Workload, redis_ceiling, run};
+use crate::cluster::LocalCluster;
+use crate::{EngineStrategy, HttpStrategy, Report, Strategy, Workload, redis_ceiling, run};
 
 /// What to compare, and where to write.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct CompareOptions {
     pub cluster: Option<String>,
     pub ceiling_requests: u64,
     pub out: Option<PathBuf>,
-    /// The `shardstock` binary (for the HTTP row).
+    /// The `shardstock` binary (for the HTTP row), see [`service_binary`](crate::http::service_binary).
     pub binary: PathBuf,
     pub progress: bool,
     /// The command as typed, for the report.

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::Workload;
-use super::runner::Tally;
+use crate::Workload;
+use crate::runner::Tally;
 
-/// The outcome of one [`run`](super::run).
+/// The outcome of one [`run`](crate::run).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub strategy: String,
@@ -227,7 +227,7 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::Outcome;
+    use crate::Outcome;
 
     /// A report for stock 10 after the given answers, with `remaining` left.
     fn report(answers: &[(u32, Outcome)], remaining: i64, claims: bool) -> Report {

@@ -24,7 +24,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use super::{START_POSTGRES, run_id};
-use crate::bench::{BenchError, Outcome, Strategy, Workload};
+use crate::{BenchError, Outcome, Strategy, Workload};
 
 /// The benchmark database on the machine's PostgreSQL (created if absent).
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/shardstock_bench";
