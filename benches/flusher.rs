@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
+use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::domain::ids::{EventId, UserId};
 use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::engine::{Clock, PurchaseRequest};
@@ -102,7 +102,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
     let mut flusher = Flusher::new(engine.clone(), ledger.clone(), "bench".into(), opts);
     let start = Instant::now();
     flusher
-        .drain_parallel(&buckets_of(&meta), &CancellationToken::new())
+        .drain_parallel(&meta.all_buckets(), &CancellationToken::new())
         .await
         .unwrap();
     let secs = start.elapsed().as_secs_f64();

@@ -7,13 +7,21 @@
 //! start, not be ignored.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::domain::ids::EventId;
 use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
-use crate::engine::EngineOptions;
+
+/// What to do with an event the ledger has on sale but the store lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostState {
+    /// Recreate the buckets from the ledger.
+    Rebuild,
+    /// Keep the event unavailable until `shardstock recover`.
+    Refuse,
+}
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +138,7 @@ pub struct DatabaseSettings {
     /// empty): `rebuild` its buckets from the ledger, or `refuse` it until
     /// `shardstock recover`. Default: rebuild on the embedded store (it never
     /// survives a restart), refuse on Redis.
-    pub lost_state: Option<crate::control::lifecycle::LostState>,
+    pub lost_state: Option<LostState>,
     /// How often every event is audited (the `shardstock_audit_balanced` gauge); 0 = never.
     pub audit_interval_ms: u64,
 }
@@ -160,51 +168,16 @@ pub struct EngineSettings {
     pub gather_wait_ms: u64,
 }
 
-impl BatchSettings {
-    /// The engine's batch bound: `None` when batching is off.
-    pub fn max_batch(&self) -> Option<usize> {
-        self.enabled.then_some(self.max_batch)
-    }
-
-    pub fn max_wait(&self) -> Duration {
-        Duration::from_micros(self.max_wait_us)
-    }
-}
-
-impl DatabaseSettings {
-    pub fn flush_options(&self) -> crate::control::flusher::FlushOptions {
-        crate::control::flusher::FlushOptions {
-            batch: self.flush_batch,
-            workers: self.flush_workers.max(1),
-            idle: Duration::from_millis(self.flush_block_ms),
-            claim_idle_ms: self.claim_idle_ms,
-        }
-    }
-}
-
 impl Default for EngineSettings {
+    /// The engine's own defaults (`EngineOptions::default`; a test in
+    /// `app::options` keeps the two equal).
     fn default() -> Self {
-        let d = EngineOptions::default();
         Self {
-            max_passes: d.max_passes,
-            sold_out_mark_ttl_ms: d.sold_out_mark_ttl.as_millis() as u64,
-            reshard_wait_ms: d.reshard_wait.as_millis() as u64,
-            gather_lease_ttl_ms: d.gather_lease_ttl.as_millis() as u64,
-            gather_wait_ms: d.gather_wait.as_millis() as u64,
-        }
-    }
-}
-
-impl EngineSettings {
-    pub fn options(&self) -> EngineOptions {
-        EngineOptions {
-            max_passes: self.max_passes,
-            sold_out_mark_ttl: Duration::from_millis(self.sold_out_mark_ttl_ms),
-            reshard_wait: Duration::from_millis(self.reshard_wait_ms),
-            gather_lease_ttl: Duration::from_millis(self.gather_lease_ttl_ms),
-            gather_wait: Duration::from_millis(self.gather_wait_ms),
-            max_batch: None,
-            batch_wait: Duration::ZERO,
+            max_passes: 4,
+            sold_out_mark_ttl_ms: 1_000,
+            reshard_wait_ms: 5_000,
+            gather_lease_ttl_ms: 2_000,
+            gather_wait_ms: 2_000,
         }
     }
 }
@@ -249,21 +222,6 @@ impl Default for RebalancerSettings {
             gather_below: 0.1,
             max_moves_per_round: 8,
             horizon_ms: 1_000,
-        }
-    }
-}
-
-impl RebalancerSettings {
-    pub fn options(&self) -> crate::control::rebalancer::RebalanceOptions {
-        crate::control::rebalancer::RebalanceOptions {
-            interval: Duration::from_millis(self.interval_ms),
-            lease_ttl_ms: self.lease_ttl_ms,
-            policy: crate::control::rebalancer::Policy {
-                horizon_s: self.horizon_ms as f64 / 1000.0,
-                skew_threshold: self.skew_threshold,
-                gather_below: self.gather_below,
-                max_moves: self.max_moves_per_round as usize,
-            },
         }
     }
 }
@@ -538,8 +496,8 @@ mod tests {
             parse("[batching]\nmax_wait_us = 500\n")
                 .unwrap()
                 .batching
-                .max_wait(),
-            Duration::from_micros(500)
+                .max_wait_us,
+            500
         );
     }
 }

@@ -9,20 +9,25 @@
 //! # Layout
 //! The layers import one way: `domain` ← `store` ← `engine` ← `control` ←
 //! `http`, `app`. The `ledger` sits beside the store (it imports `domain`
-//! only) and is joined to it by `control`.
-//! - [`domain`]: ids, the key layout, routing and the model (pure).
-//! - [`store`]: the `Store` trait of per-bucket atomic steps, and its two
-//!   backends, `memory` (embedded) and `redis` (Lua scripts from `lua/`).
+//! only) and is joined to it by `control`. The `layering` test below checks it.
+//! - [`domain`]: ids, the key layout, routing, the model and the order-stream
+//!   entries with their stored encodings (pure).
+//! - [`store`]: the `Store` trait of per-bucket atomic steps in six sections,
+//!   and its two backends, `memory` (embedded) and `redis` (Lua scripts from
+//!   `lua/`).
 //! - [`ledger`]: the database (PostgreSQL or SQLite) behind Redis: orders,
 //!   totals and the final guard, one code path through sqlx `Any`.
-//! - [`engine`]: the purchase fast path and saga, cancels, views, and the
-//!   mover (fenced transfers a saga uses to gather fragments) — written once
-//!   above `Store`.
+//! - [`engine`]: the purchase fast path and saga, cancels, views, the clock,
+//!   the mover (fenced transfers a saga uses to gather fragments) and `Lease`,
+//!   the one way to take the mover lease — written once above `Store`.
 //! - [`control`]: close, rebuild, reshard, the rebalancer, the flusher, the
 //!   audit and the gauges: the work beyond the hot path.
-//! - [`http`]: the axum API of `API.md`, problem+json errors, guards.
-//! - [`app`]: `Application`: build from settings, run until stopped.
-//! - [`config`], [`metrics`], [`cli`]: settings, metric names, the command line.
+//! - [`http`]: the axum API of `API.md`, problem+json errors, guards, the
+//!   accept loop.
+//! - [`app`]: `Application` (build from settings, run until stopped), the
+//!   settings → options map, the operator commands.
+//! - [`config`], [`metrics`], [`cli`]: settings (a leaf), metric names, the
+//!   command line.
 //!
 //! The load generator that measures all this is a workspace member of its own,
 //! `bench/` (the `shardstock-bench` package and binary): the service carries
@@ -51,3 +56,61 @@ pub mod store;
 
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use store::{MemoryStore, RedisStore, Store, StoreError};
+
+/// The layers import one way. Checked here, by reading the sources, so an
+/// import against the grain fails a test instead of slowly tangling the crate.
+#[cfg(test)]
+mod layering {
+    use std::path::Path;
+
+    /// Every `crate::<module>` a folder of `src/` names.
+    fn imports(folder: &str) -> std::collections::BTreeSet<String> {
+        fn walk(dir: &Path, found: &mut std::collections::BTreeSet<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (i, _) in text.match_indices("crate::") {
+                        let name: String = text[i + 7..]
+                            .chars()
+                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                            .collect();
+                        found.insert(name);
+                    }
+                }
+            }
+        }
+        let mut found = std::collections::BTreeSet::new();
+        walk(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src")
+                .join(folder),
+            &mut found,
+        );
+        found.remove(folder);
+        found
+    }
+
+    #[test]
+    fn each_layer_imports_only_the_layers_below_it() {
+        let allowed: &[(&str, &[&str])] = &[
+            ("domain", &[]),
+            ("store", &["domain"]),
+            ("ledger", &["domain", "metrics"]),
+            ("engine", &["domain", "store", "metrics"]),
+            (
+                "control",
+                &["domain", "store", "ledger", "engine", "metrics", "config"],
+            ),
+        ];
+        for (layer, may) in allowed {
+            let stray: Vec<String> = imports(layer)
+                .into_iter()
+                .filter(|m| !may.contains(&m.as_str()))
+                .collect();
+            assert!(stray.is_empty(), "{layer} imports {stray:?}");
+        }
+    }
+}

@@ -152,7 +152,7 @@ impl Strategy for EngineStrategy {
 
     async fn cleanup(&self) -> anyhow::Result<()> {
         let meta = self.engine.meta(&self.current()).await?;
-        for b in shardstock::control::flusher::buckets_of(&meta) {
+        for b in meta.all_buckets() {
             self.engine.store().expire_bucket(&b, 1_000).await?;
         }
         Ok(())

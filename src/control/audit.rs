@@ -18,8 +18,7 @@ use std::collections::HashSet;
 use futures::future::try_join_all;
 use serde::Serialize;
 
-use crate::control::flusher::{buckets_of, stream_name};
-use crate::control::lifecycle::LifecycleError;
+use crate::control::ControlError;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::RecordKind;
@@ -93,7 +92,7 @@ pub async fn audit<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     event: &EventId,
-) -> Result<Audit, LifecycleError> {
+) -> Result<Audit, ControlError> {
     let store = engine.store();
     for _ in 0..20 {
         let meta = match store.load_meta(event).await? {
@@ -106,7 +105,7 @@ pub async fn audit<S: Store>(
                 return from_ledger_only(ledger, event, db.spec.stock).await;
             }
         };
-        let buckets = buckets_of(&meta);
+        let buckets = meta.all_buckets();
         let Some(reads) = collect(store, &buckets).await? else {
             continue;
         };
@@ -121,7 +120,7 @@ pub async fn audit<S: Store>(
             .zip(&reads)
             .filter_map(|(b, r)| {
                 r.as_ref().map(|r| StreamCut {
-                    stream: stream_name(b),
+                    stream: b.name(),
                     last: r.last_id,
                     present: r.entries.iter().map(|(id, ..)| *id).collect(),
                 })
@@ -149,7 +148,7 @@ pub async fn audit<S: Store>(
                     a.in_transfer += units;
                 }
             }
-            let stream = stream_name(b);
+            let stream = b.name();
             for (id, kind, qty) in &r.entries {
                 if db.already.contains(&(stream.clone(), *id)) {
                     continue;
@@ -172,7 +171,7 @@ pub async fn audit<S: Store>(
         });
         return Ok(a);
     }
-    Err(LifecycleError::Busy(format!(
+    Err(ControlError::Busy(format!(
         "the buckets of {event} kept changing; audit again"
     )))
 }
@@ -182,7 +181,7 @@ async fn from_ledger_only(
     ledger: &Ledger,
     event: &EventId,
     stock: u64,
-) -> Result<Audit, LifecycleError> {
+) -> Result<Audit, ControlError> {
     let t = ledger.totals(event).await?.unwrap_or_default();
     let mut a = Audit {
         event_id: event.clone(),

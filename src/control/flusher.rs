@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
-use crate::domain::model::EventMeta;
 use crate::domain::stream::StreamId;
 use crate::engine::{Engine, EngineError};
 use crate::ledger::{FlushRecord, Ledger, LedgerError};
@@ -46,21 +45,6 @@ pub enum FlushError {
     Engine(#[from] EngineError),
     #[error("stopped before the batch was written")]
     Stopped,
-}
-
-/// A stream's name in the ledger: `<event>#<gen>#<bucket>`.
-pub fn stream_name(b: &BucketRef) -> String {
-    format!("{}#{}#{}", b.event, b.generation, b.index)
-}
-
-/// Every bucket that may hold records: the current layout and older ones not drained yet.
-pub fn buckets_of(meta: &EventMeta) -> Vec<BucketRef> {
-    meta.layouts()
-        .into_iter()
-        .flat_map(|(generation, n)| {
-            (0..n).map(move |b| BucketRef::new(&meta.spec.id, generation, b))
-        })
-        .collect()
 }
 
 #[derive(Clone)]
@@ -135,7 +119,7 @@ impl<S: Store> Flusher<S> {
                 continue;
             }
             read.push((b.clone(), entries.iter().map(|e| e.id).collect()));
-            let stream = stream_name(b);
+            let stream = b.name();
             batch.extend(entries.into_iter().map(|entry| FlushRecord {
                 stream: stream.clone(),
                 event: b.event.to_string(),
@@ -336,7 +320,7 @@ impl<S: Store> Flusher<S> {
         let mut out = Vec::new();
         for event in self.engine.store().list_events().await? {
             if let Some(meta) = self.engine.store().load_meta(&event).await? {
-                out.extend(buckets_of(&meta));
+                out.extend(meta.all_buckets());
             }
         }
         Ok(out)

@@ -20,48 +20,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::control::flusher::{FlushError, Flusher, buckets_of};
+use crate::config::LostState;
+use crate::control::ControlError;
+use crate::control::flusher::Flusher;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventSpec, EventStatus, OrderEntry, RequestRecord, split_even};
 use crate::domain::routing::{home, user_hash};
-use crate::engine::mover::MoverError;
-use crate::engine::{Engine, EngineError, EventView};
-use crate::ledger::{DbEvent, Ledger, LedgerError};
+use crate::engine::mover::{self, MoverError};
+use crate::engine::{Engine, EngineError, EventView, Lease};
+use crate::ledger::{DbEvent, Ledger};
 use crate::store::{CreateEventReply, Store, StoreError};
-
-#[derive(Debug, thiserror::Error)]
-pub enum LifecycleError {
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    #[error(transparent)]
-    Flush(#[from] FlushError),
-    #[error("event {0} exists in the ledger")]
-    Exists(EventId),
-    #[error("{0}")]
-    Busy(String),
-}
-
-impl From<StoreError> for LifecycleError {
-    fn from(e: StoreError) -> Self {
-        Self::Engine(e.into())
-    }
-}
-
-/// What to do with an event the ledger has on sale but the store lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LostState {
-    /// Recreate the buckets from the ledger.
-    Rebuild,
-    /// Keep the event unavailable until `shardstock recover`.
-    Refuse,
-}
 
 /// How long the keys of a closed event live on (orders are read from the ledger).
 const CLOSED_TTL: Duration = Duration::from_secs(3600);
@@ -71,12 +42,12 @@ pub async fn create<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     spec: EventSpec,
-) -> Result<EventView, LifecycleError> {
+) -> Result<EventView, ControlError> {
     spec.validate().map_err(EngineError::from)?;
     if ledger.event(&spec.id).await?.is_some()
         && engine.store().load_meta(&spec.id).await?.is_none()
     {
-        return Err(LifecycleError::Exists(spec.id));
+        return Err(ControlError::Exists(spec.id));
     }
     let view = engine.create_event(spec.clone()).await?;
     ledger
@@ -92,7 +63,7 @@ pub async fn ensure<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     spec: EventSpec,
-) -> Result<bool, LifecycleError> {
+) -> Result<bool, ControlError> {
     if let Some(meta) = engine.store().load_meta(&spec.id).await? {
         ledger
             .register_event(&meta.spec, engine.clock().now_ms())
@@ -111,7 +82,7 @@ pub async fn ensure<S: Store>(
         Ok(_) => Ok(true),
         // Another instance, started at the same moment from the same
         // configuration, created it between our look and our create.
-        Err(LifecycleError::Engine(EngineError::EventExists(_))) => Ok(false),
+        Err(ControlError::Engine(EngineError::EventExists(_))) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -123,7 +94,7 @@ pub async fn close<S: Store>(
     flusher: &mut Flusher<S>,
     event: &EventId,
     stop: &CancellationToken,
-) -> Result<EventView, LifecycleError> {
+) -> Result<EventView, ControlError> {
     let store = engine.store();
     let meta = engine.reload(event).await?;
     if meta.status != EventStatus::Closed {
@@ -132,19 +103,19 @@ pub async fn close<S: Store>(
             .await?;
     }
     let meta = engine.reload(event).await?;
-    let owner = format!("{}/close-{:08x}", engine.instance(), rand::random::<u32>());
-    let buckets = buckets_of(&meta);
+    let owner = Lease::owner(engine.instance(), "close");
+    let buckets = meta.all_buckets();
     // A close wins over background work: it seizes the mover lease (a holder
     // that died, a rebalancer round, a saga's consolidation or a reshard) and
     // fences every bucket of every layout before it moves anything, so the
     // displaced holder is refused everywhere. A close fenced in turn (another
     // close seized the lease) seizes again: every step below is idempotent.
     let mut attempts = 0;
-    let token = loop {
+    let lease = loop {
         attempts += 1;
-        let token = store.seize_lease(event, &owner, CLOSE_LEASE_TTL_MS).await?;
-        match fence_and_complete(store, &meta, &buckets, token).await {
-            Ok(()) => break token,
+        let lease = Lease::seize(store, event, &owner, CLOSE_LEASE_TTL).await?;
+        match mover::take_over(store, &meta, &buckets, lease.token()).await {
+            Ok(_) => break lease,
             Err(MoverError::Fenced { .. }) if attempts < 5 => continue,
             Err(e) => return Err(EngineError::from(e).into()),
         }
@@ -172,10 +143,10 @@ pub async fn close<S: Store>(
                 .await
                 .or_else(|e| ignore_stale(e).map(drop))?;
         }
-        Ok::<_, LifecycleError>(())
+        Ok::<_, ControlError>(())
     }
     .await;
-    let _ = store.release_lease(event, &owner, token).await;
+    lease.release(store).await;
     result?;
     engine.forget(event);
     final_view(engine, ledger, event).await
@@ -183,29 +154,7 @@ pub async fn close<S: Store>(
 
 /// How long a close holds the mover lease without finishing (it seizes it
 /// again when it resumes).
-const CLOSE_LEASE_TTL_MS: u64 = 30_000;
-
-/// Raises the fence of every bucket to `token`, then completes the transfers
-/// a displaced mover left open.
-async fn fence_and_complete<S: Store>(
-    store: &S,
-    meta: &crate::domain::model::EventMeta,
-    buckets: &[BucketRef],
-    token: u64,
-) -> Result<(), MoverError> {
-    for b in buckets {
-        let fence = store.raise_fence(b, token).await.or_else(ignore_stale)?;
-        if fence > token {
-            return Err(MoverError::Fenced {
-                bucket: b.index,
-                token,
-                highest: fence,
-            });
-        }
-    }
-    crate::engine::mover::complete_open(store, meta, token).await?;
-    Ok(())
-}
+const CLOSE_LEASE_TTL: Duration = Duration::from_secs(30);
 
 fn ignore_stale(e: StoreError) -> Result<u64, StoreError> {
     match e {
@@ -218,33 +167,12 @@ fn ignore_stale_vec<T>(e: StoreError) -> Result<Vec<T>, StoreError> {
     ignore_stale(e).map(|_| Vec::new())
 }
 
-/// Waits up to 10 s for the event's mover lease (held by the rebalancer's
-/// rounds, a close or a reshard); its fencing token on success.
-pub(crate) async fn take_lease<S: Store>(
-    engine: &Engine<S>,
-    event: &EventId,
-    owner: &str,
-) -> Result<u64, LifecycleError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(token) = engine.store().acquire_lease(event, owner, 30_000).await? {
-            return Ok(token);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(LifecycleError::Busy(format!(
-                "the mover lease of {event} stayed busy"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The view of a closed event, from the ledger (its buckets are retired).
 pub async fn final_view<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     event: &EventId,
-) -> Result<EventView, LifecycleError> {
+) -> Result<EventView, ControlError> {
     let mut view = match engine.view(event).await {
         Ok(view) => view,
         Err(EngineError::UnknownEvent(_) | EngineError::Store(StoreError::Stale(_))) => {
@@ -288,7 +216,7 @@ pub async fn recover_lost<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     policy: LostState,
-) -> Result<(Vec<EventId>, Vec<EventId>), LifecycleError> {
+) -> Result<(Vec<EventId>, Vec<EventId>), ControlError> {
     let (mut rebuilt, mut refused) = (Vec::new(), Vec::new());
     for db in ledger.events().await? {
         if db.closed || engine.store().load_meta(&db.spec.id).await?.is_some() {
@@ -318,7 +246,7 @@ pub async fn rebuild<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     db: &DbEvent,
-) -> Result<(), LifecycleError> {
+) -> Result<(), ControlError> {
     let spec = &db.spec;
     let store = engine.store();
     let totals = ledger.totals(&spec.id).await?.unwrap_or_default();

@@ -19,3 +19,32 @@ pub mod lifecycle;
 pub mod rebalancer;
 /// Moving a live event to another bucket count.
 pub mod reshard;
+
+use crate::domain::ids::EventId;
+use crate::engine::EngineError;
+use crate::ledger::LedgerError;
+use crate::store::StoreError;
+use flusher::FlushError;
+
+/// Failures of the control plane (close, rebuild, reshard, rebalance, audit).
+/// `Busy` is the one of its own: another mover or reshard is at work, and
+/// the caller may try again.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Flush(#[from] FlushError),
+    #[error("event {0} exists in the ledger")]
+    Exists(EventId),
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl From<StoreError> for ControlError {
+    fn from(e: StoreError) -> Self {
+        Self::Engine(e.into())
+    }
+}

@@ -17,8 +17,9 @@
 //! one it finds stalled).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use crate::control::lifecycle::LifecycleError;
+use crate::control::ControlError;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{
@@ -26,7 +27,7 @@ use crate::domain::model::{
 };
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
-use crate::engine::{Engine, EngineError, EventView};
+use crate::engine::{Engine, EngineError, EventView, Lease};
 use crate::store::{BucketContents, Store, StoreError};
 
 /// Moves `event` to `buckets` buckets while it sells; returns the new view.
@@ -34,7 +35,7 @@ pub async fn reshard<S: Store>(
     engine: &Engine<S>,
     event: &EventId,
     buckets: u32,
-) -> Result<EventView, LifecycleError> {
+) -> Result<EventView, ControlError> {
     if !(1..=MAX_BUCKETS).contains(&buckets) {
         return Err(EngineError::Spec(SpecError::Buckets(buckets)).into());
     }
@@ -47,7 +48,7 @@ pub async fn reshard<S: Store>(
         (EventStatus::OnSale, _) => (meta.generation + 1, buckets),
         (EventStatus::Resharding, Some(to)) if to.1 == buckets => to,
         (EventStatus::Resharding, _) => {
-            return Err(LifecycleError::Busy(format!(
+            return Err(ControlError::Busy(format!(
                 "{event} is being resharded to another bucket count"
             )));
         }
@@ -60,19 +61,22 @@ pub async fn reshard<S: Store>(
         }
     };
     if !store.begin_reshard(event, target.0, target.1).await? {
-        return Err(LifecycleError::Busy(format!(
+        return Err(ControlError::Busy(format!(
             "{event} changed state; try again"
         )));
     }
     let meta = engine.reload(event).await?;
-    let owner = format!(
-        "{}/reshard-{:08x}",
-        engine.instance(),
-        rand::random::<u32>()
-    );
-    let token = crate::control::lifecycle::take_lease(engine, event, &owner).await?;
-    let result = run(engine, &meta, token, target).await;
-    let _ = store.release_lease(event, &owner, token).await;
+    let owner = Lease::owner(engine.instance(), "reshard");
+    let Some(lease) = Lease::wait(store, event, &owner, LEASE_TTL, LEASE_PATIENCE).await? else {
+        return Err(ControlError::Busy(format!(
+            "the mover lease of {event} stayed busy"
+        )));
+    };
+    // Kept renewed for as long as the reshard runs, however long that is.
+    let keep = lease.keep_alive(store);
+    let result = run(engine, &meta, lease.token(), target).await;
+    drop(keep);
+    lease.release(store).await;
     result?;
     metrics::counter!(crate::metrics::RESHARDS, "event" => event.to_string()).increment(1);
     engine.forget(event);
@@ -80,8 +84,14 @@ pub async fn reshard<S: Store>(
     Ok(engine.view(event).await?)
 }
 
-fn mover_error(e: MoverError) -> LifecycleError {
-    LifecycleError::Engine(e.into())
+/// The reshard's mover lease: renewed every third of this while it runs.
+const LEASE_TTL: Duration = Duration::from_secs(30);
+/// How long a reshard waits for another mover (a rebalancer round, a saga's
+/// consolidation) to give the lease back.
+const LEASE_PATIENCE: Duration = Duration::from_secs(10);
+
+fn mover_error(e: MoverError) -> ControlError {
+    ControlError::Engine(e.into())
 }
 
 fn stale_ok<T: Default>(r: Result<T, StoreError>) -> Result<T, StoreError> {
@@ -96,7 +106,7 @@ async fn run<S: Store>(
     meta: &EventMeta,
     token: u64,
     (generation, buckets): (u32, u32),
-) -> Result<(), LifecycleError> {
+) -> Result<(), ControlError> {
     let store = engine.store();
     let event = &meta.spec.id;
     let old: Vec<BucketRef> = (0..meta.spec.buckets)
@@ -105,10 +115,7 @@ async fn run<S: Store>(
     let new: Vec<BucketRef> = (0..buckets)
         .map(|b| BucketRef::new(event, generation, b))
         .collect();
-    for b in &old {
-        stale_ok(store.raise_fence(b, token).await)?;
-    }
-    mover::complete_open(store, meta, token)
+    mover::take_over(store, meta, &old, token)
         .await
         .map_err(mover_error)?;
     for b in &old {
@@ -183,7 +190,7 @@ async fn run<S: Store>(
         .end_reshard(event, generation, buckets, &retired)
         .await?
     {
-        return Err(LifecycleError::Busy(format!(
+        return Err(ControlError::Busy(format!(
             "{event} left the reshard state under this reshard"
         )));
     }

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ids::{EventId, OrderId, UserId};
+use crate::domain::keys::BucketRef;
 
 /// Bounds every event must respect (API.md).
 pub const MAX_BUCKETS: u32 = 1024;
@@ -138,6 +139,17 @@ pub struct EventMeta {
 }
 
 impl EventMeta {
+    /// Every bucket that may hold units or records: the current layout, the
+    /// one a reshard moves to, and older ones not drained yet.
+    pub fn all_buckets(&self) -> Vec<BucketRef> {
+        self.layouts()
+            .into_iter()
+            .flat_map(|(generation, n)| {
+                (0..n).map(move |b| BucketRef::new(&self.spec.id, generation, b))
+            })
+            .collect()
+    }
+
     /// The bucket layouts that may still hold units or records: `(generation,
     /// bucket count)`, the current one first.
     pub fn layouts(&self) -> Vec<(u32, u32)> {

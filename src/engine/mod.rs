@@ -12,6 +12,7 @@
 
 mod batch;
 mod clock;
+mod lease;
 pub mod mover;
 mod orders;
 mod purchase;
@@ -31,6 +32,7 @@ use crate::engine::mover::MoverError;
 use crate::store::{CreateEventReply, Store, StoreError};
 
 pub use clock::{Clock, ManualClock};
+pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use view::{BucketView, EventView, skew};
@@ -71,7 +73,7 @@ pub enum EngineError {
 }
 
 /// Tunables of the engine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
     /// How many passes over the ring (with a consolidation between them) before giving up.
     pub max_passes: u32,

@@ -170,6 +170,35 @@ pub async fn complete<S: Store>(
     Ok(())
 }
 
+/// Takes over as the mover with `token`: raises the fence of every bucket in
+/// `buckets` to it (so a mover holding an older token is refused by every
+/// bucket, not only by those this one happens to touch), then completes every
+/// transfer a previous mover left open. `Fenced` when a bucket has already
+/// accepted a newer token: another mover took over since.
+pub async fn take_over<S: Store>(
+    store: &S,
+    meta: &EventMeta,
+    buckets: &[BucketRef],
+    token: u64,
+) -> Result<Moved, MoverError> {
+    for b in buckets {
+        let fence = match store.raise_fence(b, token).await {
+            Ok(fence) => fence,
+            // A bucket of a layout that is gone: nothing to fence.
+            Err(StoreError::Stale(_)) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if fence > token {
+            return Err(MoverError::Fenced {
+                bucket: b.index,
+                token,
+                highest: fence,
+            });
+        }
+    }
+    complete_open(store, meta, token).await
+}
+
 /// Completes every transfer a previous mover left open; returns what it completed.
 pub async fn complete_open<S: Store>(
     store: &S,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, Lease};
 use crate::domain::ids::{EventId, OrderId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, OrderStatus, OrderView};
@@ -107,21 +107,15 @@ impl<S: Store> Engine<S> {
 
     /// Takes the event's mover lease for one saga, waiting a little if another
     /// mover holds it. `None` when it stayed busy.
-    pub(super) async fn mover_lease(
-        &self,
-        meta: &EventMeta,
-    ) -> Result<Option<(String, u64)>, EngineError> {
-        let owner = format!("{}/s{:08x}", self.instance, rand::random::<u32>());
-        let ttl = self.opts.gather_lease_ttl.as_millis() as u64;
-        let deadline = tokio::time::Instant::now() + self.opts.gather_wait;
-        loop {
-            if let Some(token) = self.store.acquire_lease(&meta.spec.id, &owner, ttl).await? {
-                return Ok(Some((owner, token)));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    pub(super) async fn mover_lease(&self, meta: &EventMeta) -> Result<Option<Lease>, EngineError> {
+        let owner = Lease::owner(&self.instance, "saga");
+        Ok(Lease::wait(
+            &self.store,
+            &meta.spec.id,
+            &owner,
+            self.opts.gather_lease_ttl,
+            self.opts.gather_wait,
+        )
+        .await?)
     }
 }

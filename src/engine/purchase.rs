@@ -20,7 +20,7 @@ use std::slice;
 
 use futures::future::try_join_all;
 
-use super::{CrashPoint, Engine, EngineError};
+use super::{CrashPoint, Engine, EngineError, Lease};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
@@ -311,12 +311,10 @@ impl<S: Store> Engine<S> {
         }
         // A saga that had to gather keeps the mover lease until it ends, so
         // another saga cannot pull the gathered units away before it takes them.
-        let mut lease: Option<(String, u64)> = None;
+        let mut lease: Option<Lease> = None;
         let step = self.probe_passes(meta, saga, start.seq, &mut lease).await;
-        if let Some((owner, token)) = lease
-            && let Err(e) = self.store.release_lease(&meta.spec.id, &owner, token).await
-        {
-            tracing::warn!(event = %meta.spec.id, error = %e, "releasing the mover lease failed; it expires");
+        if let Some(lease) = lease {
+            lease.release(&self.store).await;
         }
         match step? {
             Step::Taken {
@@ -346,7 +344,7 @@ impl<S: Store> Engine<S> {
         meta: &EventMeta,
         saga: &Saga,
         seq: u64,
-        lease: &mut Option<(String, u64)>,
+        lease: &mut Option<Lease>,
     ) -> Result<Step, EngineError> {
         let qty = u64::from(saga.qty);
         let mut probes = 0;
@@ -417,7 +415,7 @@ impl<S: Store> Engine<S> {
                 if lease.is_none() {
                     *lease = self.mover_lease(meta).await?;
                 }
-                if let Some((_, token)) = *lease {
+                if let Some(token) = lease.as_ref().map(Lease::token) {
                     let gathered = async {
                         crate::engine::mover::complete_open(&self.store, meta, token).await?;
                         crate::engine::mover::gather(&self.store, meta, token, saga.home, qty).await

@@ -7,9 +7,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState};
+use crate::control::ControlError;
 use crate::control::audit::Audit;
 use crate::control::flusher::Flusher;
-use crate::control::lifecycle::{self, LifecycleError};
+use crate::control::lifecycle;
 use crate::domain::ids::EventId;
 use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{EngineError, EventView};
@@ -44,19 +45,19 @@ pub(super) fn event_id(raw: String) -> Result<EventId, ApiError> {
 }
 
 impl<S: Store> AppState<S> {
-    pub(super) fn lifecycle_error(&self, event: &EventId, e: LifecycleError) -> ApiError {
+    pub(super) fn control_error(&self, event: &EventId, e: ControlError) -> ApiError {
         match e {
-            LifecycleError::Engine(e) => self.engine_error(event, e),
-            LifecycleError::Exists(id) => ApiError::EventExists(id.to_string()),
-            LifecycleError::Busy(why) => ApiError::TryAgain(why),
-            LifecycleError::Ledger(e) => {
+            ControlError::Engine(e) => self.engine_error(event, e),
+            ControlError::Exists(id) => ApiError::EventExists(id.to_string()),
+            ControlError::Busy(why) => ApiError::TryAgain(why),
+            ControlError::Ledger(e) => {
                 tracing::warn!(error = %e, "ledger failed");
                 ApiError::Unavailable {
                     detail: "the database is unreachable".into(),
                     outcome_unknown: false,
                 }
             }
-            LifecycleError::Flush(e) => {
+            ControlError::Flush(e) => {
                 tracing::warn!(error = %e, "flushing failed");
                 ApiError::Unavailable {
                     detail: format!("flushing to the database failed: {e}"),
@@ -73,7 +74,7 @@ impl<S: Store> AppState<S> {
             Ok(_) | Err(EngineError::UnknownEvent(_)) if !self.held.contains(event) => {
                 lifecycle::final_view(&self.engine, &self.ledger, event)
                     .await
-                    .map_err(|e| self.lifecycle_error(event, e))
+                    .map_err(|e| self.control_error(event, e))
             }
             Ok(view) => Ok(view),
             Err(e) => Err(self.engine_error(event, e)),
@@ -99,7 +100,7 @@ async fn create<S: Store>(
     let id = spec.id.clone();
     let view = lifecycle::create(&state.engine, &state.ledger, spec)
         .await
-        .map_err(|e| state.lifecycle_error(&id, e))?;
+        .map_err(|e| state.control_error(&id, e))?;
     crate::control::gauges::initialise(&id);
     Ok((StatusCode::CREATED, Json(view)))
 }
@@ -152,7 +153,7 @@ async fn close<S: Store>(
     let view = task
         .await
         .map_err(|e| ApiError::Internal(format!("the close task failed: {e}")))?
-        .map_err(|e| state.lifecycle_error(&id, e))?;
+        .map_err(|e| state.control_error(&id, e))?;
     Ok(Json(view))
 }
 
@@ -166,7 +167,7 @@ async fn audit<S: Store>(
     let id = event_id(id)?;
     let audit = crate::control::audit::audit(&state.engine, &state.ledger, &id)
         .await
-        .map_err(|e| state.lifecycle_error(&id, e))?;
+        .map_err(|e| state.control_error(&id, e))?;
     Ok(Json(audit))
 }
 
@@ -186,7 +187,7 @@ async fn reshard<S: Store>(
     let id = event_id(id)?;
     let view = crate::control::reshard::reshard(&state.engine, &id, body.buckets)
         .await
-        .map_err(|e| state.lifecycle_error(&id, e))?;
+        .map_err(|e| state.control_error(&id, e))?;
     if let Err(e) = state.ledger.set_buckets(&id, body.buckets).await {
         tracing::warn!(event = %id, error = %e, "the database keeps the old bucket count until the next reshard");
     }
@@ -229,7 +230,7 @@ async fn rebalance<S: Store>(
     let (moves, round) = rebalancer
         .consolidate_now(&meta)
         .await
-        .map_err(|e| state.lifecycle_error(&id, e))?;
+        .map_err(|e| state.control_error(&id, e))?;
     Ok(Json(Rebalanced {
         moves,
         transfers: round.transfers,

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use shardstock::control::flusher::{FlushOptions, Flusher, buckets_of};
-use shardstock::control::lifecycle::{self, LostState};
+use shardstock::config::LostState;
+use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::lifecycle;
 use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::model::OrderStatus;
 use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
@@ -155,7 +156,7 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
     create(&r, &id, 300, 8).await;
     let answered = sale(&r, &id, 400).await;
     let meta = r.engine.meta(&id).await.unwrap();
-    r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
+    r.flusher.drain(&meta.all_buckets(), &r.stop).await.unwrap();
     for (oid, (qty, cancelled)) in &answered {
         let (order_id, event, _) = shardstock::domain::ids::OrderId::parse(oid).unwrap();
         let row = r
@@ -188,7 +189,7 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
     assert_eq!((audit.sold_unflushed, audit.released_unflushed), (0, 0));
-    for b in buckets_of(&meta) {
+    for b in meta.all_buckets() {
         assert_eq!(
             r.engine.store().stream_len(&b).await.unwrap(),
             0,
@@ -222,7 +223,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
         },
     );
     partial
-        .flush_once(&buckets_of(&meta), &r.stop)
+        .flush_once(&meta.all_buckets(), &r.stop)
         .await
         .unwrap();
     let b = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
@@ -233,7 +234,7 @@ async fn the_audit_balances_mid_sale_with_records_still_in_redis<S: Store>(engin
         "{b:?}"
     );
     assert_eq!(b.sold_flushed + b.sold_unflushed, a.sold_unflushed);
-    r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
+    r.flusher.drain(&meta.all_buckets(), &r.stop).await.unwrap();
     let c = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
         .await
         .unwrap();
@@ -305,7 +306,7 @@ async fn close_wins_over_a_dead_instances_lease_and_unacknowledged_records<S: St
         .expect("the lease is free");
     let meta = r.engine.meta(&id).await.unwrap();
     let mut unacked = 0;
-    for b in buckets_of(&meta) {
+    for b in meta.all_buckets() {
         unacked += store
             .stream_read(&b, "dead-flusher", 1000, 3_600_000)
             .await
@@ -455,7 +456,7 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
         }
     }
     let meta = r.engine.meta(&id).await.unwrap();
-    r.flusher.drain(&buckets_of(&meta), &r.stop).await.unwrap();
+    r.flusher.drain(&meta.all_buckets(), &r.stop).await.unwrap();
     let before = r.engine.view(&id).await.unwrap();
     // The store restarts empty; the ledger remembers.
     let fresh = Arc::new(Engine::new(MemoryStore::new(), EngineOptions::default()));

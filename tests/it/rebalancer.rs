@@ -315,7 +315,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
                         );
                         audited.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(shardstock::control::lifecycle::LifecycleError::Busy(_)) => {}
+                    Err(shardstock::control::ControlError::Busy(_)) => {}
                     Err(e) => panic!("audit failed: {e}"),
                 }
                 tokio::time::sleep(Duration::from_millis(15)).await;

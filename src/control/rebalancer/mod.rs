@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::control::ControlError;
 use crate::control::flusher::{FlushOptions, Flusher};
-use crate::control::lifecycle::LifecycleError;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus};
 use crate::engine::mover::{self, MoverError};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, Lease};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
@@ -56,7 +56,7 @@ struct Led {
 #[derive(Debug, Clone)]
 pub struct Planned {
     pub token: u64,
-    owner: String,
+    lease: Lease,
     pub moves: Vec<Move>,
 }
 
@@ -135,7 +135,7 @@ impl<S: Store> Rebalancer<S> {
         &mut self,
         event: &EventId,
         stop: &CancellationToken,
-    ) -> Result<Option<Round>, LifecycleError> {
+    ) -> Result<Option<Round>, ControlError> {
         let store = self.engine.store();
         let Some(meta) = store.load_meta(event).await? else {
             return Ok(None);
@@ -162,7 +162,7 @@ impl<S: Store> Rebalancer<S> {
         }
         if meta.status == EventStatus::Resharding {
             if let Some((_, buckets)) = meta.reshard_to
-                && store.acquire_lease(event, "probe", 1).await?.is_some()
+                && !Lease::is_held(store, event).await?
             {
                 // Nobody holds the mover lease: the reshard stalled. Resume it.
                 tracing::warn!(%event, buckets, "resuming a stalled reshard");
@@ -196,24 +196,20 @@ impl<S: Store> Rebalancer<S> {
 
     /// Takes the mover lease, fences every bucket, completes open transfers
     /// and plans the round's moves. `None` when another mover holds the lease.
-    pub async fn plan(&mut self, meta: &EventMeta) -> Result<Option<Planned>, LifecycleError> {
+    pub async fn plan(&mut self, meta: &EventMeta) -> Result<Option<Planned>, ControlError> {
         let engine = self.engine.clone();
         let store = engine.store();
         let event = &meta.spec.id;
-        let Some(token) = store
-            .acquire_lease(event, &self.owner, self.opts.lease_ttl_ms)
-            .await?
-        else {
+        let ttl = Duration::from_millis(self.opts.lease_ttl_ms);
+        let Some(lease) = Lease::acquire(store, event, &self.owner, ttl).await? else {
             return Ok(None);
         };
+        let token = lease.token();
         let planned = async {
             let buckets: Vec<BucketRef> = (0..meta.spec.buckets)
                 .map(|b| BucketRef::new(event, meta.generation, b))
                 .collect();
-            for b in &buckets {
-                store.raise_fence(b, token).await?;
-            }
-            mover::complete_open(store, meta, token)
+            mover::take_over(store, meta, &buckets, token)
                 .await
                 .map_err(EngineError::from)?;
             let states = engine.bucket_states(meta).await?;
@@ -227,17 +223,17 @@ impl<S: Store> Rebalancer<S> {
                 order_size,
                 &self.opts.policy,
             );
-            Ok::<_, LifecycleError>(moves)
+            Ok::<_, ControlError>(moves)
         }
         .await;
         match planned {
             Ok(moves) => Ok(Some(Planned {
                 token,
-                owner: self.owner.clone(),
+                lease,
                 moves,
             })),
             Err(e) => {
-                let _ = store.release_lease(event, &self.owner, token).await;
+                lease.release(store).await;
                 Err(e)
             }
         }
@@ -248,7 +244,7 @@ impl<S: Store> Rebalancer<S> {
     pub async fn consolidate_now(
         &mut self,
         meta: &EventMeta,
-    ) -> Result<(Vec<Move>, Round), LifecycleError> {
+    ) -> Result<(Vec<Move>, Round), ControlError> {
         // The leader's rounds hold the mover lease briefly: wait for a gap.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let mut planned = loop {
@@ -259,13 +255,19 @@ impl<S: Store> Rebalancer<S> {
                 }
                 None => {
                     let event = &meta.spec.id;
-                    return Err(LifecycleError::Busy(format!(
+                    return Err(ControlError::Busy(format!(
                         "another mover is at work on {event}"
                     )));
                 }
             }
         };
-        let states = self.engine.bucket_states(meta).await?;
+        let states = match self.engine.bucket_states(meta).await {
+            Ok(states) => states,
+            Err(e) => {
+                planned.lease.release(self.engine.store()).await;
+                return Err(e.into());
+            }
+        };
         let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
         let rates = self
             .led
@@ -285,16 +287,17 @@ impl<S: Store> Rebalancer<S> {
     }
 
     /// Makes the planned moves; stops at the first fenced step (a stale mover).
-    pub async fn execute(
-        &self,
-        meta: &EventMeta,
-        planned: Planned,
-    ) -> Result<Round, LifecycleError> {
+    pub async fn execute(&self, meta: &EventMeta, planned: Planned) -> Result<Round, ControlError> {
         let store = self.engine.store();
         let event = meta.spec.id.to_string();
         let mut round = Round::default();
-        for mv in &planned.moves {
-            match mover::transfer(store, meta, planned.token, mv.from, mv.to, mv.units).await {
+        let Planned {
+            token,
+            lease,
+            moves,
+        } = planned;
+        for mv in &moves {
+            match mover::transfer(store, meta, token, mv.from, mv.to, mv.units).await {
                 Ok(0) => {}
                 Ok(units) => {
                     round.transfers += 1;
@@ -312,16 +315,12 @@ impl<S: Store> Rebalancer<S> {
                 }
                 Err(MoverError::Store(StoreError::Stale(_))) => break,
                 Err(e) => {
-                    let _ = store
-                        .release_lease(&meta.spec.id, &planned.owner, planned.token)
-                        .await;
+                    lease.release(store).await;
                     return Err(EngineError::from(e).into());
                 }
             }
         }
-        let _ = store
-            .release_lease(&meta.spec.id, &planned.owner, planned.token)
-            .await;
+        lease.release(store).await;
         metrics::counter!(m::REBALANCE_TRANSFERS, "event" => event.clone())
             .increment(round.transfers);
         metrics::counter!(m::REBALANCE_MOVED_UNITS, "event" => event).increment(round.units);
@@ -356,7 +355,7 @@ impl<S: Store> Rebalancer<S> {
 
     /// Drops old layouts whose buckets hold nothing and whose streams are
     /// flushed; their keys expire.
-    async fn prune_retired(&self, meta: &EventMeta) -> Result<(), LifecycleError> {
+    async fn prune_retired(&self, meta: &EventMeta) -> Result<(), ControlError> {
         if meta.retired.is_empty() {
             return Ok(());
         }

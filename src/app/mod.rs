@@ -6,6 +6,14 @@
 //! tests where it listens; `run_until_stopped` serves until ctrl-c or SIGTERM,
 //! lets in-flight requests finish (up to the grace period) and stops every
 //! background task through one cancellation token.
+//!
+//! `options` maps the settings onto each layer's options; `commands` holds
+//! the operator commands (`audit`, `recover`) that run without serving.
+
+mod commands;
+pub mod options;
+
+pub use commands::{audit, recover};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,17 +27,16 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Settings;
+use crate::config::{LostState, Settings};
 use crate::control::flusher::Flusher;
-use crate::control::lifecycle::{self, LostState};
+use crate::control::lifecycle;
 use crate::control::rebalancer::Rebalancer;
 use crate::engine::Engine;
 use crate::http::serve::ServeOptions;
 use crate::http::{self, AppState, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::metrics as m;
-use crate::store::redis::RedisOptions;
-use crate::store::{Events, MemoryStore, RedisStore, Store};
+use crate::store::{MemoryStore, RedisStore, Store};
 
 /// The process-wide Prometheus recorder (installed once, shared by every app
 /// in the process: tests run several).
@@ -82,17 +89,11 @@ async fn quietly(task: impl Future<Output = ()>) -> anyhow::Result<()> {
 impl Application {
     /// Connects the store, creates the configured events, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        match settings.store.redis_url.clone() {
-            Some(url) => {
-                let opts = RedisOptions {
-                    url: url.clone(),
-                    command_timeout: Duration::from_millis(settings.store.command_timeout_ms),
-                    connect_timeout: Duration::from_millis(settings.store.connect_timeout_ms),
-                    namespace: settings.store.namespace.clone(),
-                };
+        match options::redis(&settings) {
+            Some(opts) => {
                 let store = RedisStore::connect(&opts)
                     .await
-                    .with_context(|| format!("connecting to Redis at {url}"))?;
+                    .with_context(|| format!("connecting to Redis at {}", opts.url))?;
                 Self::with_store(store, settings).await
             }
             None => Self::with_store(MemoryStore::new(), settings).await,
@@ -111,10 +112,7 @@ impl Application {
         } else {
             LostState::Refuse
         });
-        let mut engine_options = settings.engine.options();
-        engine_options.max_batch = settings.batching.max_batch();
-        engine_options.batch_wait = settings.batching.max_wait();
-        let engine = Arc::new(Engine::new(store, engine_options));
+        let engine = Arc::new(Engine::new(store, options::engine(&settings)));
         let (rebuilt, refused) = lifecycle::recover_lost(&engine, &ledger, policy)
             .await
             .context("checking the store against the database")?;
@@ -141,8 +139,8 @@ impl Application {
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             metrics: metrics.clone(),
             held: Arc::new(refused.into_iter().collect()),
-            flush: db.flush_options(),
-            rebalance: settings.rebalancer.options(),
+            flush: options::flush(db),
+            rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
         };
         let router = http::router(state.clone(), &settings.server);
@@ -161,7 +159,7 @@ impl Application {
             engine.clone(),
             ledger.clone(),
             engine.instance().to_owned(),
-            db.flush_options(),
+            options::flush(db),
         );
         let (flush_stop, flush_deadline) = (stop.clone(), deadline.clone());
         tasks.spawn(async move {
@@ -174,8 +172,8 @@ impl Application {
             let rebalancer = Rebalancer::new(
                 engine.clone(),
                 ledger.clone(),
-                db.flush_options(),
-                settings.rebalancer.options(),
+                options::flush(db),
+                options::rebalance(&settings.rebalancer),
             );
             tasks.spawn(quietly(rebalancer.run(stop.clone())));
         }
@@ -197,10 +195,7 @@ impl Application {
             stop,
             deadline,
             grace: Duration::from_millis(settings.server.shutdown_grace_ms),
-            serve: ServeOptions {
-                header_read_timeout: Duration::from_millis(settings.server.header_read_timeout_ms),
-                max_connections: settings.server.max_connections,
-            },
+            serve: options::serve(&settings),
         })
     }
 
@@ -285,53 +280,6 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
-}
-
-/// The Redis store the settings name (operator commands need a shared store).
-async fn redis_store(settings: &Settings) -> anyhow::Result<RedisStore> {
-    let url = settings
-        .store
-        .redis_url
-        .clone()
-        .context("this command needs the shared store: give --redis or store.redis_url")?;
-    let opts = RedisOptions {
-        url: url.clone(),
-        command_timeout: Duration::from_millis(settings.store.command_timeout_ms),
-        connect_timeout: Duration::from_millis(settings.store.connect_timeout_ms),
-        namespace: settings.store.namespace.clone(),
-    };
-    RedisStore::connect(&opts)
-        .await
-        .with_context(|| format!("connecting to Redis at {url}"))
-}
-
-/// `shardstock audit EVENT`.
-pub async fn audit(
-    settings: Settings,
-    event: &str,
-) -> anyhow::Result<crate::control::audit::Audit> {
-    let event = crate::domain::ids::EventId::parse(event)?;
-    let ledger = Ledger::connect(&settings.database.url, 2).await?;
-    let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
-    Ok(crate::control::audit::audit(&engine, &ledger, &event).await?)
-}
-
-/// `shardstock recover EVENT`: rebuild an event the store lost from the ledger.
-pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
-    let event = crate::domain::ids::EventId::parse(event)?;
-    let ledger = Ledger::connect(&settings.database.url, 2).await?;
-    let engine = Engine::new(redis_store(&settings).await?, settings.engine.options());
-    if engine.store().load_meta(&event).await?.is_some() {
-        anyhow::bail!("the store has {event}: nothing to recover");
-    }
-    let db = ledger
-        .event(&event)
-        .await?
-        .with_context(|| format!("the database does not know {event}"))?;
-    anyhow::ensure!(!db.closed, "{event} is closed: nothing to recover");
-    lifecycle::rebuild(&engine, &ledger, &db).await?;
-    println!("rebuilt {event} from the database; running instances serve it from now on");
-    Ok(())
 }
 
 /// Audits every event now and then, keeping `shardstock_audit_balanced` current.
