@@ -16,6 +16,7 @@ mod lease;
 pub mod mover;
 mod orders;
 mod purchase;
+mod saga;
 mod view;
 
 use std::collections::HashMap;

@@ -1,34 +1,21 @@
-//! Purchases: the one-call fast path and the probe saga behind it.
+//! Purchases: the one-call fast path.
 //!
-//! Fast path: the home step on `home(user)` checks the request id, the per-user
-//! limit and the stock, and buys — one store call. When the home bucket is short
-//! it reserves the user's quota and leaves a pending record, and the saga probes
-//! the ring (`take` on `home+1, …, home`). Each take is decided once per
-//! (request, pass, bucket) and remembered, so a saga re-driven by a retry after
-//! a crash walks to the same bucket and never takes twice; the home bucket's
-//! `finish` arbitrates between concurrent drivers, and a loser gives its units
-//! back (`untake`).
-//!
-//! "Sold out" is answered only from a consistent probe: every bucket short,
-//! decided fresh by this driver, and a second collect of the buckets' addition
-//! counters unchanged (no cancel, transfer or untake added units to a bucket
-//! after it was probed — a double-collect snapshot). When the ring holds enough
-//! units in fragments, the saga takes the event's mover lease, consolidates them
-//! into the home bucket and probes again, keeping the lease until it ends.
+//! The home step on `home(user)` checks the request id, the per-user limit and
+//! the stock, and buys — one store call, batched with the other purchases of
+//! that bucket in flight. When the home bucket is short it reserves the user's
+//! quota and leaves a pending record, and the saga (`saga.rs`) takes over. A
+//! replayed request id answers what its record says, or re-drives its saga; a
+//! home step that failed in transit is resolved from what it would have written.
 
 use std::slice;
 
-use futures::future::try_join_all;
-
-use super::{CrashPoint, Engine, EngineError, Lease};
+use super::saga::Saga;
+use super::{CrashPoint, Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
-use crate::domain::routing::{home, ring, user_hash};
-use crate::store::{
-    Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, Store, StoreError, TakeArgs,
-    TakeReply,
-};
+use crate::domain::routing::{home, user_hash};
+use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
 
 /// A purchase as the engine receives it (ids already validated).
 #[derive(Debug, Clone)]
@@ -54,60 +41,7 @@ pub struct PurchaseOutcome {
     pub replayed: bool,
 }
 
-/// One purchase saga: everything a driver (the first, or a retry) needs.
-#[derive(Debug, Clone)]
-struct Saga {
-    home: u32,
-    rid: String,
-    keep: bool,
-    /// The event has a per-user limit (the quota is reserved and released).
-    limited: bool,
-    user: UserId,
-    qty: u32,
-    order_id: OrderId,
-}
-
-impl Saga {
-    fn take_args(&self, pass: u32) -> TakeArgs {
-        TakeArgs {
-            rid: self.rid.clone(),
-            pass,
-            user: self.user.clone(),
-            qty: self.qty,
-            order_id: self.order_id.clone(),
-            home: self.home,
-        }
-    }
-
-    fn finish_args(&self, outcome: Finish) -> FinishArgs {
-        FinishArgs {
-            rid: self.rid.clone(),
-            user: self.user.clone(),
-            qty: self.qty,
-            keep: self.keep,
-            limited: self.limited,
-            outcome,
-        }
-    }
-}
-
-type Answer = Result<Order, Refusal>;
-
-/// Where the probe passes of a saga ended.
-enum Step {
-    Taken {
-        pass: u32,
-        order_id: OrderId,
-        bucket: u32,
-        probes: u32,
-    },
-    SoldOut {
-        available: u64,
-    },
-    /// A concurrent driver ended the saga with this record.
-    Ended(RequestRecord),
-    GaveUp,
-}
+pub(super) type Answer = Result<Order, Refusal>;
 
 /// Refuses what may not be bought now.
 fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
@@ -131,7 +65,7 @@ fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
     }
 }
 
-fn order(
+pub(super) fn order(
     meta: &EventMeta,
     user: &UserId,
     qty: u32,
@@ -277,7 +211,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The answer a final record stands for.
-    fn answer(
+    pub(super) fn answer(
         &self,
         meta: &EventMeta,
         saga: &Saga,
@@ -298,271 +232,6 @@ impl<S: Store> Engine<S> {
                 return Err(StoreError::Protocol("finish answered a pending record".into()).into());
             }
         })
-    }
-
-    /// The probe saga, from the pending record to its end.
-    async fn drive(&self, meta: &EventMeta, saga: &Saga) -> Result<Answer, EngineError> {
-        let start = self.fresh_meta(meta).await?;
-        if start.sold_out_at(
-            self.clock.now_ms(),
-            self.opts.sold_out_mark_ttl.as_millis() as i64,
-        ) {
-            return self.finish_sold_out(meta, saga, 0).await;
-        }
-        // A saga that had to gather keeps the mover lease until it ends, so
-        // another saga cannot pull the gathered units away before it takes them.
-        let mut lease: Option<Lease> = None;
-        let step = self.probe_passes(meta, saga, start.seq, &mut lease).await;
-        if let Some(lease) = lease {
-            lease.release(&self.store).await;
-        }
-        match step? {
-            Step::Taken {
-                pass,
-                order_id,
-                bucket,
-                probes,
-            } => {
-                self.finish_bought(meta, saga, pass, order_id, bucket, probes)
-                    .await
-            }
-            Step::SoldOut { available } => self.finish_sold_out(meta, saga, available).await,
-            Step::Ended(record) => self.answer(meta, saga, record),
-            Step::GaveUp => {
-                self.finish_with(meta, saga, Finish::Abort).await?;
-                Err(EngineError::Contention {
-                    passes: self.opts.max_passes,
-                })
-            }
-        }
-    }
-
-    /// Probes the ring pass after pass until a take, a consistent sold-out, or
-    /// the pass budget is spent.
-    async fn probe_passes(
-        &self,
-        meta: &EventMeta,
-        saga: &Saga,
-        seq: u64,
-        lease: &mut Option<Lease>,
-    ) -> Result<Step, EngineError> {
-        let qty = u64::from(saga.qty);
-        let mut probes = 0;
-        for pass in 1..=self.opts.max_passes {
-            let args = saga.take_args(pass);
-            let mut fresh_all = true;
-            // What this pass saw of each bucket: (index, available, adds).
-            let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
-            for j in ring(saga.home, meta.spec.buckets) {
-                probes += 1;
-                match self
-                    .store
-                    .take(&Self::bucket(meta, j), self.clock.now_ms(), &args)
-                    .await?
-                {
-                    TakeReply::Taken { order_id } => {
-                        self.crash_at(CrashPoint::AfterTake)?;
-                        return Ok(Step::Taken {
-                            pass,
-                            order_id,
-                            bucket: j,
-                            probes,
-                        });
-                    }
-                    TakeReply::Short {
-                        available,
-                        fresh,
-                        adds,
-                    } => {
-                        fresh_all &= fresh;
-                        seen.push((j, available, adds));
-                    }
-                }
-            }
-            let total = |seen: &[(u32, u64, u64)]| seen.iter().map(|o| o.1).sum::<u64>();
-            if total(&seen) < qty
-                && let Some(epochs) = self.settle_short(meta, &mut seen, qty).await?
-            {
-                let available = total(&seen);
-                if available == 0
-                    && self
-                        .store
-                        .mark_sold_out(&meta.spec.id, seq, self.clock.now_ms())
-                        .await?
-                {
-                    // Every bucket's copy of the mark: from now on the home step
-                    // answers sold out in its one call, until units come back.
-                    try_join_all(epochs.iter().map(|&(j, epoch)| {
-                        let bucket = Self::bucket(meta, j);
-                        async move { self.store.set_empty(&bucket, epoch).await }
-                    }))
-                    .await?;
-                }
-                return Ok(Step::SoldOut { available });
-            }
-            if !fresh_all {
-                // Another driver of this saga probed here first: it may have ended it.
-                let home = Self::bucket(meta, saga.home);
-                if let Some(record) = self.store.request_record(&home, &saga.rid).await?
-                    && !matches!(record, RequestRecord::Pending { .. })
-                {
-                    return Ok(Step::Ended(record));
-                }
-            }
-            // Enough units, but no bucket holds `qty` alone: consolidate them.
-            let fragmented = total(&seen) >= qty && seen.iter().all(|o| o.1 < qty);
-            if fragmented {
-                if lease.is_none() {
-                    *lease = self.mover_lease(meta).await?;
-                }
-                if let Some(token) = lease.as_ref().map(Lease::token) {
-                    let gathered = async {
-                        crate::engine::mover::complete_open(&self.store, meta, token).await?;
-                        crate::engine::mover::gather(&self.store, meta, token, saga.home, qty).await
-                    };
-                    match gathered.await {
-                        Ok(moved) => {
-                            metrics::counter!(crate::metrics::CONSOLIDATIONS, "event" => meta.spec.id.to_string()).increment(1);
-                            tracing::debug!(event = %meta.spec.id, units = moved.units, "consolidated fragments on demand");
-                        }
-                        // Fenced (the lease expired and a newer mover took over) or a
-                        // store hiccup: probe on without gathering.
-                        Err(e) => {
-                            tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed")
-                        }
-                    }
-                }
-            }
-        }
-        Ok(Step::GaveUp)
-    }
-
-    /// Makes a short pass into a consistent snapshot (a double collect): collect
-    /// every bucket's addition count; buckets that received units since they were
-    /// seen are read again (stock and count in one atomic read) and the collect
-    /// repeats. `Some(epochs)` when a collect found nothing changed and the
-    /// snapshot holds fewer than `qty` units: then, at the first read of that
-    /// collect, fewer than `qty` units were left in the whole event; the
-    /// buckets' epochs of that collect come with it. `None` when the snapshot
-    /// shows enough units (the next pass takes them) or churn outlasted the rounds.
-    async fn settle_short(
-        &self,
-        meta: &EventMeta,
-        seen: &mut [(u32, u64, u64)],
-        qty: u64,
-    ) -> Result<Option<Vec<(u32, u64)>>, EngineError> {
-        const ROUNDS: usize = 8;
-        for _ in 0..ROUNDS {
-            let now = try_join_all(seen.iter().map(|&(j, _, _)| {
-                let bucket = Self::bucket(meta, j);
-                async move { self.store.counters(&bucket).await }
-            }))
-            .await?;
-            let changed: Vec<usize> = (0..seen.len()).filter(|&i| seen[i].2 != now[i].0).collect();
-            if changed.is_empty() {
-                return Ok(Some(
-                    seen.iter().zip(&now).map(|(s, c)| (s.0, c.1)).collect(),
-                ));
-            }
-            let fresh = try_join_all(changed.iter().map(|&i| {
-                let bucket = Self::bucket(meta, seen[i].0);
-                async move { self.store.bucket_state(&bucket).await }
-            }))
-            .await?;
-            for (&i, state) in changed.iter().zip(fresh) {
-                seen[i].1 = state.stock + state.in_transfer;
-                seen[i].2 = state.adds;
-            }
-            if seen.iter().map(|o| o.1).sum::<u64>() >= qty {
-                return Ok(None);
-            }
-        }
-        Ok(None)
-    }
-
-    /// The meta as stored now; `Stale` if the layout changed under the saga.
-    async fn fresh_meta(&self, meta: &EventMeta) -> Result<EventMeta, EngineError> {
-        let now = self
-            .store
-            .load_meta(&meta.spec.id)
-            .await?
-            .ok_or_else(|| EngineError::UnknownEvent(meta.spec.id.clone()))?;
-        if now.generation != meta.generation || now.status == EventStatus::Resharding {
-            return Err(StoreError::Stale(format!("layout of {}", meta.spec.id)).into());
-        }
-        Ok(now)
-    }
-
-    async fn finish_with(
-        &self,
-        meta: &EventMeta,
-        saga: &Saga,
-        outcome: Finish,
-    ) -> Result<FinishReply, EngineError> {
-        let bucket = Self::bucket(meta, saga.home);
-        Ok(self
-            .store
-            .finish(&bucket, self.clock.now_ms(), &saga.finish_args(outcome))
-            .await?)
-    }
-
-    async fn finish_bought(
-        &self,
-        meta: &EventMeta,
-        saga: &Saga,
-        pass: u32,
-        order_id: OrderId,
-        bucket: u32,
-        probes: u32,
-    ) -> Result<Answer, EngineError> {
-        let outcome = Finish::Bought {
-            order_id: order_id.clone(),
-            bucket,
-            probes,
-        };
-        let ended = match self.finish_with(meta, saga, outcome).await? {
-            FinishReply::Done => {
-                return Ok(Ok(order(
-                    meta, &saga.user, saga.qty, order_id, bucket, probes,
-                )));
-            }
-            FinishReply::Already(record @ RequestRecord::Bought { .. }) if matches!(&record, RequestRecord::Bought { order_id: o, .. } if *o == order_id) =>
-            {
-                // A concurrent driver finished with this same take: answer as it did.
-                return self.answer(meta, saga, record);
-            }
-            FinishReply::Already(record) => Some(record),
-            FinishReply::NoRecord => None,
-        };
-        // The saga ended without this take: give the units back.
-        let mut args = saga.take_args(pass);
-        args.order_id = order_id;
-        if self
-            .store
-            .untake(&Self::bucket(meta, bucket), self.clock.now_ms(), &args)
-            .await?
-        {
-            crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
-        }
-        match ended {
-            Some(record) => self.answer(meta, saga, record),
-            None => Err(EngineError::Contention { passes: pass }),
-        }
-    }
-
-    async fn finish_sold_out(
-        &self,
-        meta: &EventMeta,
-        saga: &Saga,
-        remaining: u64,
-    ) -> Result<Answer, EngineError> {
-        match self
-            .finish_with(meta, saga, Finish::SoldOut { remaining })
-            .await?
-        {
-            FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
-            FinishReply::Already(record) => self.answer(meta, saga, record),
-        }
     }
 
     /// The home step failed in transit: it may or may not have run. Look at
@@ -601,74 +270,5 @@ impl<S: Store> Engine<S> {
             };
         }
         Err(EngineError::OutcomeUnknown(why))
-    }
-}
-
-impl<S: Store> Engine<S> {
-    /// Ends a pending saga whose event was sealed under it (the end of a sale):
-    /// if it took units somewhere, the first take (by pass, then ring order) is
-    /// confirmed and any other is given back; if it took nothing, its quota is
-    /// released. Works on sealed buckets, where the saga itself can no longer probe.
-    pub async fn settle_pending(
-        &self,
-        meta: &EventMeta,
-        home: u32,
-        rid: &str,
-        record: &RequestRecord,
-    ) -> Result<(), EngineError> {
-        let RequestRecord::Pending {
-            qty,
-            order_id,
-            user,
-            ..
-        } = record
-        else {
-            return Ok(());
-        };
-        let saga = Saga {
-            home,
-            rid: rid.to_owned(),
-            keep: !rid.starts_with('~'),
-            limited: meta.spec.per_user_limit.is_some(),
-            user: user.clone(),
-            qty: *qty,
-            order_id: order_id.clone(),
-        };
-        let mut takes = Vec::new();
-        for (position, j) in ring(home, meta.spec.buckets).enumerate() {
-            let bucket = Self::bucket(meta, j);
-            for (pass, oid) in self
-                .store
-                .take_markers(&bucket, rid, self.opts.max_passes)
-                .await?
-            {
-                takes.push((pass, position as u32 + 1, j, oid));
-            }
-        }
-        takes.sort_by_key(|&(pass, position, ..)| (pass, position));
-        let Some((_, probes, bucket, oid)) = takes.first().cloned() else {
-            self.finish_with(meta, &saga, Finish::Abort).await?;
-            return Ok(());
-        };
-        let kept = Finish::Bought {
-            order_id: oid.clone(),
-            bucket,
-            probes,
-        };
-        let confirmed = match self.finish_with(meta, &saga, kept).await? {
-            FinishReply::Already(RequestRecord::Bought { order_id, .. }) => order_id,
-            _ => oid,
-        };
-        for (pass, _, j, other) in takes {
-            if other == confirmed && j == bucket {
-                continue;
-            }
-            let mut args = saga.take_args(pass);
-            args.order_id = other;
-            self.store
-                .untake(&Self::bucket(meta, j), self.clock.now_ms(), &args)
-                .await?;
-        }
-        Ok(())
     }
 }
