@@ -2,6 +2,7 @@
 
 KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
 KEYS[4] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
+KEYS[5] ss:{e#g#a}:adds   bumped when units leave too (see below)
 ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] target bucket   ARGV[4] units wanted
 ARGV[5] '1': allowed on a sealed bucket (a reshard draining the old layout)
 
@@ -14,7 +15,10 @@ Returns:
 
 Atomic so the units are always counted exactly once: in the stock or in the
 open journal entry, never in both and never in neither. The fence check and the
-raise of the fence are one step with the move.
+raise of the fence are one step with the move. The bucket's change counter
+(`adds`) is bumped as when units arrive: a reader that saw this bucket before
+the OUT and the target after the IN would count the units twice, and the
+audit's second collect of the counters is what tells it to read again.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 or (ARGV[5] ~= '1' and redis.call('EXISTS', KEYS[4]) == 1) then
   return 'ST'
@@ -36,5 +40,6 @@ local units = math.min(stock, tonumber(ARGV[4]))
 if units > 0 then
   redis.call('DECRBY', KEYS[1], units)
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. string.format('%d', units) .. '|' .. ARGV[1] .. '|o')
+  redis.call('INCR', KEYS[5])
 end
 return {'A', string.format('%d', units)}

@@ -4,9 +4,10 @@
 //!          − (released_flushed + released_unflushed) + leftover`
 //!
 //! Buckets are read one atomic script each (stock and stream change together,
-//! so each bucket is self-consistent), then their addition counters are read
-//! again: if a transfer or cancel added units to a bucket meanwhile, the read
-//! is repeated (a double collect). Units between IN and CLEAR of a transfer are
+//! so each bucket is self-consistent), then their change counters are read
+//! again: if a transfer moved units in or out of a bucket, or a cancel added
+//! some, meanwhile, the read is repeated (a double collect), and so it is if
+//! the layouts changed (a reshard began) after the meta was read. Units between IN and CLEAR of a transfer are
 //! counted once: an open journal entry whose id a bucket already applied is not
 //! "in transfer". Every layout that may hold units is read — during a reshard
 //! the old, the new and the retired ones. The ledger is then read in one snapshot, leaving out
@@ -109,6 +110,13 @@ pub async fn audit<S: Store>(
         let Some(reads) = collect(store, &buckets).await? else {
             continue;
         };
+        // A reshard that began after the meta was read moves units into
+        // buckets this audit did not read: then read again.
+        match store.load_meta(event).await? {
+            Some(now) if now.generation == meta.generation && now.reshard_to == meta.reshard_to => {
+            }
+            _ => continue,
+        }
         // Transfer ids are unique across layouts (a reshard's land in the new one).
         let applied: HashSet<&String> = reads
             .iter()

@@ -15,7 +15,7 @@
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
 //! ss:{<event>#<gen>#<b>}:xfer    HASH  open transfers out of b: xid -> "target|units|token"
 //! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
-//! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake)
+//! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake) or moved them out (OUT)
 //! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
 //! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
 //! ss:{<event>#<gen>#<b>}:empty   STR   epoch at which the whole event was found sold out

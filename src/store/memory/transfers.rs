@@ -27,6 +27,7 @@ impl Bucket {
         let moved = units.min(self.stock);
         if moved > 0 {
             self.stock -= moved;
+            self.adds += 1;
             self.xfer.insert(
                 xid.to_owned(),
                 Journal {

@@ -20,7 +20,7 @@ impl RedisStore {
         sealed_ok: bool,
     ) -> Result<TransferReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence, k.sealed];
+        let keys = vec![k.stock, k.xfer, k.fence, k.sealed, k.adds];
         let args = vec![
             token.to_string(),
             xid.to_owned(),
