@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use crossbeam::queue::SegQueue;
 use tokio::sync::oneshot;
 
-use super::Clock;
+use super::{Activity, Clock};
 use crate::domain::keys::BucketRef;
 use crate::metrics as m;
 use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
@@ -45,16 +45,23 @@ pub struct Batcher<S: Store> {
     wait: std::time::Duration,
     lanes: RwLock<HashMap<BucketRef, Arc<Lane>>>,
     clock: Clock,
+    activity: Arc<Activity>,
 }
 
 impl<S: Store> Batcher<S> {
-    pub fn new(store: S, max_batch: usize, wait: std::time::Duration) -> Self {
+    pub fn new(
+        store: S,
+        max_batch: usize,
+        wait: std::time::Duration,
+        activity: Arc<Activity>,
+    ) -> Self {
         Self {
             store,
             max_batch: max_batch.max(1),
             wait,
             lanes: RwLock::new(HashMap::new()),
             clock: Clock::system(),
+            activity,
         }
     }
 
@@ -78,8 +85,15 @@ impl<S: Store> Batcher<S> {
         lane.queue.push(Queued { entry, reply: tx });
         if !lane.busy.swap(true, Ordering::AcqRel) {
             let (store, max, wait) = (self.store.clone(), self.max_batch, self.wait);
-            let clock = self.clock.clone();
-            tokio::spawn(drive(store, bucket.clone(), lane, max, wait, clock, now_ms));
+            let (clock, activity) = (self.clock.clone(), self.activity.clone());
+            let driver = Driver {
+                store,
+                clock,
+                activity,
+                max_batch: max,
+                wait,
+            };
+            tokio::spawn(driver.drive(bucket.clone(), lane, now_ms));
         }
         rx.await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("the batch driver stopped".into())))
@@ -94,67 +108,79 @@ impl<S: Store> Batcher<S> {
     }
 }
 
-/// Sends batches for one bucket until its queue is empty.
-async fn drive<S: Store>(
+/// What a lane's driver task needs.
+struct Driver<S> {
     store: S,
-    bucket: BucketRef,
-    lane: Arc<Lane>,
+    clock: Clock,
+    activity: Arc<Activity>,
     max_batch: usize,
     wait: std::time::Duration,
-    clock: Clock,
-    mut now_ms: i64,
-) {
-    let take = |batch: &mut Vec<Queued>| {
-        while batch.len() < max_batch {
-            match lane.queue.pop() {
-                Some(q) => batch.push(q),
-                None => break,
+}
+
+impl<S: Store> Driver<S> {
+    /// Sends batches for one bucket until its queue is empty.
+    async fn drive(self, bucket: BucketRef, lane: Arc<Lane>, mut now_ms: i64) {
+        let Self {
+            store,
+            clock,
+            activity,
+            max_batch,
+            wait,
+        } = self;
+        let take = |batch: &mut Vec<Queued>| {
+            while batch.len() < max_batch {
+                match lane.queue.pop() {
+                    Some(q) => batch.push(q),
+                    None => break,
+                }
             }
-        }
-    };
-    loop {
-        let mut batch = Vec::with_capacity(max_batch.min(64));
-        take(&mut batch);
-        if !wait.is_zero() && !batch.is_empty() && batch.len() < max_batch {
-            tokio::time::sleep(wait).await;
+        };
+        loop {
+            let mut batch = Vec::with_capacity(max_batch.min(64));
             take(&mut batch);
+            if !wait.is_zero() && !batch.is_empty() && batch.len() < max_batch {
+                tokio::time::sleep(wait).await;
+                take(&mut batch);
+                now_ms = clock.now_ms();
+            }
+            if batch.is_empty() {
+                lane.busy.store(false, Ordering::Release);
+                // An entry pushed after the last pop but before the flag dropped
+                // found the lane busy and started no driver: take over again.
+                if lane.queue.is_empty() || lane.busy.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            let (entries, replies): (Vec<PurchaseEntry>, Vec<_>) =
+                batch.into_iter().map(|q| (q.entry, q.reply)).unzip();
+            metrics::histogram!(m::BATCH_SIZE).record(entries.len() as f64);
+            metrics::counter!(m::SCRIPT_CALLS).increment(1);
+            let result = store.purchase(&bucket, now_ms, &entries).await;
+            activity.wrote(&bucket);
+            match result {
+                Ok(answers) if answers.len() == replies.len() => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(Ok(answer));
+                    }
+                }
+                Ok(answers) => {
+                    let e = StoreError::Protocol(format!(
+                        "{} replies for {} entries",
+                        answers.len(),
+                        replies.len()
+                    ));
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
             now_ms = clock.now_ms();
         }
-        if batch.is_empty() {
-            lane.busy.store(false, Ordering::Release);
-            // An entry pushed after the last pop but before the flag dropped
-            // found the lane busy and started no driver: take over again.
-            if lane.queue.is_empty() || lane.busy.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            continue;
-        }
-        let (entries, replies): (Vec<PurchaseEntry>, Vec<_>) =
-            batch.into_iter().map(|q| (q.entry, q.reply)).unzip();
-        metrics::histogram!(m::BATCH_SIZE).record(entries.len() as f64);
-        metrics::counter!(m::SCRIPT_CALLS).increment(1);
-        match store.purchase(&bucket, now_ms, &entries).await {
-            Ok(answers) if answers.len() == replies.len() => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(Ok(answer));
-                }
-            }
-            Ok(answers) => {
-                let e = StoreError::Protocol(format!(
-                    "{} replies for {} entries",
-                    answers.len(),
-                    replies.len()
-                ));
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
-            }
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
-            }
-        }
-        now_ms = clock.now_ms();
     }
 }

@@ -10,6 +10,7 @@
 //! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
+mod activity;
 mod batch;
 mod clock;
 mod lease;
@@ -32,6 +33,7 @@ use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
 use crate::engine::mover::MoverError;
 use crate::store::{CreateEventReply, Store, StoreError};
 
+pub use activity::Activity;
 pub use clock::{Clock, ManualClock};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
@@ -129,14 +131,18 @@ pub struct Engine<S: Store> {
     batcher: Option<batch::Batcher<S>>,
     crash: AtomicU8,
     clock: Clock,
+    /// What this process wrote: the flusher, gauges and rebalancer follow it.
+    activity: Arc<Activity>,
 }
 
 impl<S: Store> Engine<S> {
     pub fn new(store: S, opts: EngineOptions) -> Self {
+        let activity = Arc::new(Activity::default());
         Self {
             batcher: opts
                 .max_batch
-                .map(|n| batch::Batcher::new(store.clone(), n, opts.batch_wait)),
+                .map(|n| batch::Batcher::new(store.clone(), n, opts.batch_wait, activity.clone())),
+            activity,
             store,
             opts,
             instance: format!("i{:016x}", rand::random::<u64>()),
@@ -270,6 +276,11 @@ impl<S: Store> Engine<S> {
             .read()
             .expect("meta cache poisoned")
             .contains_key(event)
+    }
+
+    /// What this process wrote (buckets to flush, events with traffic).
+    pub fn activity(&self) -> &Activity {
+        &self.activity
     }
 
     /// Drops an event from the cache.

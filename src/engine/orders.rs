@@ -79,10 +79,9 @@ impl<S: Store> Engine<S> {
                 {
                     return Ok(None);
                 }
-                self.store
-                    .cancel(&bucket, self.clock.now_ms(), &oid)
-                    .await
-                    .map(Some)
+                let cancelled = self.store.cancel(&bucket, self.clock.now_ms(), &oid).await;
+                self.activity.wrote(&bucket);
+                cancelled.map(Some)
             })
             .await?;
         let Some(reply) = reply else {

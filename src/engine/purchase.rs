@@ -177,12 +177,16 @@ impl<S: Store> Engine<S> {
     ) -> Result<PurchaseReply, StoreError> {
         match &self.batcher {
             Some(batcher) => batcher.home(bucket, self.clock.now_ms(), entry).await,
-            None => self
-                .store
-                .purchase(bucket, self.clock.now_ms(), slice::from_ref(&entry))
-                .await?
-                .pop()
-                .ok_or_else(|| StoreError::Protocol("empty home reply".into())),
+            None => {
+                let replies = self
+                    .store
+                    .purchase(bucket, self.clock.now_ms(), slice::from_ref(&entry))
+                    .await;
+                self.activity.wrote(bucket);
+                replies?
+                    .pop()
+                    .ok_or_else(|| StoreError::Protocol("empty home reply".into()))
+            }
         }
     }
 

@@ -134,11 +134,10 @@ impl<S: Store> Engine<S> {
             let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
             for j in ring(saga.home, meta.spec.buckets) {
                 probes += 1;
-                match self
-                    .store
-                    .take(&Self::bucket(meta, j), self.clock.now_ms(), &args)
-                    .await?
-                {
+                let bucket = Self::bucket(meta, j);
+                let taken = self.store.take(&bucket, self.clock.now_ms(), &args).await;
+                self.activity.wrote(&bucket);
+                match taken? {
                     TakeReply::Taken { order_id } => {
                         self.crash_at(CrashPoint::AfterTake)?;
                         return Ok(Step::Taken {
@@ -316,11 +315,10 @@ impl<S: Store> Engine<S> {
         // The saga ended without this take: give the units back.
         let mut args = saga.take_args(pass);
         args.order_id = order_id;
-        if self
-            .store
-            .untake(&Self::bucket(meta, bucket), self.clock.now_ms(), &args)
-            .await?
-        {
+        let source = Self::bucket(meta, bucket);
+        let untaken = self.store.untake(&source, self.clock.now_ms(), &args).await;
+        self.activity.wrote(&source);
+        if untaken? {
             crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
         }
         match ended {
@@ -406,9 +404,10 @@ impl<S: Store> Engine<S> {
             }
             let mut args = saga.take_args(pass);
             args.order_id = other;
-            self.store
-                .untake(&Self::bucket(meta, j), self.clock.now_ms(), &args)
-                .await?;
+            let source = Self::bucket(meta, j);
+            let untaken = self.store.untake(&source, self.clock.now_ms(), &args).await;
+            self.activity.wrote(&source);
+            untaken?;
         }
         Ok(())
     }

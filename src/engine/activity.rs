@@ -1,0 +1,93 @@
+//! [`Activity`]: which buckets this process wrote, and which events it served.
+//!
+//! Background work follows the buckets that changed instead of polling every
+//! bucket of every event: the flusher reads the order streams this process
+//! appended to (`take_dirty`), and the gauges and the rebalancer attend to the
+//! events with recent traffic (`events_since`). What other processes wrote
+//! (a dead instance's last orders, another replica's events) is found by the
+//! slow sweeps those loops keep, so nothing is missed, only found later.
+//!
+//! One short critical section per store write; a write step runs once per
+//! batch of purchases, not once per purchase.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::domain::ids::EventId;
+use crate::domain::keys::BucketRef;
+
+/// What this process wrote, since the last look.
+#[derive(Debug, Default)]
+pub struct Activity {
+    dirty: Mutex<HashSet<BucketRef>>,
+    events: Mutex<HashMap<EventId, Instant>>,
+}
+
+impl Activity {
+    /// A write step ran on `bucket` (its stock or its order stream may have changed).
+    pub fn wrote(&self, bucket: &BucketRef) {
+        {
+            let mut dirty = self.dirty.lock().expect("activity poisoned");
+            if !dirty.contains(bucket) {
+                dirty.insert(bucket.clone());
+            }
+        }
+        let now = Instant::now();
+        let mut events = self.events.lock().expect("activity poisoned");
+        match events.get_mut(&bucket.event) {
+            Some(at) => *at = now,
+            None => {
+                events.insert(bucket.event.clone(), now);
+            }
+        }
+    }
+
+    /// The buckets written since the last call (the caller flushes them, and
+    /// marks again with [`Activity::wrote`] what it could not finish).
+    pub fn take_dirty(&self) -> Vec<BucketRef> {
+        let mut dirty = self.dirty.lock().expect("activity poisoned");
+        dirty.drain().collect()
+    }
+
+    /// Events this process wrote to since `since`.
+    pub fn events_since(&self, since: Instant) -> Vec<EventId> {
+        let events = self.events.lock().expect("activity poisoned");
+        events
+            .iter()
+            .filter(|(_, at)| **at >= since)
+            .map(|(e, _)| e.clone())
+            .collect()
+    }
+
+    /// Forgets an event (closed, or gone from the store).
+    pub fn forget(&self, event: &EventId) {
+        self.events.lock().expect("activity poisoned").remove(event);
+        self.dirty
+            .lock()
+            .expect("activity poisoned")
+            .retain(|b| &b.event != event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_buckets_are_taken_once_and_events_remembered() {
+        let a = Activity::default();
+        let e = EventId::parse("e").unwrap();
+        let start = Instant::now();
+        a.wrote(&BucketRef::new(&e, 0, 1));
+        a.wrote(&BucketRef::new(&e, 0, 1));
+        a.wrote(&BucketRef::new(&e, 0, 2));
+        let mut dirty = a.take_dirty();
+        dirty.sort_by_key(|b| b.index);
+        assert_eq!(dirty.iter().map(|b| b.index).collect::<Vec<_>>(), [1, 2]);
+        assert!(a.take_dirty().is_empty());
+        assert_eq!(a.events_since(start), [e.clone()]);
+        a.forget(&e);
+        assert!(a.events_since(start).is_empty());
+    }
+}
