@@ -86,7 +86,7 @@ mod tests {
         dirty.sort_by_key(|b| b.index);
         assert_eq!(dirty.iter().map(|b| b.index).collect::<Vec<_>>(), [1, 2]);
         assert!(a.take_dirty().is_empty());
-        assert_eq!(a.events_since(start), [e.clone()]);
+        assert_eq!(a.events_since(start), vec![e.clone()]);
         a.forget(&e);
         assert!(a.events_since(start).is_empty());
     }
