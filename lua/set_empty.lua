@@ -2,6 +2,9 @@
 
 KEYS[1] ss:{e#g#b}:empty   KEYS[2] ss:{e#g#b}:epoch
 ARGV[1] the bucket's epoch as read by the consistent probe that found the event empty
+ARGV[2] how long the mark lives (ms): a mark is trusted only so long, as the
+        meta's is, so even a "units came back" that never finished cannot
+        keep a bucket answering "sold out" for longer
 
 Returns 1 when marked, 0 when the epoch moved on since the probe (units came
 back somewhere: the mark would be false). From then on purchase.lua answers
@@ -10,5 +13,5 @@ back somewhere: the mark would be false). From then on purchase.lua answers
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1

@@ -114,16 +114,22 @@ pub async fn transfer<S: Store>(
 /// After units were added to a bucket (a cancel, an untake, a transfer IN):
 /// bumps the event's seq, and if the event was marked sold out, every bucket's
 /// epoch too, so no bucket answers "sold out" from its empty mark any more.
+///
+/// Retryable until it completes: the store remembers that epochs are due
+/// until this reports them bumped, so a caller that failed or died between
+/// the seq and the epochs leaves the work to the next call (any later cancel,
+/// untake or transfer, or the retried cancel).
 pub async fn units_came_back<S: Store>(
     store: &S,
     event: &crate::domain::ids::EventId,
     meta: &EventMeta,
 ) -> Result<(), StoreError> {
-    if store.bump_seq(event).await?.was_sold_out {
+    if let Some(due) = store.bump_seq(event).await?.epochs_due {
         try_join_all(
             (0..meta.spec.buckets).map(|b| async move { store.bump_epoch(&bucket(meta, b)).await }),
         )
         .await?;
+        store.epochs_bumped(event, due).await?;
     }
     Ok(())
 }

@@ -91,14 +91,16 @@ impl<S: Store> Engine<S> {
             });
         };
         let (entry, already) = match reply {
-            CancelReply::Cancelled(entry) => {
-                let meta = self.meta(&event).await?;
-                crate::engine::mover::units_came_back(&self.store, &event, &meta).await?;
-                (entry, false)
-            }
+            CancelReply::Cancelled(entry) => (entry, false),
             CancelReply::AlreadyCancelled(entry) => (entry, true),
             CancelReply::NotFound => return Err(EngineError::UnknownOrder(raw.to_owned())),
         };
+        // A repeated cancel runs this too: the first may have failed or died
+        // after putting the units back and before voiding the sold-out marks,
+        // and its retry is what finishes that (an extra seq bump costs one
+        // call and at most one more probe of the ring).
+        let meta = self.meta(&event).await?;
+        crate::engine::mover::units_came_back(&self.store, &event, &meta).await?;
         let mut order = OrderView::new(order_id, event, entry);
         order.status = OrderStatus::Cancelled;
         Ok(CancelOutcome { order, already })

@@ -172,7 +172,8 @@ impl<S: Store> Engine<S> {
                     // answers sold out in its one call, until units come back.
                     try_join_all(epochs.iter().map(|&(j, epoch)| {
                         let bucket = Self::bucket(meta, j);
-                        async move { self.store.set_empty(&bucket, epoch).await }
+                        let ttl = self.opts.sold_out_mark_ttl.as_millis() as u64;
+                        async move { self.store.set_empty(&bucket, epoch, ttl).await }
                     }))
                     .await?;
                 }

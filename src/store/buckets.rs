@@ -251,12 +251,13 @@ pub trait Buckets {
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
 
-    /// Marks the bucket's copy of "the event is sold out" if its epoch is still
-    /// `epoch` (`lua/set_empty.lua`).
+    /// Marks the bucket's copy of "the event is sold out" for `ttl_ms` if its
+    /// epoch is still `epoch` (`lua/set_empty.lua`).
     fn set_empty(
         &self,
         bucket: &BucketRef,
         epoch: u64,
+        ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Bumps the bucket's epoch: its empty mark no longer holds.

@@ -24,8 +24,10 @@ pub enum CreateEventReply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeqBump {
     pub seq: u64,
-    /// The event was marked sold out: the buckets' empty marks must be invalidated.
-    pub was_sold_out: bool,
+    /// The event was marked sold out (now or at an earlier bump whose caller
+    /// never finished): every bucket's epoch must be bumped, then
+    /// [`Events::epochs_bumped`] called with this value.
+    pub epochs_due: Option<u64>,
 }
 
 /// Steps on an event's own slot.
@@ -77,6 +79,15 @@ pub trait Events {
     /// (`lua/bump_seq.lua`).
     fn bump_seq(&self, event: &EventId)
     -> impl Future<Output = Result<SeqBump, StoreError>> + Send;
+
+    /// Clears the `due` that [`Events::bump_seq`] answered, once every bucket's
+    /// epoch was bumped; false when a newer one was recorded since
+    /// (`lua/epochs_bumped.lua`).
+    fn epochs_bumped(
+        &self,
+        event: &EventId,
+        due: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Marks the event sold out at `seq` if its seq is still `seq`
     /// (`lua/mark_sold_out.lua`).

@@ -35,6 +35,7 @@ on_every_backend!(
     an_interrupted_transfer_is_completed_by_the_next_mover,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
+    a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
@@ -620,6 +621,50 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         assert!(
             !matches!(r[0], PurchaseReply::SoldOut),
             "bucket {b} still claims sold out: {r:?}"
+        );
+    }
+}
+
+/// Issue 13 item 2: a cancel puts its units back in one step and voids the
+/// sold-out marks in the next ones (the event's seq, then every bucket's
+/// epoch). A cancel that dies between them must not leave the event answering
+/// "sold out" with a unit on the shelf: its retry finishes the work. Both
+/// crash points are replayed on the store's own steps.
+async fn a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry<S: Store>(
+    engine: Engine<S>,
+) {
+    let id = event_id("cutcancel");
+    engine.create_event(spec(&id, 4, 4)).await.unwrap();
+    let mut orders = Vec::new();
+    for i in 0..4 {
+        orders.push(buy(&engine, &id, &format!("a-{i}"), 1).await.unwrap());
+    }
+    let store = engine.store();
+    let now = ManualClock::starting_now().now_ms();
+    for (round, after_seq) in [false, true].into_iter().enumerate() {
+        // Sold out, and marked so (the meta and every bucket).
+        assert_eq!(
+            buy(&engine, &id, &format!("late-{round}"), 1).await,
+            Err(Refusal::SoldOut { remaining: 0 })
+        );
+        let order = &orders[round];
+        let home_bucket = BucketRef::new(&id, 0, order.bucket);
+        // The first cancel puts the unit back and dies: before the seq bump,
+        // or after it and before the epochs.
+        assert!(matches!(
+            store.cancel(&home_bucket, now, &order.order_id).await.unwrap(),
+            shardstock::store::CancelReply::Cancelled(_)
+        ));
+        if after_seq {
+            assert!(store.bump_seq(&id).await.unwrap().epochs_due.is_some());
+        }
+        // The caller retries: an idempotent answer, and the marks are void.
+        let again = engine.cancel(order.order_id.as_str()).await.unwrap();
+        assert!(again.already, "round {round}: the retry finds it cancelled");
+        let resold = buy(&engine, &id, &format!("resale-{round}"), 1).await;
+        assert!(
+            resold.is_ok(),
+            "round {round} (crash after seq: {after_seq}): the returned unit must sell, got {resold:?}"
         );
     }
 }

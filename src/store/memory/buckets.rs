@@ -1,6 +1,7 @@
 //! The hot path in memory: each step one critical section on one bucket.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::{Bucket, Marker, MemoryStore};
 use crate::domain::ids::{OrderId, UserId};
@@ -113,7 +114,9 @@ impl Buckets for MemoryStore {
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
         self.with_live(b, |bk| {
-            let sold_out = bk.empty == Some(bk.epoch);
+            let sold_out = bk
+                .empty
+                .is_some_and(|(epoch, until)| epoch == bk.epoch && Instant::now() < until);
             entries
                 .iter()
                 .map(|e| bk.purchase_one(b.index, now_ms, sold_out, e))
@@ -307,11 +310,11 @@ impl Buckets for MemoryStore {
     }
 
     /// Mirrors `lua/set_empty.lua`.
-    async fn set_empty(&self, b: &BucketRef, epoch: u64) -> Result<bool, StoreError> {
+    async fn set_empty(&self, b: &BucketRef, epoch: u64, ttl_ms: u64) -> Result<bool, StoreError> {
         self.with(b, |bk| {
             let current = bk.epoch == epoch;
             if current {
-                bk.empty = Some(epoch);
+                bk.empty = Some((epoch, Instant::now() + Duration::from_millis(ttl_ms)));
             }
             current
         })

@@ -33,6 +33,7 @@ impl Events for MemoryStore {
                 meta,
                 lease: LeaseSlot::default(),
                 leader: LeaseSlot::default(),
+                epochs_due: None,
             },
         );
         Ok(CreateEventReply::Created)
@@ -88,14 +89,30 @@ impl Events for MemoryStore {
     /// Mirrors `lua/bump_seq.lua`.
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         self.with_event(event, |s| {
-            let was_sold_out = matches!(s.meta.sold_out, Some((seq, _)) if seq == s.meta.seq);
+            let marked = matches!(s.meta.sold_out, Some((seq, _)) if seq == s.meta.seq);
             s.meta.seq += 1;
+            if marked {
+                s.epochs_due = Some(s.meta.seq);
+            }
             SeqBump {
                 seq: s.meta.seq,
-                was_sold_out,
+                epochs_due: s.epochs_due,
             }
         })
         .ok_or_else(|| StoreError::Stale(format!("meta of {event}")))
+    }
+
+    /// Mirrors `lua/epochs_bumped.lua`.
+    async fn epochs_bumped(&self, event: &EventId, due: u64) -> Result<bool, StoreError> {
+        Ok(self
+            .with_event(event, |s| {
+                let current = s.epochs_due == Some(due);
+                if current {
+                    s.epochs_due = None;
+                }
+                current
+            })
+            .unwrap_or(false))
     }
 
     /// Mirrors `lua/mark_sold_out.lua`.

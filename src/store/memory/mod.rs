@@ -68,8 +68,9 @@ struct Bucket {
     xin: HashMap<String, u64>,
     adds: u64,
     demand: u64,
-    /// The epoch at which the event was found sold out (this bucket's copy).
-    empty: Option<u64>,
+    /// The epoch at which the event was found sold out (this bucket's copy),
+    /// and until when the mark is trusted.
+    empty: Option<(u64, Instant)>,
     /// Bumped when units come back to a sold-out event.
     epoch: u64,
 }
@@ -110,6 +111,9 @@ struct EventSlot {
     lease: leases::LeaseSlot,
     /// The rebalancer's leadership; its numbers are terms.
     leader: leases::LeaseSlot,
+    /// A sold-out mark went stale and the buckets' epochs are not all bumped
+    /// yet: the seq at which that was recorded.
+    epochs_due: Option<u64>,
 }
 
 #[derive(Default)]

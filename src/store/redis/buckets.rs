@@ -281,9 +281,15 @@ impl Buckets for RedisStore {
         Ok((num(arg(&parts, 0)?)?, num(arg(&parts, 1)?)?))
     }
 
-    async fn set_empty(&self, bucket: &BucketRef, epoch: u64) -> Result<bool, StoreError> {
+    async fn set_empty(
+        &self,
+        bucket: &BucketRef,
+        epoch: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
         let k = self.keys(bucket);
-        let (keys, args) = (vec![k.empty, k.epoch], vec![epoch.to_string()]);
+        let keys = vec![k.empty, k.epoch];
+        let args = vec![epoch.to_string(), ttl_ms.max(1).to_string()];
         self.eval_flag(&self.scripts.set_empty, keys, args).await
     }
 

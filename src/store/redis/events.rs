@@ -134,8 +134,14 @@ impl Events for RedisStore {
         let parts = v.into_array();
         Ok(SeqBump {
             seq: num(arg(&parts, 0)?)?,
-            was_sold_out: num(arg(&parts, 1)?)? == 1,
+            epochs_due: Some(num(arg(&parts, 1)?)?).filter(|&due| due > 0),
         })
+    }
+
+    async fn epochs_bumped(&self, event: &EventId, due: u64) -> Result<bool, StoreError> {
+        let args = vec![due.to_string()];
+        self.meta_flag(&self.scripts.epochs_bumped, event, args)
+            .await
     }
 
     async fn mark_sold_out(

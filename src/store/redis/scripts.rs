@@ -95,6 +95,7 @@ scripts! {
     set_status: [],
     set_layout: [],
     bump_seq: [],
+    epochs_bumped: [],
     mark_sold_out: [],
     begin_reshard: [],
     end_reshard: [],
