@@ -652,7 +652,10 @@ async fn a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry<S
         // The first cancel puts the unit back and dies: before the seq bump,
         // or after it and before the epochs.
         assert!(matches!(
-            store.cancel(&home_bucket, now, &order.order_id).await.unwrap(),
+            store
+                .cancel(&home_bucket, now, &order.order_id)
+                .await
+                .unwrap(),
             shardstock::store::CancelReply::Cancelled(_)
         ));
         if after_seq {
