@@ -295,11 +295,27 @@ async fn the_shardstock_strategies_run_clean() {
         assert_eq!(r.verdict, "clean", "{r}");
         assert_eq!(r.units_sold + r.remaining as u64, 200);
     }
-    let pg = "postgres://postgres@127.0.0.1:5432/shardstock_bench";
-    let s = HttpStrategy::in_process("redis://127.0.0.1:6379", pg, 4, 16)
+    // A database of this run's own: a shared one keeps the migrations of
+    // whatever checkout ran last, and the ledger refuses a schema it does not
+    // know (CI once failed on exactly that).
+    let db = format!("shardstock_bench_smoke_{}", std::process::id());
+    let pg = format!("postgres://postgres@127.0.0.1:5432/{db}");
+    let s = HttpStrategy::in_process("redis://127.0.0.1:6379", &pg, 4, 16)
         .await
         .unwrap();
     let r = run(&s, &w, false).await.unwrap();
+    drop(s);
+    drop_database(&db).await;
     assert_eq!(r.verdict, "clean", "{r}");
     assert_eq!(r.units_sold, 200, "{r}");
+}
+
+/// Drops a scratch database, closing whatever sessions still hold it.
+async fn drop_database(db: &str) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/postgres")
+        .await
+        .unwrap();
+    let sql = format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)");
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await.unwrap();
 }
