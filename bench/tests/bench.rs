@@ -317,5 +317,8 @@ async fn drop_database(db: &str) {
         .await
         .unwrap();
     let sql = format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)");
-    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut admin)
+        .await
+        .unwrap();
 }
