@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::LostState;
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::Flusher;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -97,6 +98,7 @@ pub async fn close<S: Store>(
 ) -> Result<EventView, ControlError> {
     let store = engine.store();
     let meta = engine.reload(event).await?;
+    checkpoint::reach(event, Checkpoint::CloseBegin).await?;
     if meta.status != EventStatus::Closed {
         store
             .set_status(event, meta.status, EventStatus::Closed)
@@ -121,9 +123,11 @@ pub async fn close<S: Store>(
         }
     };
     let result = async {
+        checkpoint::reach(event, Checkpoint::CloseFenced).await?;
         for b in &buckets {
             store.seal(b).await.or_else(ignore_stale)?;
         }
+        checkpoint::reach(event, Checkpoint::CloseSealed).await?;
         for b in &buckets {
             for (rid, record) in store.pending(b).await.or_else(ignore_stale_vec)? {
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
@@ -135,7 +139,9 @@ pub async fn close<S: Store>(
                 .await
                 .or_else(|e| ignore_stale(e).map(|_| None))?;
         }
+        checkpoint::reach(event, Checkpoint::CloseRetired).await?;
         flusher.drain_parallel(&buckets, stop).await?;
+        checkpoint::reach(event, Checkpoint::CloseDrained).await?;
         ledger.close_event(event, engine.clock().now_ms()).await?;
         for b in &buckets {
             store

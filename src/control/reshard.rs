@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{
@@ -118,6 +119,7 @@ async fn run<S: Store>(
     mover::take_over(store, meta, &old, token)
         .await
         .map_err(mover_error)?;
+    checkpoint::reach(event, Checkpoint::ReshardFenced).await?;
     for b in &old {
         stale_ok(store.seal(b).await)?;
     }
@@ -126,6 +128,7 @@ async fn run<S: Store>(
             engine.settle_pending(meta, b.index, &rid, &record).await?;
         }
     }
+    checkpoint::reach(event, Checkpoint::ReshardSealed).await?;
     // The new layout, empty, then everything the old buckets remember about users.
     for b in &new {
         store.init_bucket(b, 0).await?;
@@ -160,6 +163,8 @@ async fn run<S: Store>(
     for (h, c) in moved {
         write_contents(store, &new[h as usize], c).await?;
     }
+    checkpoint::reach(event, Checkpoint::ReshardRestored).await?;
+    let mut transfers = 0;
     // The stock, old → new, by journaled transfers with deterministic ids.
     let mut stocks = Vec::with_capacity(old.len());
     for b in &old {
@@ -176,6 +181,8 @@ async fn run<S: Store>(
                 mover::move_between(store, event, token, &old[from], &new[to], &xid, units)
                     .await
                     .map_err(mover_error)?;
+                transfers += 1;
+                checkpoint::reach(event, Checkpoint::ReshardMoved(transfers)).await?;
                 have -= units;
                 wants[to] -= units;
             }
@@ -186,6 +193,7 @@ async fn run<S: Store>(
     }
     let mut retired = meta.retired.clone();
     retired.insert(0, (meta.generation, meta.spec.buckets));
+    checkpoint::reach(event, Checkpoint::ReshardSwitch).await?;
     if !store
         .end_reshard(event, generation, buckets, &retired)
         .await?
@@ -201,16 +209,20 @@ async fn write_contents<S: Store>(
     store: &S,
     bucket: &BucketRef,
     c: BucketContents,
-) -> Result<(), StoreError> {
+) -> Result<(), ControlError> {
+    let event = &bucket.event;
     for chunk in c.holdings.chunks(500) {
+        checkpoint::reach(event, Checkpoint::ReshardRestore).await?;
         store.restore(bucket, chunk, &[], &[]).await?;
     }
     let orders: Vec<(OrderId, OrderEntry)> = c.orders;
     for chunk in orders.chunks(500) {
+        checkpoint::reach(event, Checkpoint::ReshardRestore).await?;
         store.restore(bucket, &[], chunk, &[]).await?;
     }
     let records: Vec<(String, RequestRecord)> = c.records;
     for chunk in records.chunks(500) {
+        checkpoint::reach(event, Checkpoint::ReshardRestore).await?;
         store.restore(bucket, &[], &[], chunk).await?;
     }
     Ok(())

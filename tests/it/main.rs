@@ -14,6 +14,8 @@
 //!   database once.
 //! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
 //!   the end of a sale window.
+//! - `reshard`: reshards and closes crashed, stalled and raced at named
+//!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
@@ -40,4 +42,5 @@ mod ledger;
 mod live_page;
 mod quickstart;
 mod rebalancer;
+mod reshard;
 mod redis_faults;

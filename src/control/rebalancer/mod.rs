@@ -42,6 +42,10 @@ pub struct RebalanceOptions {
     pub policy: Policy,
 }
 
+/// How long a close must look abandoned (status `closed`, the ledger not
+/// closed, nobody holding the mover lease) before the leader finishes it.
+pub const ABANDONED_CLOSE: Duration = Duration::from_secs(30);
+
 /// What a leader knows about an event between rounds.
 #[derive(Debug, Default)]
 struct Led {
