@@ -33,7 +33,7 @@ use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, Lease};
 use crate::ledger::{DbEvent, Ledger};
-use crate::store::{CreateEventReply, Store, StoreError};
+use crate::store::{CreateEventReply, RestoreReply, Store, StoreError};
 
 /// How long the keys of a closed event live on (orders are read from the ledger).
 const CLOSED_TTL: Duration = Duration::from_secs(3600);
@@ -99,11 +99,7 @@ pub async fn close<S: Store>(
     let store = engine.store();
     let meta = engine.reload(event).await?;
     checkpoint::reach(event, Checkpoint::CloseBegin).await?;
-    if meta.status != EventStatus::Closed {
-        store
-            .set_status(event, meta.status, EventStatus::Closed)
-            .await?;
-    }
+    set_closed(engine, event, meta.status).await?;
     let meta = engine.reload(event).await?;
     let owner = Lease::owner(engine.instance(), "close");
     let buckets = meta.all_buckets();
@@ -122,6 +118,9 @@ pub async fn close<S: Store>(
             Err(e) => return Err(EngineError::from(e).into()),
         }
     };
+    // Renewed while the close runs (a long drain), so the leader does not
+    // take a close at work for an abandoned one.
+    let keep = lease.keep_alive(store);
     let result = async {
         checkpoint::reach(event, Checkpoint::CloseFenced).await?;
         for b in &buckets {
@@ -152,11 +151,41 @@ pub async fn close<S: Store>(
         Ok::<_, ControlError>(())
     }
     .await;
+    drop(keep);
     lease.release(store).await;
     result?;
     engine.forget(event);
     final_view(engine, ledger, event).await
 }
+
+/// Sets the status to `closed` from whatever it is: a compare-and-set,
+/// retried when the status changed under it (a reshard began or ended), so a
+/// close never goes on with the event still on sale or resharding. Nothing
+/// moves an event out of `closed` (`end_reshard.lua` only switches from
+/// `resharding`), so this ends.
+async fn set_closed<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    mut status: EventStatus,
+) -> Result<(), ControlError> {
+    for _ in 0..CLOSE_CAS_ATTEMPTS {
+        if status == EventStatus::Closed
+            || engine
+                .store()
+                .set_status(event, status, EventStatus::Closed)
+                .await?
+        {
+            return Ok(());
+        }
+        status = engine.reload(event).await?.status;
+    }
+    Err(ControlError::Busy(format!(
+        "the status of {event} kept changing under the close; try again"
+    )))
+}
+
+/// Compare-and-set attempts of a close (each one lost to a status change).
+const CLOSE_CAS_ATTEMPTS: u32 = 100;
 
 /// How long a close holds the mover lease without finishing (it seizes it
 /// again when it resumes).
@@ -309,8 +338,9 @@ pub async fn rebuild<S: Store>(
             .into_iter()
             .collect();
         let orders = entries.remove(&(b as u32)).unwrap_or_default();
+        // Token 0: a fresh layout no mover has fenced yet.
         for chunk in users.chunks(500) {
-            store.restore(&bucket, chunk, &[], &[]).await?;
+            restored(&bucket, store.restore(&bucket, 0, chunk, &[], &[]).await?)?;
         }
         for chunk in orders.chunks(500) {
             // Replays of client request ids answer what the ledger recorded.
@@ -327,7 +357,10 @@ pub async fn rebuild<S: Store>(
                     (e.request_id.clone(), record)
                 })
                 .collect();
-            store.restore(&bucket, &[], chunk, &records).await?;
+            restored(
+                &bucket,
+                store.restore(&bucket, 0, &[], chunk, &records).await?,
+            )?;
         }
     }
     store
@@ -336,4 +369,17 @@ pub async fn rebuild<S: Store>(
     engine.forget(&spec.id);
     tracing::warn!(event = %spec.id, remaining, "rebuilt the event's buckets from the ledger");
     Ok(())
+}
+
+/// A rebuild's restore was refused: a mover fenced the fresh layout under it.
+fn restored(bucket: &BucketRef, reply: RestoreReply) -> Result<(), ControlError> {
+    match reply {
+        RestoreReply::Restored => Ok(()),
+        RestoreReply::Fenced { highest } => Err(EngineError::from(MoverError::Fenced {
+            bucket: bucket.index,
+            token: 0,
+            highest,
+        })
+        .into()),
+    }
 }

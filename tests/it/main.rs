@@ -42,5 +42,5 @@ mod ledger;
 mod live_page;
 mod quickstart;
 mod rebalancer;
-mod reshard;
 mod redis_faults;
+mod reshard;

@@ -135,7 +135,14 @@ async fn close<S: Store>(
     event: &EventId,
 ) -> Result<shardstock::engine::EventView, ControlError> {
     let mut flusher = Flusher::new(engine.clone(), ledger.clone(), "closer".into(), flush());
-    lifecycle::close(engine, ledger, &mut flusher, event, &CancellationToken::new()).await
+    lifecycle::close(
+        engine,
+        ledger,
+        &mut flusher,
+        event,
+        &CancellationToken::new(),
+    )
+    .await
 }
 
 async fn assert_balanced<S: Store>(engine: &Engine<S>, ledger: &Ledger, event: &EventId) {
@@ -144,7 +151,11 @@ async fn assert_balanced<S: Store>(engine: &Engine<S>, ledger: &Ledger, event: &
 }
 
 /// No unit, and no open transfer, is left in layout `(generation, n)`.
-async fn assert_drained<S: Store>(engine: &Engine<S>, event: &EventId, (generation, n): (u32, u32)) {
+async fn assert_drained<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    (generation, n): (u32, u32),
+) {
     for b in 0..n {
         match engine
             .store()
@@ -164,7 +175,11 @@ async fn assert_drained<S: Store>(engine: &Engine<S>, event: &EventId, (generati
 async fn held<S: Store>(engine: &Engine<S>, event: &EventId, u: &str) -> u64 {
     let meta = engine.reload(event).await.unwrap();
     let uid = user(u);
-    let b = BucketRef::new(event, meta.generation, home(user_hash(&uid), meta.spec.buckets));
+    let b = BucketRef::new(
+        event,
+        meta.generation,
+        home(user_hash(&uid), meta.spec.buckets),
+    );
     engine.store().held(&b, &uid).await.unwrap()
 }
 
@@ -205,7 +220,11 @@ async fn a_stale_reshard_run_writes_nothing_into_the_live_layout<S: Store>(engin
     assert_eq!(engine.view(&id).await.unwrap(), before);
     let again = engine.cancel(first.order_id.as_str()).await.unwrap();
     assert!(again.already, "the order was cancelled a second time");
-    assert_eq!(held(&engine, &id, "x-1").await, 1, "x's holdings were reset");
+    assert_eq!(
+        held(&engine, &id, "x-1").await,
+        1,
+        "x's holdings were reset"
+    );
     let replay = engine.purchase(&req(&id, "x-1", 1, "x-b")).await.unwrap();
     assert!(replay.replayed);
     assert_balanced(&engine, &ledger, &id).await;
@@ -261,7 +280,10 @@ async fn a_reshard_crashed_at_every_step_resumes_whole<S: Store>(engine: Engine<
         let crashed = reshard(&engine, &id, 5).await;
         checkpoint::clear(&id);
         assert!(
-            matches!(crashed, Err(ControlError::Engine(EngineError::InjectedCrash(_)))),
+            matches!(
+                crashed,
+                Err(ControlError::Engine(EngineError::InjectedCrash(_)))
+            ),
             "{step:?}: {crashed:?}"
         );
         assert_balanced(&engine, &ledger, &id).await;
@@ -297,7 +319,11 @@ async fn assert_closed<S: Store>(engine: &Engine<S>, ledger: &Ledger, id: &Event
     let db = ledger.event(id).await.unwrap().unwrap();
     assert!(db.closed, "the ledger has it closed");
     let t = ledger.totals(id).await.unwrap().unwrap();
-    assert_eq!((t.sold - t.released, t.leftover), (sold, 40 - sold), "{t:?}");
+    assert_eq!(
+        (t.sold - t.released, t.leftover),
+        (sold, 40 - sold),
+        "{t:?}"
+    );
     assert_balanced(engine, ledger, id).await;
 }
 
@@ -319,7 +345,10 @@ async fn a_close_racing_a_reshard_ends_closed<S: Store>(engine: Engine<S>) {
     resume.notify_one();
     let late = resharding.await.unwrap();
     checkpoint::clear(&id);
-    assert!(late.is_err(), "the reshard switched a closed event: {late:?}");
+    assert!(
+        late.is_err(),
+        "the reshard switched a closed event: {late:?}"
+    );
     assert_closed(&engine, &ledger, &id, 5).await;
 }
 
@@ -349,7 +378,10 @@ async fn a_close_racing_the_start_of_a_reshard_ends_closed<S: Store>(engine: Eng
     close(&engine, &ledger, &id).await.unwrap();
     checkpoint::clear(&id);
     let resumed = reshard(&engine, &id, 2).await;
-    assert!(resumed.is_err(), "a closed event was resharded: {resumed:?}");
+    assert!(
+        resumed.is_err(),
+        "a closed event was resharded: {resumed:?}"
+    );
     assert_closed(&engine, &ledger, &id, 5).await;
 }
 
@@ -366,7 +398,10 @@ async fn a_close_cut_off_mid_way_is_finished_by_the_leader<S: Store>(engine: Eng
     let crashed = close(&engine, &ledger, &id).await;
     checkpoint::clear(&id);
     assert!(
-        matches!(crashed, Err(ControlError::Engine(EngineError::InjectedCrash(_)))),
+        matches!(
+            crashed,
+            Err(ControlError::Engine(EngineError::InjectedCrash(_)))
+        ),
         "{crashed:?}"
     );
     assert!(!ledger.event(&id).await.unwrap().unwrap().closed);

@@ -4,7 +4,7 @@ use super::leases::LeaseSlot;
 use super::{EventSlot, MemoryStore};
 use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus};
-use crate::store::{CreateEventReply, Events, SeqBump, StoreError};
+use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl Events for MemoryStore {
     /// Mirrors `lua/create_event.lua`.
@@ -156,10 +156,17 @@ impl Events for MemoryStore {
         generation: u32,
         buckets: u32,
         retired: &[(u32, u32)],
-    ) -> Result<bool, StoreError> {
-        Ok(self.event_flag(event, |s| {
-            if s.meta.reshard_to != Some((generation, buckets)) {
-                return false;
+        owner: &str,
+        token: u64,
+    ) -> Result<EndReshardReply, StoreError> {
+        let reply = self.with_event(event, |s| {
+            if s.meta.status != EventStatus::Resharding
+                || s.meta.reshard_to != Some((generation, buckets))
+            {
+                return EndReshardReply::NotResharding;
+            }
+            if s.lease.holder() != Some((owner.to_owned(), token)) {
+                return EndReshardReply::LeaseLost;
             }
             s.meta.generation = generation;
             s.meta.spec.buckets = buckets;
@@ -167,7 +174,8 @@ impl Events for MemoryStore {
             s.meta.status = EventStatus::OnSale;
             s.meta.reshard_to = None;
             s.meta.seq += 1;
-            true
-        }))
+            EndReshardReply::Switched
+        });
+        Ok(reply.unwrap_or(EndReshardReply::NotResharding))
     }
 }
