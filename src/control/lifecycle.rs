@@ -2,13 +2,18 @@
 //! creating it in both, closing it (the end of a sale), and rebuilding it when
 //! Redis lost its state.
 //!
-//! Close: the status goes to `closed` (new purchases are refused), the mover
-//! lease is seized (a close never waits for background work, nor for an
-//! instance that died holding the lease), every bucket of every layout is
+//! Close: the status goes to `closed` (new purchases are refused; a
+//! compare-and-set retried until it lands, so a reshard beginning meanwhile
+//! cannot leave the event resharding, and `end_reshard.lua` never switches a
+//! closed event back on sale), the mover lease is seized and kept renewed (a
+//! close never waits for background work, nor for an instance that died
+//! holding the lease), every bucket of every layout is
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
 //! instances are refused too), sagas cut off mid-way are settled, each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, and the event's keys expire.
+//! Every step is idempotent: a close cut off anywhere is finished by running
+//! it again, which the rebalancer's leader does for one that looks abandoned.
 //!
 //! Rebuild: an event the ledger knows as on sale but Redis does not (a Redis
 //! that restarted empty) must not be sold again from full stock. With the
