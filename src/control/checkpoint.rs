@@ -1,4 +1,5 @@
-//! Named points in the long runs of the control plane (a reshard, a close),
+//! Named points in the long runs of the control plane (a reshard, a close,
+//! the leader's pruning of retired layouts),
 //! where a test can stop a run as if its process had died there, or pause it
 //! as if it had stalled.
 //!
@@ -54,6 +55,9 @@ pub enum Checkpoint {
     /// Every stream is drained into the ledger, before the ledger marks the
     /// event closed.
     CloseDrained,
+    /// The rebalancer's leader found drained retired layouts, before it drops
+    /// them from the meta.
+    PruneRetired,
 }
 
 impl Checkpoint {
@@ -88,6 +92,7 @@ impl Checkpoint {
             Self::CloseSealed => "close: sealed",
             Self::CloseRetired => "close: retired",
             Self::CloseDrained => "close: drained",
+            Self::PruneRetired => "rebalancer: prune retired layouts",
         }
     }
 }

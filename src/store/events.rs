@@ -90,6 +90,15 @@ pub trait Events {
         retired: &[(u32, u32)],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Replaces the retired layouts with `retired` if the event is on sale in
+    /// `generation` still; false otherwise (`lua/set_retired.lua`).
+    fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Increments the event's seq (after units were added to a bucket)
     /// (`lua/bump_seq.lua`).
     fn bump_seq(&self, event: &EventId)

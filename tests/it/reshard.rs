@@ -36,6 +36,7 @@ on_every_backend!(
     a_close_racing_a_reshard_ends_closed,
     a_close_racing_the_start_of_a_reshard_ends_closed,
     a_close_cut_off_mid_way_is_finished_by_the_leader,
+    a_reshard_during_the_leaders_prune_keeps_its_layout,
 );
 
 /// An event of `stock` units in `buckets` buckets, in the ledger and the store.
@@ -309,6 +310,20 @@ async fn a_reshard_crashed_at_every_step_resumes_whole<S: Store>(engine: Engine<
     }
 }
 
+fn leader<S: Store>(engine: &Arc<Engine<S>>, ledger: &Ledger) -> Rebalancer<S> {
+    let options = RebalanceOptions {
+        interval: Duration::from_millis(10),
+        lease_ttl_ms: 5_000,
+        policy: Policy {
+            horizon_s: 0.05,
+            skew_threshold: 1.5,
+            gather_below: 0.1,
+            max_moves: 8,
+        },
+    };
+    Rebalancer::new(engine.clone(), ledger.clone(), flush(), options)
+}
+
 async fn assert_closed<S: Store>(engine: &Engine<S>, ledger: &Ledger, id: &EventId, sold: u64) {
     let meta = engine.store().load_meta(id).await.unwrap().unwrap();
     assert_eq!(meta.status, EventStatus::Closed);
@@ -405,17 +420,7 @@ async fn a_close_cut_off_mid_way_is_finished_by_the_leader<S: Store>(engine: Eng
         "{crashed:?}"
     );
     assert!(!ledger.event(&id).await.unwrap().unwrap().closed);
-    let options = RebalanceOptions {
-        interval: Duration::from_millis(10),
-        lease_ttl_ms: 5_000,
-        policy: Policy {
-            horizon_s: 0.05,
-            skew_threshold: 1.5,
-            gather_below: 0.1,
-            max_moves: 8,
-        },
-    };
-    let mut leader = Rebalancer::new(engine.clone(), ledger.clone(), flush(), options);
+    let mut leader = leader(&engine, &ledger);
     let stop = CancellationToken::new();
     leader.lead(&id, &stop).await.unwrap();
     assert!(
@@ -425,4 +430,39 @@ async fn a_close_cut_off_mid_way_is_finished_by_the_leader<S: Store>(engine: Eng
     clock.advance(shardstock::control::rebalancer::ABANDONED_CLOSE);
     leader.lead(&id, &stop).await.unwrap();
     assert_closed(&engine, &ledger, &id, 6).await;
+}
+
+/// A reshard switches layouts while the leader drops a drained retired
+/// layout: the leader's write is a compare-and-set and leaves the new layout
+/// alone (it wrote the whole layout from its stale read, switching the event
+/// back to the sealed layout the reshard had just left).
+async fn a_reshard_during_the_leaders_prune_keeps_its_layout<S: Store>(engine: Engine<S>) {
+    let (engine, ledger, id) = setup(engine, "prune-rs", 40, 4, None).await;
+    // Nothing sold: the old layout's streams are empty, so it is drained at once.
+    reshard(&engine, &id, 2).await.unwrap();
+    let first = Arc::new(AtomicBool::new(true));
+    let (e, event, flag) = (engine.clone(), id.clone(), first.clone());
+    checkpoint::inject(
+        &id,
+        Arc::new(move |cp| {
+            let (e, event, first) = (e.clone(), event.clone(), flag.clone());
+            Box::pin(async move {
+                if cp == Checkpoint::PruneRetired && first.swap(false, Ordering::SeqCst) {
+                    reshard(&e, &event, 3).await.unwrap();
+                }
+                Flow::Go
+            })
+        }),
+    );
+    let mut leader = leader(&engine, &ledger);
+    leader.lead(&id, &CancellationToken::new()).await.unwrap();
+    checkpoint::clear(&id);
+    assert!(!first.load(Ordering::SeqCst), "the leader pruned");
+    let meta = engine.store().load_meta(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (meta.generation, meta.spec.buckets, meta.status),
+        (2, 3, EventStatus::OnSale)
+    );
+    assert_eq!(sell_the_rest(&engine, &id).await, 40);
+    assert_balanced(&engine, &ledger, &id).await;
 }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::{FlushOptions, Flusher};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
@@ -438,8 +439,11 @@ impl<S: Store> Rebalancer<S> {
             }
         }
         if keep.len() != meta.retired.len() {
+            checkpoint::reach(&meta.spec.id, Checkpoint::PruneRetired).await?;
+            // Only if no reshard began or ended since `meta` was read (else
+            // the next round looks again).
             store
-                .set_layout(&meta.spec.id, meta.generation, meta.spec.buckets, &keep)
+                .set_retired(&meta.spec.id, meta.generation, &keep)
                 .await?;
         }
         Ok(())

@@ -86,6 +86,22 @@ impl Events for MemoryStore {
             .is_some())
     }
 
+    /// Mirrors `lua/set_retired.lua`.
+    async fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            let current = s.meta.status == EventStatus::OnSale && s.meta.generation == generation;
+            if current {
+                s.meta.retired = retired.to_vec();
+            }
+            current
+        }))
+    }
+
     /// Mirrors `lua/bump_seq.lua`.
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         self.with_event(event, |s| {

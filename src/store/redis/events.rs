@@ -115,6 +115,16 @@ impl Events for RedisStore {
         self.meta_flag(&self.scripts.set_layout, event, args).await
     }
 
+    async fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let args = vec![generation.to_string(), EventMeta::encode_layouts(retired)];
+        self.meta_flag(&self.scripts.set_retired, event, args).await
+    }
+
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         let keys = vec![self.event_keys(event).meta];
         let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;

@@ -100,6 +100,7 @@ scripts! {
     create_event: [OK, EXISTS],
     set_status: [],
     set_layout: [],
+    set_retired: [],
     bump_seq: [],
     epochs_bumped: [],
     mark_sold_out: [],
