@@ -2,7 +2,8 @@
 //!
 //! `Application::build` picks the store (Redis when a URL is configured, the
 //! embedded memory store otherwise), creates the configured events that do not
-//! exist yet, binds the listener and starts the background tasks; `port()` tells
+//! exist yet, binds the listener and starts the background tasks (gauges,
+//! flusher, rebalancer, audits, the saga sweeper, housekeeping); `port()` tells
 //! tests where it listens; `run_until_stopped` serves until ctrl-c or SIGTERM,
 //! lets in-flight requests finish (up to the grace period) and stops every
 //! background task through one cancellation token.
@@ -186,6 +187,11 @@ impl Application {
                 stop.clone(),
             )));
         }
+        tasks.spawn(quietly(crate::control::sweeper::run(
+            engine.clone(),
+            options::sweep(&settings),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(housekeeping(state, stop.clone())));
         tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
         Ok(Self {

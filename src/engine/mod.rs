@@ -63,7 +63,9 @@ pub enum EngineError {
     /// nothing was bought, the request may be retried.
     #[error("no decision after {passes} probe passes under contention; retry")]
     Contention { passes: u32 },
-    /// The store failed after the purchase may have been applied.
+    /// The store failed after the purchase may have been applied (the home
+    /// step reserved the quota, a take may have run): the request id's record
+    /// will tell, once a retry or the sweeper has ended the saga.
     #[error("outcome unknown ({0}); retry with the same request id")]
     OutcomeUnknown(String),
     #[error(transparent)]
@@ -93,6 +95,10 @@ pub struct EngineOptions {
     pub max_batch: Option<usize>,
     /// How long a partial batch may wait for more (zero: it never waits).
     pub batch_wait: Duration,
+    /// Lifetime of a saga's probe markers (PX): the saga's end deletes them
+    /// sooner, except a take that stands. A driver stops probing past half of
+    /// it (the sweeper ends such a saga long before).
+    pub marker_ttl: Duration,
 }
 
 impl Default for EngineOptions {
@@ -105,6 +111,7 @@ impl Default for EngineOptions {
             gather_wait: Duration::from_secs(2),
             max_batch: Some(64),
             batch_wait: Duration::ZERO,
+            marker_ttl: Duration::from_secs(3600),
         }
     }
 }

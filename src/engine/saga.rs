@@ -14,7 +14,18 @@
 //! units in fragments, the saga takes the event's mover lease, consolidates them
 //! into the home bucket and probes again, keeping the lease until it ends.
 //! `settle_pending` ends a saga cut off mid-way from its markers alone (a
-//! close, a reshard).
+//! close, a reshard, the sweeper).
+//!
+//! Probe markers are keys of their own with a lifetime (`marker_ttl`). A
+//! driver that ended the saga deletes the markers it wrote, but not a take
+//! that stands (`clear_markers`): a request refused after probing the whole
+//! ring leaves nothing behind, and a retry after an abort probes afresh. A
+//! late driver of an ended saga then decides again where the markers are
+//! gone; whatever it takes, `finish` tells it the saga ended and it gives the
+//! units back. Every driver of a saga carries the pending record's order id,
+//! so `finish` only ends that saga, and `take` only replays that saga's takes.
+//! A take is identified by (bucket, probes), and probes is
+//! `(pass − 1) × N + position`, so a driver knows its own take from another.
 
 use futures::future::try_join_all;
 
@@ -36,6 +47,10 @@ pub(super) struct Saga {
     pub(super) user: UserId,
     pub(super) qty: u32,
     pub(super) order_id: OrderId,
+    /// When the home step left the pending record (engine clock, ms).
+    pub(super) started_ms: i64,
+    /// Lifetime of the probe markers (ms).
+    pub(super) marker_ttl_ms: u64,
 }
 
 impl Saga {
@@ -47,12 +62,14 @@ impl Saga {
             qty: self.qty,
             order_id: self.order_id.clone(),
             home: self.home,
+            marker_ttl_ms: self.marker_ttl_ms,
         }
     }
 
     fn finish_args(&self, outcome: Finish) -> FinishArgs {
         FinishArgs {
             rid: self.rid.clone(),
+            order_id: self.order_id.clone(),
             user: self.user.clone(),
             qty: self.qty,
             keep: self.keep,
@@ -63,6 +80,7 @@ impl Saga {
 }
 
 /// Where the probe passes of a saga ended.
+#[derive(Debug)]
 enum Step {
     Taken {
         pass: u32,
@@ -76,6 +94,20 @@ enum Step {
     /// A concurrent driver ended the saga with this record.
     Ended(RequestRecord),
     GaveUp,
+}
+
+impl Step {
+    /// The ring positions (1-based) in which this driver may have left a
+    /// marker that is not a take: all of them, except when it took in the
+    /// first pass (then only those before the take).
+    fn marked(&self, buckets: u32) -> u32 {
+        match self {
+            Step::Taken {
+                pass: 1, probes, ..
+            } => probes - 1,
+            _ => buckets,
+        }
+    }
 }
 
 impl<S: Store> Engine<S> {
@@ -95,7 +127,21 @@ impl<S: Store> Engine<S> {
         if let Some(lease) = lease {
             lease.release(&self.store).await;
         }
-        match step? {
+        let step = step?;
+        let marked = step.marked(meta.spec.buckets);
+        let answer = self.end(meta, saga, step).await;
+        // Only once the saga has ended (an answer, or a contention answered
+        // after the abort): a pending saga's markers are what make its
+        // re-driver walk to the same take.
+        if matches!(answer, Ok(_) | Err(EngineError::Contention { .. })) {
+            self.clear_markers(meta, saga, marked).await;
+        }
+        answer
+    }
+
+    /// Ends the saga where its probe passes ended.
+    async fn end(&self, meta: &EventMeta, saga: &Saga, step: Step) -> Result<Answer, EngineError> {
+        match step {
             Step::Taken {
                 pass,
                 order_id,
@@ -116,6 +162,25 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// Deletes the saga's markers in the first `positions` buckets of its ring
+    /// (all passes), except takes that stand. Best effort: what a failure
+    /// leaves behind expires with the markers' lifetime.
+    pub(super) async fn clear_markers(&self, meta: &EventMeta, saga: &Saga, positions: u32) {
+        let passes = self.opts.max_passes;
+        let cleared = try_join_all(
+            ring(saga.home, meta.spec.buckets)
+                .take(positions as usize)
+                .map(|j| {
+                    let bucket = Self::bucket(meta, j);
+                    async move { self.store.clear_markers(&bucket, &saga.rid, passes).await }
+                }),
+        )
+        .await;
+        if let Err(e) = cleared {
+            tracing::debug!(event = %meta.spec.id, error = %e, "probe markers left to expire");
+        }
+    }
+
     /// Probes the ring pass after pass until a take, a consistent sold-out, or
     /// the pass budget is spent.
     async fn probe_passes(
@@ -128,6 +193,14 @@ impl<S: Store> Engine<S> {
         let qty = u64::from(saga.qty);
         let mut probes = 0;
         for pass in 1..=self.opts.max_passes {
+            // Past half the markers' lifetime a take could be missed by a
+            // re-driver; the sweeper has long been due: leave it the saga.
+            if self.clock.now_ms() - saga.started_ms > (saga.marker_ttl_ms / 2) as i64 {
+                return Err(EngineError::OutcomeUnknown(format!(
+                    "saga {} outlived half its markers' lifetime",
+                    saga.rid
+                )));
+            }
             let args = saga.take_args(pass);
             let mut fresh_all = true;
             // What this pass saw of each bucket: (index, available, adds).
@@ -305,9 +378,12 @@ impl<S: Store> Engine<S> {
                     meta, &saga.user, saga.qty, order_id, bucket, probes,
                 )));
             }
-            FinishReply::Already(record @ RequestRecord::Bought { .. }) if matches!(&record, RequestRecord::Bought { order_id: o, .. } if *o == order_id) =>
+            FinishReply::Already(record)
+                if matches!(&record, RequestRecord::Bought { order_id: o, bucket: b, probes: p, .. }
+                    if *o == order_id && *b == bucket && *p == probes) =>
             {
-                // A concurrent driver finished with this same take: answer as it did.
+                // A concurrent driver finished with this same take (same
+                // bucket, same pass and position): answer as it did.
                 return self.answer(meta, saga, record);
             }
             FinishReply::Already(record) => Some(record),
@@ -345,25 +421,29 @@ impl<S: Store> Engine<S> {
 }
 
 impl<S: Store> Engine<S> {
-    /// Ends a pending saga whose event was sealed under it (the end of a sale):
-    /// if it took units somewhere, the first take (by pass, then ring order) is
-    /// confirmed and any other is given back; if it took nothing, its quota is
-    /// released. Works on sealed buckets, where the saga itself can no longer probe.
+    /// Ends a pending saga from its markers alone, without probing: if it took
+    /// units somewhere, the first take (by pass, then ring order) is confirmed
+    /// and any other is given back; if it took nothing, it is aborted (the
+    /// quota released, the record gone: a retry starts afresh). Works on
+    /// sealed buckets, where the saga itself can no longer probe (the end of a
+    /// sale, a reshard), and on live ones for the sweeper: a driver still at
+    /// work finds the saga ended at its `finish` and gives back what it took.
+    /// Idempotent; true when this call ended the saga.
     pub async fn settle_pending(
         &self,
         meta: &EventMeta,
         home: u32,
         rid: &str,
         record: &RequestRecord,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         let RequestRecord::Pending {
             qty,
             order_id,
             user,
-            ..
+            at_ms,
         } = record
         else {
-            return Ok(());
+            return Ok(false);
         };
         let saga = Saga {
             home,
@@ -373,43 +453,63 @@ impl<S: Store> Engine<S> {
             user: user.clone(),
             qty: *qty,
             order_id: order_id.clone(),
+            started_ms: *at_ms,
+            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
         };
+        let n = meta.spec.buckets;
+        // This saga's takes: (probes, bucket, pass); takes of another order
+        // (an aborted saga of the same request id) are its driver's to undo.
         let mut takes = Vec::new();
-        for (position, j) in ring(home, meta.spec.buckets).enumerate() {
+        for (position, j) in ring(home, n).enumerate() {
             let bucket = Self::bucket(meta, j);
             for (pass, oid) in self
                 .store
                 .take_markers(&bucket, rid, self.opts.max_passes)
                 .await?
             {
-                takes.push((pass, position as u32 + 1, j, oid));
+                if oid == saga.order_id {
+                    takes.push(((pass - 1) * n + position as u32 + 1, j, pass));
+                }
             }
         }
-        takes.sort_by_key(|&(pass, position, ..)| (pass, position));
-        let Some((_, probes, bucket, oid)) = takes.first().cloned() else {
-            self.finish_with(meta, &saga, Finish::Abort).await?;
-            return Ok(());
+        takes.sort();
+        let reply = match takes.first() {
+            None => self.finish_with(meta, &saga, Finish::Abort).await?,
+            Some(&(probes, bucket, _)) => {
+                let kept = Finish::Bought {
+                    order_id: saga.order_id.clone(),
+                    bucket,
+                    probes,
+                };
+                self.finish_with(meta, &saga, kept).await?
+            }
         };
-        let kept = Finish::Bought {
-            order_id: oid.clone(),
-            bucket,
-            probes,
+        // The take the saga ended with, if any: every other one goes back.
+        let stands = match &reply {
+            FinishReply::Done => takes.first().map(|&(p, b, _)| (p, b)),
+            FinishReply::Already(RequestRecord::Bought {
+                order_id,
+                bucket,
+                probes,
+                ..
+            }) if *order_id == saga.order_id => Some((*probes, *bucket)),
+            _ => None,
         };
-        let confirmed = match self.finish_with(meta, &saga, kept).await? {
-            FinishReply::Already(RequestRecord::Bought { order_id, .. }) => order_id,
-            _ => oid,
-        };
-        for (pass, _, j, other) in takes {
-            if other == confirmed && j == bucket {
+        for &(probes, j, pass) in &takes {
+            if stands == Some((probes, j)) {
                 continue;
             }
-            let mut args = saga.take_args(pass);
-            args.order_id = other;
             let source = Self::bucket(meta, j);
-            let untaken = self.store.untake(&source, self.clock.now_ms(), &args).await;
+            let untaken = self
+                .store
+                .untake(&source, self.clock.now_ms(), &saga.take_args(pass))
+                .await;
             self.activity.wrote(&source);
-            untaken?;
+            if untaken? {
+                crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
+            }
         }
-        Ok(())
+        self.clear_markers(meta, &saga, n).await;
+        Ok(reply == FinishReply::Done)
     }
 }
