@@ -208,6 +208,7 @@ async fn a_failed_finish_is_answered_unknown_and_a_retry_ends_the_saga<S: Store>
         .await
         .unwrap();
     drain_to(&engine, &id, 0, 3, 0).await;
+    let mut orders = Vec::new();
     for (n, when) in [When::Before, When::After].into_iter().enumerate() {
         let u = user_homed_at(0, 3, &format!("fin{n}"));
         faults.fail(FaultStep::Finish, 1, when);
@@ -224,16 +225,15 @@ async fn a_failed_finish_is_answered_unknown_and_a_retry_ends_the_saga<S: Store>
         assert_eq!(held(&engine, &id, &u, 3).await, 1);
         let again = engine.purchase(&req(&id, &u, 1, "k")).await.unwrap();
         assert_eq!(again.result.unwrap().order_id, order.order_id);
-        assert!(
-            !engine
-                .cancel(order.order_id.as_str())
-                .await
-                .unwrap()
-                .already
-        );
-        assert_eq!(held(&engine, &id, &u, 3).await, 0);
+        orders.push((u, order));
     }
     assert_eq!(pending_sagas(&engine, &id, 3).await, 0);
+    // Both orders are indexed (cancellable) and their quotas come back.
+    for (u, order) in orders {
+        let cancel = engine.cancel(order.order_id.as_str()).await.unwrap();
+        assert!(!cancel.already);
+        assert_eq!(held(&engine, &id, &u, 3).await, 0);
+    }
 }
 
 /// Fragments the mover lease cannot gather (someone else holds it): 4
