@@ -362,15 +362,24 @@ async fn a_user_id_that_looks_like_a_marker_keeps_its_replay_across_a_reshard<S:
     assert_eq!(sold(&engine, &id).await, 1, "no second purchase");
 }
 
-/// Keys of a namespace matching `pattern` on the machine's Redis, and the
-/// bytes they use (`MEMORY USAGE` summed over a SCAN).
-fn redis_usage(pattern: &str) -> (usize, u64) {
+/// Keys of a namespace matching `pattern` on the machine's Redis.
+fn redis_keys(pattern: &str) -> Vec<String> {
     let scan = Command::new("redis-cli")
-        .args(["--scan", "--pattern", pattern, "--count", "1000"])
+        .args(["--scan", "--pattern", pattern])
         .output()
         .unwrap();
+    assert!(scan.status.success(), "redis-cli --scan failed");
     let keys = String::from_utf8(scan.stdout).unwrap();
-    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    keys.lines()
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How many keys match `pattern`, and the bytes they use (`MEMORY USAGE`
+/// summed over a SCAN).
+fn redis_usage(pattern: &str) -> (usize, u64) {
+    let keys = redis_keys(pattern);
     let mut cli = Command::new("redis-cli")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -402,6 +411,10 @@ async fn a_refused_request_leaves_less_than_a_kibibyte_in_redis() {
     engine.create_event(spec(&id, 1, 64)).await.unwrap();
     let pattern = format!("{}:{{{id}*", namespace("sagas"));
     let (keys_before, before) = redis_usage(&pattern);
+    assert!(
+        keys_before >= 64,
+        "the event's keys are found: {keys_before}"
+    );
     for i in 0..100 {
         let r = engine
             .purchase(&req(&id, &format!("u-{i}"), 2, &format!("r{i}")))
@@ -411,14 +424,13 @@ async fn a_refused_request_leaves_less_than_a_kibibyte_in_redis() {
     }
     let (keys_after, after) = redis_usage(&pattern);
     let per_request = after.saturating_sub(before) / 100;
+    eprintln!("usage: {keys_before} keys, {before} bytes -> {keys_after} keys, {after} bytes");
     assert!(
         per_request < 1024,
         "{per_request} bytes per refused request ({before} → {after} bytes, {keys_before} → {keys_after} keys)"
     );
-    assert!(
-        keys_after <= keys_before + 64,
-        "no marker keys left: {keys_before} → {keys_after}"
-    );
+    let markers: Vec<String> = redis_keys(&format!("{pattern}:tk:*"));
+    assert!(markers.is_empty(), "probe markers left: {markers:?}");
 }
 
 /// Over HTTP: the request timeout cuts a purchase short mid-saga. The answer
