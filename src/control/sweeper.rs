@@ -112,10 +112,13 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: Can
             }
         };
         for event in events {
-            if stop.is_cancelled() {
-                return;
-            }
-            if let Err(e) = sweep_event(&engine, &event, &opts).await {
+            // Shutdown never waits for a round: every step of it is
+            // idempotent, and the next sweep (of any instance) resumes.
+            let swept = tokio::select! {
+                _ = stop.cancelled() => return,
+                swept = sweep_event(&engine, &event, &opts) => swept,
+            };
+            if let Err(e) = swept {
                 tracing::warn!(%event, error = %e, "sweeper: round cut short");
             }
         }
