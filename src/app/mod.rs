@@ -236,8 +236,11 @@ impl Application {
             stop.cancel();
         });
         let mut serve = std::pin::pin!(serve);
+        // Polling `serve` again once it has completed panics ("`async fn`
+        // resumed after completion"): remember whether it did.
+        let mut served = false;
         tokio::select! {
-            _ = &mut serve => {}
+            _ = &mut serve => served = true,
             _ = self.stop.cancelled() => {}
         }
         let deadline = tokio::time::Instant::now() + self.grace;
@@ -247,7 +250,7 @@ impl Application {
             timer.cancel();
         });
         let mut complete = true;
-        if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+        if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
             tracing::warn!(grace = ?self.grace, "grace period over; dropping remaining requests");
             complete = false;
         }

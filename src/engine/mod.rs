@@ -6,7 +6,8 @@
 //! needs invalidating by other instances: a bucket that no longer exists answers
 //! `Stale`, and the engine reloads the meta and routes again.
 //!
-//! Sub-modules: `purchase` (fast path and the probe saga), `orders` (cancel,
+//! Sub-modules: `purchase` (fast path), `saga` (the probe saga), `settle`
+//! (ending a saga from its markers: close, reshard, the sweeper), `orders` (cancel,
 //! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
@@ -18,6 +19,7 @@ pub mod mover;
 mod orders;
 mod purchase;
 mod saga;
+mod settle;
 mod view;
 
 use std::collections::HashMap;

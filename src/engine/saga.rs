@@ -13,8 +13,8 @@
 //! after it was probed — a double-collect snapshot). When the ring holds enough
 //! units in fragments, the saga takes the event's mover lease, consolidates them
 //! into the home bucket and probes again, keeping the lease until it ends.
-//! `settle_pending` ends a saga cut off mid-way from its markers alone (a
-//! close, a reshard, the sweeper).
+//! `settle.rs` ends a saga cut off mid-way from its markers alone (a close,
+//! a reshard, the sweeper).
 //!
 //! Probe markers are keys of their own with a lifetime (`marker_ttl`). A
 //! driver that ended the saga deletes the markers it wrote, but not a take
@@ -54,7 +54,7 @@ pub(super) struct Saga {
 }
 
 impl Saga {
-    fn take_args(&self, pass: u32) -> TakeArgs {
+    pub(super) fn take_args(&self, pass: u32) -> TakeArgs {
         TakeArgs {
             rid: self.rid.clone(),
             pass,
@@ -159,25 +159,6 @@ impl<S: Store> Engine<S> {
                     passes: self.opts.max_passes,
                 })
             }
-        }
-    }
-
-    /// Deletes the saga's markers in the first `positions` buckets of its ring
-    /// (all passes), except takes that stand. Best effort: what a failure
-    /// leaves behind expires with the markers' lifetime.
-    pub(super) async fn clear_markers(&self, meta: &EventMeta, saga: &Saga, positions: u32) {
-        let passes = self.opts.max_passes;
-        let cleared = try_join_all(
-            ring(saga.home, meta.spec.buckets)
-                .take(positions as usize)
-                .map(|j| {
-                    let bucket = Self::bucket(meta, j);
-                    async move { self.store.clear_markers(&bucket, &saga.rid, passes).await }
-                }),
-        )
-        .await;
-        if let Err(e) = cleared {
-            tracing::debug!(event = %meta.spec.id, error = %e, "probe markers left to expire");
         }
     }
 
@@ -345,7 +326,7 @@ impl<S: Store> Engine<S> {
         Ok(now)
     }
 
-    async fn finish_with(
+    pub(super) async fn finish_with(
         &self,
         meta: &EventMeta,
         saga: &Saga,
@@ -417,99 +398,5 @@ impl<S: Store> Engine<S> {
             FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
             FinishReply::Already(record) => self.answer(meta, saga, record),
         }
-    }
-}
-
-impl<S: Store> Engine<S> {
-    /// Ends a pending saga from its markers alone, without probing: if it took
-    /// units somewhere, the first take (by pass, then ring order) is confirmed
-    /// and any other is given back; if it took nothing, it is aborted (the
-    /// quota released, the record gone: a retry starts afresh). Works on
-    /// sealed buckets, where the saga itself can no longer probe (the end of a
-    /// sale, a reshard), and on live ones for the sweeper: a driver still at
-    /// work finds the saga ended at its `finish` and gives back what it took.
-    /// Idempotent; true when this call ended the saga.
-    pub async fn settle_pending(
-        &self,
-        meta: &EventMeta,
-        home: u32,
-        rid: &str,
-        record: &RequestRecord,
-    ) -> Result<bool, EngineError> {
-        let RequestRecord::Pending {
-            qty,
-            order_id,
-            user,
-            at_ms,
-        } = record
-        else {
-            return Ok(false);
-        };
-        let saga = Saga {
-            home,
-            rid: rid.to_owned(),
-            keep: !rid.starts_with('~'),
-            limited: meta.spec.per_user_limit.is_some(),
-            user: user.clone(),
-            qty: *qty,
-            order_id: order_id.clone(),
-            started_ms: *at_ms,
-            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
-        };
-        let n = meta.spec.buckets;
-        // This saga's takes: (probes, bucket, pass); takes of another order
-        // (an aborted saga of the same request id) are its driver's to undo.
-        let mut takes = Vec::new();
-        for (position, j) in ring(home, n).enumerate() {
-            let bucket = Self::bucket(meta, j);
-            for (pass, oid) in self
-                .store
-                .take_markers(&bucket, rid, self.opts.max_passes)
-                .await?
-            {
-                if oid == saga.order_id {
-                    takes.push(((pass - 1) * n + position as u32 + 1, j, pass));
-                }
-            }
-        }
-        takes.sort();
-        let reply = match takes.first() {
-            None => self.finish_with(meta, &saga, Finish::Abort).await?,
-            Some(&(probes, bucket, _)) => {
-                let kept = Finish::Bought {
-                    order_id: saga.order_id.clone(),
-                    bucket,
-                    probes,
-                };
-                self.finish_with(meta, &saga, kept).await?
-            }
-        };
-        // The take the saga ended with, if any: every other one goes back.
-        let stands = match &reply {
-            FinishReply::Done => takes.first().map(|&(p, b, _)| (p, b)),
-            FinishReply::Already(RequestRecord::Bought {
-                order_id,
-                bucket,
-                probes,
-                ..
-            }) if *order_id == saga.order_id => Some((*probes, *bucket)),
-            _ => None,
-        };
-        for &(probes, j, pass) in &takes {
-            if stands == Some((probes, j)) {
-                continue;
-            }
-            let source = Self::bucket(meta, j);
-            let untaken = self
-                .store
-                .untake(&source, self.clock.now_ms(), &saga.take_args(pass))
-                .await;
-            self.activity.wrote(&source);
-            if untaken? {
-                crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
-            }
-        }
-        self.clear_markers(meta, &saga, n).await;
-        Ok(reply == FinishReply::Done)
     }
 }
