@@ -26,7 +26,7 @@ pub use backends::{
     suite_of, unbatched,
 };
 pub use faults::{Faulty, Step as FaultStep, When};
-pub use fixtures::{event_id, spec, user, user_homed_at};
+pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
 pub use servers::{RedisCluster, RedisServer, free_port};
 pub use service::Service;
 pub use wait::{eventually, wait_until};
