@@ -231,10 +231,11 @@ impl Application {
             stop.cancel();
         });
         let mut serve = std::pin::pin!(serve);
-        tokio::select! {
-            _ = &mut serve => {}
-            _ = self.stop.cancelled() => {}
-        }
+        // A finished `serve` must not be polled again (it would panic).
+        let served = tokio::select! {
+            _ = &mut serve => true,
+            _ = self.stop.cancelled() => false,
+        };
         let deadline = tokio::time::Instant::now() + self.grace;
         let timer = self.deadline.clone();
         tokio::spawn(async move {
@@ -242,7 +243,7 @@ impl Application {
             timer.cancel();
         });
         let mut complete = true;
-        if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+        if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
             tracing::warn!(grace = ?self.grace, "grace period over; dropping remaining requests");
             complete = false;
         }
