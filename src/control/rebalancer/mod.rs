@@ -13,7 +13,7 @@
 //!
 //! Which events the loop visits follows activity (`schedule`): the events this
 //! process sells, every round; the others one per round, and led only when
-//! they need a leader; closed ones never.
+//! they need a leader; retired ones never.
 //!
 //! `plan` and `execute` are separate so a test can pause a leader between them.
 

@@ -8,10 +8,11 @@
 //!   engine's cached meta, confirmed by a fresh read): led now, which closes them.
 //! - **One other** open event per round, round-robin: its meta is read, and it
 //!   is led only if it needs a leader (a stalled reshard, old layouts to prune,
-//!   a window that ended). An idle event on sale needs no leader: its lease
+//!   a window that ended, a close not finished: a closed event still in the
+//!   open set was never retired). An idle event on sale needs no leader: its lease
 //!   lapses, nobody renews it, and no leadership flaps between instances that
 //!   merely look at it.
-//! - **Closed** events never.
+//! - **Retired** events (closed and flushed) never: they are not in the open set.
 //!
 //! An event this rebalancer led and no longer visits is let go (its
 //! leadership released, the `shardstock_leader` gauge back to 0).
@@ -51,8 +52,10 @@ impl Schedule {
 /// Does a leader have something to do for this event, though nobody sells it?
 fn needs_leader(meta: &EventMeta, now_ms: i64) -> bool {
     match meta.status {
-        EventStatus::Closed | EventStatus::Creating => false,
-        EventStatus::Resharding => true,
+        EventStatus::Creating => false,
+        // Still open, so not retired: its close may have been cut off, and
+        // the leader is who finishes it.
+        EventStatus::Closed | EventStatus::Resharding => true,
         EventStatus::OnSale => {
             !meta.retired.is_empty() || meta.spec.ends_at.is_some_and(|end| now_ms >= end)
         }
