@@ -3,14 +3,20 @@ from a bucket.
 
 KEYS[1] stock  KEYS[2] xfer  KEYS[3] xin  KEYS[4] adds  KEYS[5] orders  KEYS[6] sealed
 (all ss:{e#g#b}:…)
+ARGV[1] page: at most this many stream records in the reply
 
 Returns "ST" (no bucket) or
 {stock, adds, sealed (0/1), last generated stream id ('0-0' if none),
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
- {id, kind, qty, …} the records still in the stream (not yet flushed)}
+ {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed)}
 Atomic so that a purchase, cancel or take (which change the stock and the
-stream together) is either wholly seen or not at all.
+stream together) is either wholly seen or not at all. A full page means more
+records may follow: the caller reads them with XRANGE COUNT from the last id
+it got up to the last generated id (records after it are newer than this
+read; records deleted meanwhile were flushed, and the ledger counts them up
+to that id), so one call never walks a whole stream that a database outage
+let grow, and Redis is never blocked for long.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -33,7 +39,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   for i = 1, #info, 2 do
     if info[i] == 'last-generated-id' then last = info[i + 1] end
   end
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[5], '-', '+')) do
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', tonumber(ARGV[1]))) do
     local kind, qty = string.match(entry[2][2] or '', '^(%a)|[^|]*|[^|]*|([^|]*)|')
     -- Never a nil in the table (it would shift every later record).
     records[#records + 1] = entry[1]

@@ -133,13 +133,19 @@ pub struct DatabaseSettings {
     pub flush_block_ms: u64,
     /// Records pending this long in a dead consumer are claimed.
     pub claim_idle_ms: u64,
+    /// The flusher's slow sweep for records other instances left: buckets
+    /// checked per second, round-robin over every open event (a full pass
+    /// over N buckets takes N / this seconds). Its cost does not grow with
+    /// the number of events.
+    pub flush_sweep_buckets_per_s: u32,
     pub max_connections: u32,
     /// An event the ledger has on sale but the store lost (Redis restarted
     /// empty): `rebuild` its buckets from the ledger, or `refuse` it until
     /// `shardstock recover`. Default: rebuild on the embedded store (it never
     /// survives a restart), refuse on Redis.
     pub lost_state: Option<LostState>,
-    /// How often every event is audited (the `shardstock_audit_balanced` gauge); 0 = never.
+    /// How often the events this instance sold since the last audit are
+    /// audited (the `shardstock_audit_balanced` gauge); 0 = never.
     pub audit_interval_ms: u64,
 }
 
@@ -151,6 +157,7 @@ impl Default for DatabaseSettings {
             flush_workers: 4,
             flush_block_ms: 100,
             claim_idle_ms: 10_000,
+            flush_sweep_buckets_per_s: 256,
             max_connections: 8,
             lost_state: None,
             audit_interval_ms: 30_000,
@@ -402,6 +409,12 @@ impl Settings {
             return Err(invalid(
                 "database.flush_batch",
                 "must be between 1 and 10000",
+            ));
+        }
+        if self.database.flush_sweep_buckets_per_s == 0 {
+            return Err(invalid(
+                "database.flush_sweep_buckets_per_s",
+                "must be at least 1",
             ));
         }
         let e = &self.engine;

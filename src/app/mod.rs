@@ -161,7 +161,8 @@ impl Application {
             ledger.clone(),
             engine.instance().to_owned(),
             options::flush(db),
-        );
+        )
+        .with_sweep(db.flush_sweep_buckets_per_s);
         let (flush_stop, flush_deadline) = (stop.clone(), deadline.clone());
         tasks.spawn(async move {
             flusher
@@ -236,13 +237,12 @@ impl Application {
             stop.cancel();
         });
         let mut serve = std::pin::pin!(serve);
-        // Polling `serve` again once it has completed panics ("`async fn`
-        // resumed after completion"): remember whether it did.
-        let mut served = false;
-        tokio::select! {
-            _ = &mut serve => served = true,
-            _ = self.stop.cancelled() => {}
-        }
+        // A finished `serve` must not be polled again (it would panic:
+        // "`async fn` resumed after completion"): remember whether it did.
+        let served = tokio::select! {
+            _ = &mut serve => true,
+            _ = self.stop.cancelled() => false,
+        };
         let deadline = tokio::time::Instant::now() + self.grace;
         let timer = self.deadline.clone();
         tokio::spawn(async move {
@@ -291,7 +291,12 @@ impl Application {
     }
 }
 
-/// Audits every event now and then, keeping `shardstock_audit_balanced` current.
+/// Audits, now and then, the events this instance sold (or cancelled, or
+/// moved) since its last look, keeping `shardstock_audit_balanced` current.
+/// An idle event is not audited again: nothing changed (a flush moves records
+/// from the streams to the ledger and leaves every sum as it was), and the
+/// instances that do sell it audit it. An audit that could not finish is
+/// tried again next time (the buckets kept changing).
 async fn audits<S: Store>(
     engine: Arc<Engine<S>>,
     ledger: Ledger,
@@ -300,21 +305,33 @@ async fn audits<S: Store>(
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut since = std::time::Instant::now();
+    let mut again: Vec<crate::domain::ids::EventId> = Vec::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let Ok(events) = engine.store().list_events().await else {
-            continue;
-        };
+        let now = std::time::Instant::now();
+        let mut events = engine.activity().events_since(since);
+        since = now;
+        for event in std::mem::take(&mut again) {
+            if !events.contains(&event) {
+                events.push(event);
+            }
+        }
         for event in events {
             match crate::control::audit::audit(&engine, &ledger, &event).await {
                 Ok(a) if !a.balanced => {
                     tracing::error!(%event, audit = ?a, "audit does not balance")
                 }
                 Ok(_) => {}
-                Err(e) => tracing::debug!(%event, error = %e, "audit skipped"),
+                Err(e) => {
+                    tracing::debug!(%event, error = %e, "audit skipped");
+                    if matches!(e, crate::control::ControlError::Busy(_)) {
+                        again.push(event);
+                    }
+                }
             }
         }
     }

@@ -9,13 +9,21 @@
 //! the database is down the batch is kept and retried with backoff; nothing is
 //! read meanwhile, so the streams — and the lag gauge — grow, and drain when the
 //! database is back.
+//!
+//! Which buckets a round reads follows activity, not the number of events: the
+//! buckets this process wrote since the last round (`engine::Activity`, marked
+//! by every step that appends to a stream), the ones a full batch left
+//! unfinished, and what the slow [`Sweep`] finds holding records (buckets
+//! written by other or dead instances). An idle flusher reads nothing but the
+//! sweep's paced `XLEN`s.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::control::sweep::{Lag, SWEEP_PER_S, Sweep};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::StreamId;
@@ -55,6 +63,9 @@ pub struct Flusher<S: Store> {
     opts: FlushOptions,
     registered: HashSet<EventId>,
     cursor: usize,
+    /// The slow sweep, shared by the workers: whoever finds it here runs it.
+    sweep: Arc<Mutex<Option<Sweep>>>,
+    lag: Arc<Lag>,
 }
 
 impl<S: Store> Flusher<S> {
@@ -71,7 +82,16 @@ impl<S: Store> Flusher<S> {
             opts,
             registered: HashSet::new(),
             cursor: 0,
+            sweep: Arc::new(Mutex::new(Some(Sweep::new(SWEEP_PER_S)))),
+            lag: Arc::default(),
         }
+    }
+
+    /// Sweeps `per_s` buckets a second for records other instances left
+    /// (default [`SWEEP_PER_S`]).
+    pub fn with_sweep(self, per_s: u32) -> Self {
+        *self.sweep.lock().expect("sweep poisoned") = Some(Sweep::new(per_s));
+        self
     }
 
     /// Reads one batch from `buckets`, writes it, acknowledges it. Returns the
@@ -93,15 +113,29 @@ impl<S: Store> Flusher<S> {
         stop: &CancellationToken,
         claim_idle_ms: u64,
     ) -> Result<usize, FlushError> {
+        let (n, _) = self.flush_some(buckets, stop, claim_idle_ms).await?;
+        Ok(n)
+    }
+
+    /// `flush_round`, also returning the buckets it did not finish: those the
+    /// full batch left unread, and those that filled what was left of it.
+    async fn flush_some(
+        &mut self,
+        buckets: &[BucketRef],
+        stop: &CancellationToken,
+        claim_idle_ms: u64,
+    ) -> Result<(usize, Vec<BucketRef>), FlushError> {
         let mut batch: Vec<FlushRecord> = Vec::new();
         let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
+        let mut unfinished = Vec::new();
         let n = buckets.len();
         for i in 0..n {
+            let b = &buckets[(self.cursor + i) % n];
             let left = self.opts.batch - batch.len();
             if left == 0 {
-                break;
+                unfinished.push(b.clone());
+                continue;
             }
-            let b = &buckets[(self.cursor + i) % n];
             let entries = match self
                 .engine
                 .store()
@@ -118,6 +152,10 @@ impl<S: Store> Flusher<S> {
             if entries.is_empty() {
                 continue;
             }
+            if entries.len() == left {
+                unfinished.push(b.clone());
+            }
+            self.lag.read(b, entries.len() as u64);
             read.push((b.clone(), entries.iter().map(|e| e.id).collect()));
             let stream = b.name();
             batch.extend(entries.into_iter().map(|entry| FlushRecord {
@@ -128,7 +166,7 @@ impl<S: Store> Flusher<S> {
         }
         self.cursor = self.cursor.wrapping_add(1);
         if batch.is_empty() {
-            return Ok(0);
+            return Ok((0, unfinished));
         }
         for (b, _) in &read {
             self.register(&b.event).await?;
@@ -143,7 +181,7 @@ impl<S: Store> Flusher<S> {
                 tracing::warn!(bucket = %b.tag(), error = %e, "acknowledging flushed records failed");
             }
         }
-        Ok(batch.len())
+        Ok((batch.len(), unfinished))
     }
 
     /// `Ledger::apply`, retried with backoff while the database is unreachable.
@@ -251,6 +289,17 @@ impl<S: Store> Flusher<S> {
             worker.cursor = w * 7;
             workers.spawn(worker.work(stop.clone(), None));
         }
+        let (lag, store, lag_stop) = (self.lag.clone(), self.engine.store().clone(), stop.clone());
+        let lag_task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = lag_stop.cancelled() => return,
+                    _ = tick.tick() => lag.publish(&store).await,
+                }
+            }
+        });
         workers.spawn(self.work(stop.clone(), Some(deadline)));
         let mut drained = Ok(());
         while let Some(done) = workers.join_next().await {
@@ -258,6 +307,7 @@ impl<S: Store> Flusher<S> {
                 drained = Err(e);
             }
         }
+        lag_task.abort();
         drained
     }
 
@@ -268,24 +318,24 @@ impl<S: Store> Flusher<S> {
         stop: CancellationToken,
         deadline: Option<CancellationToken>,
     ) -> Result<(), FlushError> {
-        let mut buckets: Vec<BucketRef> = Vec::new();
-        let mut refreshed = Instant::now() - Duration::from_secs(60);
+        let mut unfinished: Vec<BucketRef> = Vec::new();
         while !stop.is_cancelled() {
-            if refreshed.elapsed() >= Duration::from_secs(1) {
-                match self.all_buckets().await {
-                    Ok(found) => buckets = found,
-                    Err(e) => tracing::warn!(error = %e, "flusher: listing buckets failed"),
-                }
-                self.publish_lag(&buckets).await;
-                refreshed = Instant::now();
-            }
-            match self.flush_once(&buckets, &stop).await {
-                Ok(n) if n > 0 => continue,
-                Ok(_) => {}
-                Err(FlushError::Stopped) => break,
-                Err(e) => {
-                    metrics::counter!(m::FLUSH_ERRORS).increment(1);
-                    tracing::warn!(error = %e, "flush round failed");
+            let buckets = self.due(std::mem::take(&mut unfinished)).await;
+            if !buckets.is_empty() {
+                let claim_idle_ms = self.opts.claim_idle_ms;
+                match self.flush_some(&buckets, &stop, claim_idle_ms).await {
+                    Ok((n, left)) if n > 0 => {
+                        unfinished = left;
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(FlushError::Stopped) => break,
+                    Err(e) => {
+                        // Read them again next round.
+                        self.engine.activity().again(&buckets);
+                        metrics::counter!(m::FLUSH_ERRORS).increment(1);
+                        tracing::warn!(error = %e, "flush round failed");
+                    }
                 }
             }
             tokio::select! {
@@ -316,21 +366,33 @@ impl<S: Store> Flusher<S> {
         drained
     }
 
+    /// This round's buckets: what the last round left unfinished, what this
+    /// process wrote since, and what the sweep (if no other worker is running
+    /// it) found holding records.
+    async fn due(&mut self, unfinished: Vec<BucketRef>) -> Vec<BucketRef> {
+        let mut seen = HashSet::new();
+        let mut due: Vec<BucketRef> = unfinished;
+        due.extend(self.engine.activity().take_dirty());
+        let sweep = self.sweep.lock().expect("sweep poisoned").take();
+        if let Some(mut sweep) = sweep {
+            match sweep.next(&self.engine, &self.ledger, &self.lag).await {
+                Ok(found) => due.extend(found),
+                Err(e) => tracing::warn!(error = %e, "flusher: the sweep failed"),
+            }
+            *self.sweep.lock().expect("sweep poisoned") = Some(sweep);
+        }
+        due.retain(|b| seen.insert(b.clone()));
+        due
+    }
+
+    /// Every bucket of every open event (the final drain).
     async fn all_buckets(&self) -> Result<Vec<BucketRef>, FlushError> {
         let mut out = Vec::new();
-        for event in self.engine.store().list_events().await? {
+        for event in self.engine.store().list_open_events().await? {
             if let Some(meta) = self.engine.store().load_meta(&event).await? {
                 out.extend(meta.all_buckets());
             }
         }
         Ok(out)
-    }
-
-    async fn publish_lag(&self, buckets: &[BucketRef]) {
-        let mut lag = 0;
-        for b in buckets {
-            lag += self.engine.store().stream_len(b).await.unwrap_or(0);
-        }
-        metrics::gauge!(m::FLUSH_LAG).set(lag as f64);
     }
 }

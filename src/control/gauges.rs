@@ -1,19 +1,28 @@
 //! Keeps the per-bucket gauges fresh from a background task, so a scrape of
 //! `/metrics` never costs a store call.
 //!
-//! Every `interval` the task lists the events, reads each event's buckets (one
-//! concurrent round per event), and sets `shardstock_bucket_remaining`,
+//! Every `interval` the task reads the buckets of the events that need it (one
+//! concurrent round per event) and sets `shardstock_bucket_remaining`,
 //! `shardstock_bucket_skew_ratio` and the event totals. The first time it sees
 //! an event it also initialises the event's counters to 0, so every series a
 //! dashboard or alert refers to exists before it first moves.
+//!
+//! Which events need it follows activity, so an idle service reads almost
+//! nothing whatever its number of events: those this process wrote to since
+//! the last tick (`engine::Activity`), those seen for the first time, and one
+//! other open event per tick, round-robin, so what other instances sell (or
+//! the rebalancer moves) shows up within one pass over the open events.
+//! Closed events and events whose sale window has ended are not read at all
+//! (their last gauges stay; the close's view is in the API).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::ids::EventId;
+use crate::domain::model::EventStatus;
 use crate::engine::{Engine, EventView};
 use crate::metrics as m;
 use crate::store::Store;
@@ -64,6 +73,8 @@ pub fn initialise(event: &EventId) {
 /// Refreshes the gauges every `interval` until `stop`.
 pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: CancellationToken) {
     let mut seen: HashSet<EventId> = HashSet::new();
+    let mut others: VecDeque<EventId> = VecDeque::new();
+    let mut since = Instant::now();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -71,22 +82,54 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: Can
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let events = match engine.store().list_events().await {
+        let now = Instant::now();
+        let open = match engine.store().list_open_events().await {
             Ok(events) => events,
             Err(e) => {
-                m::store_error("list_events");
+                m::store_error("list_open_events");
                 tracing::warn!(error = %e, "gauges: listing events failed");
                 continue;
             }
         };
-        for event in events {
+        let mut due = engine.activity().events_since(since);
+        since = now;
+        for event in &open {
             if seen.insert(event.clone()) {
-                initialise(&event);
+                initialise(event);
+                due.push(event.clone());
+            }
+        }
+        if others.is_empty() {
+            others = open.into();
+        }
+        if let Some(other) = others.pop_front()
+            && !due.contains(&other)
+        {
+            due.push(other);
+        }
+        for event in due {
+            if ended(&engine, &event).await {
+                continue;
             }
             match engine.view(&event).await {
                 Ok(view) => publish(&view),
                 Err(e) => tracing::debug!(%event, error = %e, "gauges: view failed"),
             }
         }
+    }
+}
+
+/// Closed, or past its sale window (the engine's cached meta: no store read
+/// once known).
+async fn ended<S: Store>(engine: &Engine<S>, event: &EventId) -> bool {
+    match engine.meta(event).await {
+        Ok(meta) => {
+            meta.status == EventStatus::Closed
+                || meta
+                    .spec
+                    .ends_at
+                    .is_some_and(|end| engine.clock().now_ms() >= end)
+        }
+        Err(_) => true,
     }
 }

@@ -11,9 +11,11 @@
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
 //! instances are refused too), sagas cut off mid-way are settled, each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
-//! ledger, the ledger marks the event closed, and the event's keys expire.
-//! Every step is idempotent: a close cut off anywhere is finished by running
-//! it again, which the rebalancer's leader does for one that looks abandoned.
+//! ledger, the ledger marks the event closed, the event's keys expire, and it
+//! leaves the open events (`retire_event`): nothing in the background visits
+//! it again. Every step is idempotent: a close cut off anywhere is finished by
+//! running it again, which the rebalancer's leader does for one that looks
+//! abandoned.
 //!
 //! Rebuild: an event the ledger knows as on sale but Redis does not (a Redis
 //! that restarted empty) must not be sold again from full stock. With the
@@ -159,6 +161,10 @@ pub async fn close<S: Store>(
     drop(keep);
     lease.release(store).await;
     result?;
+    // Flushed and closed in the ledger: background work no longer visits it
+    // (it is still listed, viewed and audited).
+    store.retire_event(event).await?;
+    engine.activity().forget(event);
     engine.forget(event);
     final_view(engine, ledger, event).await
 }

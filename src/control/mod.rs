@@ -22,6 +22,8 @@ pub mod lifecycle;
 pub mod rebalancer;
 /// Moving a live event to another bucket count.
 pub mod reshard;
+/// The flusher's slow sweep over every open bucket, and its lag count.
+pub mod sweep;
 /// Ends pending sagas no driver will end.
 pub mod sweeper;
 

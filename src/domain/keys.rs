@@ -1,7 +1,8 @@
 //! The Redis key layout. Every name a backend writes is built here.
 //!
 //! ```text
-//! ss:events                      SET   ids of every event (for listings and gauges)
+//! ss:events                      SET   ids of the open events (what background work visits)
+//! ss:retired                     SET   ids of closed, fully flushed events (still listed and readable)
 //! ss:{<event>}:meta              HASH  event definition, status, generation, seq, sold-out mark
 //! ss:{<event>}:lease             STR   mover lease "owner|token" (PX): who may move units now
 //! ss:{<event>}:token             STR   fencing token counter (INCR)

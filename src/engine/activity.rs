@@ -50,6 +50,15 @@ impl Activity {
         dirty.drain().collect()
     }
 
+    /// Marks `buckets` dirty again (a flush round that could not read them),
+    /// without counting it as traffic on their events.
+    pub fn again(&self, buckets: &[BucketRef]) {
+        self.dirty
+            .lock()
+            .expect("activity poisoned")
+            .extend(buckets.iter().cloned());
+    }
+
     /// Events this process wrote to since `since`.
     pub fn events_since(&self, since: Instant) -> Vec<EventId> {
         let events = self.events.lock().expect("activity poisoned");

@@ -1,5 +1,6 @@
 //! The event slot: steps on one event's meta (`ss:{<event>}:meta`), which every
-//! instance reads to route, and the set of known events.
+//! instance reads to route, and the sets of known events: the open ones, which
+//! background work visits, and the retired ones (closed and flushed).
 //!
 //! The meta is the event's routing table (layout generation, bucket count, the
 //! retired layouts still holding records), its status, and the `seq` that makes
@@ -55,14 +56,25 @@ pub trait Events {
         now_ms: i64,
     ) -> impl Future<Output = Result<CreateEventReply, StoreError>> + Send;
 
-    /// Adds the event to the set of known events (`ss:events`); idempotent.
+    /// Adds the event to the set of open events (`ss:events`); idempotent.
     fn register_event(
         &self,
         event: &EventId,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Every known event.
+    /// Every known event, open or retired (the listing of `GET /v1/events`).
     fn list_events(&self) -> impl Future<Output = Result<Vec<EventId>, StoreError>> + Send;
+
+    /// The open events: what background work (flusher sweep, gauges,
+    /// rebalancer, audits) visits. A retired event is not among them.
+    fn list_open_events(&self) -> impl Future<Output = Result<Vec<EventId>, StoreError>> + Send;
+
+    /// Moves a closed event whose streams are flushed out of the open set
+    /// (`ss:events` → `ss:retired`); idempotent. Its meta and its ledger rows
+    /// stay, so it is still listed, viewed and audited. Two commands on two
+    /// slots, added to `ss:retired` first: a crash between them leaves the
+    /// event in both sets (retired again next time), never in neither.
+    fn retire_event(&self, event: &EventId) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The event's meta, `None` if it has none.
     fn load_meta(

@@ -22,6 +22,8 @@
 //!   private servers.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
+//! - `idle`: idle cost that does not grow with the number of events; dirty
+//!   buckets and the sweep bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
 //!   metric labels from made-up ids, dot-only event ids.
 //! - `live_page`: `/ui` rendered by headless Chromium.
@@ -40,6 +42,7 @@ mod deploy_local;
 mod durability;
 mod engine;
 mod hardening;
+mod idle;
 mod ledger;
 mod live_page;
 mod quickstart;

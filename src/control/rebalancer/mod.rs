@@ -13,9 +13,14 @@
 //! for [`ABANDONED_CLOSE`]), resumes a reshard that stalled, and retires the
 //! keys of old layouts once their streams are flushed.
 //!
+//! Which events the loop visits follows activity (`schedule`): the events this
+//! process sells, every round; the others one per round, and led only when
+//! they need a leader; retired ones never.
+//!
 //! `plan` and `execute` are separate so a test can pause a leader between them.
 
 pub mod policy;
+pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -109,39 +114,6 @@ impl<S: Store> Rebalancer<S> {
             led: HashMap::new(),
             closed: HashSet::new(),
             abandoned: HashMap::new(),
-        }
-    }
-
-    /// The loop: a round for every event it leads, every interval, until `stop`.
-    pub async fn run(mut self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.opts.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            let events = match self.engine.store().list_events().await {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::warn!(error = %e, "rebalancer: listing events failed");
-                    continue;
-                }
-            };
-            for event in events {
-                if let Err(e) = self.lead(&event, &stop).await {
-                    crate::metrics::store_error("rebalance");
-                    tracing::warn!(%event, error = %e, "rebalancer round failed");
-                }
-            }
-        }
-        for (event, led) in self.led.drain() {
-            let _ = self
-                .engine
-                .store()
-                .release_leadership(&event, &self.owner, led.term)
-                .await;
-            metrics::gauge!(m::LEADER, "event" => event.to_string()).set(0.0);
         }
     }
 

@@ -34,19 +34,36 @@ impl Events for MemoryStore {
                 lease: LeaseSlot::default(),
                 leader: LeaseSlot::default(),
                 epochs_due: None,
+                retired: false,
             },
         );
         Ok(CreateEventReply::Created)
     }
 
-    /// The event map is the set of known events: nothing to add.
-    async fn register_event(&self, _event: &EventId) -> Result<(), StoreError> {
+    /// The event map is the set of known events: a registered event is open.
+    async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.with_event(event, |s| s.retired = false);
         Ok(())
     }
 
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
         let events = self.inner.events.lock().expect("event map poisoned");
         Ok(events.keys().cloned().collect())
+    }
+
+    async fn list_open_events(&self) -> Result<Vec<EventId>, StoreError> {
+        let events = self.inner.events.lock().expect("event map poisoned");
+        Ok(events
+            .iter()
+            .filter(|(_, s)| !s.retired)
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+
+    /// `ss:events` → `ss:retired`: the slot stays, marked retired.
+    async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.with_event(event, |s| s.retired = true);
+        Ok(())
     }
 
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {

@@ -137,6 +137,8 @@ struct EventSlot {
     /// A sold-out mark went stale and the buckets' epochs are not all bumped
     /// yet: the seq at which that was recorded.
     epochs_due: Option<u64>,
+    /// Closed and flushed: listed, but no longer visited by background work.
+    retired: bool,
 }
 
 #[derive(Default)]

@@ -45,7 +45,8 @@ impl Retirement for MemoryStore {
         })
     }
 
-    /// Mirrors `lua/audit_bucket.lua`.
+    /// Mirrors `lua/audit_bucket.lua` and the adapter's paging after it, in
+    /// one piece (no Redis thread to keep free here).
     async fn audit_bucket(&self, b: &BucketRef) -> Result<BucketAudit, StoreError> {
         self.with(b, |bk| BucketAudit {
             stock: bk.stock,

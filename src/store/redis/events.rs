@@ -1,5 +1,6 @@
 //! The event slot on Redis: `ss:{<event>}:meta` (a HASH the scripts write
-//! field by field) and the `ss:events` set.
+//! field by field), the `ss:events` set of open events and the `ss:retired`
+//! set of closed, flushed ones.
 
 use std::collections::HashMap;
 
@@ -13,9 +14,22 @@ use crate::domain::model::{EventMeta, EventSpec, EventStatus};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
-    /// The set of known event ids (one small key, written once per event).
+    /// The set of open event ids (one small key, written once per event).
     fn events_key(&self) -> String {
         format!("{}:events", self.namespace)
+    }
+
+    /// The set of retired event ids (closed and flushed).
+    fn retired_key(&self) -> String {
+        format!("{}:retired", self.namespace)
+    }
+
+    async fn members(&self, key: String) -> Result<Vec<EventId>, StoreError> {
+        let ids: Vec<String> = self.client.smembers(key).await.map_err(unavailable)?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| EventId::parse(id).ok())
+            .collect())
     }
 
     /// A script on the event's meta alone that answers 1 (applied) or 0.
@@ -71,19 +85,37 @@ impl Events for RedisStore {
         self.client
             .sadd::<(), _, _>(self.events_key(), event.as_str())
             .await
+            .map_err(unavailable)?;
+        // A rebuilt event is open again.
+        self.client
+            .srem::<(), _, _>(self.retired_key(), event.as_str())
+            .await
             .map_err(unavailable)
     }
 
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
-        let ids: Vec<String> = self
-            .client
-            .smembers(self.events_key())
+        let mut ids = self.members(self.events_key()).await?;
+        ids.extend(self.members(self.retired_key()).await?);
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    async fn list_open_events(&self) -> Result<Vec<EventId>, StoreError> {
+        self.members(self.events_key()).await
+    }
+
+    async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
+        // Two keys in two slots (a Cluster refuses SMOVE across them): add
+        // first, so a crash in between leaves the event listed twice, not lost.
+        self.client
+            .sadd::<(), _, _>(self.retired_key(), event.as_str())
             .await
             .map_err(unavailable)?;
-        Ok(ids
-            .into_iter()
-            .filter_map(|id| EventId::parse(id).ok())
-            .collect())
+        self.client
+            .srem::<(), _, _>(self.events_key(), event.as_str())
+            .await
+            .map_err(unavailable)
     }
 
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {

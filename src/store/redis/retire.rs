@@ -41,9 +41,42 @@ impl Retirement for RedisStore {
 
     async fn audit_bucket(&self, bucket: &BucketRef) -> Result<BucketAudit, StoreError> {
         let k = self.keys(bucket);
+        let orders = k.orders.clone();
         let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed];
-        let reply = self.eval(&self.scripts.audit_bucket, keys, vec![]).await?;
-        decode_audit(bucket, array_or_stale(bucket, reply)?)
+        let args = vec![AUDIT_PAGE.to_string()];
+        let reply = self.eval(&self.scripts.audit_bucket, keys, args).await?;
+        let mut audit = decode_audit(bucket, array_or_stale(bucket, reply)?)?;
+        // A full page: the rest of the stream, page by page, up to the
+        // script's last id (see the script's contract).
+        let mut page = audit.entries.len();
+        while page == AUDIT_PAGE {
+            let Some(&(from, ..)) = audit.entries.last() else {
+                break;
+            };
+            if from >= audit.last_id {
+                break;
+            }
+            let raw: Value = self
+                .client
+                .xrange(
+                    &orders,
+                    format!("({from}"),
+                    audit.last_id.to_string(),
+                    Some(AUDIT_PAGE as u64),
+                )
+                .await
+                .map_err(unavailable)?;
+            let more = raw
+                .into_array()
+                .into_iter()
+                .map(super::streams::stream_entry)
+                .collect::<Result<Vec<_>, _>>()?;
+            page = more.len();
+            audit
+                .entries
+                .extend(more.into_iter().map(|e| (e.id, e.kind, e.qty)));
+        }
+        Ok(audit)
     }
 
     async fn pending(
@@ -160,6 +193,9 @@ impl Retirement for RedisStore {
         Ok(())
     }
 }
+
+/// Stream records per `audit_bucket.lua` call and per XRANGE page after it.
+pub(super) const AUDIT_PAGE: usize = 512;
 
 /// `audit_bucket.lua`'s reply: stock, adds, sealed, last id, then the open
 /// transfers, the applied ones and the stream's entries as flat lists.

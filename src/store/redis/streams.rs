@@ -44,7 +44,7 @@ impl Streams for RedisStore {
 }
 
 /// `{id, {"d", data, …}}` from XREADGROUP / XAUTOCLAIM.
-fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
+pub(super) fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
     let parts = v.into_array();
     let raw_id = text(arg(&parts, 0)?)?;
     let id = StreamId::parse(&raw_id)

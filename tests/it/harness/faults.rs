@@ -163,6 +163,12 @@ impl<S: Store> Events for Faulty<S> {
             .end_reshard(event, generation, buckets, retired, owner, token)
             .await
     }
+    async fn list_open_events(&self) -> Result<Vec<EventId>, StoreError> {
+        self.inner.list_open_events().await
+    }
+    async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.inner.retire_event(event).await
+    }
     async fn set_retired(
         &self,
         event: &EventId,
