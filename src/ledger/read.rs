@@ -1,7 +1,7 @@
 //! Reading the ledger: orders, events, totals, the audit's view, and what a
 //! recovery needs to rebuild buckets.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{Row, any::AnyRow};
 
@@ -24,7 +24,31 @@ pub struct Totals {
     pub sold: u64,
     pub released: u64,
     pub leftover: u64,
+    /// Violations of the guard, counting a pending one (`guard_pending`).
     pub guard_violations: u64,
+    /// The sale is open and its flushed records are over the stock: one of
+    /// `guard_violations` unless a release still in a stream covers it (see
+    /// `apply`).
+    pub guard_pending: bool,
+}
+
+/// `stock, sold, released, leftover, guard_violations` and the event's status.
+const TOTALS: &str = "SELECT t.stock, t.sold, t.released, t.leftover, t.guard_violations, COALESCE(e.status, 'on_sale') \
+     FROM event_totals t LEFT JOIN events e ON e.event_id = t.event_id WHERE t.event_id = $1";
+
+fn totals_from(row: &AnyRow) -> Result<Totals, LedgerError> {
+    let mut t = Totals {
+        stock: u(row, 0)?,
+        sold: u(row, 1)?,
+        released: u(row, 2)?,
+        leftover: u(row, 3)?,
+        guard_violations: u(row, 4)?,
+        guard_pending: false,
+    };
+    let open = row.try_get::<String, _>(5)? != "closed";
+    t.guard_pending = open && (t.sold + t.leftover).saturating_sub(t.released) > t.stock;
+    t.guard_violations += u64::from(t.guard_pending);
+    Ok(t)
 }
 
 /// A confirmed order, for rebuilding buckets.
@@ -99,22 +123,11 @@ impl Ledger {
     }
 
     pub async fn totals(&self, event: &EventId) -> Result<Option<Totals>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1",
-        )
-        .bind(event.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| {
-            Ok(Totals {
-                stock: u(&r, 0)?,
-                sold: u(&r, 1)?,
-                released: u(&r, 2)?,
-                leftover: u(&r, 3)?,
-                guard_violations: u(&r, 4)?,
-            })
-        })
-        .transpose()
+        let row = sqlx::query(TOTALS)
+            .bind(event.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(totals_from).transpose()
     }
 
     /// An order as flushed (its row, derived from all its records).
@@ -153,7 +166,7 @@ impl Ledger {
 
     /// The highest bucket-layout generation any record of the event came from.
     pub async fn max_generation(&self, event: &EventId) -> Result<Option<u32>, LedgerError> {
-        let rows = sqlx::query("SELECT DISTINCT stream FROM order_records WHERE event_id = $1")
+        let rows = sqlx::query("SELECT stream FROM ledger_streams WHERE event_id = $1")
             .bind(event.as_str())
             .fetch_all(&self.pool)
             .await?;
@@ -206,26 +219,32 @@ impl Ledger {
                 .execute(&mut *tx)
                 .await?;
         }
-        let row = sqlx::query("SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1")
+        let row = sqlx::query(TOTALS)
             .bind(event.as_str())
             .fetch_optional(&mut *tx)
             .await?;
         let mut view = AuditDb::default();
         if let Some(r) = row {
-            view.totals = Totals {
-                stock: u(&r, 0)?,
-                sold: u(&r, 1)?,
-                released: u(&r, 2)?,
-                leftover: u(&r, 3)?,
-                guard_violations: u(&r, 4)?,
-            };
+            view.totals = totals_from(&r)?;
         }
+        let numbers: HashMap<String, i64> =
+            sqlx::query("SELECT stream, stream_no FROM ledger_streams WHERE event_id = $1")
+                .bind(event.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, sqlx::Error>>()?;
         for cut in cuts {
+            // A stream the ledger has no number for has no record in it.
+            let Some(&no) = numbers.get(&cut.stream) else {
+                continue;
+            };
             let newer = sqlx::query(
                 "SELECT kind, CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM order_records \
-                 WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq > $3)) GROUP BY kind",
+                 WHERE stream_no = $1 AND ms >= $2 AND (ms > $2 OR seq > $3) GROUP BY kind",
             )
-            .bind(cut.stream.as_str())
+            .bind(no)
             .bind(cut.last.ms as i64)
             .bind(cut.last.seq as i64)
             .fetch_all(&mut *tx)
@@ -245,10 +264,10 @@ impl Ledger {
                 continue;
             };
             let rows = sqlx::query(
-                "SELECT ms, seq FROM order_records WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq >= $3)) \
-                 AND (ms < $4 OR (ms = $4 AND seq <= $5))",
+                "SELECT ms, seq FROM order_records WHERE stream_no = $1 AND ms BETWEEN $2 AND $4 \
+                 AND (ms > $2 OR seq >= $3) AND (ms < $4 OR seq <= $5)",
             )
-            .bind(cut.stream.as_str())
+            .bind(no)
             .bind(first.ms as i64)
             .bind(first.seq as i64)
             .bind(cut.last.ms as i64)
