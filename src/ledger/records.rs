@@ -3,13 +3,13 @@
 //! A record is one row of `order_records`, keyed by its stream id — the
 //! stream named by its number in `ledger_streams` (given once per stream, on
 //! its first batch, and remembered by the `Ledger` after that commit), the
-//! entry by `<ms>-<seq>`. On PostgreSQL a batch is one `INSERT … SELECT FROM
-//! UNNEST(…)` of eleven arrays, one prepared statement whatever the batch
-//! size; on SQLite multi-row `VALUES` (the portable path).
+//! entry by `<ms>-<seq>`. On PostgreSQL a batch is one binary `COPY`; on
+//! SQLite multi-row `VALUES` (the portable path).
 //!
 //! Fast inserts are plain: a duplicate key fails the statement, and the caller
 //! writes the batch again with `careful` set, which skips the records already
-//! there (`ON CONFLICT DO NOTHING`) and says which were new (`RETURNING`).
+//! there (`ON CONFLICT DO NOTHING`; on PostgreSQL one `INSERT … SELECT FROM
+//! UNNEST(…)` of eleven arrays) and says which were new (`RETURNING`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -143,7 +143,47 @@ fn new_ones<'a>(
         .collect()
 }
 
+/// The batch in PostgreSQL's binary `COPY` format, in key order.
+fn copy_data(rows: &[(i64, &FlushRecord)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(19 + rows.len() * 200 + 2);
+    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    out.extend_from_slice(&0i32.to_be_bytes()); // flags
+    out.extend_from_slice(&0i32.to_be_bytes()); // header extension
+    for (no, r) in rows {
+        let e = &r.entry;
+        out.extend_from_slice(&11i16.to_be_bytes());
+        for n in [
+            *no,
+            e.id.ms as i64,
+            e.id.seq as i64,
+            e.qty as i64,
+            i64::from(e.bucket),
+            i64::from(e.home),
+            e.at_ms,
+        ] {
+            out.extend_from_slice(&8i32.to_be_bytes());
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        for text in [
+            e.kind.code(),
+            e.order_id.as_str(),
+            e.user.as_str(),
+            client_request_id(&e.rid),
+        ] {
+            out.extend_from_slice(&(text.len() as i32).to_be_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out
+}
+
 /// Inserts the batch on PostgreSQL; returns the records that were new.
+///
+/// Fast: one binary `COPY`, the cheapest way into a table (rows parsed
+/// without a plan, the heap written a page at a time), which fails on a
+/// duplicate key. Careful: one `INSERT … SELECT FROM UNNEST(…)` that skips
+/// the keys already there.
 pub(super) async fn insert_pg<'a>(
     tx: &mut Transaction<'_, Postgres>,
     batch: &'a [FlushRecord],
@@ -151,67 +191,67 @@ pub(super) async fn insert_pg<'a>(
     careful: bool,
 ) -> Result<Vec<&'a FlushRecord>, LedgerError> {
     let rows = keyed(batch, numbers)?;
-    let n = rows.len();
-    let (mut stream_no, mut ms, mut seq) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut qty, mut bucket, mut home, mut at) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut kind, mut order, mut user, mut rid) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for (no, r) in &rows {
-        let e = &r.entry;
-        stream_no.push(*no);
-        ms.push(e.id.ms as i64);
-        seq.push(e.id.seq as i64);
-        qty.push(e.qty as i64);
-        bucket.push(i64::from(e.bucket));
-        home.push(i64::from(e.home));
-        at.push(e.at_ms);
-        kind.push(e.kind.code());
-        order.push(e.order_id.as_str());
-        user.push(e.user.as_str());
-        rid.push(client_request_id(&e.rid));
-    }
-    const FAST: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
-        SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-        $8::text[], $9::text[], $10::text[], $11::text[])";
-    const CAREFUL: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
-        SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-        $8::text[], $9::text[], $10::text[], $11::text[]) \
-        ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq";
-    let q = sqlx::query(if careful { CAREFUL } else { FAST })
-        .bind(stream_no)
-        .bind(ms)
-        .bind(seq)
-        .bind(qty)
-        .bind(bucket)
-        .bind(home)
-        .bind(at)
-        .bind(kind)
-        .bind(order)
-        .bind(user)
-        .bind(rid);
     if !careful {
-        q.execute(&mut **tx).await?;
+        let mut copy = tx
+            .copy_in_raw(&format!(
+                "COPY order_records ({COLUMNS}) FROM STDIN (FORMAT binary)"
+            ))
+            .await?;
+        copy.send(copy_data(&rows)).await?;
+        copy.finish().await?;
         return Ok(new_ones(rows, None));
     }
-    let returned = q
-        .fetch_all(&mut **tx)
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect::<Result<HashSet<Key>, sqlx::Error>>()?;
+    let n = rows.len();
+    let mut ints: [Vec<i64>; 7] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut texts: [Vec<&str>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+    for (no, r) in &rows {
+        let e = &r.entry;
+        let row = [
+            *no,
+            e.id.ms as i64,
+            e.id.seq as i64,
+            e.qty as i64,
+            i64::from(e.bucket),
+            i64::from(e.home),
+            e.at_ms,
+        ];
+        for (col, v) in ints.iter_mut().zip(row) {
+            col.push(v);
+        }
+        let row = [
+            e.kind.code(),
+            e.order_id.as_str(),
+            e.user.as_str(),
+            client_request_id(&e.rid),
+        ];
+        for (col, v) in texts.iter_mut().zip(row) {
+            col.push(v);
+        }
+    }
+    let [stream_no, ms, seq, qty, bucket, home, at] = ints;
+    let [kind, order, user, rid] = texts;
+    let returned = sqlx::query(
+        "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
+         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
+         $8::text[], $9::text[], $10::text[], $11::text[]) \
+         ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq",
+    )
+    .bind(stream_no)
+    .bind(ms)
+    .bind(seq)
+    .bind(qty)
+    .bind(bucket)
+    .bind(home)
+    .bind(at)
+    .bind(kind)
+    .bind(order)
+    .bind(user)
+    .bind(rid)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+    .collect::<Result<HashSet<Key>, sqlx::Error>>()?;
     Ok(new_ones(rows, Some(returned)))
 }
 
