@@ -130,10 +130,14 @@ impl Ledger {
                 return Err(e.into());
             }
         }
-        let max = if kind == DbKind::Sqlite {
-            max_connections.clamp(1, 4)
-        } else {
-            max_connections.max(1)
+        // PostgreSQL: the connections are shared by the two pools, half of
+        // them (at least one) for the flusher's writes.
+        let (max, writers) = match kind {
+            DbKind::Sqlite => (max_connections.clamp(1, 4), 0),
+            DbKind::Postgres => {
+                let writers = (max_connections / 2).max(1);
+                (max_connections.saturating_sub(writers).max(1), writers)
+            }
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max)
@@ -150,7 +154,7 @@ impl Ledger {
                 POSTGRES.run(&pool).await?;
                 Some(
                     PgPoolOptions::new()
-                        .max_connections(max)
+                        .max_connections(writers)
                         .acquire_timeout(std::time::Duration::from_secs(5))
                         .connect_lazy(&url)?,
                 )
