@@ -9,10 +9,12 @@
 //! `migrations/sqlite` hold one folder each (0001 is the same file in both, so
 //! a database 0001 migrated migrates on) because keys and index kinds differ.
 //! Sub-modules: `apply` writes flushed batches exactly once and applies the
-//! final guard, with `records` writing their rows; `read` answers orders,
-//! totals and what the audit and a recovery need.
+//! final guard, with `records` writing their rows; `read` answers orders
+//! (derived from their records by `derive`), totals and what the audit and a
+//! recovery need.
 
 mod apply;
+mod derive;
 mod read;
 mod records;
 

@@ -1,10 +1,12 @@
 //! Reading the ledger: orders, events, totals, the audit's view, and what a
-//! recovery needs to rebuild buckets.
+//! recovery needs to rebuild buckets. Orders are derived from their records
+//! here (`derive`), by the rule the `orders` view states for other readers.
 
 use std::collections::{HashMap, HashSet};
 
 use sqlx::{Row, any::AnyRow};
 
+use super::derive::{self, Rec, Status};
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{EventSpec, OrderStatus, OrderView};
@@ -130,37 +132,41 @@ impl Ledger {
         row.as_ref().map(totals_from).transpose()
     }
 
-    /// An order as flushed (its row, derived from all its records).
+    /// An order as flushed, derived from all its records (`derive`).
     pub async fn order(
         &self,
         id: &OrderId,
         event: &EventId,
     ) -> Result<Option<OrderView>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT user_id, quantity, bucket, request_id, status, created_ms FROM orders WHERE order_id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let status: String = row.try_get(4)?;
-        let status = match status.as_str() {
-            "confirmed" => OrderStatus::Confirmed,
-            "cancelled" => OrderStatus::Cancelled,
-            _ => return Ok(None), // voided: the take never became this order
+        let sql = format!(
+            "SELECT {} FROM order_records WHERE order_id = $1",
+            derive::COLUMNS
+        );
+        let records = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Rec::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((rec, bucket, status)) = derive::derive(&records) else {
+            return Ok(None);
         };
-        let user: String = row.try_get(0)?;
-        let rid: String = row.try_get(3)?;
+        let status = match status {
+            Status::Confirmed => OrderStatus::Confirmed,
+            Status::Cancelled => OrderStatus::Cancelled,
+            Status::Voided => return Ok(None), // the take never became this order
+        };
         Ok(Some(OrderView {
             order_id: id.clone(),
             event_id: event.clone(),
-            user_id: UserId::parse(user.clone())
-                .map_err(|e| LedgerError::Data(format!("user {user:?}: {e}")))?,
-            quantity: u(&row, 1)? as u32,
-            bucket: u(&row, 2)? as u32,
+            user_id: UserId::parse(rec.user.clone())
+                .map_err(|e| LedgerError::Data(format!("user {:?}: {e}", rec.user)))?,
+            quantity: rec.qty.max(0) as u32,
+            bucket: bucket.max(0) as u32,
             status,
-            request_id: Some(rid).filter(|r| !r.is_empty()),
-            created_at: Some(row.try_get(5)?),
+            request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
+            created_at: Some(rec.at_ms),
         }))
     }
 
@@ -182,27 +188,39 @@ impl Ledger {
         Ok(max)
     }
 
-    /// Confirmed orders of an event (what a rebuilt bucket must remember).
+    /// Confirmed orders of an event (what a rebuilt bucket must remember):
+    /// its records read stream by stream, each order derived (`derive`).
     pub async fn confirmed_orders(&self, event: &EventId) -> Result<Vec<DbOrder>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT order_id, user_id, quantity, bucket, request_id, created_ms FROM orders \
-             WHERE event_id = $1 AND status = 'confirmed' ORDER BY order_id",
-        )
-        .bind(event.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DbOrder {
-                    order_id: r.try_get(0)?,
-                    user: r.try_get(1)?,
-                    qty: u(r, 2)?,
-                    bucket: u(r, 3)?,
-                    request_id: r.try_get(4)?,
-                    at_ms: r.try_get(5)?,
-                })
+        let sql = format!(
+            "SELECT {} FROM order_records WHERE kind IN ('o', 'c', 'v') AND stream_no IN \
+             (SELECT stream_no FROM ledger_streams WHERE event_id = $1)",
+            derive::COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(event.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut by_order: HashMap<String, Vec<Rec>> = HashMap::new();
+        for row in &rows {
+            let rec = Rec::from_row(row)?;
+            by_order.entry(rec.order_id.clone()).or_default().push(rec);
+        }
+        let mut out: Vec<DbOrder> = by_order
+            .values()
+            .filter_map(|records| match derive::derive(records)? {
+                (rec, bucket, Status::Confirmed) => Some(DbOrder {
+                    order_id: rec.order_id.clone(),
+                    user: rec.user.clone(),
+                    qty: rec.qty.max(0) as u64,
+                    bucket: bucket.max(0) as u64,
+                    request_id: rec.rid.clone(),
+                    at_ms: rec.at_ms,
+                }),
+                _ => None,
             })
-            .collect()
+            .collect();
+        out.sort_unstable_by(|a, b| a.order_id.cmp(&b.order_id));
+        Ok(out)
     }
 
     /// The ledger's side of an audit, in one snapshot: the totals without the

@@ -479,7 +479,9 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
         record("s#0#0", &id, 2, RecordKind::Cancel, &oid, 2, 0),
     ];
     for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
-        let ledger = sqlite_ledger_with(&id, 10).await;
+        let url = sqlite_url();
+        let ledger = Ledger::connect(&url, 1).await.unwrap();
+        ledger.register_event(&spec(&id, 10, 2), 0).await.unwrap();
         for i in order {
             ledger
                 .apply(std::slice::from_ref(&all[i]), 0)
@@ -495,6 +497,17 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
         );
         let t = ledger.totals(&id).await.unwrap().unwrap();
         assert_eq!((t.sold, t.released), (4, 4));
+        // The `orders` view, for other readers, says the same.
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        let view: (String, i64, i64) =
+            sqlx::query_as("SELECT status, bucket, quantity FROM orders WHERE order_id = $1")
+                .bind(&oid)
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+        assert_eq!(view, ("cancelled".into(), 0, 2), "{order:?}");
     }
 }
 
