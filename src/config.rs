@@ -129,7 +129,9 @@ pub struct DatabaseSettings {
     pub flush_batch: usize,
     /// Flush workers per instance, each writing its own batches concurrently.
     pub flush_workers: usize,
-    /// How long the flusher waits for new records before polling again.
+    /// How long a flush worker waits after a round that found less than a
+    /// batch (or nothing) before it reads again: the flush lag when idle, and
+    /// what fills the batches at sale rates.
     pub flush_block_ms: u64,
     /// Records pending this long in a dead consumer are claimed.
     pub claim_idle_ms: u64,

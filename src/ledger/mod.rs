@@ -1,19 +1,30 @@
 //! The ledger: the database that is the truth behind Redis (PostgreSQL in
 //! production, SQLite as the embedded default).
 //!
-//! One code path for both through sqlx's `Any` driver: the SQL is portable
-//! (`ON CONFLICT`, `RETURNING`, `$n` parameters, BIGINT everywhere) and the
-//! single migration in `migrations/` runs on either. Sub-modules: `apply`
-//! writes flushed batches exactly once and applies the final guard; `read`
-//! answers orders, totals and what the audit and a recovery need.
+//! One code path for both through sqlx's `Any` driver — the SQL is portable
+//! (`ON CONFLICT`, `RETURNING`, `$n` parameters, BIGINT everywhere) — except
+//! the flusher's insert on PostgreSQL, which binds arrays (`UNNEST`), which
+//! `Any` cannot: that one statement runs on a `PgPool` of its own.
+//! The schema is the same on both; `migrations/postgres` and
+//! `migrations/sqlite` hold one folder each (0001 is the same file in both, so
+//! a database 0001 migrated migrates on) because keys and index kinds differ.
+//! Sub-modules: `apply` writes flushed batches exactly once and applies the
+//! final guard, with `records` writing their rows; `read` answers orders
+//! (derived from their records by `derive`), totals and what the audit and a
+//! recovery need.
 
 mod apply;
+mod derive;
 mod read;
+mod records;
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::migrate::MigrateDatabase;
+use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Any, AnyPool};
 
 use crate::domain::ids::EventId;
@@ -62,7 +73,15 @@ pub enum DbKind {
 pub struct Ledger {
     pool: AnyPool,
     kind: DbKind,
+    /// PostgreSQL: the flusher's writes (they bind arrays). Connects lazily.
+    pg: Option<PgPool>,
+    /// The numbers of the streams this process has flushed (`ledger_streams`):
+    /// a number, once committed, never changes.
+    streams: Arc<Mutex<HashMap<String, i64>>>,
 }
+
+static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// `sqlite:` URLs get `mode=rwc` (create the file) and their directory.
 fn prepare_url(url: &str) -> Result<(String, DbKind), LedgerError> {
@@ -113,10 +132,14 @@ impl Ledger {
                 return Err(e.into());
             }
         }
-        let max = if kind == DbKind::Sqlite {
-            max_connections.clamp(1, 4)
-        } else {
-            max_connections.max(1)
+        // PostgreSQL: the connections are shared by the two pools, half of
+        // them (at least one) for the flusher's writes.
+        let (max, writers) = match kind {
+            DbKind::Sqlite => (max_connections.clamp(1, 4), 0),
+            DbKind::Postgres => {
+                let writers = (max_connections / 2).max(1);
+                (max_connections.saturating_sub(writers).max(1), writers)
+            }
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max)
@@ -128,8 +151,27 @@ impl Ledger {
                 .execute(&pool)
                 .await?;
         }
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool, kind })
+        let pg = match kind {
+            DbKind::Postgres => {
+                POSTGRES.run(&pool).await?;
+                Some(
+                    PgPoolOptions::new()
+                        .max_connections(writers)
+                        .acquire_timeout(std::time::Duration::from_secs(5))
+                        .connect_lazy(&url)?,
+                )
+            }
+            DbKind::Sqlite => {
+                SQLITE.run(&pool).await?;
+                None
+            }
+        };
+        Ok(Self {
+            pool,
+            kind,
+            pg,
+            streams: Arc::default(),
+        })
     }
 
     pub fn kind(&self) -> DbKind {
@@ -178,13 +220,34 @@ impl Ledger {
         Ok(())
     }
 
-    /// Marks an event closed.
+    /// Marks an event closed, once every record of it is flushed, and judges
+    /// its guard: an excess the releases did not cover by now is a violation
+    /// (see `apply`), counted, alarmed and logged.
     pub async fn close_event(&self, event: &EventId, now_ms: i64) -> Result<(), LedgerError> {
-        sqlx::query("UPDATE events SET status = 'closed', closed_ms = $2 WHERE event_id = $1 AND status <> 'closed'")
+        let mut tx = self.pool.begin().await?;
+        let closed = sqlx::query("UPDATE events SET status = 'closed', closed_ms = $2 WHERE event_id = $1 AND status <> 'closed'")
             .bind(event.as_str())
             .bind(now_ms)
-            .execute(&self.pool)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        let mut excess = None;
+        if closed {
+            excess = sqlx::query_scalar::<_, i64>(
+                "UPDATE event_totals SET guard_violations = guard_violations + 1 \
+                 WHERE event_id = $1 AND sold - released + leftover > stock RETURNING sold - released + leftover - stock",
+            )
+            .bind(event.as_str())
+            .fetch_optional(&mut *tx)
             .await?;
+        }
+        tx.commit().await?;
+        if let Some(excess) = excess {
+            metrics::counter!(crate::metrics::DB_GUARD_VIOLATIONS, "event" => event.to_string())
+                .increment(1);
+            tracing::error!(%event, excess, "DB guard: at the close, sold - released + leftover is over the stock; alarmed");
+        }
         Ok(())
     }
 }
@@ -192,6 +255,14 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_databases_share_the_first_migration() {
+        // A database migrated when there was one folder has 0001's checksum.
+        let first = |m: &Migrator| m.iter().next().map(|m| m.checksum.clone());
+        assert_eq!(first(&POSTGRES), first(&SQLITE));
+        assert_eq!(POSTGRES.iter().count(), SQLITE.iter().count());
+    }
 
     #[test]
     fn sqlite_urls_create_their_file() {

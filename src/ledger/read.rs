@@ -1,10 +1,12 @@
 //! Reading the ledger: orders, events, totals, the audit's view, and what a
-//! recovery needs to rebuild buckets.
+//! recovery needs to rebuild buckets. Orders are derived from their records
+//! here (`derive`), by the rule the `orders` view states for other readers.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{Row, any::AnyRow};
 
+use super::derive::{self, Rec, Status};
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{EventSpec, OrderStatus, OrderView};
@@ -24,7 +26,31 @@ pub struct Totals {
     pub sold: u64,
     pub released: u64,
     pub leftover: u64,
+    /// Violations of the guard, counting a pending one (`guard_pending`).
     pub guard_violations: u64,
+    /// The sale is open and its flushed records are over the stock: one of
+    /// `guard_violations` unless a release still in a stream covers it (see
+    /// `apply`).
+    pub guard_pending: bool,
+}
+
+/// `stock, sold, released, leftover, guard_violations` and the event's status.
+const TOTALS: &str = "SELECT t.stock, t.sold, t.released, t.leftover, t.guard_violations, COALESCE(e.status, 'on_sale') \
+     FROM event_totals t LEFT JOIN events e ON e.event_id = t.event_id WHERE t.event_id = $1";
+
+fn totals_from(row: &AnyRow) -> Result<Totals, LedgerError> {
+    let mut t = Totals {
+        stock: u(row, 0)?,
+        sold: u(row, 1)?,
+        released: u(row, 2)?,
+        leftover: u(row, 3)?,
+        guard_violations: u(row, 4)?,
+        guard_pending: false,
+    };
+    let open = row.try_get::<String, _>(5)? != "closed";
+    t.guard_pending = open && (t.sold + t.leftover).saturating_sub(t.released) > t.stock;
+    t.guard_violations += u64::from(t.guard_pending);
+    Ok(t)
 }
 
 /// A confirmed order, for rebuilding buckets.
@@ -99,61 +125,54 @@ impl Ledger {
     }
 
     pub async fn totals(&self, event: &EventId) -> Result<Option<Totals>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1",
-        )
-        .bind(event.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| {
-            Ok(Totals {
-                stock: u(&r, 0)?,
-                sold: u(&r, 1)?,
-                released: u(&r, 2)?,
-                leftover: u(&r, 3)?,
-                guard_violations: u(&r, 4)?,
-            })
-        })
-        .transpose()
+        let row = sqlx::query(TOTALS)
+            .bind(event.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(totals_from).transpose()
     }
 
-    /// An order as flushed (its row, derived from all its records).
+    /// An order as flushed, derived from all its records (`derive`).
     pub async fn order(
         &self,
         id: &OrderId,
         event: &EventId,
     ) -> Result<Option<OrderView>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT user_id, quantity, bucket, request_id, status, created_ms FROM orders WHERE order_id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let status: String = row.try_get(4)?;
-        let status = match status.as_str() {
-            "confirmed" => OrderStatus::Confirmed,
-            "cancelled" => OrderStatus::Cancelled,
-            _ => return Ok(None), // voided: the take never became this order
+        let sql = format!(
+            "SELECT {} FROM order_records WHERE order_id = $1",
+            derive::COLUMNS
+        );
+        let records = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Rec::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((rec, bucket, status)) = derive::derive(&records) else {
+            return Ok(None);
         };
-        let user: String = row.try_get(0)?;
-        let rid: String = row.try_get(3)?;
+        let status = match status {
+            Status::Confirmed => OrderStatus::Confirmed,
+            Status::Cancelled => OrderStatus::Cancelled,
+            Status::Voided => return Ok(None), // the take never became this order
+        };
         Ok(Some(OrderView {
             order_id: id.clone(),
             event_id: event.clone(),
-            user_id: UserId::parse(user.clone())
-                .map_err(|e| LedgerError::Data(format!("user {user:?}: {e}")))?,
-            quantity: u(&row, 1)? as u32,
-            bucket: u(&row, 2)? as u32,
+            user_id: UserId::parse(rec.user.clone())
+                .map_err(|e| LedgerError::Data(format!("user {:?}: {e}", rec.user)))?,
+            quantity: rec.qty.max(0) as u32,
+            bucket: bucket.max(0) as u32,
             status,
-            request_id: Some(rid).filter(|r| !r.is_empty()),
-            created_at: Some(row.try_get(5)?),
+            request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
+            created_at: Some(rec.at_ms),
         }))
     }
 
     /// The highest bucket-layout generation any record of the event came from.
     pub async fn max_generation(&self, event: &EventId) -> Result<Option<u32>, LedgerError> {
-        let rows = sqlx::query("SELECT DISTINCT stream FROM order_records WHERE event_id = $1")
+        let rows = sqlx::query("SELECT stream FROM ledger_streams WHERE event_id = $1")
             .bind(event.as_str())
             .fetch_all(&self.pool)
             .await?;
@@ -169,27 +188,39 @@ impl Ledger {
         Ok(max)
     }
 
-    /// Confirmed orders of an event (what a rebuilt bucket must remember).
+    /// Confirmed orders of an event (what a rebuilt bucket must remember):
+    /// its records read stream by stream, each order derived (`derive`).
     pub async fn confirmed_orders(&self, event: &EventId) -> Result<Vec<DbOrder>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT order_id, user_id, quantity, bucket, request_id, created_ms FROM orders \
-             WHERE event_id = $1 AND status = 'confirmed' ORDER BY order_id",
-        )
-        .bind(event.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DbOrder {
-                    order_id: r.try_get(0)?,
-                    user: r.try_get(1)?,
-                    qty: u(r, 2)?,
-                    bucket: u(r, 3)?,
-                    request_id: r.try_get(4)?,
-                    at_ms: r.try_get(5)?,
-                })
+        let sql = format!(
+            "SELECT {} FROM order_records WHERE kind IN ('o', 'c', 'v') AND stream_no IN \
+             (SELECT stream_no FROM ledger_streams WHERE event_id = $1)",
+            derive::COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(event.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut by_order: HashMap<String, Vec<Rec>> = HashMap::new();
+        for row in &rows {
+            let rec = Rec::from_row(row)?;
+            by_order.entry(rec.order_id.clone()).or_default().push(rec);
+        }
+        let mut out: Vec<DbOrder> = by_order
+            .values()
+            .filter_map(|records| match derive::derive(records)? {
+                (rec, bucket, Status::Confirmed) => Some(DbOrder {
+                    order_id: rec.order_id.clone(),
+                    user: rec.user.clone(),
+                    qty: rec.qty.max(0) as u64,
+                    bucket: bucket.max(0) as u64,
+                    request_id: rec.rid.clone(),
+                    at_ms: rec.at_ms,
+                }),
+                _ => None,
             })
-            .collect()
+            .collect();
+        out.sort_unstable_by(|a, b| a.order_id.cmp(&b.order_id));
+        Ok(out)
     }
 
     /// The ledger's side of an audit, in one snapshot: the totals without the
@@ -206,26 +237,32 @@ impl Ledger {
                 .execute(&mut *tx)
                 .await?;
         }
-        let row = sqlx::query("SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1")
+        let row = sqlx::query(TOTALS)
             .bind(event.as_str())
             .fetch_optional(&mut *tx)
             .await?;
         let mut view = AuditDb::default();
         if let Some(r) = row {
-            view.totals = Totals {
-                stock: u(&r, 0)?,
-                sold: u(&r, 1)?,
-                released: u(&r, 2)?,
-                leftover: u(&r, 3)?,
-                guard_violations: u(&r, 4)?,
-            };
+            view.totals = totals_from(&r)?;
         }
+        let numbers: HashMap<String, i64> =
+            sqlx::query("SELECT stream, stream_no FROM ledger_streams WHERE event_id = $1")
+                .bind(event.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, sqlx::Error>>()?;
         for cut in cuts {
+            // A stream the ledger has no number for has no record in it.
+            let Some(&no) = numbers.get(&cut.stream) else {
+                continue;
+            };
             let newer = sqlx::query(
                 "SELECT kind, CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM order_records \
-                 WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq > $3)) GROUP BY kind",
+                 WHERE stream_no = $1 AND ms >= $2 AND (ms > $2 OR seq > $3) GROUP BY kind",
             )
-            .bind(cut.stream.as_str())
+            .bind(no)
             .bind(cut.last.ms as i64)
             .bind(cut.last.seq as i64)
             .fetch_all(&mut *tx)
@@ -245,10 +282,10 @@ impl Ledger {
                 continue;
             };
             let rows = sqlx::query(
-                "SELECT ms, seq FROM order_records WHERE stream = $1 AND (ms > $2 OR (ms = $2 AND seq >= $3)) \
-                 AND (ms < $4 OR (ms = $4 AND seq <= $5))",
+                "SELECT ms, seq FROM order_records WHERE stream_no = $1 AND ms BETWEEN $2 AND $4 \
+                 AND (ms > $2 OR seq >= $3) AND (ms < $4 OR seq <= $5)",
             )
-            .bind(cut.stream.as_str())
+            .bind(no)
             .bind(first.ms as i64)
             .bind(first.seq as i64)
             .bind(cut.last.ms as i64)

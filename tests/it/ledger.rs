@@ -17,7 +17,9 @@ use shardstock::store::{MemoryStore, Store};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user};
+use crate::harness::{
+    event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user, user_homed_at,
+};
 
 on_every_backend!(
     every_sold_order_reaches_the_ledger_once_and_the_audit_balances,
@@ -25,6 +27,7 @@ on_every_backend!(
     close_drains_everything_and_refuses_later_purchases,
     close_wins_over_a_dead_instances_lease_and_unacknowledged_records,
     instances_starting_together_all_ensure_a_configured_event,
+    a_release_flushed_after_the_resale_of_its_unit_is_no_violation,
 );
 
 struct Rig<S: Store> {
@@ -340,6 +343,84 @@ async fn close_wins_over_a_dead_instances_lease_and_unacknowledged_records<S: St
     );
 }
 
+/// A cancel gives its units back to the buyer's home bucket and writes its
+/// release on that bucket's stream. Moved to another bucket (a consolidation)
+/// and sold again, the unit's re-sale is written on that other stream, and the
+/// streams are flushed independently: the re-sale may reach the ledger before
+/// the release. That is no oversell: the audit balances meanwhile, and once
+/// the release is in, the guard shows nothing — nor after the close. (Before
+/// the fix the guard counted a violation there, and every audit after it was
+/// unbalanced.)
+async fn a_release_flushed_after_the_resale_of_its_unit_is_no_violation<S: Store>(
+    engine: Engine<S>,
+) {
+    let mut r = rig(engine).await;
+    let id = event_id("resold");
+    create(&r, &id, 2, 2).await;
+    let buy = async |u: &str| {
+        let out = r.engine.purchase(&req(&id, u, 1, None)).await.unwrap();
+        out.result.unwrap()
+    };
+    let first = buy(&user_homed_at(1, 2, "first")).await;
+    let other = buy(&user_homed_at(0, 2, "other")).await;
+    assert_eq!((first.bucket, other.bucket), (1, 0));
+    r.engine.cancel(first.order_id.as_str()).await.unwrap();
+    let meta = r.engine.meta(&id).await.unwrap();
+    let store = r.engine.store();
+    let token = store
+        .acquire_lease(&id, "mover", 5_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let moved = shardstock::engine::mover::transfer(store, &meta, token, 1, 0, 1).await;
+    assert_eq!(moved.unwrap(), 1);
+    let again = buy(&user_homed_at(0, 2, "again")).await;
+    assert_eq!(again.bucket, 0, "the unit is sold again from bucket 0");
+    // Bucket 1's first record (the first sale) and all of bucket 0 are
+    // flushed; bucket 1's release is not, yet.
+    let buckets = meta.all_buckets();
+    let mut one_by_one = Flusher::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        "one-by-one".into(),
+        FlushOptions {
+            batch: 1,
+            ..options()
+        },
+    );
+    assert_eq!(
+        one_by_one.flush_once(&buckets[1..], &r.stop).await.unwrap(),
+        1
+    );
+    while one_by_one.flush_once(&buckets[..1], &r.stop).await.unwrap() > 0 {}
+    let t = r.ledger.totals(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (t.sold, t.released),
+        (3, 0),
+        "over the stock until the release comes"
+    );
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(
+        audit.balanced,
+        "the release in the stream covers it: {audit:?}"
+    );
+    r.flusher.drain(&buckets, &r.stop).await.unwrap();
+    let t = r.ledger.totals(&id).await.unwrap().unwrap();
+    assert_eq!((t.sold, t.released, t.guard_violations), (3, 1, 0));
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(audit.balanced && audit.guard_violations == 0, "{audit:?}");
+    store.release_lease(&id, "mover", token).await.unwrap();
+    lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
+    let t = r.ledger.totals(&id).await.unwrap().unwrap();
+    assert_eq!(t.guard_violations, 0, "{t:?}");
+}
+
 fn record(
     stream: &str,
     event: &EventId,
@@ -397,7 +478,9 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
         record("s#0#0", &id, 2, RecordKind::Cancel, &oid, 2, 0),
     ];
     for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
-        let ledger = sqlite_ledger_with(&id, 10).await;
+        let url = sqlite_url();
+        let ledger = Ledger::connect(&url, 1).await.unwrap();
+        ledger.register_event(&spec(&id, 10, 2), 0).await.unwrap();
         for i in order {
             ledger
                 .apply(std::slice::from_ref(&all[i]), 0)
@@ -413,6 +496,17 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
         );
         let t = ledger.totals(&id).await.unwrap().unwrap();
         assert_eq!((t.sold, t.released), (4, 4));
+        // The `orders` view, for other readers, says the same.
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        let view: (String, i64, i64) =
+            sqlx::query_as("SELECT status, bucket, quantity FROM orders WHERE order_id = $1")
+                .bind(&oid)
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+        assert_eq!(view, ("cancelled".into(), 0, 2), "{order:?}");
     }
 }
 
@@ -432,6 +526,110 @@ async fn the_database_guard_alarms_on_an_oversell() {
     assert_eq!(over.guard_violations, vec![id.to_string()]);
     let t = ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!((t.sold, t.guard_violations), (4, 1), "written, and counted");
+}
+
+/// The guard's other half: an excess no release covers by the close is a
+/// violation, counted once at the close, and again by records flushed after it.
+#[tokio::test]
+async fn an_excess_that_outlasts_the_close_is_a_violation() {
+    let id = event_id("outlasts");
+    let ledger = sqlite_ledger_with(&id, 1).await;
+    let batch = [
+        record("s#0#0", &id, 1, RecordKind::Order, "o1", 1, 0),
+        record("s#0#0", &id, 2, RecordKind::Order, "o2", 1, 0),
+    ];
+    let over = ledger.apply(&batch, 0).await.unwrap();
+    assert_eq!(over.guard_violations, vec![id.to_string()]);
+    let t = ledger.totals(&id).await.unwrap().unwrap();
+    assert!(t.guard_pending && t.guard_violations == 1, "{t:?}");
+    ledger.close_event(&id, 5).await.unwrap();
+    ledger.close_event(&id, 6).await.unwrap();
+    let t = ledger.totals(&id).await.unwrap().unwrap();
+    assert!(!t.guard_pending && t.guard_violations == 1, "{t:?}");
+    let late = [record("s#0#1", &id, 1, RecordKind::Order, "o3", 1, 1)];
+    assert_eq!(
+        ledger.apply(&late, 0).await.unwrap().guard_violations,
+        vec![id.to_string()]
+    );
+    assert_eq!(
+        ledger.totals(&id).await.unwrap().unwrap().guard_violations,
+        2
+    );
+}
+
+/// Flushers that meet on the same records — a close claiming what a live
+/// consumer is writing, a batch retried after its commit's answer was lost —
+/// write each record once, whatever the interleaving: a duplicate key or a
+/// deadlock between them is retried, never returned. (PostgreSQL, 8 writers,
+/// every batch written by two of them.)
+#[tokio::test]
+async fn concurrent_flushers_writing_the_same_records_add_each_once() {
+    let id = event_id("meet");
+    let ledger = Ledger::connect(&pg_url(), 8).await.unwrap();
+    ledger
+        .register_event(&spec(&id, 1_000_000, 8), 0)
+        .await
+        .unwrap();
+    let id_s = id.to_string();
+    let records: Vec<FlushRecord> = (0..4_000u64)
+        .map(|i| {
+            let stream = format!("{id_s}#0#{}", i % 8);
+            let kind = if i % 10 == 9 {
+                RecordKind::Cancel
+            } else {
+                RecordKind::Order
+            };
+            record(
+                &stream,
+                &id,
+                1 + i / 8,
+                kind,
+                &format!("{id_s}.o{}", i - i % 10),
+                1,
+                (i % 8) as u32,
+            )
+        })
+        .collect();
+    // Overlapping batches, each twice: the same 200 records in different
+    // company and order.
+    let mut batches: Vec<Vec<FlushRecord>> = Vec::new();
+    for start in (0..records.len()).step_by(150) {
+        let mut b: Vec<FlushRecord> = records[start..(start + 200).min(records.len())].to_vec();
+        batches.push(b.clone());
+        b.reverse();
+        batches.push(b);
+    }
+    let batches = Arc::new(batches);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let (ledger, batches, next) = (ledger.clone(), batches.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut written = 0;
+                while let Some(b) =
+                    batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    written += ledger
+                        .apply(b, 0)
+                        .await
+                        .expect("no writer gives up")
+                        .new_records;
+                }
+                written
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for w in writers {
+        written += w.await.unwrap();
+    }
+    assert_eq!(
+        written,
+        records.len(),
+        "each record written by exactly one writer"
+    );
+    let t = ledger.totals(&id).await.unwrap().unwrap();
+    assert_eq!((t.sold, t.released), (3_600, 400));
 }
 
 #[tokio::test]

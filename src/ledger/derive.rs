@@ -1,0 +1,116 @@
+//! An order from all its records, whatever order they came in — the rule the
+//! `orders` view of migration 0002 states in SQL, here for the reads the
+//! service makes (one order; every confirmed order of an event), which then
+//! stay two plain index reads whatever the planner's statistics say.
+//!
+//! The order's row is its best take — one no void gave back, then the lowest
+//! bucket, then the earliest record — or, while none of its takes is in yet,
+//! its cancel (bucket −1). Its status: voided when that take was given back
+//! (the saga never made it this order), cancelled once a cancel exists, else
+//! confirmed.
+
+/// The columns of `order_records` a derivation reads, in this order.
+pub(super) const COLUMNS: &str =
+    "order_id, kind, bucket, quantity, user_id, request_id, at_ms, stream_no, ms, seq";
+
+/// One record of an order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Rec {
+    pub order_id: String,
+    pub kind: String,
+    pub bucket: i64,
+    pub qty: i64,
+    pub user: String,
+    pub rid: String,
+    pub at_ms: i64,
+    /// `(stream_no, ms, seq)`.
+    pub key: (i64, i64, i64),
+}
+
+impl Rec {
+    pub fn from_row(row: &sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row;
+        Ok(Self {
+            order_id: row.try_get(0)?,
+            kind: row.try_get(1)?,
+            bucket: row.try_get(2)?,
+            qty: row.try_get(3)?,
+            user: row.try_get(4)?,
+            rid: row.try_get(5)?,
+            at_ms: row.try_get(6)?,
+            key: (row.try_get(7)?, row.try_get(8)?, row.try_get(9)?),
+        })
+    }
+}
+
+/// How an order stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Status {
+    Confirmed,
+    Cancelled,
+    Voided,
+}
+
+/// The order `records` (all of one order id) make: the record its row shows,
+/// the bucket, and the status; `None` without a take or a cancel.
+pub(super) fn derive(records: &[Rec]) -> Option<(&Rec, i64, Status)> {
+    let voided = |bucket: i64| records.iter().any(|r| r.kind == "v" && r.bucket == bucket);
+    let cancelled = records.iter().any(|r| r.kind == "c");
+    let best = records
+        .iter()
+        .filter(|r| r.kind == "o")
+        .min_by_key(|r| (voided(r.bucket), r.bucket, r.key.1, r.key.2, r.key.0));
+    match best {
+        Some(take) if voided(take.bucket) => Some((take, take.bucket, Status::Voided)),
+        Some(take) if cancelled => Some((take, take.bucket, Status::Cancelled)),
+        Some(take) => Some((take, take.bucket, Status::Confirmed)),
+        None => records
+            .iter()
+            .filter(|r| r.kind == "c")
+            .min_by_key(|r| r.key)
+            .map(|c| (c, -1, Status::Cancelled)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: &str, bucket: i64, seq: i64) -> Rec {
+        Rec {
+            order_id: "x".into(),
+            kind: kind.into(),
+            bucket,
+            qty: 2,
+            user: "u".into(),
+            rid: String::new(),
+            at_ms: seq,
+            key: (bucket, 1_000, seq),
+        }
+    }
+
+    #[test]
+    fn the_live_take_with_the_lowest_bucket_is_the_order() {
+        let all = [rec("o", 3, 1), rec("o", 1, 2), rec("v", 1, 3)];
+        let (r, bucket, status) = derive(&all).unwrap();
+        assert_eq!(
+            (r.key, bucket, status),
+            ((3, 1_000, 1), 3, Status::Confirmed)
+        );
+    }
+
+    #[test]
+    fn a_cancel_alone_stands_for_its_order_until_a_take_comes() {
+        let (_, bucket, status) = derive(&[rec("c", 0, 1)]).unwrap();
+        assert_eq!((bucket, status), (-1, Status::Cancelled));
+        let (_, bucket, status) = derive(&[rec("c", 0, 2), rec("o", 4, 1)]).unwrap();
+        assert_eq!((bucket, status), (4, Status::Cancelled));
+    }
+
+    #[test]
+    fn takes_all_given_back_void_the_order() {
+        let all = [rec("o", 2, 1), rec("v", 2, 2), rec("c", 0, 3)];
+        assert_eq!(derive(&all).unwrap().2, Status::Voided);
+        assert_eq!(derive(&[rec("v", 2, 2)]), None);
+    }
+}
