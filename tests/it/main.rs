@@ -17,6 +17,10 @@
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
+//! - `faults`: randomized schedules of purchases, cancels, replays,
+//!   transfers, reshards, closes and dropped calls over `Faulty` stores,
+//!   then the promises checked.
+//! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
 //!   metric labels from made-up ids, dot-only event ids.
@@ -35,9 +39,11 @@ mod concurrency;
 mod deploy_local;
 mod durability;
 mod engine;
+mod faults;
 mod hardening;
 mod ledger;
 mod live_page;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod stall;

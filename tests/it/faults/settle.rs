@@ -1,0 +1,420 @@
+//! After a schedule: heal the store, let retries and recovery finish what the
+//! faults cut short, and check the promises of docs/DESIGN.md.
+//!
+//! Settling is what clients and operators do: retry every request whose
+//! outcome is unknown with its request id, retry every cancel that failed,
+//! resume a reshard that stopped half way, close the sale (again, if a close
+//! was cut short), which drains every stream into the ledger. Then the
+//! answers are held against the ledger. Each check is a named switch in
+//! [`super::CHECKS`]; every violation names its check, so a failing seed
+//! says which promise broke, and checks that are off still report.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardstock::control::flusher::Flusher;
+use shardstock::control::{audit, lifecycle, reshard};
+use shardstock::domain::ids::{OrderId, RequestId};
+use shardstock::domain::model::{EventStatus, OrderStatus, RequestRecord};
+use shardstock::engine::{PurchaseRequest, Refusal};
+use shardstock::ledger::DbOrder;
+use shardstock::store::{Retirement, Store};
+use shardstock::{Engine, EngineError};
+
+use super::plan::{Answer, Cancelled, Reply, Rig, flush_options, now_ms};
+use crate::harness::faulty::Faulty;
+use crate::harness::user;
+
+/// What a schedule broke: `(check, what)`.
+pub type Violations = Vec<(&'static str, String)>;
+
+/// How often a settling retry asks again before the request counts as
+/// never answered.
+const RETRIES: usize = 8;
+
+impl<S: Store> Rig<S> {
+    /// Heals, settles, checks; returns what broke.
+    pub async fn settle_and_check(self: &Arc<Self>, plain: &Arc<Engine<Faulty<S>>>) -> Violations {
+        let mut v = Violations::new();
+        for e in &self.engines {
+            e.store().heal();
+        }
+        let pending = self.pending(plain).await;
+        if pending > 0 {
+            v.push((
+                "no_pending_saga",
+                format!("{pending} sagas still pending after healing"),
+            ));
+        }
+        self.resume_reshard(plain, &mut v).await;
+        let closed =
+            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
+        if !closed {
+            self.retry_unknown(plain, &mut v).await;
+            self.retry_cancels(plain).await;
+            self.audit(plain, "before the close", &mut v).await;
+            self.sell_out(plain, &mut v).await;
+        }
+        let mut flusher = Flusher::new(
+            plain.clone(),
+            self.ledger.clone(),
+            "settler".into(),
+            flush_options(),
+        );
+        if let Err(e) =
+            lifecycle::close(plain, &self.ledger, &mut flusher, &self.id, &self.stop).await
+        {
+            v.push((
+                "conservation",
+                format!("the close on a healed store failed: {e}"),
+            ));
+            return v;
+        }
+        self.audit(plain, "after the close", &mut v).await;
+        self.check_ledger(&mut v).await;
+        let errors = self.log.lock().unwrap().errors.clone();
+        v.extend(errors.into_iter().map(|e| ("bought_once", e)));
+        v
+    }
+
+    /// Sagas left pending in any bucket of any layout.
+    async fn pending(&self, plain: &Engine<Faulty<S>>) -> usize {
+        let Ok(meta) = plain.reload(&self.id).await else {
+            return 0;
+        };
+        let mut n = 0;
+        for b in meta.all_buckets() {
+            if let Ok(list) = plain.store().pending(&b).await {
+                n += list
+                    .iter()
+                    .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
+                    .count();
+            }
+        }
+        n
+    }
+
+    /// A reshard stopped by a fault is resumed by asking for it again.
+    async fn resume_reshard(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        for _ in 0..5 {
+            let Ok(meta) = plain.reload(&self.id).await else {
+                return;
+            };
+            let Some((_, to)) = meta
+                .reshard_to
+                .filter(|_| meta.status == EventStatus::Resharding)
+            else {
+                return;
+            };
+            match reshard::reshard(plain, &self.id, to).await {
+                Ok(_) => return,
+                Err(e) => tracing::info!(error = %e, "resuming the reshard"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        v.push((
+            "conservation",
+            "a stopped reshard could not be resumed".into(),
+        ));
+    }
+
+    /// Retries every request whose outcome is unknown, with its request id,
+    /// until it gets a final answer.
+    async fn retry_unknown(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        let open: Vec<PurchaseRequest> = {
+            let log = self.log.lock().unwrap();
+            log.order
+                .iter()
+                .map(|rid| &log.sent[rid])
+                .filter(|s| !s.answers().any(Answer::is_final))
+                .filter(|s| matches!(s.answers().last(), Some(Answer::Unknown(_))))
+                .map(|s| s.req.clone())
+                .collect()
+        };
+        for req in open {
+            let mut last = None;
+            for _ in 0..RETRIES {
+                let sent_ms = now_ms();
+                let answer = Answer::of(plain.purchase(&req).await);
+                self.log
+                    .lock()
+                    .unwrap()
+                    .answered(&req, answer.clone(), sent_ms);
+                if answer.is_final() {
+                    last = None;
+                    break;
+                }
+                last = Some(answer);
+            }
+            if let Some(answer) = last {
+                let rid = req.request_id.as_ref().map(RequestId::as_str).unwrap_or("");
+                v.push((
+                    "replays_agree",
+                    format!("{rid}: no final answer after {RETRIES} retries on a healed store (last: {answer:?})"),
+                ));
+            }
+        }
+    }
+
+    /// Retries every cancel whose outcome is unknown.
+    async fn retry_cancels(&self, plain: &Engine<Faulty<S>>) {
+        let open: Vec<OrderId> = {
+            let log = self.log.lock().unwrap();
+            log.cancels
+                .iter()
+                .filter(|(_, c)| **c == Cancelled::Unknown)
+                .map(|(oid, _)| oid.clone())
+                .collect()
+        };
+        for oid in open {
+            let done = plain.cancel(oid.as_str()).await;
+            self.log.lock().unwrap().cancelled(&oid, Some(done));
+        }
+    }
+
+    async fn audit(&self, plain: &Engine<Faulty<S>>, when: &str, v: &mut Violations) {
+        match audit::audit(plain, &self.ledger, &self.id).await {
+            Ok(a) if a.balanced => {}
+            Ok(a) => v.push((
+                "conservation",
+                format!("the audit {when} does not balance: {a:?}"),
+            )),
+            Err(e) => v.push(("conservation", format!("the audit {when} failed: {e}"))),
+        }
+    }
+
+    /// A quiet phase: fresh buyers, one at a time, until the event is sold
+    /// out. A sold-out answer while the event holds at least the quantity
+    /// asked is a false sold-out; every unit left must sell.
+    async fn sell_out(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        let stock = self.plan.spec.stock;
+        let mut contention = 0;
+        for i in 0..(2 * stock + 20) {
+            let remaining = match plain.view(&self.id).await {
+                Ok(view) => view.remaining,
+                Err(e) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("view failed on a healed store: {e}"),
+                    ));
+                    return;
+                }
+            };
+            let qty = if remaining == 0 {
+                1
+            } else {
+                1 + (i as u32 % 3)
+            };
+            let req = PurchaseRequest {
+                event: self.id.clone(),
+                user: user(format!("quiet{i}")),
+                quantity: qty,
+                request_id: Some(
+                    RequestId::parse(format!("s{}-quiet-{i}", self.plan.seed)).unwrap(),
+                ),
+            };
+            let sent_ms = now_ms();
+            let result = plain.purchase(&req).await;
+            let refused_at = match &result {
+                Ok(out) => match &out.result {
+                    Err(Refusal::SoldOut { .. }) => Some(remaining),
+                    _ => None,
+                },
+                Err(EngineError::Contention { .. }) if contention < 20 => {
+                    contention += 1;
+                    None
+                }
+                Err(e) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("a purchase on a healed store failed: {e}"),
+                    ));
+                    return;
+                }
+            };
+            self.log
+                .lock()
+                .unwrap()
+                .answered(&req, Answer::of(result), sent_ms);
+            if remaining == 0 && refused_at.is_none() && result_bought(&self.log, &req) {
+                v.push((
+                    "no_double_sale",
+                    format!("{qty} bought while the event showed 0 remaining"),
+                ));
+            }
+            match refused_at {
+                Some(0) => return,
+                Some(r) if r >= u64::from(qty) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("sold out for {qty} while {r} units remained, with nothing else going on"),
+                    ));
+                    return;
+                }
+                _ => {}
+            }
+        }
+        v.push(("no_false_sold_out", "the quiet phase never sold out".into()));
+    }
+
+    /// The answers against the ledger (every stream is drained by the close).
+    async fn check_ledger(&self, v: &mut Violations) {
+        let spec = &self.plan.spec;
+        let confirmed = self
+            .ledger
+            .confirmed_orders(&self.id)
+            .await
+            .expect("ledger orders");
+        let totals = self
+            .ledger
+            .totals(&self.id)
+            .await
+            .expect("ledger totals")
+            .unwrap_or_default();
+        let log = self.log.lock().unwrap().clone();
+
+        let net: u64 = confirmed.iter().map(|o| o.qty).sum();
+        let sold = totals.sold.saturating_sub(totals.released);
+        if net != sold || sold + totals.leftover != spec.stock || totals.guard_violations > 0 {
+            v.push((
+                "no_double_sale",
+                format!(
+                    "confirmed orders hold {net} units; the ledger has {totals:?}; stock {}",
+                    spec.stock
+                ),
+            ));
+        }
+        if let Some(limit) = spec.per_user_limit {
+            let mut per_user: HashMap<&str, u64> = HashMap::new();
+            for o in &confirmed {
+                *per_user.entry(o.user.as_str()).or_default() += o.qty;
+            }
+            for (u, held) in per_user {
+                if held > u64::from(limit) {
+                    v.push(("limits", format!("{u} holds {held} > {limit}")));
+                }
+            }
+        }
+        let mut by_rid: HashMap<&str, Vec<&DbOrder>> = HashMap::new();
+        for o in &confirmed {
+            by_rid.entry(o.request_id.as_str()).or_default().push(o);
+        }
+        for rid in &log.order {
+            let sent = &log.sent[rid];
+            let orders = by_rid.remove(rid.as_str()).unwrap_or_default();
+            replays_agree(rid, &sent.replies, v);
+            nothing_deducted_is_true(rid, &sent.replies, &orders, v);
+            if orders.len() > 1 {
+                v.push((
+                    "bought_once",
+                    format!("{rid} has {} confirmed orders: {orders:?}", orders.len()),
+                ));
+            }
+            let mut seen = Vec::new();
+            for a in sent.answers() {
+                if let Answer::Bought(oid, qty) = a
+                    && !seen.contains(&oid)
+                {
+                    seen.push(oid);
+                    let cancelled = log.cancels.get(oid).copied().unwrap_or(Cancelled::No);
+                    self.check_order(rid, oid, *qty, cancelled, v).await;
+                }
+            }
+        }
+        for (rid, orders) in by_rid {
+            v.push((
+                "bought_once",
+                format!("orders {orders:?} of request {rid:?}, which no answer knows"),
+            ));
+        }
+    }
+
+    /// One order answered 201: in the ledger, with its quantity, cancelled
+    /// exactly when a cancel said so.
+    async fn check_order(
+        &self,
+        rid: &str,
+        oid: &OrderId,
+        qty: u32,
+        cancelled: Cancelled,
+        v: &mut Violations,
+    ) {
+        let row = self
+            .ledger
+            .order(oid, &self.id)
+            .await
+            .expect("ledger order");
+        let Some(row) = row else {
+            v.push((
+                "bought_once",
+                format!("{rid}: order {oid} (answered 201) is not in the ledger"),
+            ));
+            return;
+        };
+        let status_ok = match cancelled {
+            Cancelled::Yes => row.status == OrderStatus::Cancelled,
+            Cancelled::No => row.status == OrderStatus::Confirmed,
+            Cancelled::Unknown => true,
+        };
+        if row.quantity != qty || !status_ok {
+            v.push((
+                "bought_once",
+                format!("{rid}: order {oid} answered 201 for {qty} (cancel: {cancelled:?}) is {row:?} in the ledger"),
+            ));
+        }
+    }
+}
+
+/// Once a request had a final answer, every later final answer is the same.
+fn replays_agree(rid: &str, replies: &[Reply], v: &mut Violations) {
+    let mut finals = replies.iter().map(|r| &r.answer).filter(|a| a.is_final());
+    let Some(want) = finals.next() else {
+        return;
+    };
+    for later in finals.filter(|a| *a != want) {
+        v.push((
+            "replays_agree",
+            format!("{rid}: answered {want:?}, then {later:?}"),
+        ));
+    }
+}
+
+/// "Nothing deducted" is a lie when an order of the request existed before
+/// the call was made (a retry of a request that bought), or when it was the
+/// request's last answer and an order exists (the call itself deducted).
+fn nothing_deducted_is_true(rid: &str, replies: &[Reply], orders: &[&DbOrder], v: &mut Violations) {
+    let Some(first_order) = orders.iter().map(|o| o.at_ms).min() else {
+        return;
+    };
+    for (i, r) in replies.iter().enumerate() {
+        let Answer::NothingDeducted(why) = &r.answer else {
+            continue;
+        };
+        let retry_of_a_purchase = first_order < r.sent_ms;
+        if retry_of_a_purchase || i + 1 == replies.len() {
+            let what = if retry_of_a_purchase {
+                "a retry of a request that had bought"
+            } else {
+                "the call that deducted"
+            };
+            v.push((
+                "nothing_deducted_is_true",
+                format!(
+                    "{rid}: {what} was answered \"nothing deducted\" ({why}); its order {} exists",
+                    orders[0].order_id
+                ),
+            ));
+        }
+    }
+}
+
+/// Whether the last answer logged for `req` was a purchase.
+fn result_bought(log: &std::sync::Mutex<super::plan::Log>, req: &PurchaseRequest) -> bool {
+    let rid = req.request_id.as_ref().map(RequestId::as_str).unwrap_or("");
+    let log = log.lock().unwrap();
+    matches!(
+        log.sent.get(rid).and_then(|s| s.answers().last()),
+        Some(Answer::Bought(..))
+    )
+}
