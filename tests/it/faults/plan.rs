@@ -15,6 +15,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::control::{lifecycle, reshard};
 use shardstock::domain::ids::{EventId, OrderId, RequestId};
 use shardstock::domain::model::{EventSpec, EventStatus};
@@ -52,12 +53,15 @@ pub enum Op {
         pick: usize,
         crash: Option<Duration>,
     },
-    /// The rebalancer's mover: lease, take over, one transfer.
+    /// The rebalancer's mover by hand: lease, take over, one transfer.
     Transfer {
         from: u32,
         to: u32,
         units: u64,
     },
+    /// One round of the engine's rebalancer: leadership, a round of moves,
+    /// or the resumption of a stalled reshard.
+    Rebalance,
     Reshard {
         buckets: u32,
     },
@@ -89,6 +93,9 @@ impl Plan {
             rng.random_bool(0.15)
                 .then(|| Duration::from_millis(rng.random_range(0..25)))
         };
+        // Half the schedules reshard (a reshard is many steps: under faults
+        // it often stops half way and the event waits for its resumption).
+        let reshards = rng.random_bool(0.5);
         let mut actors: Vec<Vec<Op>> = (0..ACTORS)
             .map(|_| {
                 (0..rng.random_range(15..=30))
@@ -105,12 +112,13 @@ impl Plan {
                             pick: rng.random_range(0..1000),
                             crash: crash(&mut rng),
                         },
-                        76..86 => Op::Transfer {
+                        76..82 => Op::Transfer {
                             from: rng.random_range(0..8),
                             to: rng.random_range(0..8),
                             units: rng.random_range(1..=6),
                         },
-                        86..90 => Op::Reshard {
+                        82..89 => Op::Rebalance,
+                        89..92 if reshards => Op::Reshard {
                             buckets: rng.random_range(1..=8),
                         },
                         _ => Op::Flush,
@@ -128,7 +136,7 @@ impl Plan {
         Plan {
             seed,
             spec,
-            fault_rate: rng.random_range(0.02..0.12),
+            fault_rate: rng.random_range(0.005..0.06),
             max_delay: Duration::from_millis(rng.random_range(2..=20)),
             actors,
         }
@@ -284,6 +292,8 @@ pub struct Log {
     pub order: Vec<String>,
     /// Orders a cancel was sent for, and what the cancels add up to.
     pub cancels: HashMap<OrderId, Cancelled>,
+    /// How the operations went, e.g. `reshard ok: 2` (for the summary).
+    pub tally: std::collections::BTreeMap<String, u32>,
     /// Answers no schedule should ever get (e.g. a bought order unknown to cancel).
     pub errors: Vec<String>,
 }
@@ -300,7 +310,19 @@ impl Log {
         if sent.replies.is_empty() {
             self.order.push(rid);
         }
+        let kind = match &answer {
+            Answer::Bought(..) => "201",
+            Answer::Refused(_) => "refused",
+            Answer::NothingDeducted(_) => "nothing deducted",
+            Answer::NotOnSale => "not on sale",
+            Answer::Unknown(_) => "unknown",
+        };
         sent.replies.push(Reply { answer, sent_ms });
+        self.count(format!("buy {kind}"));
+    }
+
+    fn count(&mut self, what: String) {
+        *self.tally.entry(what).or_default() += 1;
     }
 
     /// Records a cancel's result.
@@ -310,6 +332,7 @@ impl Log {
                 .push(format!("cancel of {oid}, answered 201 before: {e}"));
         }
         let now = Cancelled::of(result);
+        self.count(format!("cancel {now:?}"));
         let was = self.cancels.get(oid).copied().unwrap_or(Cancelled::No);
         self.cancels.insert(oid.clone(), was.and(now));
     }
@@ -351,9 +374,29 @@ pub struct Rig<S: Store> {
     pub plan: Plan,
     pub id: EventId,
     pub engines: Vec<Arc<Engine<Faulty<S>>>>,
+    /// One rebalancer per engine (a leader keeps its state between rounds).
+    pub rebalancers: Vec<tokio::sync::Mutex<Rebalancer<Faulty<S>>>>,
     pub ledger: Ledger,
     pub log: Mutex<Log>,
     pub stop: CancellationToken,
+}
+
+/// A rebalancer of engine `engine`: short leases, levelling eagerly.
+pub fn rebalancer<S: Store>(
+    engine: &Arc<Engine<Faulty<S>>>,
+    ledger: &Ledger,
+) -> Rebalancer<Faulty<S>> {
+    let opts = RebalanceOptions {
+        interval: Duration::from_millis(10),
+        lease_ttl_ms: 1_000,
+        policy: Policy {
+            horizon_s: 0.05,
+            skew_threshold: 1.5,
+            gather_below: 0.3,
+            max_moves: 4,
+        },
+    };
+    Rebalancer::new(engine.clone(), ledger.clone(), flush_options(), opts)
 }
 
 pub fn flush_options() -> FlushOptions {
@@ -397,6 +440,10 @@ impl<S: Store> Rig<S> {
         }
     }
 
+    fn tally(&self, what: &str) {
+        self.log.lock().unwrap().count(what.to_owned());
+    }
+
     fn request(&self, user_index: usize, qty: u32, rid: String) -> PurchaseRequest {
         PurchaseRequest {
             event: self.id.clone(),
@@ -413,7 +460,7 @@ impl<S: Store> Rig<S> {
         crash: Option<Duration>,
     ) {
         let sent_ms = now_ms();
-        let answer = match maybe_crash(crash, engine.purchase(req)).await {
+        let answer = match maybe_crash(crash, Box::pin(engine.purchase(req))).await {
             Some(result) => Answer::of(result),
             None => Answer::Unknown("dropped mid-call".into()),
         };
@@ -439,7 +486,7 @@ impl<S: Store> Rig<S> {
                     return;
                 }
                 let oid = all[pick % all.len()].clone();
-                let done = maybe_crash(crash, engine.cancel(oid.as_str())).await;
+                let done = maybe_crash(crash, Box::pin(engine.cancel(oid.as_str()))).await;
                 self.log.lock().unwrap().cancelled(&oid, done);
             }
             Op::Transfer { from, to, units } => {
@@ -459,15 +506,34 @@ impl<S: Store> Rig<S> {
                     .map(|b| shardstock::domain::keys::BucketRef::new(&self.id, meta.generation, b))
                     .collect();
                 let token = lease.token();
-                let _ = async {
+                let moved = Box::pin(async {
                     mover::take_over(store, &meta, &buckets, token).await?;
                     mover::transfer(store, &meta, token, from % n, to % n, units).await
-                }
+                })
                 .await;
+                self.tally(match moved {
+                    Ok(0) => "transfer none",
+                    Ok(_) => "transfer ok",
+                    Err(_) => "transfer failed",
+                });
                 lease.release(store).await;
             }
+            Op::Rebalance => {
+                let mut rebalancer = self.rebalancers[actor % ENGINES].lock().await;
+                let round = Box::pin(rebalancer.lead(&self.id, &self.stop)).await;
+                self.tally(match round {
+                    Ok(Some(r)) if r.units > 0 => "rebalance moved",
+                    Ok(_) => "rebalance idle",
+                    Err(_) => "rebalance failed",
+                });
+            }
             Op::Reshard { buckets } => {
-                let _ = reshard::reshard(engine, &self.id, buckets).await;
+                let done = Box::pin(reshard::reshard(engine, &self.id, buckets)).await;
+                self.tally(if done.is_ok() {
+                    "reshard ok"
+                } else {
+                    "reshard failed"
+                });
             }
             Op::Close { crash } => {
                 let mut flusher = Flusher::new(
@@ -478,7 +544,11 @@ impl<S: Store> Rig<S> {
                 );
                 let closing =
                     lifecycle::close(engine, &self.ledger, &mut flusher, &self.id, &self.stop);
-                let _ = maybe_crash(crash, closing).await;
+                self.tally(match maybe_crash(crash, Box::pin(closing)).await {
+                    Some(Ok(_)) => "close ok",
+                    Some(Err(_)) => "close failed",
+                    None => "close dropped",
+                });
             }
             Op::Flush => {
                 let Ok(meta) = engine.reload(&self.id).await else {
@@ -490,7 +560,7 @@ impl<S: Store> Rig<S> {
                     format!("flusher-{actor}"),
                     flush_options(),
                 );
-                let _ = flusher.flush_once(&meta.all_buckets(), &self.stop).await;
+                let _ = Box::pin(flusher.flush_once(&meta.all_buckets(), &self.stop)).await;
             }
         }
     }
