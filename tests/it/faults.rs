@@ -122,7 +122,7 @@ const SEEDS: &[u64] = &[
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.
-const DEFAULT_SCHEDULES: u64 = 3;
+const DEFAULT_SCHEDULES: u64 = 12;
 /// The first seed when `SHARDSTOCK_FAULT_SEED` is not set.
 const DEFAULT_SEED: u64 = 0x13_5eed;
 

@@ -73,6 +73,9 @@ fn final_of(result: &Result<PurchaseOutcome, EngineError>) -> Option<Final> {
     }
 }
 
+/// Requests and their first answers (None: no final answer yet).
+type Sent = Vec<(PurchaseRequest, Option<Final>)>;
+
 const CLIENTS: usize = 12;
 const PER_CLIENT: usize = 30;
 const STOCK: u64 = 150;
@@ -106,8 +109,7 @@ async fn a_stalled_master_leaves_every_request_answerable_and_the_ledger_in_agre
     s.per_user_limit = Some(6);
     lifecycle::create(&engines[0], &ledger, s).await.unwrap();
 
-    // Requests and their first answers (None: no final answer yet).
-    let sent: Arc<Mutex<Vec<(PurchaseRequest, Option<Final>)>>> = Arc::default();
+    let sent: Arc<Mutex<Sent>> = Arc::default();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
             let (engine, sent, id) = (engines[c % 2].clone(), sent.clone(), id.clone());

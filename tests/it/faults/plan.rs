@@ -150,7 +150,7 @@ impl Plan {
     /// must not wait 5 s for a reshard its own fault stalled).
     pub fn engine_options(i: usize) -> EngineOptions {
         EngineOptions {
-            max_batch: (i % 2 == 0).then_some(8),
+            max_batch: i.is_multiple_of(2).then_some(8),
             reshard_wait: Duration::from_millis(300),
             gather_wait: Duration::from_millis(200),
             ..EngineOptions::default()

@@ -227,7 +227,7 @@ impl<S: Store> Faulty<S> {
                     let d = Duration::from_millis(1 + (r2 >> 8) % ms);
                     let fault =
                         [Fault::Fail, Fault::Delay(d), Fault::Timeout(d)][(r2 % 3) as usize];
-                    let when = if (r2 >> 4) % 2 == 0 {
+                    let when = if (r2 >> 4).is_multiple_of(2) {
                         When::Before
                     } else {
                         When::After
