@@ -61,6 +61,18 @@ pub const CHECKS: &[Check] = &[
         what: "no user holds more than the per-user limit (in the ledger)",
     },
     Check {
+        name: "across_reshards",
+        on: false,
+        what: "OFF (issue 13 items 3, 4 and 5, src/control/reshard.rs and the close, on other \
+               branches): the checks conservation, no_double_sale, limits, bought_once, \
+               replays_agree and no_false_sold_out in schedules that reshard (the other half of \
+               the schedules keeps them on). Today a reshard stopped by faults and resumed, or \
+               met by a close, breaks them: seed 5036 (Redis, Cluster) a user over the limit; \
+               seed 5010 (Redis) a 201 missing from the ledger, a unit lost, requests answered \
+               try-again forever; seed 5096 (Cluster) 13 units lost, a cancelled order counted \
+               twice",
+    },
+    Check {
         name: "bought_once",
         on: true,
         what: "every 201 has its order in the ledger, once, with its quantity, cancelled exactly \
@@ -97,6 +109,16 @@ pub const CHECKS: &[Check] = &[
                audit (seed 1269490 on memory: sold 42, released 14 of 28, one violation)",
     },
     Check {
+        name: "open_transfer_blocks_sales",
+        on: false,
+        what: "OFF (src/engine/saga.rs, on another branch): units left in an open transfer (a mover \
+               that failed between OUT and IN) never block a purchase. Today the saga counts them as \
+               available in their source bucket, so when that bucket alone seems to hold enough it \
+               never gathers (and never completes the transfer): every purchase answers try-again \
+               until a rebalancer round completes it (seed 5006 on memory); the quiet phase then \
+               completes it as a round would, and goes on",
+    },
+    Check {
         name: "no_pending_saga",
         on: false,
         what: "OFF (issue 13 item 1: the sweeper, on another branch): no saga is left pending once \
@@ -119,6 +141,16 @@ const SEEDS: &[u64] = &[
     // A false guard alarm: a resale flushed before the cancel that freed its
     // units (check no_guard_alarm, off).
     1269490,
+    // Units in an open transfer blocked every purchase (open_transfer_blocks_sales, off).
+    5006,
+    // A "false sold-out" that was a batch of dropped callers landing late: the
+    // settling now waits for the engines' own calls to end.
+    5032,
+    // Reshards stopped by faults, resumed, met by a close (across_reshards,
+    // off): a user over the limit; a 201 missing, units lost; a cancel twice.
+    5036, 5010, 5096,
+    // Retries answered try-again on a healed store: an open transfer again.
+    5045,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

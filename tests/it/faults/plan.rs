@@ -142,6 +142,14 @@ impl Plan {
         }
     }
 
+    /// Whether the schedule reshards the event.
+    pub fn reshards(&self) -> bool {
+        self.actors
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::Reshard { .. }))
+    }
+
     pub fn ops(&self) -> usize {
         self.actors.iter().map(Vec::len).sum()
     }

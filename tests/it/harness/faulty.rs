@@ -95,6 +95,8 @@ struct State {
     armed: HashMap<(&'static str, u64), When>,
     calls: HashMap<&'static str, u64>,
     total: u64,
+    /// Steps started and not yet ended (or dropped).
+    in_flight: u64,
     injected: Vec<Injected>,
 }
 
@@ -197,6 +199,13 @@ impl<S: Store> Faulty<S> {
         self.state().total
     }
 
+    /// Steps under way now: started, neither ended nor dropped. An engine
+    /// finishes some work in tasks of its own (the batcher sends a home step
+    /// whose caller went away), so "the schedule is over" is this being 0.
+    pub fn in_flight(&self) -> u64 {
+        self.state().in_flight
+    }
+
     /// The faults injected so far (the first few thousand).
     pub fn injected(&self) -> Vec<Injected> {
         self.state().injected.clone()
@@ -255,7 +264,9 @@ impl<S: Store> Faulty<S> {
         step: &'static str,
         op: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let Some((fault, when)) = self.decide(step) else {
+        let decision = self.decide(step);
+        let _under_way = InFlight::start(&self.state);
+        let Some((fault, when)) = decision else {
             return op.await;
         };
         let lost = |what: &str| {
@@ -287,6 +298,24 @@ impl<S: Store> Faulty<S> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Counts a step as under way until it ends or is dropped.
+struct InFlight(Arc<Mutex<State>>);
+
+impl InFlight {
+    fn start(state: &Arc<Mutex<State>>) -> Self {
+        state.lock().expect("fault state poisoned").in_flight += 1;
+        Self(state.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.0.lock() {
+            st.in_flight -= 1;
         }
     }
 }
