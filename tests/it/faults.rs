@@ -4,18 +4,23 @@
 //! A schedule (`plan`) is drawn from a seed: an event, a fault rate, and for
 //! each of four actors a list of purchases (1–3 units, a few users, limits),
 //! replays of earlier request ids, cancels, transfers by the rebalancer's
-//! mover, reshards, flushes, sometimes a close, and "crashes" (a call dropped
-//! mid-way, as a client that goes away or a process that dies). The actors
-//! share one store through three engines (batched and not), each on its own
-//! `Faulty` wrapper failing, delaying or timing out steps before or after
-//! they apply. Then the store is healed, the schedule settled and checked
-//! (`settle`): see [`Checks`] for what is checked, and what is not yet.
+//! mover, rebalancer rounds, reshards, flushes, sometimes a close, and
+//! "crashes" (a call dropped mid-way, as a client that goes away or a process
+//! that dies). The actors share one store through three engines (batched and
+//! not), each on its own `Faulty` wrapper failing, delaying or timing out
+//! steps before or after they apply (`rig` runs them; `log` keeps every
+//! answer). Then the store is healed and the schedule settled (`settle`), and
+//! the answers held against the ledger (`checks`): see [`CHECKS`] for what is
+//! checked, and what is not yet.
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
 //! first seed. A long run: see the README's testing section.
 
+mod checks;
+mod log;
 mod plan;
+mod rig;
 mod settle;
 
 use std::sync::{Arc, Mutex};
@@ -30,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::harness::faulty::{Fault, Faulty, Mode, Rule, STEPS, When};
 use crate::harness::{cluster, event_id, ledger_for, spec, standalone, suite_of};
-use plan::{ENGINES, Plan, Rig};
+use plan::{ENGINES, Plan};
+use rig::Rig;
 
 /// A promise checked after every schedule, as a named switch: every check
 /// runs and reports; only those that are on fail the test. A check that
@@ -231,7 +237,7 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         .collect();
     let rebalancers = engines
         .iter()
-        .map(|e| tokio::sync::Mutex::new(plan::rebalancer(e, &ledger)))
+        .map(|e| tokio::sync::Mutex::new(rig::rebalancer(e, &ledger)))
         .collect();
     let rig = Arc::new(Rig {
         id: plan.spec.id.clone(),
