@@ -37,6 +37,7 @@ const RESHARD_SENSITIVE: &[&str] = &[
     "bought_once",
     "replays_agree",
     "no_false_sold_out",
+    "no_false_sold_out_beside_abandoned_sagas",
 ];
 
 /// How often a settling retry asks again before the request counts as
@@ -77,7 +78,7 @@ impl<S: Store> Rig<S> {
             self.retry_unknown(plain, &mut v).await;
             self.retry_cancels(plain).await;
             self.audit(plain, "before the close", &mut v).await;
-            self.sell_out(plain, &mut v).await;
+            self.sell_out(plain, pending, &mut v).await;
         }
         let mut flusher = Flusher::new(
             plain.clone(),
@@ -243,7 +244,7 @@ impl<S: Store> Rig<S> {
     /// A quiet phase: fresh buyers, one at a time, until the event is sold
     /// out. A sold-out answer while the event holds at least the quantity
     /// asked is a false sold-out; every unit left must sell.
-    async fn sell_out(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+    async fn sell_out(&self, plain: &Engine<Faulty<S>>, pending: usize, v: &mut Violations) {
         let stock = self.plan.spec.stock;
         let mut contention = 0;
         for i in 0..(2 * stock + 20) {
@@ -318,7 +319,11 @@ impl<S: Store> Rig<S> {
                 }
                 Some(r) if r >= u64::from(qty) => {
                     v.push((
-                        "no_false_sold_out",
+                        if pending > 0 {
+                            "no_false_sold_out_beside_abandoned_sagas"
+                        } else {
+                            "no_false_sold_out"
+                        },
                         format!("sold out for {qty} while {r} units remained, with nothing else going on"),
                     ));
                     return;
