@@ -324,7 +324,7 @@ impl<S: Store> Rig<S> {
                         } else {
                             "no_false_sold_out"
                         },
-                        format!("sold out for {qty} while {r} units remained, with nothing else going on"),
+                        format!("sold out for {qty} while {r} units remained, with nothing else going on ({pending} sagas left pending by the schedule)"),
                     ));
                     return;
                 }
