@@ -37,7 +37,6 @@ const RESHARD_SENSITIVE: &[&str] = &[
     "bought_once",
     "replays_agree",
     "no_false_sold_out",
-    "no_false_sold_out_beside_abandoned_sagas",
 ];
 
 /// How often a settling retry asks again before the request counts as
@@ -319,11 +318,7 @@ impl<S: Store> Rig<S> {
                 }
                 Some(r) if r >= u64::from(qty) => {
                     v.push((
-                        if pending > 0 {
-                            "no_false_sold_out_beside_abandoned_sagas"
-                        } else {
-                            "no_false_sold_out"
-                        },
+                        "no_false_sold_out",
                         format!("sold out for {qty} while {r} units remained, with nothing else going on ({pending} sagas left pending by the schedule)"),
                     ));
                     return;
