@@ -1,15 +1,31 @@
 --[[ end_reshard.lua — switches an event to its new layout and back on sale.
 
-KEYS[1] ss:{e}:meta   ARGV[1] generation   ARGV[2] bucket count
+KEYS[1] ss:{e}:meta   KEYS[2] ss:{e}:lease (the mover lease, "owner|token")
+ARGV[1] generation   ARGV[2] bucket count
 ARGV[3] retired layouts still holding records ("gen:count,…")
-Returns 1 when switched, 0 when the event was not resharding to that layout.
-One step, so no instance ever sees the new layout without "on_sale" or the old
-one after it.
+ARGV[4] the reshard's lease owner   ARGV[5] its fencing token
+
+Returns:
+  {"OK"}    switched: the new layout, status "on_sale", seq + 1
+  {"NRS"}   the event is not resharding to that layout (a close set it
+            "closed", or another run switched it already): nothing changed
+  {"F"}     the caller no longer holds the mover lease with that token (it
+            stalled past it; a close or a newer run took it): nothing changed
+
+A compare-and-set on the status and on the lease, in one step with the
+switch, so no instance ever sees the new layout without "on_sale" or the old
+one after it, a close that wrote "closed" is never undone, and only the run
+that drained the old layout under its lease can switch. The caller checks
+that the old layout holds no units (its buckets are in other slots).
 ]]
-if redis.call('HGET', KEYS[1], 'reshard_to') ~= ARGV[1] .. ':' .. ARGV[2] then
-  return 0
+if redis.call('HGET', KEYS[1], 'status') ~= 'resharding'
+  or redis.call('HGET', KEYS[1], 'reshard_to') ~= ARGV[1] .. ':' .. ARGV[2] then
+  return {'NRS'}
+end
+if redis.call('GET', KEYS[2]) ~= ARGV[4] .. '|' .. ARGV[5] then
+  return {'F'}
 end
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'buckets', ARGV[2], 'retired', ARGV[3],
   'status', 'on_sale', 'reshard_to', '')
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
-return 1
+return {'OK'}

@@ -3,14 +3,34 @@ the ledger (Redis lost its state) or filled by a reshard (its users moved here).
 The bucket's stock is set separately (init_bucket.lua, transfers).
 
 KEYS[1] ss:{e#g#b}:users   KEYS[2] ss:{e#g#b}:idx   KEYS[3] ss:{e#g#b}:reqs
-ARGV[1] n, then n pairs: user, units held
+KEYS[4] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
+ARGV[1] the writer's fencing token (a reshard's mover-lease token; 0 for a
+        rebuild into a fresh layout no mover has fenced yet)
+ARGV[2] n, then n pairs: user, units held
 then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at")
 then r, then r pairs: request id, record ("B|…", "L|…", "S|…")
 
-Returns {n, m, r}. Idempotent (HSET of the same values), so an interrupted
-rebuild or reshard can simply run again.
+Returns:
+  {"OK", n, m, r}   written (the fence raised to the token)
+  {"F", highest}    the bucket has accepted a higher token: nothing written.
+                    A reshard run that stalled past its lease (another run
+                    finished the reshard, or a close seized the lease) must
+                    not overwrite the users, order index and request records
+                    of a layout that may be live by now with its old snapshot.
+
+Idempotent for one writer (HSET of the same values), so an interrupted
+rebuild or reshard can simply run again; the fence check and the writes are
+one step, so no stale writer slips in between.
 ]]
-local a = 1
+local token = tonumber(ARGV[1])
+local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
+if token < fence then
+  return {'F', string.format('%d', fence)}
+end
+if token > fence then
+  redis.call('SET', KEYS[4], ARGV[1])
+end
+local a = 2
 local function pairs_into(key)
   local count = tonumber(ARGV[a])
   for i = 0, count - 1 do
@@ -22,4 +42,4 @@ end
 local n = pairs_into(KEYS[1])
 local m = pairs_into(KEYS[2])
 local r = pairs_into(KEYS[3])
-return {n, m, r}
+return {'OK', n, m, r}

@@ -24,6 +24,8 @@ mod pg;
 mod redis_single;
 
 pub use pg::{DEFAULT_PG_URL, PgConditionalUpdate, PgForUpdate, PgVersionCas};
+/// A fred client with the baselines' reconnect policy and command timeout.
+pub use redis_single::connect as connect_redis;
 pub use redis_single::{DEFAULT_REDIS_URL, RedisDecrRollback, RedisLuaSingleKey, SINGLE_KEY_LUA};
 
 /// The command that starts the machine's Redis, for error messages.

@@ -6,6 +6,7 @@ use clap::Parser;
 
 use crate::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL};
 use crate::compare::{CompareOptions, compare, markdown};
+use crate::cost::{CostOptions, Peer, Row, http_cost, serve_peer};
 use crate::http::service_binary;
 use crate::{
     EngineStrategy, HttpStrategy, PgConditionalUpdate, PgForUpdate, PgVersionCas,
@@ -81,6 +82,24 @@ pub struct BenchArgs {
     /// to this binary, which `cargo build` puts there).
     #[arg(long, env = "SHARDSTOCK_BIN")]
     pub service: Option<PathBuf>,
+    /// Measure what a purchase over HTTP costs in CPU time per process
+    /// (server, Redis, PostgreSQL) next to hand-written axum + Lua endpoints;
+    /// prints a Markdown table (see BENCHMARKS.md).
+    #[arg(long)]
+    pub http_cost: bool,
+    /// Measured requests per --http-cost row (after a warm-up of a tenth).
+    #[arg(long, default_value_t = 100_000)]
+    pub cost_requests: u64,
+    /// Also run the Redis + PostgreSQL row of --http-cost for this many
+    /// seconds, comparing its last 10 s with its first.
+    #[arg(long)]
+    pub cost_duration: Option<u64>,
+    /// Serve a peer endpoint of --http-cost (internal: the runner starts it).
+    #[arg(long, hide = true, value_enum)]
+    pub serve_peer: Option<Peer>,
+    /// Where --serve-peer listens.
+    #[arg(long, hide = true, default_value = "127.0.0.1:0")]
+    pub listen: String,
 }
 
 /// A quantity mix for clap.
@@ -128,6 +147,33 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
     w.validate()?;
     // Found before any row runs: the HTTP row comes last in a comparison.
     let service = || service_binary(a.service.as_deref());
+    if let Some(peer) = a.serve_peer {
+        return Ok(serve_peer(peer, &a.listen, &a.redis).await?);
+    }
+    if a.http_cost {
+        let command = format!(
+            "shardstock-bench {}",
+            std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+        );
+        let opts = CostOptions {
+            requests: a.cost_requests,
+            warmup: (a.cost_requests / 10).max(1_000),
+            concurrency: a.concurrency,
+            buckets: a.buckets,
+            pg: a.pg.clone(),
+            service: service()?,
+            bench: std::env::current_exe()?,
+            rows: Row::ALL.to_vec(),
+            sustained: a.cost_duration.map(std::time::Duration::from_secs),
+        };
+        let cost = http_cost(&opts).await?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&cost)?);
+        } else {
+            print!("{}", crate::cost::markdown(&cost, &command));
+        }
+        return Ok(());
+    }
     if a.compare {
         let command = format!(
             "shardstock-bench {}",

@@ -26,6 +26,8 @@
 //! - [`ceiling`]: the raw Redis ceiling measured with `redis-benchmark`.
 //! - [`cluster`]: a throwaway local Redis Cluster, free ports, scratch dirs.
 //! - [`compare`]: every strategy on one workload, written to `BENCHMARKS.md`.
+//! - [`cost`]: `--http-cost`, CPU time per purchase over HTTP of each
+//!   process, against hand-written axum + Lua peers.
 //! - [`cmd`]: the command line of the `shardstock-bench` binary.
 
 /// PostgreSQL and single-key Redis: the five strategies shardstock is measured against.
@@ -38,6 +40,8 @@ pub mod cluster;
 pub mod cmd;
 /// `--compare`: every strategy, one table.
 pub mod compare;
+/// CPU per purchase over HTTP, against hand-written peers.
+pub mod cost;
 /// The shardstock engine in process, as a strategy.
 pub mod engine;
 /// The shardstock service over HTTP, as a strategy.

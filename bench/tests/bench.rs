@@ -322,3 +322,71 @@ async fn drop_database(db: &str) {
         .await
         .unwrap();
 }
+
+/// The `--http-cost` peers answer the service's purchase route, and the
+/// single-key Lua + XADD peer takes stock and writes one record per purchase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_cost_peers_sell_and_record() {
+    use fred::prelude::*;
+    use shardstock_bench::cost::load::{Until, drive};
+    use shardstock_bench::cost::peer::{Peer, serve_peer, stock_key};
+    let port = shardstock_bench::cluster::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let served = tokio::spawn({
+        let listen = listen.clone();
+        async move { serve_peer(Peer::LuaXadd, &listen, DEFAULT_REDIS_URL).await }
+    });
+    let event = format!("peer{:08x}", rand_id());
+    let redis = redis_client().await;
+    let () = redis
+        .set(stock_key(&event), 150, None, None, false)
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://{listen}");
+    for _ in 0..100 {
+        if client.get(format!("{base}/readyz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let load = drive(&client, &base, &event, 8, Until::Requests(200), "t")
+        .await
+        .unwrap();
+    served.abort();
+    assert_eq!(
+        (load.created, load.refused, load.errors),
+        (150, 50, 0),
+        "{load:?}"
+    );
+    let left: i64 = redis.get(stock_key(&event)).await.unwrap();
+    let records: u64 = redis
+        .xlen(format!("bench:{{{event}}}:orders"))
+        .await
+        .unwrap();
+    assert_eq!((left, records), (0, 150));
+    let _: i64 = redis
+        .del(vec![stock_key(&event), format!("bench:{{{event}}}:orders")])
+        .await
+        .unwrap();
+}
+
+fn rand_id() -> u32 {
+    std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+}
+
+async fn redis_client() -> fred::prelude::Client {
+    use fred::prelude::*;
+    let c = Client::new(
+        Config::from_url(DEFAULT_REDIS_URL).unwrap(),
+        None,
+        None,
+        None,
+    );
+    c.init().await.unwrap();
+    c
+}

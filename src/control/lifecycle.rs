@@ -2,13 +2,18 @@
 //! creating it in both, closing it (the end of a sale), and rebuilding it when
 //! Redis lost its state.
 //!
-//! Close: the status goes to `closed` (new purchases are refused), the mover
-//! lease is seized (a close never waits for background work, nor for an
-//! instance that died holding the lease), every bucket of every layout is
+//! Close: the status goes to `closed` (new purchases are refused; a
+//! compare-and-set retried until it lands, so a reshard beginning meanwhile
+//! cannot leave the event resharding, and `end_reshard.lua` never switches a
+//! closed event back on sale), the mover lease is seized and kept renewed (a
+//! close never waits for background work, nor for an instance that died
+//! holding the lease), every bucket of every layout is
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
 //! instances are refused too), sagas cut off mid-way are settled, each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, and the event's keys expire.
+//! Every step is idempotent: a close cut off anywhere is finished by running
+//! it again, which the rebalancer's leader does for one that looks abandoned.
 //!
 //! Rebuild: an event the ledger knows as on sale but Redis does not (a Redis
 //! that restarted empty) must not be sold again from full stock. With the
@@ -24,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::LostState;
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::Flusher;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -32,7 +38,7 @@ use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, Lease};
 use crate::ledger::{DbEvent, Ledger};
-use crate::store::{CreateEventReply, Store, StoreError};
+use crate::store::{CreateEventReply, RestoreReply, Store, StoreError};
 
 /// How long the keys of a closed event live on (orders are read from the ledger).
 const CLOSED_TTL: Duration = Duration::from_secs(3600);
@@ -97,11 +103,8 @@ pub async fn close<S: Store>(
 ) -> Result<EventView, ControlError> {
     let store = engine.store();
     let meta = engine.reload(event).await?;
-    if meta.status != EventStatus::Closed {
-        store
-            .set_status(event, meta.status, EventStatus::Closed)
-            .await?;
-    }
+    checkpoint::reach(event, Checkpoint::CloseBegin).await?;
+    set_closed(engine, event, meta.status).await?;
     let meta = engine.reload(event).await?;
     let owner = Lease::owner(engine.instance(), "close");
     let buckets = meta.all_buckets();
@@ -120,10 +123,15 @@ pub async fn close<S: Store>(
             Err(e) => return Err(EngineError::from(e).into()),
         }
     };
+    // Renewed while the close runs (a long drain), so the leader does not
+    // take a close at work for an abandoned one.
+    let keep = lease.keep_alive(store);
     let result = async {
+        checkpoint::reach(event, Checkpoint::CloseFenced).await?;
         for b in &buckets {
             store.seal(b).await.or_else(ignore_stale)?;
         }
+        checkpoint::reach(event, Checkpoint::CloseSealed).await?;
         for b in &buckets {
             for (rid, record) in store.pending(b).await.or_else(ignore_stale_vec)? {
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
@@ -135,7 +143,9 @@ pub async fn close<S: Store>(
                 .await
                 .or_else(|e| ignore_stale(e).map(|_| None))?;
         }
+        checkpoint::reach(event, Checkpoint::CloseRetired).await?;
         flusher.drain_parallel(&buckets, stop).await?;
+        checkpoint::reach(event, Checkpoint::CloseDrained).await?;
         ledger.close_event(event, engine.clock().now_ms()).await?;
         for b in &buckets {
             store
@@ -146,11 +156,41 @@ pub async fn close<S: Store>(
         Ok::<_, ControlError>(())
     }
     .await;
+    drop(keep);
     lease.release(store).await;
     result?;
     engine.forget(event);
     final_view(engine, ledger, event).await
 }
+
+/// Sets the status to `closed` from whatever it is: a compare-and-set,
+/// retried when the status changed under it (a reshard began or ended), so a
+/// close never goes on with the event still on sale or resharding. Nothing
+/// moves an event out of `closed` (`end_reshard.lua` only switches from
+/// `resharding`), so this ends.
+async fn set_closed<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    mut status: EventStatus,
+) -> Result<(), ControlError> {
+    for _ in 0..CLOSE_CAS_ATTEMPTS {
+        if status == EventStatus::Closed
+            || engine
+                .store()
+                .set_status(event, status, EventStatus::Closed)
+                .await?
+        {
+            return Ok(());
+        }
+        status = engine.reload(event).await?.status;
+    }
+    Err(ControlError::Busy(format!(
+        "the status of {event} kept changing under the close; try again"
+    )))
+}
+
+/// Compare-and-set attempts of a close (each one lost to a status change).
+const CLOSE_CAS_ATTEMPTS: u32 = 100;
 
 /// How long a close holds the mover lease without finishing (it seizes it
 /// again when it resumes).
@@ -303,8 +343,9 @@ pub async fn rebuild<S: Store>(
             .into_iter()
             .collect();
         let orders = entries.remove(&(b as u32)).unwrap_or_default();
+        // Token 0: a fresh layout no mover has fenced yet.
         for chunk in users.chunks(500) {
-            store.restore(&bucket, chunk, &[], &[]).await?;
+            restored(&bucket, store.restore(&bucket, 0, chunk, &[], &[]).await?)?;
         }
         for chunk in orders.chunks(500) {
             // Replays of client request ids answer what the ledger recorded.
@@ -321,7 +362,10 @@ pub async fn rebuild<S: Store>(
                     (e.request_id.clone(), record)
                 })
                 .collect();
-            store.restore(&bucket, &[], chunk, &records).await?;
+            restored(
+                &bucket,
+                store.restore(&bucket, 0, &[], chunk, &records).await?,
+            )?;
         }
     }
     store
@@ -330,4 +374,17 @@ pub async fn rebuild<S: Store>(
     engine.forget(&spec.id);
     tracing::warn!(event = %spec.id, remaining, "rebuilt the event's buckets from the ledger");
     Ok(())
+}
+
+/// A rebuild's restore was refused: a mover fenced the fresh layout under it.
+fn restored(bucket: &BucketRef, reply: RestoreReply) -> Result<(), ControlError> {
+    match reply {
+        RestoreReply::Restored => Ok(()),
+        RestoreReply::Fenced { highest } => Err(EngineError::from(MoverError::Fenced {
+            bucket: bucket.index,
+            token: 0,
+            highest,
+        })
+        .into()),
+    }
 }

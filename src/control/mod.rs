@@ -9,6 +9,8 @@
 
 /// The conservation check across buckets, streams and ledger.
 pub mod audit;
+/// Named points where a test can crash or pause a reshard or a close.
+pub mod checkpoint;
 /// Bucket order streams → the ledger, exactly once.
 pub mod flusher;
 /// Background refresh of the bucket gauges.

@@ -2,33 +2,49 @@
 //!
 //! 1. The meta says "resharding to (gen+1, M)" — purchases wait for the new
 //!    layout rather than sell from the old one (`begin_reshard.lua`).
-//! 2. Under the mover lease (every bucket fenced to its token, open transfers
-//!    completed), the old buckets are sealed: no purchase, take, cancel or
-//!    transfer changes them any more; sagas cut off mid-way are settled.
+//! 2. Under the mover lease, kept renewed for the whole run: the new layout is
+//!    created empty, every bucket of both layouts is fenced to the lease's
+//!    token and open transfers are completed; then the old buckets are
+//!    sealed (no purchase, take, cancel or transfer changes them any more) and
+//!    sagas cut off mid-way are settled.
 //! 3. Each user's holdings, order index entries and request records move to the
 //!    user's home in the new layout (`hash % M`), so per-user limits and
-//!    idempotency carry over; the stock moves by journaled, fenced transfers
-//!    with deterministic ids, so a resumed reshard never moves a unit twice.
-//! 4. One step switches the meta to the new layout and back on sale; the old
-//!    layout stays listed as retired until its streams are flushed.
+//!    idempotency carry over. Every write is fenced by the token
+//!    (`restore.lua`): a run that stalled past its lease cannot overwrite a
+//!    layout that a newer run finished and that has been selling since.
+//! 4. The stock moves by journaled, fenced transfers in passes: each pass
+//!    reads what the old buckets still hold and what the new ones already
+//!    have, and plans from that — never from what an earlier, interrupted
+//!    run meant to move — with transfer ids unique per run and pass
+//!    (`rs.<gen>.<from>.<to>.<token>.<pass>`), so an id is never reused for
+//!    another amount. Passes repeat until the old layout is empty.
+//! 5. One step switches the meta to the new layout and back on sale
+//!    (`end_reshard.lua`), only if the old layout was found empty, the event
+//!    is still `resharding` (a close that wrote `closed` wins) and this run
+//!    still holds the lease; the old layout stays listed as retired until its
+//!    streams are flushed.
 //!
 //! Every step is idempotent: a reshard interrupted anywhere is resumed by
 //! asking for the same bucket count again (the rebalancer leader also resumes
-//! one it finds stalled).
+//! one it finds stalled). `control::checkpoint` names the points between the
+//! steps, where the tests crash and pause runs.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use futures::future::try_join_all;
+
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{
-    EventMeta, EventStatus, MAX_BUCKETS, OrderEntry, RequestRecord, SpecError, split_even,
-};
+use crate::domain::model::{EventMeta, EventStatus, MAX_BUCKETS, SpecError, split_even};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
-use crate::engine::{Engine, EngineError, EventView, Lease};
-use crate::store::{BucketContents, Store, StoreError};
+use crate::engine::{Engine, EngineError, EventView, KeepAlive, Lease};
+use crate::store::{
+    BucketContents, EndReshardReply, RestoreReply, Store, StoreError, TransferReply,
+};
 
 /// Moves `event` to `buckets` buckets while it sells; returns the new view.
 pub async fn reshard<S: Store>(
@@ -52,29 +68,28 @@ pub async fn reshard<S: Store>(
                 "{event} is being resharded to another bucket count"
             )));
         }
-        (_, _) => {
-            return Err(EngineError::NotOnSale {
-                event: event.clone(),
-                why: "not on sale",
-            }
-            .into());
-        }
+        (_, _) => return Err(not_on_sale(event)),
     };
     if !store.begin_reshard(event, target.0, target.1).await? {
         return Err(ControlError::Busy(format!(
             "{event} changed state; try again"
         )));
     }
-    let meta = engine.reload(event).await?;
     let owner = Lease::owner(engine.instance(), "reshard");
     let Some(lease) = Lease::wait(store, event, &owner, LEASE_TTL, LEASE_PATIENCE).await? else {
         return Err(ControlError::Busy(format!(
             "the mover lease of {event} stayed busy"
         )));
     };
+    // Read under the lease: a close may have come first.
+    let meta = engine.reload(event).await?;
+    if meta.status != EventStatus::Resharding || meta.reshard_to != Some(target) {
+        lease.release(store).await;
+        return Err(not_on_sale(event));
+    }
     // Kept renewed for as long as the reshard runs, however long that is.
     let keep = lease.keep_alive(store);
-    let result = run(engine, &meta, lease.token(), target).await;
+    let result = Run::new(engine, &meta, &lease, &keep, target).go().await;
     drop(keep);
     lease.release(store).await;
     result?;
@@ -89,9 +104,16 @@ const LEASE_TTL: Duration = Duration::from_secs(30);
 /// How long a reshard waits for another mover (a rebalancer round, a saga's
 /// consolidation) to give the lease back.
 const LEASE_PATIENCE: Duration = Duration::from_secs(10);
+/// Passes over the old layout before a reshard gives up on emptying it (a
+/// pass only leaves units behind when some came back during it).
+const MAX_PASSES: u32 = 8;
 
-fn mover_error(e: MoverError) -> ControlError {
-    ControlError::Engine(e.into())
+fn not_on_sale(event: &EventId) -> ControlError {
+    EngineError::NotOnSale {
+        event: event.clone(),
+        why: "not on sale",
+    }
+    .into()
 }
 
 fn stale_ok<T: Default>(r: Result<T, StoreError>) -> Result<T, StoreError> {
@@ -101,117 +123,323 @@ fn stale_ok<T: Default>(r: Result<T, StoreError>) -> Result<T, StoreError> {
     }
 }
 
-async fn run<S: Store>(
-    engine: &Engine<S>,
-    meta: &EventMeta,
-    token: u64,
-    (generation, buckets): (u32, u32),
-) -> Result<(), ControlError> {
-    let store = engine.store();
-    let event = &meta.spec.id;
-    let old: Vec<BucketRef> = (0..meta.spec.buckets)
-        .map(|b| BucketRef::new(event, meta.generation, b))
-        .collect();
-    let new: Vec<BucketRef> = (0..buckets)
-        .map(|b| BucketRef::new(event, generation, b))
-        .collect();
-    mover::take_over(store, meta, &old, token)
-        .await
-        .map_err(mover_error)?;
-    for b in &old {
-        stale_ok(store.seal(b).await)?;
-    }
-    for b in &old {
-        for (rid, record) in stale_ok(store.pending(b).await)? {
-            engine.settle_pending(meta, b.index, &rid, &record).await?;
-        }
-    }
-    // The new layout, empty, then everything the old buckets remember about users.
-    for b in &new {
-        store.init_bucket(b, 0).await?;
-    }
-    let mut moved: HashMap<u32, BucketContents> = HashMap::new();
-    for b in &old {
-        let c = stale_ok(store.contents(b).await)?;
-        for (user, units) in c.holdings {
-            moved
-                .entry(home(user_hash(&user), buckets))
-                .or_default()
-                .holdings
-                .push((user, units));
-        }
-        for (oid, entry) in c.orders {
-            let h = OrderId::parse(oid.as_str())
-                .map(|(_, _, hash)| home(hash, buckets))
-                .unwrap_or(0);
-            moved.entry(h).or_default().orders.push((oid, entry));
-        }
-        for (rid, record) in c.records {
-            let Some(user) = rid.split_once('/').and_then(|(u, _)| UserId::parse(u).ok()) else {
-                continue;
-            };
-            moved
-                .entry(home(user_hash(&user), buckets))
-                .or_default()
-                .records
-                .push((rid, record));
-        }
-    }
-    for (h, c) in moved {
-        write_contents(store, &new[h as usize], c).await?;
-    }
-    // The stock, old → new, by journaled transfers with deterministic ids.
-    let mut stocks = Vec::with_capacity(old.len());
-    for b in &old {
-        stocks.push(stale_ok(store.bucket_state(b).await)?.stock);
-    }
-    let total: u64 = stocks.iter().sum();
-    let mut wants = split_even(total, buckets);
-    let mut to = 0usize;
-    for (from, mut have) in stocks.into_iter().enumerate() {
-        while have > 0 && to < wants.len() {
-            let units = have.min(wants[to]);
-            if units > 0 {
-                let xid = mover::reshard_xid(generation, from as u32, to as u32);
-                mover::move_between(store, event, token, &old[from], &new[to], &xid, units)
-                    .await
-                    .map_err(mover_error)?;
-                have -= units;
-                wants[to] -= units;
-            }
-            if wants[to] == 0 {
-                to += 1;
-            }
-        }
-    }
-    let mut retired = meta.retired.clone();
-    retired.insert(0, (meta.generation, meta.spec.buckets));
-    if !store
-        .end_reshard(event, generation, buckets, &retired)
-        .await?
-    {
-        return Err(ControlError::Busy(format!(
-            "{event} left the reshard state under this reshard"
-        )));
-    }
-    Ok(())
+/// One run of a reshard, under one lease.
+struct Run<'a, S: Store> {
+    engine: &'a Engine<S>,
+    meta: &'a EventMeta,
+    lease: &'a Lease,
+    keep: &'a KeepAlive,
+    generation: u32,
+    old: Vec<BucketRef>,
+    new: Vec<BucketRef>,
+    /// Transfers this run has made (for the checkpoints).
+    transfers: u32,
 }
 
-async fn write_contents<S: Store>(
-    store: &S,
-    bucket: &BucketRef,
-    c: BucketContents,
-) -> Result<(), StoreError> {
-    for chunk in c.holdings.chunks(500) {
-        store.restore(bucket, chunk, &[], &[]).await?;
+impl<'a, S: Store> Run<'a, S> {
+    fn new(
+        engine: &'a Engine<S>,
+        meta: &'a EventMeta,
+        lease: &'a Lease,
+        keep: &'a KeepAlive,
+        (generation, buckets): (u32, u32),
+    ) -> Self {
+        let event = &meta.spec.id;
+        Self {
+            engine,
+            meta,
+            lease,
+            keep,
+            generation,
+            old: (0..meta.spec.buckets)
+                .map(|b| BucketRef::new(event, meta.generation, b))
+                .collect(),
+            new: (0..buckets)
+                .map(|b| BucketRef::new(event, generation, b))
+                .collect(),
+            transfers: 0,
+        }
     }
-    let orders: Vec<(OrderId, OrderEntry)> = c.orders;
-    for chunk in orders.chunks(500) {
-        store.restore(bucket, &[], chunk, &[]).await?;
+
+    fn event(&self) -> &EventId {
+        &self.meta.spec.id
     }
-    let records: Vec<(String, RequestRecord)> = c.records;
-    for chunk in records.chunks(500) {
-        store.restore(bucket, &[], &[], chunk).await?;
+
+    fn store(&self) -> &S {
+        self.engine.store()
     }
-    Ok(())
+
+    fn token(&self) -> u64 {
+        self.lease.token()
+    }
+
+    /// Between two steps: stops if the lease was found lost (its next fenced
+    /// step would be refused anyway), then the tests' checkpoint.
+    async fn step(&self, at: Checkpoint) -> Result<(), ControlError> {
+        if self.keep.lost().is_cancelled() {
+            return Err(self.lost());
+        }
+        checkpoint::reach(self.event(), at).await?;
+        Ok(())
+    }
+
+    fn lost(&self) -> ControlError {
+        ControlError::Busy(format!(
+            "the reshard of {} lost its mover lease; it resumes under a new one",
+            self.event()
+        ))
+    }
+
+    fn fenced(&self, bucket: &BucketRef, highest: u64) -> ControlError {
+        EngineError::from(MoverError::Fenced {
+            bucket: bucket.index,
+            token: self.token(),
+            highest,
+        })
+        .into()
+    }
+
+    async fn go(mut self) -> Result<(), ControlError> {
+        let store = self.store();
+        for b in &self.new {
+            store.init_bucket(b, 0).await?;
+        }
+        // Both layouts fenced: a run with an older token is refused by the
+        // new buckets too, not only by the old ones it drains.
+        let both: Vec<BucketRef> = self.old.iter().chain(&self.new).cloned().collect();
+        mover::take_over(store, self.meta, &both, self.token())
+            .await
+            .map_err(EngineError::from)?;
+        self.step(Checkpoint::ReshardFenced).await?;
+        for b in &self.old {
+            stale_ok(store.seal(b).await)?;
+        }
+        for b in &self.old {
+            for (rid, record) in stale_ok(store.pending(b).await)? {
+                self.engine
+                    .settle_pending(self.meta, b.index, &rid, &record)
+                    .await?;
+            }
+        }
+        self.step(Checkpoint::ReshardSealed).await?;
+        self.move_contents().await?;
+        self.step(Checkpoint::ReshardRestored).await?;
+        self.move_stock().await?;
+        self.switch().await
+    }
+
+    /// Everything the old buckets remember about users, into the users' new homes.
+    async fn move_contents(&self) -> Result<(), ControlError> {
+        let buckets = self.new.len() as u32;
+        let mut moved: HashMap<u32, BucketContents> = HashMap::new();
+        for b in &self.old {
+            let c = stale_ok(self.store().contents(b).await)?;
+            for (user, units) in c.holdings {
+                moved
+                    .entry(home(user_hash(&user), buckets))
+                    .or_default()
+                    .holdings
+                    .push((user, units));
+            }
+            for (oid, entry) in c.orders {
+                let h = OrderId::parse(oid.as_str())
+                    .map(|(_, _, hash)| home(hash, buckets))
+                    .unwrap_or(0);
+                moved.entry(h).or_default().orders.push((oid, entry));
+            }
+            for (rid, record) in c.records {
+                let Some(user) = rid.split_once('/').and_then(|(u, _)| UserId::parse(u).ok())
+                else {
+                    continue;
+                };
+                moved
+                    .entry(home(user_hash(&user), buckets))
+                    .or_default()
+                    .records
+                    .push((rid, record));
+            }
+        }
+        for (h, c) in moved {
+            self.write_contents(&self.new[h as usize], c).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_contents(
+        &self,
+        bucket: &BucketRef,
+        c: BucketContents,
+    ) -> Result<(), ControlError> {
+        let store = self.store();
+        let token = self.token();
+        let mut replies = Vec::new();
+        for chunk in c.holdings.chunks(CHUNK) {
+            self.step(Checkpoint::ReshardRestore).await?;
+            replies.push(store.restore(bucket, token, chunk, &[], &[]).await?);
+        }
+        for chunk in c.orders.chunks(CHUNK) {
+            self.step(Checkpoint::ReshardRestore).await?;
+            replies.push(store.restore(bucket, token, &[], chunk, &[]).await?);
+        }
+        for chunk in c.records.chunks(CHUNK) {
+            self.step(Checkpoint::ReshardRestore).await?;
+            replies.push(store.restore(bucket, token, &[], &[], chunk).await?);
+        }
+        match replies.into_iter().find(|r| *r != RestoreReply::Restored) {
+            Some(RestoreReply::Fenced { highest }) => Err(self.fenced(bucket, highest)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The stock, old → new, in passes planned from what the buckets hold.
+    async fn move_stock(&mut self) -> Result<(), ControlError> {
+        for pass in 1..=MAX_PASSES {
+            let from = self.stocks(&self.old).await?;
+            if from.iter().all(|&s| s == 0) {
+                return Ok(());
+            }
+            let mut wants = plan(&from, &self.stocks(&self.new).await?);
+            for (source, mut have) in from.into_iter().enumerate() {
+                for (to, want) in wants.iter_mut().enumerate() {
+                    let units = have.min(*want);
+                    if units == 0 {
+                        continue;
+                    }
+                    let moved = self.transfer(source, to, pass, units).await?;
+                    have -= moved;
+                    *want -= moved;
+                    if moved < units {
+                        // The bucket held less than read: the next pass replans.
+                        break;
+                    }
+                }
+            }
+        }
+        Err(ControlError::Busy(format!(
+            "{}'s old layout still holds units after {MAX_PASSES} passes",
+            self.event()
+        )))
+    }
+
+    async fn stocks(&self, layout: &[BucketRef]) -> Result<Vec<u64>, StoreError> {
+        try_join_all(
+            layout.iter().map(|b| async move {
+                stale_ok(self.store().bucket_state(b).await.map(|s| s.stock))
+            }),
+        )
+        .await
+    }
+
+    /// One transfer of `units` from old bucket `source` to new bucket `to`:
+    /// OUT, IN, seq bump, CLEAR. Returns the units moved.
+    async fn transfer(
+        &mut self,
+        source: usize,
+        to: usize,
+        pass: u32,
+        units: u64,
+    ) -> Result<u64, ControlError> {
+        let store = self.engine.store();
+        let token = self.token();
+        let (from, into) = (&self.old[source], &self.new[to]);
+        let xid = mover::reshard_xid(self.generation, from.index, into.index, token, pass);
+        let moved = self.units(
+            from,
+            store
+                .drain_out(from, token, &xid, into.index, units)
+                .await?,
+        )?;
+        if moved == 0 {
+            return Ok(0);
+        }
+        self.transfers += 1;
+        self.step(Checkpoint::ReshardOut(self.transfers)).await?;
+        let (from, into) = (&self.old[source], &self.new[to]);
+        self.units(
+            into,
+            store
+                .transfer_in(into, token, &xid, from.index, moved)
+                .await?,
+        )?;
+        store.bump_seq(self.event()).await?;
+        self.units(from, store.transfer_clear(from, token, &xid).await?)?;
+        self.step(Checkpoint::ReshardMoved(self.transfers)).await?;
+        Ok(moved)
+    }
+
+    fn units(&self, bucket: &BucketRef, reply: TransferReply) -> Result<u64, ControlError> {
+        match reply {
+            TransferReply::Applied(n) | TransferReply::Duplicate(n) => Ok(n),
+            TransferReply::Fenced { highest } => Err(self.fenced(bucket, highest)),
+        }
+    }
+
+    /// Switches to the new layout once the old one is found empty.
+    async fn switch(&self) -> Result<(), ControlError> {
+        let store = self.store();
+        for b in &self.old {
+            match store.audit_bucket(b).await {
+                Ok(a) if a.stock > 0 || !a.open.is_empty() => {
+                    return Err(ControlError::Busy(format!(
+                        "old bucket {} still holds units; the reshard resumes",
+                        b.name()
+                    )));
+                }
+                Ok(_) | Err(StoreError::Stale(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.step(Checkpoint::ReshardSwitch).await?;
+        let mut retired = self.meta.retired.clone();
+        retired.insert(0, (self.meta.generation, self.meta.spec.buckets));
+        let reply = store
+            .end_reshard(
+                self.event(),
+                self.generation,
+                self.new.len() as u32,
+                &retired,
+                self.lease.owner_id(),
+                self.token(),
+            )
+            .await?;
+        match reply {
+            EndReshardReply::Switched => Ok(()),
+            EndReshardReply::LeaseLost => Err(self.lost()),
+            EndReshardReply::NotResharding => Err(not_on_sale(self.event())),
+        }
+    }
+}
+
+/// Restore writes per call.
+const CHUNK: usize = 500;
+
+/// How many units each new bucket should still get, given what the old
+/// buckets hold (`from`) and the new ones already have (`have`): an even
+/// split of the whole, less what is there. That is never less than `from` in
+/// total (Σ max(goal − have, 0) ≥ Σ goal − Σ have = Σ from), so a pass can
+/// always place every unit it reads.
+fn plan(from: &[u64], have: &[u64]) -> Vec<u64> {
+    let total = from.iter().sum::<u64>() + have.iter().sum::<u64>();
+    split_even(total, have.len() as u32)
+        .into_iter()
+        .zip(have)
+        .map(|(goal, have)| goal.saturating_sub(*have))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn a_plan_moves_exactly_what_the_old_layout_holds() {
+        // A fresh run: 17 + 20 into 4 empty buckets.
+        assert_eq!(plan(&[17, 20], &[0, 0, 0, 0]), vec![10, 9, 9, 9]);
+        // Resumed after 10 units reached bucket 0: the rest goes elsewhere.
+        assert_eq!(plan(&[7, 20], &[10, 0, 0, 0]), vec![0, 9, 9, 9]);
+        // Units came back after a pass: bucket 0 is over its share already.
+        let wants = plan(&[0, 3], &[20, 8, 8, 9]);
+        assert_eq!(wants, vec![0, 4, 4, 3]);
+        assert!(wants.iter().sum::<u64>() >= 3);
+    }
 }

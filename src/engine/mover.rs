@@ -18,38 +18,6 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::EventMeta;
 use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
 
-/// Moves `units` from `from` to `to` (any layouts; `from` may be sealed) under
-/// transfer id `xid`; returns the units moved. Used by a reshard.
-pub async fn move_between<S: Store>(
-    store: &S,
-    event: &crate::domain::ids::EventId,
-    token: u64,
-    from: &BucketRef,
-    to: &BucketRef,
-    xid: &str,
-    units: u64,
-) -> Result<u64, MoverError> {
-    let moved = applied(
-        store.drain_out(from, token, xid, to.index, units).await?,
-        from.index,
-        token,
-    )?;
-    if moved > 0 {
-        applied(
-            store.transfer_in(to, token, xid, from.index, moved).await?,
-            to.index,
-            token,
-        )?;
-        store.bump_seq(event).await?;
-        applied(
-            store.transfer_clear(from, token, xid).await?,
-            from.index,
-            token,
-        )?;
-    }
-    Ok(moved)
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum MoverError {
     /// A bucket has accepted a newer token: this mover must stop.
@@ -135,11 +103,13 @@ pub async fn units_came_back<S: Store>(
 }
 
 /// The transfer id of a reshard's move from old bucket `from` into bucket `to`
-/// of layout `generation`: deterministic, so a resumed reshard repeats it
-/// instead of moving the units twice, and self-describing, so whoever completes
-/// it knows the target is in another layout.
-pub fn reshard_xid(generation: u32, from: u32, to: u32) -> String {
-    format!("rs.{generation}.{from}.{to}")
+/// of layout `generation`, in pass `pass` of the run holding `token`.
+/// Self-describing, so whoever completes it knows the target is in another
+/// layout; unique per run and pass, so an id is never reused for another
+/// amount (a resumed run replans from what the buckets hold, and a reused id
+/// would answer "done" with the old amount while the planner counted the new).
+pub fn reshard_xid(generation: u32, from: u32, to: u32, token: u64, pass: u32) -> String {
+    format!("rs.{generation}.{from}.{to}.{token}.{pass}")
 }
 
 /// The layout a transfer's target lives in: a reshard's new one, or the source's.

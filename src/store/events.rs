@@ -4,7 +4,9 @@
 //! The meta is the event's routing table (layout generation, bucket count, the
 //! retired layouts still holding records), its status, and the `seq` that makes
 //! a sold-out mark trustworthy. Every write is a compare-and-set or idempotent,
-//! so two instances finishing the same creation, close or reshard agree.
+//! so two instances finishing the same creation, close or reshard agree; the
+//! end of a reshard is also fenced by the mover lease, so a close (which
+//! writes `closed`) is never undone by a reshard that was under way.
 
 use std::future::Future;
 
@@ -28,6 +30,19 @@ pub struct SeqBump {
     /// never finished): every bucket's epoch must be bumped, then
     /// [`Events::epochs_bumped`] called with this value.
     pub epochs_due: Option<u64>,
+}
+
+/// The answer of [`Events::end_reshard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReshardReply {
+    /// The event routes to the new layout and is on sale again.
+    Switched,
+    /// The event is not resharding to that layout: a close made it `closed`,
+    /// or another run switched it already. Nothing changed.
+    NotResharding,
+    /// The caller no longer holds the mover lease with its token (it stalled
+    /// past it; a close or a newer run took it). Nothing changed.
+    LeaseLost,
 }
 
 /// Steps on an event's own slot.
@@ -75,6 +90,15 @@ pub trait Events {
         retired: &[(u32, u32)],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Replaces the retired layouts with `retired` if the event is on sale in
+    /// `generation` still; false otherwise (`lua/set_retired.lua`).
+    fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Increments the event's seq (after units were added to a bucket)
     /// (`lua/bump_seq.lua`).
     fn bump_seq(&self, event: &EventId)
@@ -108,13 +132,17 @@ pub trait Events {
         buckets: u32,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Switches to the new layout and back on sale, in one step
-    /// (`lua/end_reshard.lua`).
+    /// Switches to the new layout and back on sale, in one step, if the event
+    /// is still resharding to it and `owner` still holds the mover lease with
+    /// `token` (`lua/end_reshard.lua`). The caller has checked that the old
+    /// layout holds no units.
     fn end_reshard(
         &self,
         event: &EventId,
         generation: u32,
         buckets: u32,
         retired: &[(u32, u32)],
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        owner: &str,
+        token: u64,
+    ) -> impl Future<Output = Result<EndReshardReply, StoreError>> + Send;
 }

@@ -42,11 +42,11 @@ pub use buckets::{
     Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, TakeArgs,
     TakeReply,
 };
-pub use events::{CreateEventReply, Events, SeqBump};
+pub use events::{CreateEventReply, EndReshardReply, Events, SeqBump};
 pub use leases::Leases;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
-pub use retire::{BucketAudit, BucketContents, Retirement};
+pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
 pub use streams::{FLUSH_GROUP, Streams};
 pub use transfers::{OpenTransfer, TransferReply, Transfers};
 

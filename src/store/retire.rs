@@ -41,6 +41,16 @@ pub struct BucketContents {
     pub records: Vec<(String, RequestRecord)>,
 }
 
+/// The answer of [`Retirement::restore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreReply {
+    /// Written; the bucket's fence is now at least the writer's token.
+    Restored,
+    /// The bucket has accepted a higher token (a newer reshard run or a close
+    /// took the mover lease): nothing was written.
+    Fenced { highest: u64 },
+}
+
 /// Steps on a bucket that stops selling, and on the one that takes its place.
 pub trait Retirement {
     /// Seals the bucket (no more purchases, takes or transfers); returns its
@@ -78,14 +88,17 @@ pub trait Retirement {
 
     /// Writes users' holdings, order index entries and request records into a
     /// bucket being rebuilt (Redis lost its state) or filled by a reshard
-    /// (`lua/restore.lua`).
+    /// (`lua/restore.lua`), fenced like a transfer: a writer whose `token` is
+    /// lower than the bucket's fence writes nothing (a rebuild into a fresh
+    /// layout passes 0).
     fn restore(
         &self,
         bucket: &BucketRef,
+        token: u64,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<RestoreReply, StoreError>> + Send;
 
     /// What a (sealed) bucket remembers about its users: holdings, order index
     /// entries and final records of client request ids.

@@ -68,15 +68,12 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "across_reshards",
-        on: false,
-        what: "OFF (issue 13 items 3, 4 and 5, src/control/reshard.rs and the close, on other \
-               branches): the checks conservation, no_double_sale, limits, bought_once, \
-               replays_agree and no_false_sold_out in schedules that reshard (the other half of \
-               the schedules keeps them on). Today a reshard stopped by faults and resumed, or \
-               met by a close, breaks them: seed 5036 (Redis, Cluster) a user over the limit; \
-               seed 5010 (Redis) a 201 missing from the ledger, a unit lost, requests answered \
-               try-again forever; seed 5096 (Cluster) 13 units lost, a cancelled order counted \
-               twice",
+        on: true,
+        what: "the checks conservation, no_double_sale, limits, bought_once and replays_agree in \
+               schedules that reshard. Before the fault-safe reshard and close (issue 13 items \
+               3-5) they broke: seed 5036 (Redis, Cluster) a user over the limit; seed 5010 \
+               (Redis) a 201 missing from the ledger, a unit lost; seed 5096 (Cluster) 13 units \
+               lost, a cancelled order counted twice",
     },
     Check {
         name: "bought_once",
@@ -160,7 +157,8 @@ const SEEDS: &[u64] = &[
     // still, rarely (no_false_sold_out, off).
     5032,
     // Reshards stopped by faults, resumed, met by a close (across_reshards,
-    // off): a user over the limit; a 201 missing, units lost; a cancel twice.
+    // before issue 13 items 3-5 were fixed): a user over the limit; a 201
+    // missing, units lost; a cancel twice.
     5036, 5010, 5096,
     // Retries answered try-again on a healed store: an open transfer again.
     5045, // False sold-outs in the quiet phase (no_false_sold_out, off).

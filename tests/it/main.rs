@@ -14,6 +14,8 @@
 //!   database once.
 //! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
 //!   the end of a sale window.
+//! - `reshard`: reshards and closes crashed, stalled and raced at named
+//!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
@@ -46,4 +48,5 @@ mod live_page;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod reshard;
 mod stall;

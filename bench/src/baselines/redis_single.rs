@@ -64,7 +64,7 @@ impl RedisItem {
 
 /// A client with a reconnect policy and a command timeout (fred has neither
 /// by default: a command after a Redis restart would hang).
-pub(crate) async fn connect(url: &str) -> Result<Client, BenchError> {
+pub async fn connect(url: &str) -> Result<Client, BenchError> {
     let down = |e: &dyn std::fmt::Display| {
         BenchError::Unavailable(format!(
             "Redis is not answering at {url} ({e}); start it with:\n  {START_REDIS}"

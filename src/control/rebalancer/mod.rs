@@ -8,20 +8,23 @@
 //! lease is refused by every bucket, not only by the ones the new leader
 //! touches), completes any transfer a crashed mover left open, reads the
 //! buckets, and makes the moves `policy::plan` asks for. The leader also
-//! closes an event whose sale window has ended, resumes a reshard that stalled,
-//! and retires the keys of old layouts once their streams are flushed.
+//! closes an event whose sale window has ended, finishes a close that was cut
+//! off mid-way (status `closed`, the ledger not closed, the mover lease free
+//! for [`ABANDONED_CLOSE`]), resumes a reshard that stalled, and retires the
+//! keys of old layouts once their streams are flushed.
 //!
 //! `plan` and `execute` are separate so a test can pause a leader between them.
 
 pub mod policy;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
+use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::{FlushOptions, Flusher};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
@@ -41,6 +44,10 @@ pub struct RebalanceOptions {
     pub lease_ttl_ms: u64,
     pub policy: Policy,
 }
+
+/// How long a close must look abandoned (status `closed`, the ledger not
+/// closed, nobody holding the mover lease) before the leader finishes it.
+pub const ABANDONED_CLOSE: Duration = Duration::from_secs(30);
 
 /// What a leader knows about an event between rounds.
 #[derive(Debug, Default)]
@@ -76,6 +83,12 @@ pub struct Rebalancer<S: Store> {
     opts: RebalanceOptions,
     owner: String,
     led: HashMap<EventId, Led>,
+    /// Closed events whose close is known to be complete (the ledger has them
+    /// closed): never looked at again.
+    closed: HashSet<EventId>,
+    /// Closed events whose close looked abandoned, and since when (ms on the
+    /// engine's clock).
+    abandoned: HashMap<EventId, i64>,
 }
 
 impl<S: Store> Rebalancer<S> {
@@ -94,6 +107,8 @@ impl<S: Store> Rebalancer<S> {
             opts,
             owner,
             led: HashMap::new(),
+            closed: HashSet::new(),
+            abandoned: HashMap::new(),
         }
     }
 
@@ -140,7 +155,9 @@ impl<S: Store> Rebalancer<S> {
         let Some(meta) = store.load_meta(event).await? else {
             return Ok(None);
         };
-        if matches!(meta.status, EventStatus::Closed | EventStatus::Creating) {
+        if meta.status == EventStatus::Creating
+            || (meta.status == EventStatus::Closed && self.closed.contains(event))
+        {
             return Ok(None);
         }
         let ttl = self.opts.lease_ttl_ms;
@@ -160,6 +177,10 @@ impl<S: Store> Rebalancer<S> {
             metrics::gauge!(m::LEADER, "event" => event.to_string()).set(1.0);
             tracing::info!(%event, term, "leading the event's rebalancer");
         }
+        if meta.status == EventStatus::Closed {
+            self.finish_close(event, stop).await?;
+            return Ok(None);
+        }
         if meta.status == EventStatus::Resharding {
             if let Some((_, buckets)) = meta.reshard_to
                 && !Lease::is_held(store, event).await?
@@ -175,15 +196,7 @@ impl<S: Store> Rebalancer<S> {
             .ends_at
             .is_some_and(|end| self.engine.clock().now_ms() >= end)
         {
-            let consumer = format!("{}/close", self.engine.instance());
-            let mut flusher = Flusher::new(
-                self.engine.clone(),
-                self.ledger.clone(),
-                consumer,
-                self.flush.clone(),
-            );
-            crate::control::lifecycle::close(&self.engine, &self.ledger, &mut flusher, event, stop)
-                .await?;
+            self.close(event, stop).await?;
             tracing::info!(%event, "the sale window ended: closed");
             return Ok(None);
         }
@@ -192,6 +205,50 @@ impl<S: Store> Rebalancer<S> {
             return Ok(None);
         };
         Ok(Some(self.execute(&meta, planned).await?))
+    }
+
+    /// Closes `event` (idempotent: also finishes a close cut off mid-way).
+    async fn close(&self, event: &EventId, stop: &CancellationToken) -> Result<(), ControlError> {
+        let consumer = format!("{}/close", self.engine.instance());
+        let mut flusher = Flusher::new(
+            self.engine.clone(),
+            self.ledger.clone(),
+            consumer,
+            self.flush.clone(),
+        );
+        crate::control::lifecycle::close(&self.engine, &self.ledger, &mut flusher, event, stop)
+            .await?;
+        Ok(())
+    }
+
+    /// A closed event whose close was cut off (its closer died after writing
+    /// `closed`: the ledger does not have it closed) is finished here, once
+    /// it has looked abandoned — nobody holding the mover lease, which a
+    /// close at work keeps renewed — for [`ABANDONED_CLOSE`].
+    async fn finish_close(
+        &mut self,
+        event: &EventId,
+        stop: &CancellationToken,
+    ) -> Result<(), ControlError> {
+        if self.ledger.event(event).await?.is_none_or(|db| db.closed) {
+            self.closed.insert(event.clone());
+            self.abandoned.remove(event);
+            return Ok(());
+        }
+        let now = self.engine.clock().now_ms();
+        if Lease::is_held(self.engine.store(), event).await? {
+            self.abandoned.remove(event);
+            return Ok(());
+        }
+        let since = *self.abandoned.entry(event.clone()).or_insert(now);
+        if now - since < ABANDONED_CLOSE.as_millis() as i64 {
+            return Ok(());
+        }
+        tracing::warn!(%event, "finishing a close that was cut off mid-way");
+        self.close(event, stop).await?;
+        self.abandoned.remove(event);
+        self.closed.insert(event.clone());
+        Ok(())
     }
 
     /// Takes the mover lease, fences every bucket, completes open transfers
@@ -382,8 +439,11 @@ impl<S: Store> Rebalancer<S> {
             }
         }
         if keep.len() != meta.retired.len() {
+            checkpoint::reach(&meta.spec.id, Checkpoint::PruneRetired).await?;
+            // Only if no reshard began or ended since `meta` was read (else
+            // the next round looks again).
             store
-                .set_layout(&meta.spec.id, meta.generation, meta.spec.buckets, &keep)
+                .set_retired(&meta.spec.id, meta.generation, &keep)
                 .await?;
         }
         Ok(())

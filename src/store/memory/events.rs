@@ -4,7 +4,7 @@ use super::leases::LeaseSlot;
 use super::{EventSlot, MemoryStore};
 use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus};
-use crate::store::{CreateEventReply, Events, SeqBump, StoreError};
+use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl Events for MemoryStore {
     /// Mirrors `lua/create_event.lua`.
@@ -86,6 +86,22 @@ impl Events for MemoryStore {
             .is_some())
     }
 
+    /// Mirrors `lua/set_retired.lua`.
+    async fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            let current = s.meta.status == EventStatus::OnSale && s.meta.generation == generation;
+            if current {
+                s.meta.retired = retired.to_vec();
+            }
+            current
+        }))
+    }
+
     /// Mirrors `lua/bump_seq.lua`.
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         self.with_event(event, |s| {
@@ -156,10 +172,17 @@ impl Events for MemoryStore {
         generation: u32,
         buckets: u32,
         retired: &[(u32, u32)],
-    ) -> Result<bool, StoreError> {
-        Ok(self.event_flag(event, |s| {
-            if s.meta.reshard_to != Some((generation, buckets)) {
-                return false;
+        owner: &str,
+        token: u64,
+    ) -> Result<EndReshardReply, StoreError> {
+        let reply = self.with_event(event, |s| {
+            if s.meta.status != EventStatus::Resharding
+                || s.meta.reshard_to != Some((generation, buckets))
+            {
+                return EndReshardReply::NotResharding;
+            }
+            if s.lease.holder() != Some((owner.to_owned(), token)) {
+                return EndReshardReply::LeaseLost;
             }
             s.meta.generation = generation;
             s.meta.spec.buckets = buckets;
@@ -167,7 +190,8 @@ impl Events for MemoryStore {
             s.meta.status = EventStatus::OnSale;
             s.meta.reshard_to = None;
             s.meta.seq += 1;
-            true
-        }))
+            EndReshardReply::Switched
+        });
+        Ok(reply.unwrap_or(EndReshardReply::NotResharding))
     }
 }

@@ -52,7 +52,7 @@ impl LeaseSlot {
     }
 
     /// `(owner, number)` while the lease is held.
-    fn holder(&self) -> Option<(String, u64)> {
+    pub(super) fn holder(&self) -> Option<(String, u64)> {
         match &self.holder {
             Some((owner, n, expiry)) if *expiry > Instant::now() => Some((owner.clone(), *n)),
             _ => None,

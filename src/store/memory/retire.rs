@@ -8,7 +8,9 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
-use crate::store::{BucketAudit, BucketContents, Retirement, StoreError};
+use crate::store::{
+    BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
+};
 
 impl Retirement for MemoryStore {
     /// Mirrors `lua/seal.lua`.
@@ -95,11 +97,15 @@ impl Retirement for MemoryStore {
     async fn restore(
         &self,
         b: &BucketRef,
+        token: u64,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<RestoreReply, StoreError> {
         self.with(b, |bk| {
+            if let Err(TransferReply::Fenced { highest }) = bk.fence(token) {
+                return RestoreReply::Fenced { highest };
+            }
             for (user, units) in holdings {
                 bk.users.insert(user.clone(), *units);
             }
@@ -109,6 +115,7 @@ impl Retirement for MemoryStore {
             for (rid, record) in records {
                 bk.reqs.insert(rid.clone(), record.clone());
             }
+            RestoreReply::Restored
         })
     }
 

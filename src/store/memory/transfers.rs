@@ -5,8 +5,9 @@ use crate::domain::keys::BucketRef;
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
 impl Bucket {
-    /// The fence check every transfer step starts with (raises the fence).
-    fn fence(&mut self, token: u64) -> Result<(), TransferReply> {
+    /// The fence check every transfer step (and a restore) starts with
+    /// (raises the fence).
+    pub(super) fn fence(&mut self, token: u64) -> Result<(), TransferReply> {
         if token < self.fence {
             return Err(TransferReply::Fenced {
                 highest: self.fence,

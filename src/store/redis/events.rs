@@ -10,7 +10,7 @@ use super::scripts::reply;
 use super::{RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus};
-use crate::store::{CreateEventReply, Events, SeqBump, StoreError};
+use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
     /// The set of known event ids (one small key, written once per event).
@@ -28,23 +28,15 @@ impl RedisStore {
         let keys = vec![self.event_keys(event).meta];
         self.eval_flag(script, keys, args).await
     }
+}
 
-    /// `set_layout.lua` or `end_reshard.lua`, which take the same arguments.
-    async fn layout_step(
-        &self,
-        script: &Script,
-        event: &EventId,
-        generation: u32,
-        buckets: u32,
-        retired: &[(u32, u32)],
-    ) -> Result<bool, StoreError> {
-        let args = vec![
-            generation.to_string(),
-            buckets.to_string(),
-            EventMeta::encode_layouts(retired),
-        ];
-        self.meta_flag(script, event, args).await
-    }
+/// The arguments `set_layout.lua` and `end_reshard.lua` start with.
+fn layout_args(generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Vec<String> {
+    vec![
+        generation.to_string(),
+        buckets.to_string(),
+        EventMeta::encode_layouts(retired),
+    ]
 }
 
 impl Events for RedisStore {
@@ -119,9 +111,18 @@ impl Events for RedisStore {
         buckets: u32,
         retired: &[(u32, u32)],
     ) -> Result<bool, StoreError> {
-        let script = &self.scripts.set_layout;
-        self.layout_step(script, event, generation, buckets, retired)
-            .await
+        let args = layout_args(generation, buckets, retired);
+        self.meta_flag(&self.scripts.set_layout, event, args).await
+    }
+
+    async fn set_retired(
+        &self,
+        event: &EventId,
+        generation: u32,
+        retired: &[(u32, u32)],
+    ) -> Result<bool, StoreError> {
+        let args = vec![generation.to_string(), EventMeta::encode_layouts(retired)];
+        self.meta_flag(&self.scripts.set_retired, event, args).await
     }
 
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
@@ -172,10 +173,21 @@ impl Events for RedisStore {
         generation: u32,
         buckets: u32,
         retired: &[(u32, u32)],
-    ) -> Result<bool, StoreError> {
-        let script = &self.scripts.end_reshard;
-        self.layout_step(script, event, generation, buckets, retired)
-            .await
+        owner: &str,
+        token: u64,
+    ) -> Result<EndReshardReply, StoreError> {
+        let k = self.event_keys(event);
+        let mut args = layout_args(generation, buckets, retired);
+        args.extend([owner.to_owned(), token.to_string()]);
+        let reply = self
+            .eval(&self.scripts.end_reshard, vec![k.meta, k.lease], args)
+            .await?;
+        match code(&reply.into_array())?.as_str() {
+            reply::OK => Ok(EndReshardReply::Switched),
+            reply::NOT_RESHARDING => Ok(EndReshardReply::NotResharding),
+            reply::FENCED => Ok(EndReshardReply::LeaseLost),
+            other => Err(unknown("end_reshard", other)),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamId};
-use crate::store::{BucketAudit, BucketContents, Retirement, StoreError};
+use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
 
 impl Retirement for RedisStore {
     async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
@@ -82,12 +82,13 @@ impl Retirement for RedisStore {
     async fn restore(
         &self,
         bucket: &BucketRef,
+        token: u64,
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<RestoreReply, StoreError> {
         let k = self.keys(bucket);
-        let mut args = vec![holdings.len().to_string()];
+        let mut args = vec![token.to_string(), holdings.len().to_string()];
         for (user, units) in holdings {
             args.extend([user.to_string(), units.to_string()]);
         }
@@ -99,8 +100,18 @@ impl Retirement for RedisStore {
         for (rid, record) in records {
             args.extend([rid.clone(), record.encode()]);
         }
-        let keys = vec![k.users, k.idx, k.reqs];
-        self.eval(&self.scripts.restore, keys, args).await.map(drop)
+        let keys = vec![k.users, k.idx, k.reqs, k.fence];
+        let parts = self
+            .eval(&self.scripts.restore, keys, args)
+            .await?
+            .into_array();
+        match code(&parts)?.as_str() {
+            reply::OK => Ok(RestoreReply::Restored),
+            reply::FENCED => Ok(RestoreReply::Fenced {
+                highest: num(arg(&parts, 1)?)?,
+            }),
+            other => Err(unknown("restore", other)),
+        }
     }
 
     async fn contents(&self, bucket: &BucketRef) -> Result<BucketContents, StoreError> {

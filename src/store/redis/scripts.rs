@@ -13,7 +13,8 @@ use fred::types::scripts::Script;
 pub(super) mod reply {
     /// The bucket does not exist (or, for the steps that sell, is sealed).
     pub const STALE: &str = "ST";
-    /// Done (`untake`, `finish`, `cancel`, `retire`, `create_event`, `lease_acquire`).
+    /// Done (`untake`, `finish`, `cancel`, `retire`, `create_event`, `lease_acquire`,
+    /// `restore`, `end_reshard`).
     pub const OK: &str = "OK";
 
     // purchase.lua, one per entry
@@ -44,13 +45,18 @@ pub(super) mod reply {
     // lease_acquire.lua
     pub const HELD: &str = "HELD";
 
-    // transfer_out.lua, transfer_in.lua, transfer_clear.lua
+    // transfer_out.lua, transfer_in.lua, transfer_clear.lua (FENCED: also
+    // restore.lua, and end_reshard.lua for a lost lease)
     pub const APPLIED: &str = "A";
     pub const DUPLICATE: &str = "D";
     pub const FENCED: &str = "F";
 
     // retire.lua
     pub const NOT_SEALED: &str = "NS";
+
+    // end_reshard.lua
+    /// The event is not resharding to that layout (closed, or switched already).
+    pub const NOT_RESHARDING: &str = "NRS";
 }
 
 /// The text of `lua/<name>.lua`.
@@ -94,11 +100,12 @@ scripts! {
     create_event: [OK, EXISTS],
     set_status: [],
     set_layout: [],
+    set_retired: [],
     bump_seq: [],
     epochs_bumped: [],
     mark_sold_out: [],
     begin_reshard: [],
-    end_reshard: [],
+    end_reshard: [OK, NOT_RESHARDING, FENCED],
     // buckets.rs
     init_bucket: [],
     purchase: [STALE, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
@@ -124,7 +131,7 @@ scripts! {
     seal: [STALE],
     retire: [STALE, OK, NOT_SEALED],
     audit_bucket: [STALE],
-    restore: [],
+    restore: [OK, FENCED],
 }
 
 #[cfg(test)]

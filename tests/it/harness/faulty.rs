@@ -34,9 +34,9 @@ use shardstock::domain::model::{
 };
 use shardstock::domain::stream::{StreamEntry, StreamId};
 use shardstock::store::{
-    BucketAudit, BucketContents, Buckets, CancelReply, CreateEventReply, Events, FinishArgs,
-    FinishReply, Leases, OpenTransfer, PurchaseEntry, PurchaseReply, Retirement, SeqBump, Store,
-    StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
+    BucketAudit, BucketContents, Buckets, CancelReply, CreateEventReply, EndReshardReply, Events,
+    FinishArgs, FinishReply, Leases, OpenTransfer, PurchaseEntry, PurchaseReply, RestoreReply,
+    Retirement, SeqBump, Store, StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
 };
 
 /// What goes wrong with a step.
@@ -357,7 +357,8 @@ faulty_sections! {
         fn epochs_bumped(event: &EventId, due: u64) -> bool;
         fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64) -> bool;
         fn begin_reshard(event: &EventId, generation: u32, buckets: u32) -> bool;
-        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> bool;
+        fn set_retired(event: &EventId, generation: u32, retired: &[(u32, u32)]) -> bool;
+        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64) -> EndReshardReply;
     }
     Buckets {
         fn init_bucket(bucket: &BucketRef, stock: u64) -> ();
@@ -402,7 +403,7 @@ faulty_sections! {
         fn audit_bucket(bucket: &BucketRef) -> BucketAudit;
         fn pending(bucket: &BucketRef) -> Vec<(String, RequestRecord)>;
         fn take_markers(bucket: &BucketRef, rid: &str, passes: u32) -> Vec<(u32, OrderId)>;
-        fn restore(bucket: &BucketRef, holdings: &[(UserId, u64)], orders: &[(OrderId, OrderEntry)], records: &[(String, RequestRecord)]) -> ();
+        fn restore(bucket: &BucketRef, token: u64, holdings: &[(UserId, u64)], orders: &[(OrderId, OrderEntry)], records: &[(String, RequestRecord)]) -> RestoreReply;
         fn contents(bucket: &BucketRef) -> BucketContents;
         fn expire_bucket(bucket: &BucketRef, ttl_ms: u64) -> ();
     }
