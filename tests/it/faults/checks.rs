@@ -61,6 +61,14 @@ impl<S: Store> Rig<S> {
             let orders = by_rid.remove(rid.as_str()).unwrap_or_default();
             replays_agree(rid, &sent.replies, v);
             nothing_deducted_is_true(rid, &sent.replies, &orders, v);
+            if let Some(refused @ Answer::Refused(_)) = sent.answers().find(|a| a.is_final())
+                && !orders.is_empty()
+            {
+                v.push((
+                    "refusal_is_true",
+                    format!("{rid} was answered {refused:?}, but orders {orders:?} exist"),
+                ));
+            }
             if orders.len() > 1 {
                 v.push((
                     "bought_once",
