@@ -4,11 +4,13 @@ KEYS[1] ss:{e#g#h}:stock   (existence only: a missing bucket answers "ST")
 KEYS[2] ss:{e#g#h}:users   HASH user -> units held
 KEYS[3] ss:{e#g#h}:reqs    HASH request id -> record
 KEYS[4] ss:{e#g#h}:idx     HASH order id -> order entry
+KEYS[5] ss:{e#g#h}:pend    ZSET request ids of pending sagas -> start ms
 ARGV[1] now   ARGV[2] rid   ARGV[3] outcome: B (bought), S (sold out), A (abort)
 ARGV[4] user  ARGV[5] qty   ARGV[6] keep (1 = keep the final record)
 ARGV[7] order id  ARGV[8] bucket the units came from  ARGV[9] probes  (for B)
 ARGV[10] remaining units seen (for S)   ARGV[11] 1 when the event has a per-user
          limit (only then was a quota reserved, and is released)
+ARGV[12] the saga's order id (that of its pending record "P|q|oid|user|t")
 
 Returns:
   "ST"             home bucket does not exist
@@ -17,7 +19,12 @@ Returns:
                    (keep) stores "S|q|remaining"; A releases the quota and
                    deletes the record. Without keep the record is deleted.
   {"R", record}    the saga had already ended: its final record
-  {"NR"}           no record under rid
+  {"NR"}           no record under rid, or the pending record of another saga
+                   (another order id: the request id was reused after this
+                   saga was aborted) — that one is left alone
+Whenever rid has no pending saga of its own any more, it leaves the pend set
+(this call ended it, or found it ended); a pending saga of another order
+keeps its entry.
 
 One script so that the quota release, the index entry and the final record
 change together: a concurrent driver of the same saga sees either the pending
@@ -28,11 +35,18 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local rec = redis.call('HGET', KEYS[3], ARGV[2])
 if not rec then
+  redis.call('ZREM', KEYS[5], ARGV[2])
   return {'NR'}
 end
 if string.sub(rec, 1, 1) ~= 'P' then
+  redis.call('ZREM', KEYS[5], ARGV[2])
   return {'R', rec}
 end
+local pending_oid = string.match(rec, '^P|[^|]*|([^|]*)|')
+if pending_oid ~= ARGV[12] then
+  return {'NR'}
+end
+redis.call('ZREM', KEYS[5], ARGV[2])
 local outcome, user, qty, keep = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 local final = false
 if outcome == 'B' then

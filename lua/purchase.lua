@@ -12,6 +12,7 @@ KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer'
 KEYS[8] ss:{e#g#b}:empty   the epoch at which the whole event was found empty
 KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to a
                            sold-out event; the empty mark holds only while equal
+KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries; then n groups of 10:
@@ -31,8 +32,10 @@ Returns "ST" when the bucket does not exist or is sealed, else a flat array of
   "S", 0            sold out: the event was found empty (a consistent probe of
                     every bucket) and no unit has come back since (the empty
                     mark still equals the epoch); record "S|q|0" when keep
-  "P", stock        fewer than q here: the quota is reserved (limit) and the
-                    pending record stored under rid; the caller probes the ring
+  "P", stock        fewer than q here: the quota is reserved (limit), the
+                    pending record stored under rid and rid added to pend
+                    (score now: the sweeper ends it if no driver does); the
+                    caller probes the ring
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -86,6 +89,7 @@ for i = 1, n do
     wanted = wanted + qty
     if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
     redis.call('HSET', KEYS[3], rid, ARGV[a + 9])
+    redis.call('ZADD', KEYS[10], ARGV[1], rid)
     out[o], out[o + 1] = 'P', stock
   end
 end

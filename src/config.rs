@@ -166,6 +166,12 @@ pub struct EngineSettings {
     pub reshard_wait_ms: u64,
     pub gather_lease_ttl_ms: u64,
     pub gather_wait_ms: u64,
+    /// Lifetime of a saga's probe markers; its end deletes them sooner.
+    pub marker_ttl_ms: u64,
+    /// A saga pending this long is ended by the sweeper of any instance.
+    pub stale_saga_after_ms: u64,
+    /// How often each instance sweeps for stale sagas.
+    pub sweep_interval_ms: u64,
 }
 
 impl Default for EngineSettings {
@@ -178,6 +184,9 @@ impl Default for EngineSettings {
             reshard_wait_ms: 5_000,
             gather_lease_ttl_ms: 2_000,
             gather_wait_ms: 2_000,
+            marker_ttl_ms: 3_600_000,
+            stale_saga_after_ms: 30_000,
+            sweep_interval_ms: 5_000,
         }
     }
 }
@@ -395,8 +404,27 @@ impl Settings {
                 "must be between 1 and 10000",
             ));
         }
-        if self.engine.max_passes == 0 {
+        let e = &self.engine;
+        if e.max_passes == 0 {
             return Err(invalid("engine.max_passes", "must be at least 1"));
+        }
+        if e.stale_saga_after_ms < self.server.request_timeout_ms {
+            return Err(invalid(
+                "engine.stale_saga_after_ms",
+                "must be at least server.request_timeout_ms (a saga still answering its request is not stale)",
+            ));
+        }
+        if !(10..=e.stale_saga_after_ms).contains(&e.sweep_interval_ms) {
+            return Err(invalid(
+                "engine.sweep_interval_ms",
+                "must be between 10 and stale_saga_after_ms",
+            ));
+        }
+        if e.marker_ttl_ms < 4 * (e.stale_saga_after_ms + e.sweep_interval_ms) {
+            return Err(invalid(
+                "engine.marker_ttl_ms",
+                "must be at least 4 × (stale_saga_after_ms + sweep_interval_ms): a saga's markers must outlive it",
+            ));
         }
         if self.batching.max_batch == 0 || self.batching.max_batch > 1_000 {
             return Err(invalid("batching.max_batch", "must be between 1 and 1000"));
@@ -499,5 +527,24 @@ mod tests {
                 .max_wait_us,
             500
         );
+    }
+
+    #[test]
+    fn the_sweeper_bounds_are_checked_against_each_other() {
+        let field = |text: &str| field_of(parse(text).unwrap_err());
+        assert_eq!(
+            field("[server]\nrequest_timeout_ms = 40000\n"),
+            "engine.stale_saga_after_ms"
+        );
+        assert_eq!(
+            field("[engine]\nsweep_interval_ms = 0\n"),
+            "engine.sweep_interval_ms"
+        );
+        assert_eq!(
+            field("[engine]\nmarker_ttl_ms = 60000\n"),
+            "engine.marker_ttl_ms"
+        );
+        let ok = "[server]\nrequest_timeout_ms = 100\n[engine]\nstale_saga_after_ms = 200\nsweep_interval_ms = 50\nmarker_ttl_ms = 1000\n";
+        assert_eq!(parse(ok).unwrap().engine.stale_saga_after_ms, 200);
     }
 }

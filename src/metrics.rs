@@ -20,6 +20,8 @@ pub const PROBE_DEPTH: &str = "shardstock_probe_depth";
 pub const CANCELS: &str = "shardstock_cancels_total";
 /// counter {event}: on-demand consolidations by purchases.
 pub const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
+/// counter {event}: pending sagas the sweeper ended (no driver was left to).
+pub const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
 
 // ---- buckets (kept fresh by a background task) ----
 /// gauge {event, bucket}.
@@ -90,6 +92,10 @@ pub fn describe() {
     describe_histogram!(PROBE_DEPTH, "Buckets tried beyond the home bucket");
     describe_counter!(CANCELS, "Orders cancelled");
     describe_counter!(CONSOLIDATIONS, "On-demand consolidations of fragments");
+    describe_counter!(
+        SAGAS_SWEPT,
+        "Pending purchase sagas ended by the sweeper (their driver was gone)"
+    );
     describe_gauge!(BUCKET_REMAINING, "Units left in a bucket");
     describe_gauge!(
         BUCKET_SKEW,

@@ -2,7 +2,8 @@
 //!
 //! `Application::build` picks the store (Redis when a URL is configured, the
 //! embedded memory store otherwise), creates the configured events that do not
-//! exist yet, binds the listener and starts the background tasks; `port()` tells
+//! exist yet, binds the listener and starts the background tasks (gauges,
+//! flusher, rebalancer, audits, the saga sweeper, housekeeping); `port()` tells
 //! tests where it listens; `run_until_stopped` serves until ctrl-c or SIGTERM,
 //! lets in-flight requests finish (up to the grace period) and stops every
 //! background task through one cancellation token.
@@ -186,6 +187,11 @@ impl Application {
                 stop.clone(),
             )));
         }
+        tasks.spawn(quietly(crate::control::sweeper::run(
+            engine.clone(),
+            options::sweep(&settings),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(housekeeping(state, stop.clone())));
         tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
         Ok(Self {
@@ -230,8 +236,11 @@ impl Application {
             stop.cancel();
         });
         let mut serve = std::pin::pin!(serve);
+        // Polling `serve` again once it has completed panics ("`async fn`
+        // resumed after completion"): remember whether it did.
+        let mut served = false;
         tokio::select! {
-            _ = &mut serve => {}
+            _ = &mut serve => served = true,
             _ = self.stop.cancelled() => {}
         }
         let deadline = tokio::time::Instant::now() + self.grace;
@@ -241,7 +250,7 @@ impl Application {
             timer.cancel();
         });
         let mut complete = true;
-        if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+        if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
             tracing::warn!(grace = ?self.grace, "grace period over; dropping remaining requests");
             complete = false;
         }

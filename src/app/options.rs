@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::{DatabaseSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions};
+use crate::control::sweeper::SweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
 use crate::store::redis::RedisOptions;
@@ -23,6 +24,17 @@ pub fn engine(settings: &Settings) -> EngineOptions {
         gather_wait: Duration::from_millis(e.gather_wait_ms),
         max_batch: b.enabled.then_some(b.max_batch),
         batch_wait: Duration::from_micros(b.max_wait_us),
+        marker_ttl: Duration::from_millis(e.marker_ttl_ms),
+    }
+}
+
+/// The sweeper's pace and bound.
+pub fn sweep(settings: &Settings) -> SweepOptions {
+    let e = &settings.engine;
+    SweepOptions {
+        interval: Duration::from_millis(e.sweep_interval_ms),
+        stale_after: Duration::from_millis(e.stale_saga_after_ms),
+        ..SweepOptions::default()
     }
 }
 
@@ -76,5 +88,6 @@ mod tests {
     #[test]
     fn the_default_settings_are_the_engines_defaults() {
         assert_eq!(engine(&Settings::default()), EngineOptions::default());
+        assert_eq!(sweep(&Settings::default()), SweepOptions::default());
     }
 }

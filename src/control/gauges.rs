@@ -48,6 +48,7 @@ pub fn initialise(event: &EventId) {
         m::PURCHASED_UNITS,
         m::CANCELS,
         m::CONSOLIDATIONS,
+        m::SAGAS_SWEPT,
         m::REBALANCE_MOVED_UNITS,
         m::REBALANCE_TRANSFERS,
         m::LEADER_CHANGES,

@@ -1,6 +1,7 @@
 //! The control plane: everything beyond the hot path that keeps an event
 //! whole — its life (create, close, rebuild), resharding, the rebalancer, the
-//! flusher that streams orders into the ledger, the audit, and the gauges.
+//! flusher that streams orders into the ledger, the audit, the gauges, and
+//! the sweeper that ends sagas whose driver went away.
 //!
 //! These run in the background or on an operator's request, compose engine
 //! and store steps under the mover lease, and join the store to the ledger.
@@ -21,6 +22,8 @@ pub mod lifecycle;
 pub mod rebalancer;
 /// Moving a live event to another bucket count.
 pub mod reshard;
+/// Ends pending sagas no driver will end.
+pub mod sweeper;
 
 use crate::domain::ids::EventId;
 use crate::engine::EngineError;

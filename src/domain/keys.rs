@@ -9,7 +9,9 @@
 //! ss:{<event>}:term              STR   leadership term counter (INCR)
 //! ss:{<event>#<gen>#<b>}:stock   STR   remaining units of bucket b
 //! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
-//! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record; probe markers t:<rid>:<pass>
+//! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record
+//! ss:{<event>#<gen>#<b>}:pend    ZSET  request ids of sagas pending at home b -> start ms (the sweeper's list)
+//! ss:{<event>#<gen>#<b>}:tk:<rid>:<pass>  STR  probe marker of saga rid, pass, in b (PX marker_ttl_ms)
 //! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b
 //! ss:{<event>#<gen>#<b>}:idx     HASH  order id -> order entry (orders of users homed at b)
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
@@ -111,7 +113,15 @@ impl BucketRef {
             demand: format!("{p}:demand"),
             empty: format!("{p}:empty"),
             epoch: format!("{p}:epoch"),
+            pend: format!("{p}:pend"),
         }
+    }
+
+    /// The probe marker of saga `rid`'s pass `pass` in this bucket (`take.lua`).
+    /// Its own key, beside the bucket's hashes: no request id or user id can
+    /// collide with it, and it expires on its own.
+    pub fn marker_in(&self, ns: &str, rid: &str, pass: u32) -> String {
+        format!("{ns}:{}:tk:{rid}:{pass}", self.tag())
     }
 }
 
@@ -131,11 +141,12 @@ pub struct BucketKeys {
     pub demand: String,
     pub empty: String,
     pub epoch: String,
+    pub pend: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 13] {
+    pub fn all(&self) -> [&str; 14] {
         [
             &self.stock,
             &self.users,
@@ -150,6 +161,7 @@ impl BucketKeys {
             &self.demand,
             &self.empty,
             &self.epoch,
+            &self.pend,
         ]
     }
 }
@@ -197,6 +209,8 @@ mod tests {
         let keys = BucketRef::new(&event("sneaker-42"), 0, 5).keys();
         let s = slot(&keys.stock);
         assert!(keys.all().iter().all(|k| slot(k) == s));
+        let b = BucketRef::new(&event("sneaker-42"), 0, 5);
+        assert_eq!(slot(&b.marker_in("ss", "t:x/r1", 2)), s);
         assert_eq!(keys.stock, "ss:{sneaker-42#0#5}:stock");
     }
 

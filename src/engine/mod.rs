@@ -6,7 +6,8 @@
 //! needs invalidating by other instances: a bucket that no longer exists answers
 //! `Stale`, and the engine reloads the meta and routes again.
 //!
-//! Sub-modules: `purchase` (fast path and the probe saga), `orders` (cancel,
+//! Sub-modules: `purchase` (fast path), `saga` (the probe saga), `settle`
+//! (ending a saga from its markers: close, reshard, the sweeper), `orders` (cancel,
 //! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
@@ -18,6 +19,7 @@ pub mod mover;
 mod orders;
 mod purchase;
 mod saga;
+mod settle;
 mod view;
 
 use std::collections::HashMap;
@@ -63,7 +65,9 @@ pub enum EngineError {
     /// nothing was bought, the request may be retried.
     #[error("no decision after {passes} probe passes under contention; retry")]
     Contention { passes: u32 },
-    /// The store failed after the purchase may have been applied.
+    /// The store failed after the purchase may have been applied (the home
+    /// step reserved the quota, a take may have run): the request id's record
+    /// will tell, once a retry or the sweeper has ended the saga.
     #[error("outcome unknown ({0}); retry with the same request id")]
     OutcomeUnknown(String),
     #[error(transparent)]
@@ -93,6 +97,10 @@ pub struct EngineOptions {
     pub max_batch: Option<usize>,
     /// How long a partial batch may wait for more (zero: it never waits).
     pub batch_wait: Duration,
+    /// Lifetime of a saga's probe markers (PX): the saga's end deletes them
+    /// sooner, except a take that stands. A driver stops probing past half of
+    /// it (the sweeper ends such a saga long before).
+    pub marker_ttl: Duration,
 }
 
 impl Default for EngineOptions {
@@ -105,6 +113,7 @@ impl Default for EngineOptions {
             gather_wait: Duration::from_secs(2),
             max_batch: Some(64),
             batch_wait: Duration::ZERO,
+            marker_ttl: Duration::from_secs(3600),
         }
     }
 }

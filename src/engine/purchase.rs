@@ -6,8 +6,16 @@
 //! quota and leaves a pending record, and the saga (`saga.rs`) takes over. A
 //! replayed request id answers what its record says, or re-drives its saga; a
 //! home step that failed in transit is resolved from what it would have written.
+//!
+//! Every answer is true: once the home step has applied (a pending saga, a
+//! quota reserved), a failure of the store is `OutcomeUnknown`, never "nothing
+//! was deducted". `purchase_detached` runs the purchase as its own task, so a
+//! caller that goes away (a client disconnect, the request timeout) never
+//! abandons a saga half way; one that ends anyway (a crash) is ended by the
+//! sweeper (`control::sweeper`).
 
 use std::slice;
+use std::sync::Arc;
 
 use super::saga::Saga;
 use super::{CrashPoint, Engine, EngineError};
@@ -83,7 +91,38 @@ pub(super) fn order(
     }
 }
 
+/// After the home step applied, a store failure leaves the outcome unknown;
+/// refusals, contention and a layout change keep their meaning (the purchase
+/// loop retries a stale layout with the same request id).
+fn after_home_of(saga: &Saga, e: EngineError) -> EngineError {
+    match e {
+        // Without a client request id the purchase loop would start a second
+        // saga beside the one a reshard settles: say the outcome is unknown.
+        EngineError::Store(StoreError::Stale(why)) if !saga.keep => {
+            EngineError::OutcomeUnknown(why)
+        }
+        EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why)) => {
+            EngineError::OutcomeUnknown(why)
+        }
+        EngineError::Mover(m) => EngineError::OutcomeUnknown(m.to_string()),
+        other => other,
+    }
+}
+
 impl<S: Store> Engine<S> {
+    /// [`Engine::purchase`] as a task of its own: the caller may go away (its
+    /// future dropped by a client disconnect or a timeout) and the purchase
+    /// still runs to its end, so no saga is left half way by a caller.
+    pub async fn purchase_detached(
+        self: &Arc<Self>,
+        req: PurchaseRequest,
+    ) -> Result<PurchaseOutcome, EngineError> {
+        let engine = self.clone();
+        tokio::spawn(async move { engine.purchase(&req).await })
+            .await
+            .unwrap_or_else(|e| Err(EngineError::OutcomeUnknown(format!("purchase task: {e}"))))
+    }
+
     /// Buys `quantity` units for a user: the fast path when the home bucket
     /// can serve, else the probe saga. Idempotent by request id.
     pub async fn purchase(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, EngineError> {
@@ -115,6 +154,8 @@ impl<S: Store> Engine<S> {
                 user: req.user.clone(),
                 qty: req.quantity,
                 order_id: order_id.clone(),
+                started_ms: self.clock.now_ms(),
+                marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
             };
             match self.attempt(&meta, saga).await {
                 Err(EngineError::Store(StoreError::Stale(_))) if stale < 3 => {
@@ -163,7 +204,11 @@ impl<S: Store> Engine<S> {
             PurchaseReply::LimitExceeded { held } => {
                 Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
             }
-            PurchaseReply::Pending { .. } => self.drive(meta, &saga).await.map(fresh),
+            PurchaseReply::Pending { .. } => self
+                .drive(meta, &saga)
+                .await
+                .map(fresh)
+                .map_err(|e| after_home_of(&saga, e)),
             PurchaseReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
             PurchaseReply::Replay(record) => self.replay(meta, saga, record).await,
         }
@@ -202,9 +247,14 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::IdempotencyConflict(saga.rid));
         }
         let result = match record {
-            RequestRecord::Pending { order_id, .. } => {
+            RequestRecord::Pending {
+                order_id, at_ms, ..
+            } => {
                 saga.order_id = order_id;
-                self.drive(meta, &saga).await?
+                saga.started_ms = at_ms;
+                self.drive(meta, &saga)
+                    .await
+                    .map_err(|e| after_home_of(&saga, e))?
             }
             done => self.answer(meta, &saga, done)?,
         };
@@ -261,10 +311,25 @@ impl<S: Store> Engine<S> {
                     result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)),
                     replayed: false,
                 }),
-                (None, Some(RequestRecord::Pending { .. })) => Ok(PurchaseOutcome {
-                    result: self.drive(meta, &saga).await?,
-                    replayed: false,
-                }),
+                (
+                    None,
+                    Some(RequestRecord::Pending {
+                        order_id, at_ms, ..
+                    }),
+                ) => {
+                    // The pending record may be another call's with this
+                    // request id: drive that saga, under its order id.
+                    let mut saga = saga;
+                    saga.order_id = order_id;
+                    saga.started_ms = at_ms;
+                    Ok(PurchaseOutcome {
+                        result: self
+                            .drive(meta, &saga)
+                            .await
+                            .map_err(|e| after_home_of(&saga, e))?,
+                        replayed: false,
+                    })
+                }
                 (None, Some(record)) if saga.keep => Ok(PurchaseOutcome {
                     result: self.answer(meta, &saga, record)?,
                     replayed: false,

@@ -13,8 +13,19 @@
 //! after it was probed — a double-collect snapshot). When the ring holds enough
 //! units in fragments, the saga takes the event's mover lease, consolidates them
 //! into the home bucket and probes again, keeping the lease until it ends.
-//! `settle_pending` ends a saga cut off mid-way from its markers alone (a
-//! close, a reshard).
+//! `settle.rs` ends a saga cut off mid-way from its markers alone (a close,
+//! a reshard, the sweeper).
+//!
+//! Probe markers are keys of their own with a lifetime (`marker_ttl`). A
+//! driver that ended the saga deletes the markers it wrote, but not a take
+//! that stands (`clear_markers`): a request refused after probing the whole
+//! ring leaves nothing behind, and a retry after an abort probes afresh. A
+//! late driver of an ended saga then decides again where the markers are
+//! gone; whatever it takes, `finish` tells it the saga ended and it gives the
+//! units back. Every driver of a saga carries the pending record's order id,
+//! so `finish` only ends that saga, and `take` only replays that saga's takes.
+//! A take is identified by (bucket, probes), and probes is
+//! `(pass − 1) × N + position`, so a driver knows its own take from another.
 
 use futures::future::try_join_all;
 
@@ -36,10 +47,14 @@ pub(super) struct Saga {
     pub(super) user: UserId,
     pub(super) qty: u32,
     pub(super) order_id: OrderId,
+    /// When the home step left the pending record (engine clock, ms).
+    pub(super) started_ms: i64,
+    /// Lifetime of the probe markers (ms).
+    pub(super) marker_ttl_ms: u64,
 }
 
 impl Saga {
-    fn take_args(&self, pass: u32) -> TakeArgs {
+    pub(super) fn take_args(&self, pass: u32) -> TakeArgs {
         TakeArgs {
             rid: self.rid.clone(),
             pass,
@@ -47,12 +62,14 @@ impl Saga {
             qty: self.qty,
             order_id: self.order_id.clone(),
             home: self.home,
+            marker_ttl_ms: self.marker_ttl_ms,
         }
     }
 
     fn finish_args(&self, outcome: Finish) -> FinishArgs {
         FinishArgs {
             rid: self.rid.clone(),
+            order_id: self.order_id.clone(),
             user: self.user.clone(),
             qty: self.qty,
             keep: self.keep,
@@ -63,6 +80,7 @@ impl Saga {
 }
 
 /// Where the probe passes of a saga ended.
+#[derive(Debug)]
 enum Step {
     Taken {
         pass: u32,
@@ -76,6 +94,20 @@ enum Step {
     /// A concurrent driver ended the saga with this record.
     Ended(RequestRecord),
     GaveUp,
+}
+
+impl Step {
+    /// The ring positions (1-based) in which this driver may have left a
+    /// marker that is not a take: all of them, except when it took in the
+    /// first pass (then only those before the take).
+    fn marked(&self, buckets: u32) -> u32 {
+        match self {
+            Step::Taken {
+                pass: 1, probes, ..
+            } => probes - 1,
+            _ => buckets,
+        }
+    }
 }
 
 impl<S: Store> Engine<S> {
@@ -95,7 +127,21 @@ impl<S: Store> Engine<S> {
         if let Some(lease) = lease {
             lease.release(&self.store).await;
         }
-        match step? {
+        let step = step?;
+        let marked = step.marked(meta.spec.buckets);
+        let answer = self.end(meta, saga, step).await;
+        // Only once the saga has ended (an answer, or a contention answered
+        // after the abort): a pending saga's markers are what make its
+        // re-driver walk to the same take.
+        if matches!(answer, Ok(_) | Err(EngineError::Contention { .. })) {
+            self.clear_markers(meta, saga, marked).await;
+        }
+        answer
+    }
+
+    /// Ends the saga where its probe passes ended.
+    async fn end(&self, meta: &EventMeta, saga: &Saga, step: Step) -> Result<Answer, EngineError> {
+        match step {
             Step::Taken {
                 pass,
                 order_id,
@@ -128,6 +174,14 @@ impl<S: Store> Engine<S> {
         let qty = u64::from(saga.qty);
         let mut probes = 0;
         for pass in 1..=self.opts.max_passes {
+            // Past half the markers' lifetime a take could be missed by a
+            // re-driver; the sweeper has long been due: leave it the saga.
+            if self.clock.now_ms() - saga.started_ms > (saga.marker_ttl_ms / 2) as i64 {
+                return Err(EngineError::OutcomeUnknown(format!(
+                    "saga {} outlived half its markers' lifetime",
+                    saga.rid
+                )));
+            }
             let args = saga.take_args(pass);
             let mut fresh_all = true;
             // What this pass saw of each bucket: (index, available, adds).
@@ -272,7 +326,7 @@ impl<S: Store> Engine<S> {
         Ok(now)
     }
 
-    async fn finish_with(
+    pub(super) async fn finish_with(
         &self,
         meta: &EventMeta,
         saga: &Saga,
@@ -305,9 +359,12 @@ impl<S: Store> Engine<S> {
                     meta, &saga.user, saga.qty, order_id, bucket, probes,
                 )));
             }
-            FinishReply::Already(record @ RequestRecord::Bought { .. }) if matches!(&record, RequestRecord::Bought { order_id: o, .. } if *o == order_id) =>
+            FinishReply::Already(record)
+                if matches!(&record, RequestRecord::Bought { order_id: o, bucket: b, probes: p, .. }
+                    if *o == order_id && *b == bucket && *p == probes) =>
             {
-                // A concurrent driver finished with this same take: answer as it did.
+                // A concurrent driver finished with this same take (same
+                // bucket, same pass and position): answer as it did.
                 return self.answer(meta, saga, record);
             }
             FinishReply::Already(record) => Some(record),
@@ -341,75 +398,5 @@ impl<S: Store> Engine<S> {
             FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
             FinishReply::Already(record) => self.answer(meta, saga, record),
         }
-    }
-}
-
-impl<S: Store> Engine<S> {
-    /// Ends a pending saga whose event was sealed under it (the end of a sale):
-    /// if it took units somewhere, the first take (by pass, then ring order) is
-    /// confirmed and any other is given back; if it took nothing, its quota is
-    /// released. Works on sealed buckets, where the saga itself can no longer probe.
-    pub async fn settle_pending(
-        &self,
-        meta: &EventMeta,
-        home: u32,
-        rid: &str,
-        record: &RequestRecord,
-    ) -> Result<(), EngineError> {
-        let RequestRecord::Pending {
-            qty,
-            order_id,
-            user,
-            ..
-        } = record
-        else {
-            return Ok(());
-        };
-        let saga = Saga {
-            home,
-            rid: rid.to_owned(),
-            keep: !rid.starts_with('~'),
-            limited: meta.spec.per_user_limit.is_some(),
-            user: user.clone(),
-            qty: *qty,
-            order_id: order_id.clone(),
-        };
-        let mut takes = Vec::new();
-        for (position, j) in ring(home, meta.spec.buckets).enumerate() {
-            let bucket = Self::bucket(meta, j);
-            for (pass, oid) in self
-                .store
-                .take_markers(&bucket, rid, self.opts.max_passes)
-                .await?
-            {
-                takes.push((pass, position as u32 + 1, j, oid));
-            }
-        }
-        takes.sort_by_key(|&(pass, position, ..)| (pass, position));
-        let Some((_, probes, bucket, oid)) = takes.first().cloned() else {
-            self.finish_with(meta, &saga, Finish::Abort).await?;
-            return Ok(());
-        };
-        let kept = Finish::Bought {
-            order_id: oid.clone(),
-            bucket,
-            probes,
-        };
-        let confirmed = match self.finish_with(meta, &saga, kept).await? {
-            FinishReply::Already(RequestRecord::Bought { order_id, .. }) => order_id,
-            _ => oid,
-        };
-        for (pass, _, j, other) in takes {
-            if other == confirmed && j == bucket {
-                continue;
-            }
-            let mut args = saga.take_args(pass);
-            args.order_id = other;
-            let source = Self::bucket(meta, j);
-            let untaken = self.store.untake(&source, self.clock.now_ms(), &args).await;
-            self.activity.wrote(&source);
-            untaken?;
-        }
-        Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! `POST /v1/events/{id}/purchases`: the hot path. Extract → validate → rate
-//! limit → one engine call → respond; metrics recorded on the way out.
+//! limit → one engine call (its own task, so a dropped handler never abandons
+//! a saga) → respond; metrics recorded on the way out.
 
 use std::time::Instant;
 
@@ -63,9 +64,11 @@ async fn purchase<S: Store>(
         };
         state.limits.check(&req.user)?;
         let event = req.event.clone();
+        // A task of its own: if this handler is dropped (the client went
+        // away, the request timeout fired), the purchase still ends.
         state
             .engine
-            .purchase(&req)
+            .purchase_detached(req)
             .await
             .map_err(|e| state.engine_error(&event, e))
     }

@@ -2,9 +2,12 @@
 //!
 //! A purchase is `purchase` on the buyer's home bucket (nearly always the only
 //! step); when the home bucket is short, the engine's saga probes the ring with
-//! `take`, ends at home with `finish`, and gives back a take it no longer needs
-//! with `untake`. Every step that moves units appends its stream entry and its
-//! request record in the same atomic step (see `lua/purchase.lua` for why).
+//! `take`, ends at home with `finish`, gives back a take it no longer needs
+//! with `untake`, and deletes its probe markers with `clear_markers`. Every
+//! step that moves units appends its stream entry and its request record in
+//! the same atomic step (see `lua/purchase.lua` for why). A pending saga is
+//! listed in its home bucket's `pend` set from the home step to `finish`, and
+//! `stale_pending` lists those older than a bound (for the sweeper).
 
 use std::future::Future;
 
@@ -109,6 +112,9 @@ pub struct TakeArgs {
     pub qty: u32,
     pub order_id: OrderId,
     pub home: u32,
+    /// Lifetime of the probe marker this step writes (PX): a marker outlives
+    /// its saga only until then, even when no driver was left to delete it.
+    pub marker_ttl_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +149,9 @@ pub enum Finish {
 #[derive(Debug, Clone)]
 pub struct FinishArgs {
     pub rid: String,
+    /// The saga's order id (that of its pending record): `finish` ends only
+    /// that saga, never a later one that reused the request id after an abort.
+    pub order_id: OrderId,
     pub user: UserId,
     pub qty: u32,
     pub keep: bool,
@@ -205,13 +214,36 @@ pub trait Buckets {
         args: &TakeArgs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Ends a saga at its home bucket (`lua/finish.lua`).
+    /// Ends a saga at its home bucket, and takes it off the bucket's pending
+    /// set (`lua/finish.lua`). A pending record of another order under the same
+    /// request id answers `NoRecord`.
     fn finish(
         &self,
         bucket: &BucketRef,
         now_ms: i64,
         args: &FinishArgs,
     ) -> impl Future<Output = Result<FinishReply, StoreError>> + Send;
+
+    /// Deletes the probe markers of saga `rid` (passes `1..=passes`) in the
+    /// bucket, except the mark of a take that stands ("T|oid": it decides the
+    /// saga's units and a late driver must find it). Returns how many went
+    /// (`lua/clear_markers.lua`). Works on sealed buckets.
+    fn clear_markers(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    /// Sagas pending at this home bucket since `before_ms` or earlier, at most
+    /// `count`, with their records; entries whose record is no longer
+    /// pending are dropped from the set on the way (`lua/stale_pending.lua`).
+    fn stale_pending(
+        &self,
+        bucket: &BucketRef,
+        before_ms: i64,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send;
 
     /// Cancels an order in its home bucket: units back on sale there, the
     /// user's count down (`lua/cancel.lua`).

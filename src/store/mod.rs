@@ -13,7 +13,8 @@
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
 //! - [`events`]: an event's own slot — create, list, meta, status, layout, seq,
 //!   the sold-out mark, the two ends of a reshard.
-//! - [`buckets`]: the hot path — purchase, the saga's take/untake/finish,
+//! - [`buckets`]: the hot path — purchase, the saga's take/untake/finish and
+//!   its markers' end (`clear_markers`), the sweeper's `stale_pending`,
 //!   cancel, and the reads of one bucket.
 //! - [`leases`]: the rebalancer's leadership and the mover lease.
 //! - [`transfers`]: fenced, journaled moves of units between buckets.

@@ -17,7 +17,7 @@ use shardstock::store::{MemoryStore, Store};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{event_id, on_every_backend, pg_url, spec, sqlite_url, user};
+use crate::harness::{event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user};
 
 on_every_backend!(
     every_sold_order_reaches_the_ledger_once_and_the_audit_balances,
@@ -112,15 +112,12 @@ async fn sale<S: Store>(
             tokio::spawn(async move {
                 for i in 0..attempts / 16 {
                     let u = format!("u-{}", (t * 31 + i * 7) % 50);
-                    let out = engine
-                        .purchase(&req(
-                            &event,
-                            &u,
-                            1 + (i % 3) as u32,
-                            Some(format!("r{t}-{i}")),
-                        ))
-                        .await
-                        .unwrap();
+                    let out = purchase_final(
+                        &engine,
+                        &req(&event, &u, 1 + (i % 3) as u32, Some(format!("r{t}-{i}"))),
+                    )
+                    .await
+                    .unwrap();
                     if let Ok(order) = out.result {
                         let cancel = i % 7 == 0;
                         if cancel {

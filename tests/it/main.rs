@@ -10,6 +10,8 @@
 //!   Cluster, `TestApp`, `on_every_backend!`, waiting for conditions.
 //! - `engine`: the engine's conformance suite, on every backend.
 //! - `concurrency`: 64 tasks against one event, checked by invariants.
+//! - `sagas`: the purchase saga under faults — a step failing after the home
+//!   step, a caller gone, the sweeper, probe markers (issue 13).
 //! - `ledger`: flusher, ledger, audit and close: every order reaches the
 //!   database once.
 //! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
@@ -49,4 +51,5 @@ mod quickstart;
 mod rebalancer;
 mod redis_faults;
 mod reshard;
+mod sagas;
 mod stall;

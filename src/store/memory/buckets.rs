@@ -74,6 +74,7 @@ impl Bucket {
             self.hold(&e.user, qty as i64);
         }
         self.reqs.insert(e.rid.clone(), e.pending(now_ms));
+        self.pend.insert(e.rid.clone(), now_ms);
         PurchaseReply::Pending { stock: self.stock }
     }
 }
@@ -132,10 +133,9 @@ impl Buckets for MemoryStore {
         a: &TakeArgs,
     ) -> Result<TakeReply, StoreError> {
         self.with_live(b, |bk| {
-            let marker = (a.rid.clone(), a.pass);
-            if let Some(seen) = bk.markers.get(&marker) {
+            if let Some(seen) = bk.marker(&a.rid, a.pass) {
                 return match seen {
-                    Marker::Taken(order_id) => TakeReply::Taken {
+                    Marker::Taken(order_id) if *order_id == a.order_id => TakeReply::Taken {
                         order_id: order_id.clone(),
                     },
                     Marker::Short(available, adds) => TakeReply::Short {
@@ -143,8 +143,10 @@ impl Buckets for MemoryStore {
                         fresh: false,
                         adds: *adds,
                     },
-                    // This saga's take here was undone: the bucket as it is now.
-                    Marker::Undone => TakeReply::Short {
+                    // This saga's take here was undone, or the take is another
+                    // order's (an aborted saga of the same request id): the
+                    // bucket as it is now, nothing taken.
+                    Marker::Taken(_) | Marker::Undone => TakeReply::Short {
                         available: bk.stock + bk.in_transfer(),
                         fresh: false,
                         adds: bk.adds,
@@ -155,13 +157,15 @@ impl Buckets for MemoryStore {
             if bk.stock >= qty {
                 bk.stock -= qty;
                 bk.append(saga_entry(RecordKind::Order, b.index, now_ms, a));
-                bk.markers.insert(marker, Marker::Taken(a.order_id.clone()));
+                let taken = Marker::Taken(a.order_id.clone());
+                bk.set_marker(&a.rid, a.pass, taken, a.marker_ttl_ms);
                 TakeReply::Taken {
                     order_id: a.order_id.clone(),
                 }
             } else {
                 let available = bk.stock + bk.in_transfer();
-                bk.markers.insert(marker, Marker::Short(available, bk.adds));
+                let short = Marker::Short(available, bk.adds);
+                bk.set_marker(&a.rid, a.pass, short, a.marker_ttl_ms);
                 TakeReply::Short {
                     available,
                     fresh: true,
@@ -174,12 +178,11 @@ impl Buckets for MemoryStore {
     /// Mirrors `lua/untake.lua`.
     async fn untake(&self, b: &BucketRef, now_ms: i64, a: &TakeArgs) -> Result<bool, StoreError> {
         self.with(b, |bk| {
-            let marker = (a.rid.clone(), a.pass);
-            match bk.markers.get(&marker) {
+            match bk.marker(&a.rid, a.pass) {
                 Some(Marker::Taken(oid)) if *oid == a.order_id => {}
                 _ => return false,
             }
-            bk.markers.insert(marker, Marker::Undone);
+            bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
             bk.stock += u64::from(a.qty);
             bk.adds += 1;
             bk.append(saga_entry(RecordKind::Void, b.index, now_ms, a));
@@ -196,10 +199,22 @@ impl Buckets for MemoryStore {
     ) -> Result<FinishReply, StoreError> {
         self.with(b, |bk| {
             match bk.reqs.get(&a.rid) {
-                None => return FinishReply::NoRecord,
+                None => {
+                    bk.pend.remove(&a.rid);
+                    return FinishReply::NoRecord;
+                }
+                // Another saga under the same request id: not ours to end.
+                Some(RequestRecord::Pending { order_id, .. }) if *order_id != a.order_id => {
+                    return FinishReply::NoRecord;
+                }
                 Some(RequestRecord::Pending { .. }) => {}
-                Some(done) => return FinishReply::Already(done.clone()),
+                Some(done) => {
+                    let done = done.clone();
+                    bk.pend.remove(&a.rid);
+                    return FinishReply::Already(done);
+                }
             }
+            bk.pend.remove(&a.rid);
             let final_record = match &a.outcome {
                 Finish::Bought {
                     order_id,
@@ -245,6 +260,56 @@ impl Buckets for MemoryStore {
                 None => bk.reqs.remove(&a.rid),
             };
             FinishReply::Done
+        })
+    }
+
+    /// Mirrors `lua/clear_markers.lua`.
+    async fn clear_markers(
+        &self,
+        b: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<u32, StoreError> {
+        self.with(b, |bk| {
+            let mut n = 0;
+            for pass in 1..=passes {
+                match bk.marker(rid, pass) {
+                    Some(Marker::Taken(_)) => continue,
+                    Some(_) => n += 1,
+                    None => {}
+                }
+                bk.markers.remove(&(rid.to_owned(), pass));
+            }
+            n
+        })
+    }
+
+    /// Mirrors `lua/stale_pending.lua`.
+    async fn stale_pending(
+        &self,
+        b: &BucketRef,
+        before_ms: i64,
+        count: u32,
+    ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
+        self.with(b, |bk| {
+            let mut old: Vec<(i64, String)> = bk
+                .pend
+                .iter()
+                .filter(|(_, at)| **at <= before_ms)
+                .map(|(rid, at)| (*at, rid.clone()))
+                .collect();
+            old.sort();
+            old.truncate(count as usize);
+            let mut out = Vec::new();
+            for (_, rid) in old {
+                match bk.reqs.get(&rid) {
+                    Some(r @ RequestRecord::Pending { .. }) => out.push((rid, r.clone())),
+                    _ => {
+                        bk.pend.remove(&rid);
+                    }
+                }
+            }
+            out
         })
     }
 

@@ -57,7 +57,10 @@ struct Bucket {
     stock: u64,
     users: HashMap<UserId, u64>,
     reqs: HashMap<String, RequestRecord>,
-    markers: HashMap<(String, u32), Marker>,
+    /// Request ids of sagas pending here -> start ms (`pend`).
+    pend: HashMap<String, i64>,
+    /// Probe markers, each with the instant it expires (their PX).
+    markers: HashMap<(String, u32), (Marker, Instant)>,
     idx: HashMap<OrderId, OrderEntry>,
     stream: VecDeque<Slot>,
     last_id: StreamId,
@@ -92,6 +95,26 @@ impl Bucket {
             entry,
             delivered: None,
         });
+    }
+
+    /// The saga's marker of `pass`, unless it expired.
+    fn marker(&self, rid: &str, pass: u32) -> Option<&Marker> {
+        self.markers
+            .get(&(rid.to_owned(), pass))
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(m, _)| m)
+    }
+
+    /// Sets a marker for `ttl_ms` (PX). Expired ones are purged now and then
+    /// (whenever the map reaches a power of two past 1024), like Redis's
+    /// active expiry: not on every step.
+    fn set_marker(&mut self, rid: &str, pass: u32, marker: Marker, ttl_ms: u64) {
+        let now = Instant::now();
+        if self.markers.len() >= 1024 && self.markers.len().is_power_of_two() {
+            self.markers.retain(|_, (_, until)| now < *until);
+        }
+        let until = now + std::time::Duration::from_millis(ttl_ms.max(1));
+        self.markers.insert((rid.to_owned(), pass), (marker, until));
     }
 
     fn in_transfer(&self) -> u64 {

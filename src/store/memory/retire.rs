@@ -85,7 +85,7 @@ impl Retirement for MemoryStore {
     ) -> Result<Vec<(u32, OrderId)>, StoreError> {
         self.with(b, |bk| {
             (1..=passes)
-                .filter_map(|pass| match bk.markers.get(&(rid.to_owned(), pass)) {
+                .filter_map(|pass| match bk.marker(rid, pass) {
                     Some(Marker::Taken(oid)) => Some((pass, oid.clone())),
                     _ => None,
                 })

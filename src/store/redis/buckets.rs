@@ -19,7 +19,7 @@ use crate::store::{
 
 impl RedisStore {
     /// `purchase.lua`'s keys of a bucket, in its KEYS order, built once per
-    /// bucket: formatting nine key names for every purchase showed up in profiles.
+    /// bucket: formatting ten key names for every purchase showed up in profiles.
     fn purchase_keys(&self, bucket: &BucketRef) -> Arc<[Key]> {
         let cached = self.purchase_keys.read().expect("key cache poisoned");
         if let Some(keys) = cached.get(bucket) {
@@ -28,7 +28,7 @@ impl RedisStore {
         drop(cached);
         let k = self.keys(bucket);
         let keys: Arc<[Key]> = [
-            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch,
+            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch, k.pend,
         ]
         .into_iter()
         .map(Key::from)
@@ -50,6 +50,7 @@ fn saga_args(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Vec<String> {
         a.qty.to_string(),
         a.order_id.to_string(),
         a.home.to_string(),
+        a.marker_ttl_ms.max(1).to_string(),
     ]
 }
 
@@ -126,7 +127,8 @@ impl Buckets for RedisStore {
         a: &TakeArgs,
     ) -> Result<TakeReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.reqs, k.orders, k.xfer, k.adds, k.sealed];
+        let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
+        let keys = vec![k.stock, marker, k.orders, k.xfer, k.adds, k.sealed];
         let args = saga_args(bucket, now_ms, a);
         let parts = self
             .eval_bucket(bucket, &self.scripts.take, keys, args)
@@ -151,7 +153,8 @@ impl Buckets for RedisStore {
         a: &TakeArgs,
     ) -> Result<bool, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.reqs, k.orders, k.adds];
+        let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
+        let keys = vec![k.stock, marker, k.orders, k.adds];
         let args = saga_args(bucket, now_ms, a);
         let parts = self
             .eval_bucket(bucket, &self.scripts.untake, keys, args)
@@ -170,7 +173,7 @@ impl Buckets for RedisStore {
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.users, k.reqs, k.idx];
+        let keys = vec![k.stock, k.users, k.reqs, k.idx, k.pend];
         // ARGV[3]: B (bought), S (sold out), A (abort).
         let (outcome, oid, from, probes, remaining) = match &a.outcome {
             Finish::Bought {
@@ -193,6 +196,7 @@ impl Buckets for RedisStore {
             probes.to_string(),
             remaining.to_string(),
             flag(a.limited),
+            a.order_id.to_string(),
         ];
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
@@ -203,6 +207,41 @@ impl Buckets for RedisStore {
             reply::NO_RECORD => Ok(FinishReply::NoRecord),
             other => Err(unknown("finish", other)),
         }
+    }
+
+    async fn clear_markers(
+        &self,
+        bucket: &BucketRef,
+        rid: &str,
+        passes: u32,
+    ) -> Result<u32, StoreError> {
+        let keys = (1..=passes)
+            .map(|pass| bucket.marker_in(&self.namespace, rid, pass))
+            .collect();
+        Ok(num(&self.eval(&self.scripts.clear_markers, keys, vec![]).await?)? as u32)
+    }
+
+    async fn stale_pending(
+        &self,
+        bucket: &BucketRef,
+        before_ms: i64,
+        count: u32,
+    ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
+        let k = self.keys(bucket);
+        let args = vec![before_ms.to_string(), count.to_string()];
+        let parts = self
+            .eval(&self.scripts.stale_pending, vec![k.pend, k.reqs], args)
+            .await?
+            .into_array();
+        parts
+            .chunks(2)
+            .map(|pair| match pair {
+                [rid, record] => Ok((text(rid)?, request_record(record)?)),
+                _ => Err(StoreError::Protocol(
+                    "stale_pending reply is cut short".into(),
+                )),
+            })
+            .collect()
     }
 
     async fn cancel(

@@ -1,5 +1,7 @@
 //! The end of a bucket on Redis: seal, leftover, the audit's read, what the
-//! bucket remembers (its `users`, `idx` and `reqs` hashes) and expiry.
+//! bucket remembers (its `users`, `idx` and `reqs` hashes) and expiry. Probe
+//! markers are keys of their own with a lifetime (`take.lua`), so expiry
+//! leaves them to it.
 
 use fred::prelude::*;
 
@@ -62,13 +64,12 @@ impl Retirement for RedisStore {
         rid: &str,
         passes: u32,
     ) -> Result<Vec<(u32, OrderId)>, StoreError> {
-        // take.lua's marker of (rid, pass): field "t:<rid>:<pass>", "T|oid" once taken.
-        let fields: Vec<String> = (1..=passes).map(|p| format!("t:{rid}:{p}")).collect();
-        let values: Vec<Option<String>> = self
-            .client
-            .hmget(self.keys(bucket).reqs, fields)
-            .await
-            .map_err(unavailable)?;
+        // take.lua's marker of (rid, pass): its own key, "T|oid" once taken.
+        // One MGET: the markers of a bucket share its hash tag, so its slot.
+        let keys: Vec<String> = (1..=passes)
+            .map(|p| bucket.marker_in(&self.namespace, rid, p))
+            .collect();
+        let values: Vec<Option<String>> = self.client.mget(keys).await.map_err(unavailable)?;
         Ok(values
             .into_iter()
             .zip(1..)
@@ -135,10 +136,11 @@ impl Retirement for RedisStore {
                 .ok_or_else(|| StoreError::Protocol(format!("entry {entry:?}")))?;
             c.orders.push((OrderId::from_stored(oid), entry));
         }
-        // Client request ids only ("<user>/<id>"); probe markers and internal ids stay behind.
+        // Client request ids only ("<user>/<id>"); internal ids stay behind.
+        // (Probe markers are keys of their own, never fields of this hash, so
+        // no user id, whatever it starts with, is mistaken for one.)
         for (rid, record) in reqs {
             if rid.contains('/')
-                && !rid.starts_with("t:")
                 && let Some(record) = RequestRecord::decode(&record)
                 && !matches!(record, RequestRecord::Pending { .. })
             {

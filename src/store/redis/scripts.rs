@@ -112,6 +112,8 @@ scripts! {
     take: [STALE, TAKEN, SHORT],
     untake: [STALE, OK, NO_TAKE],
     finish: [STALE, OK, REPLAY, NO_RECORD],
+    clear_markers: [],
+    stale_pending: [],
     cancel: [STALE, OK, ALREADY_CANCELLED, NOT_FOUND],
     counters: [],
     set_empty: [],

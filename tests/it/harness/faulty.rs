@@ -365,6 +365,8 @@ faulty_sections! {
         fn purchase(bucket: &BucketRef, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<PurchaseReply>;
         fn take(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> TakeReply;
         fn untake(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> bool;
+        fn clear_markers(bucket: &BucketRef, rid: &str, passes: u32) -> u32;
+        fn stale_pending(bucket: &BucketRef, before_ms: i64, count: u32) -> Vec<(String, RequestRecord)>;
         fn finish(bucket: &BucketRef, now_ms: i64, args: &FinishArgs) -> FinishReply;
         fn cancel(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> CancelReply;
         fn order_entry(bucket: &BucketRef, order: &OrderId) -> Option<OrderEntry>;

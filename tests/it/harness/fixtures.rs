@@ -1,8 +1,12 @@
 //! Test data: unique event ids, users, specs, and users homed at a bucket.
 
+use std::time::Duration;
+
 use shardstock::domain::ids::{EventId, UserId};
 use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::domain::routing::{home, user_hash};
+use shardstock::engine::{Engine, EngineError, PurchaseOutcome, PurchaseRequest};
+use shardstock::store::Store;
 
 /// A unique event id for this test run.
 pub fn event_id(prefix: &str) -> EventId {
@@ -32,4 +36,24 @@ pub fn user_homed_at(bucket: u32, n: u32, salt: &str) -> String {
         .map(|i| format!("u-{salt}-{i}"))
         .find(|u| home(user_hash(&user(u.as_str())), n) == bucket)
         .unwrap()
+}
+
+/// A purchase driven to a final answer the way a client does it: a
+/// `Contention` (503 `try-again`: nothing was bought) is sent again with the
+/// same request, after a short pause, a bounded number of times. Under a
+/// CPU-starved test run a saga can give up waiting for the mover lease; that
+/// answer is true (nothing bought), and the retry must then settle it.
+pub async fn purchase_final<S: Store>(
+    engine: &Engine<S>,
+    req: &PurchaseRequest,
+) -> Result<PurchaseOutcome, EngineError> {
+    for _ in 0..20 {
+        match engine.purchase(req).await {
+            Err(EngineError::Contention { .. }) => {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            other => return other,
+        }
+    }
+    engine.purchase(req).await
 }

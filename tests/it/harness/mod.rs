@@ -1,5 +1,6 @@
 //! The harness every suite shares. Real backends only: nothing is mocked.
 //!
+//! - `faults`: `Faulty`, any store with a saga step made to fail.
 //! - `fixtures`: unique event ids, users, specs.
 //! - `backends`: engines on memory, the machine's Redis and the test Cluster;
 //!   a Redis namespace per suite; this process's PostgreSQL database;
@@ -13,6 +14,7 @@
 
 mod app;
 mod backends;
+mod faults;
 pub mod faulty;
 mod fixtures;
 mod servers;
@@ -26,7 +28,8 @@ pub use backends::{
     START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_url, sqlite_url, standalone,
     suite_of, unbatched,
 };
-pub use fixtures::{event_id, spec, user, user_homed_at};
+pub use faults::{Faulty, Step as FaultStep, When};
+pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
 pub use servers::{RedisCluster, RedisServer, free_port};
 pub use service::Service;
 pub use wait::{eventually, wait_until};
