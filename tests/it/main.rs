@@ -21,6 +21,10 @@
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
+//! - `faults`: randomized schedules of purchases, cancels, replays,
+//!   transfers, reshards, closes and dropped calls over `Faulty` stores,
+//!   then the promises checked.
+//! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
@@ -41,6 +45,7 @@ mod concurrency;
 mod deploy_local;
 mod durability;
 mod engine;
+mod faults;
 mod hardening;
 mod idle;
 mod ledger;
@@ -50,3 +55,4 @@ mod rebalancer;
 mod redis_faults;
 mod reshard;
 mod sagas;
+mod stall;

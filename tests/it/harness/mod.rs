@@ -9,10 +9,13 @@
 //! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
 //! - `service`: the `shardstock` binary as a child process.
 //! - `wait`: waiting for a condition with a deadline, never for a fixed time.
+//! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
+//!   steps from a seed, before or after they apply.
 
 mod app;
 mod backends;
 mod faults;
+pub mod faulty;
 mod fixtures;
 mod servers;
 mod service;

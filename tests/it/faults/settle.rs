@@ -1,0 +1,378 @@
+//! After a schedule: heal the store, let retries and recovery finish what the
+//! faults cut short, and check the promises of docs/DESIGN.md.
+//!
+//! Settling is what clients and operators do: retry every request whose
+//! outcome is unknown with its request id, retry every cancel that failed,
+//! resume a reshard that stopped half way, close the sale (again, if a close
+//! was cut short), which drains every stream into the ledger. Then the
+//! answers are held against the ledger (`checks`). Each check is a named
+//! switch in [`super::CHECKS`]; every violation names its check, so a failing
+//! seed says which promise broke, and checks that are off still report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardstock::control::flusher::Flusher;
+use shardstock::control::{audit, lifecycle, reshard};
+use shardstock::domain::ids::{OrderId, RequestId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::model::{EventStatus, RequestRecord};
+use shardstock::engine::{Lease, PurchaseRequest, Refusal, mover};
+use shardstock::store::{Retirement, Store, Transfers};
+use shardstock::{Engine, EngineError};
+
+use super::log::{Answer, Cancelled, now_ms};
+use super::rig::{Rig, flush_options};
+use crate::harness::faulty::Faulty;
+use crate::harness::{eventually, user};
+
+/// What a schedule broke: `(check, what)`.
+pub type Violations = Vec<(&'static str, String)>;
+
+/// The checks that schedules with reshards report under `across_reshards`.
+const RESHARD_SENSITIVE: &[&str] = &[
+    "conservation",
+    "no_double_sale",
+    "limits",
+    "bought_once",
+    "replays_agree",
+    "no_false_sold_out",
+];
+
+/// How often a settling retry asks again before the request counts as
+/// never answered.
+const RETRIES: usize = 8;
+
+impl<S: Store> Rig<S> {
+    /// Heals, settles, checks; returns what broke.
+    pub async fn settle_and_check(self: &Arc<Self>, plain: &Arc<Engine<Faulty<S>>>) -> Violations {
+        let mut v = Violations::new();
+        for e in &self.engines {
+            e.store().heal();
+        }
+        // Work the engines finish on their own (a batch whose callers went
+        // away, a step delayed by a fault) lands before anything is judged.
+        eventually(
+            "the schedule's store calls to end",
+            Duration::from_secs(30),
+            async || {
+                self.engines
+                    .iter()
+                    .all(|e| e.store().in_flight() == 0)
+                    .then_some(())
+            },
+        )
+        .await;
+        let pending = self.pending(plain).await;
+        if pending > 0 {
+            v.push((
+                "no_pending_saga",
+                format!("{pending} sagas still pending after healing"),
+            ));
+        }
+        self.resume_reshard(plain, &mut v).await;
+        let closed =
+            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
+        if !closed {
+            self.retry_unknown(plain, &mut v).await;
+            self.retry_cancels(plain).await;
+            self.audit(plain, "before the close", &mut v).await;
+            self.sell_out(plain, pending, &mut v).await;
+        }
+        let mut flusher = Flusher::new(
+            plain.clone(),
+            self.ledger.clone(),
+            "settler".into(),
+            flush_options(),
+        );
+        if let Err(e) =
+            lifecycle::close(plain, &self.ledger, &mut flusher, &self.id, &self.stop).await
+        {
+            v.push((
+                "conservation",
+                format!("the close on a healed store failed: {e}"),
+            ));
+            return v;
+        }
+        self.audit(plain, "after the close", &mut v).await;
+        self.check_ledger(&mut v).await;
+        let errors = self.log.lock().unwrap().errors.clone();
+        v.extend(errors.into_iter().map(|e| ("bought_once", e)));
+        if self.plan.reshards() {
+            // Every promise a reshard can break is one known defect family
+            // today (see the check `across_reshards`).
+            for (check, what) in &mut v {
+                if RESHARD_SENSITIVE.contains(check) {
+                    *what = format!("{check}: {what}");
+                    *check = "across_reshards";
+                }
+            }
+        }
+        v
+    }
+
+    /// Sagas left pending in any bucket of any layout.
+    async fn pending(&self, plain: &Engine<Faulty<S>>) -> usize {
+        let Ok(meta) = plain.reload(&self.id).await else {
+            return 0;
+        };
+        let mut n = 0;
+        for b in meta.all_buckets() {
+            if let Ok(list) = plain.store().pending(&b).await {
+                n += list
+                    .iter()
+                    .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
+                    .count();
+            }
+        }
+        n
+    }
+
+    /// A reshard stopped by a fault is resumed by asking for it again.
+    async fn resume_reshard(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        for _ in 0..5 {
+            let Ok(meta) = plain.reload(&self.id).await else {
+                return;
+            };
+            let Some((_, to)) = meta
+                .reshard_to
+                .filter(|_| meta.status == EventStatus::Resharding)
+            else {
+                return;
+            };
+            match Box::pin(reshard::reshard(plain, &self.id, to)).await {
+                Ok(_) => return,
+                Err(e) => tracing::info!(error = %e, "resuming the reshard"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        v.push((
+            "conservation",
+            "a stopped reshard could not be resumed".into(),
+        ));
+    }
+
+    /// Retries every request whose outcome is unknown, with its request id,
+    /// until it gets a final answer.
+    async fn retry_unknown(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        let open: Vec<PurchaseRequest> = {
+            let log = self.log.lock().unwrap();
+            log.order
+                .iter()
+                .map(|rid| &log.sent[rid])
+                .filter(|s| !s.answers().any(Answer::is_final))
+                .filter(|s| matches!(s.answers().last(), Some(Answer::Unknown(_))))
+                .map(|s| s.req.clone())
+                .collect()
+        };
+        for req in open {
+            let mut last = None;
+            for _ in 0..RETRIES {
+                let sent_ms = now_ms();
+                let answer = Answer::of(Box::pin(plain.purchase(&req)).await);
+                self.log
+                    .lock()
+                    .unwrap()
+                    .answered(&req, answer.clone(), sent_ms);
+                if answer.is_final() {
+                    last = None;
+                    break;
+                }
+                if let Some(open) = self.complete_open_transfers(plain).await {
+                    v.push((
+                        "open_transfer_blocks_sales",
+                        format!("a retry: {answer:?} while {open} units sat in an open transfer (completed now, as a rebalancer round would)"),
+                    ));
+                }
+                last = Some(answer);
+            }
+            if let Some(answer) = last {
+                let rid = req.request_id.as_ref().map(RequestId::as_str).unwrap_or("");
+                v.push((
+                    "replays_agree",
+                    format!("{rid}: no final answer after {RETRIES} retries on a healed store (last: {answer:?})"),
+                ));
+            }
+        }
+    }
+
+    /// Retries every cancel whose outcome is unknown.
+    async fn retry_cancels(&self, plain: &Engine<Faulty<S>>) {
+        let open: Vec<OrderId> = {
+            let log = self.log.lock().unwrap();
+            log.cancels
+                .iter()
+                .filter(|(_, c)| **c == Cancelled::Unknown)
+                .map(|(oid, _)| oid.clone())
+                .collect()
+        };
+        for oid in open {
+            let done = Box::pin(plain.cancel(oid.as_str())).await;
+            self.log.lock().unwrap().cancelled(&oid, Some(done));
+        }
+    }
+
+    async fn audit(&self, plain: &Engine<Faulty<S>>, when: &str, v: &mut Violations) {
+        match audit::audit(plain, &self.ledger, &self.id).await {
+            Ok(a) => {
+                // The equation itself; the guard's alarms are their own check.
+                let accounted =
+                    (a.remaining + a.in_transfer + a.sold_flushed + a.sold_unflushed + a.leftover)
+                        as i128
+                        - a.released as i128;
+                if accounted != i128::from(a.stock) {
+                    v.push((
+                        "conservation",
+                        format!("the audit {when} does not balance: {a:?}"),
+                    ));
+                }
+                if a.guard_violations > 0 {
+                    v.push((
+                        "no_guard_alarm",
+                        format!(
+                            "the audit {when} counts {} guard violations: {a:?}",
+                            a.guard_violations
+                        ),
+                    ));
+                }
+            }
+            Err(e) => v.push(("conservation", format!("the audit {when} failed: {e}"))),
+        }
+    }
+
+    /// A quiet phase: fresh buyers, one at a time, until the event is sold
+    /// out. A sold-out answer while the event holds at least the quantity
+    /// asked is a false sold-out; every unit left must sell.
+    async fn sell_out(&self, plain: &Engine<Faulty<S>>, pending: usize, v: &mut Violations) {
+        let stock = self.plan.spec.stock;
+        let mut contention = 0;
+        for i in 0..(2 * stock + 20) {
+            let remaining = match plain.view(&self.id).await {
+                Ok(view) => view.remaining,
+                Err(e) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("view failed on a healed store: {e}"),
+                    ));
+                    return;
+                }
+            };
+            let qty = if remaining == 0 {
+                1
+            } else {
+                1 + (i as u32 % 3)
+            };
+            let req = PurchaseRequest {
+                event: self.id.clone(),
+                user: user(format!("quiet{i}")),
+                quantity: qty,
+                request_id: Some(
+                    RequestId::parse(format!("s{}-quiet-{i}", self.plan.seed)).unwrap(),
+                ),
+            };
+            let sent_ms = now_ms();
+            let result = Box::pin(plain.purchase(&req)).await;
+            let refused_at = match &result {
+                Ok(out) => match &out.result {
+                    Err(Refusal::SoldOut { .. }) => Some(remaining),
+                    _ => None,
+                },
+                Err(EngineError::Contention { .. }) if contention < 20 => {
+                    contention += 1;
+                    if let Some(open) = self.complete_open_transfers(plain).await {
+                        v.push((
+                            "open_transfer_blocks_sales",
+                            format!("{qty} units: try-again while {open} units sat in an open transfer (completed now, as a rebalancer round would)"),
+                        ));
+                    }
+                    None
+                }
+                Err(e) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("a purchase on a healed store failed: {e}"),
+                    ));
+                    return;
+                }
+            };
+            self.log
+                .lock()
+                .unwrap()
+                .answered(&req, Answer::of(result), sent_ms);
+            if remaining == 0 && refused_at.is_none() && result_bought(&self.log, &req) {
+                v.push((
+                    "no_double_sale",
+                    format!("{qty} bought while the event showed 0 remaining"),
+                ));
+            }
+            match refused_at {
+                Some(0) => return,
+                Some(r)
+                    if r >= u64::from(qty)
+                        && self.complete_open_transfers(plain).await.is_some() =>
+                {
+                    v.push((
+                        "open_transfer_blocks_sales",
+                        format!("sold out for {qty} while {r} units remained, some in an open transfer (completed now, as a rebalancer round would)"),
+                    ));
+                }
+                Some(r) if r >= u64::from(qty) => {
+                    v.push((
+                        "no_false_sold_out",
+                        format!("sold out for {qty} while {r} units remained, with nothing else going on ({pending} sagas left pending by the schedule)"),
+                    ));
+                    return;
+                }
+                _ => {}
+            }
+        }
+        v.push(("no_false_sold_out", "the quiet phase never sold out".into()));
+    }
+
+    /// Completes the transfers a failed mover left open, as the next
+    /// rebalancer round does; `Some(units)` when there were any.
+    async fn complete_open_transfers(&self, plain: &Engine<Faulty<S>>) -> Option<u64> {
+        let meta = plain.reload(&self.id).await.ok()?;
+        let mut open = 0;
+        for b in 0..meta.spec.buckets {
+            let bucket = BucketRef::new(&self.id, meta.generation, b);
+            open += plain
+                .store()
+                .open_transfers(&bucket)
+                .await
+                .ok()?
+                .iter()
+                .map(|t| t.units)
+                .sum::<u64>();
+        }
+        if open == 0 {
+            return None;
+        }
+        let owner = Lease::owner(plain.instance(), "settler");
+        let lease = Lease::wait(
+            plain.store(),
+            &self.id,
+            &owner,
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        )
+        .await
+        .ok()??;
+        let buckets: Vec<BucketRef> = (0..meta.spec.buckets)
+            .map(|b| BucketRef::new(&self.id, meta.generation, b))
+            .collect();
+        let _ = mover::take_over(plain.store(), &meta, &buckets, lease.token()).await;
+        lease.release(plain.store()).await;
+        Some(open)
+    }
+}
+
+/// Whether the last answer logged for `req` was a purchase.
+fn result_bought(log: &std::sync::Mutex<super::log::Log>, req: &PurchaseRequest) -> bool {
+    let rid = req.request_id.as_ref().map(RequestId::as_str).unwrap_or("");
+    let log = log.lock().unwrap();
+    matches!(
+        log.sent.get(rid).and_then(|s| s.answers().last()),
+        Some(Answer::Bought(..))
+    )
+}

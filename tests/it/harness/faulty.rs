@@ -1,0 +1,423 @@
+//! `Faulty`: a store that fails, delays or times out its steps on purpose.
+//!
+//! A wrapper over any [`Store`]. Before each step it draws a decision from a
+//! seeded generator, keyed by `(seed, step, n)` where `n` counts that step's
+//! calls through this wrapper (and its clones, which share the state): the
+//! same seed makes the same decision for the nth `take`, whichever task makes
+//! that call. A decision is either nothing, or a [`Fault`] applied at a
+//! [`When`]:
+//! - `Before`: the inner store is never called (`Fail`: an error at once;
+//!   `Timeout(d)`: an error after `d`; `Delay(d)`: the step runs after `d`);
+//! - `After`: the inner store applied the step and its reply is lost — the
+//!   caller sees an error although the step happened (`Fail`, `Timeout(d)`),
+//!   the "lying" case that only a real network can produce otherwise; or the
+//!   reply arrives `d` late (`Delay(d)`).
+//!
+//! Every injected error is `StoreError::Unavailable` (what a timeout or a
+//! dropped connection is); a `Stale` or `Protocol` answer means something
+//! specific that a network fault cannot fake. Steps are named like their
+//! scripts (`purchase`, `take`, `bump_seq`, …; [`STEPS`] lists them, a name
+//! outside it is a test bug and panics). Rules are per step ([`Faulty::rule`])
+//! or for every step ([`Faulty::everywhere`]); [`Faulty::arm`] fails exactly
+//! the nth call of a step; [`Faulty::heal`] drops every rule (the store is
+//! plain from then on); [`Faulty::plain`] starts without any.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shardstock::domain::ids::{EventId, OrderId, UserId};
+use shardstock::domain::keys::BucketRef;
+use shardstock::domain::model::{
+    BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, RequestRecord,
+};
+use shardstock::domain::stream::{StreamEntry, StreamId};
+use shardstock::store::{
+    BucketAudit, BucketContents, Buckets, CancelReply, CreateEventReply, EndReshardReply, Events,
+    FinishArgs, FinishReply, Leases, OpenTransfer, PurchaseEntry, PurchaseReply, RestoreReply,
+    Retirement, SeqBump, Store, StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
+};
+
+/// What goes wrong with a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// An error, at once.
+    Fail,
+    /// The reply (or the request) takes this long, then goes through.
+    Delay(Duration),
+    /// An error after this long: a client-side timeout.
+    Timeout(Duration),
+}
+
+/// Whether the fault strikes before the inner store runs the step, or after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// The step never reaches the store.
+    Before,
+    /// The step ran; its reply is lost (an error) or late (a delay).
+    After,
+}
+
+/// Which fault a rule injects when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Always this fault, at this moment.
+    Only(Fault, When),
+    /// Any of the six (fail, delay, time out × before, after), drawn evenly;
+    /// delays and timeouts last 1 ms to `max_delay`.
+    Any { max_delay: Duration },
+}
+
+/// How often a step fails, and how.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rule {
+    /// Of each call, in [0, 1].
+    pub probability: f64,
+    pub mode: Mode,
+}
+
+/// One fault that was injected: for the report of a failing schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injected {
+    pub step: &'static str,
+    /// Which call of the step (1-based).
+    pub nth: u64,
+    pub fault: Fault,
+    pub when: When,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    seed: u64,
+    rules: HashMap<&'static str, Rule>,
+    everywhere: Option<Rule>,
+    armed: HashMap<(&'static str, u64), When>,
+    calls: HashMap<&'static str, u64>,
+    total: u64,
+    /// Steps started and not yet ended (or dropped).
+    in_flight: u64,
+    injected: Vec<Injected>,
+}
+
+/// A store whose steps fail on purpose (see the module docs). Clones share
+/// the rules and counters, as an engine's clones of its store share one
+/// connection.
+#[derive(Clone)]
+pub struct Faulty<S> {
+    inner: S,
+    state: Arc<Mutex<State>>,
+}
+
+/// At most this many injected faults are remembered for a report.
+const REMEMBERED: usize = 4096;
+
+/// splitmix64: a tiny, good mixer. Each decision is a pure function of
+/// `(seed, step, n)`, so it does not depend on which task asks first.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A stable number for a step name (FNV-1a).
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A uniform number in [0, 1) from 53 bits of `x`.
+fn unit(x: u64) -> f64 {
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl<S: Store> Faulty<S> {
+    /// A wrapper with no rules yet; decisions will be drawn from `seed`.
+    pub fn new(inner: S, seed: u64) -> Self {
+        Self {
+            inner,
+            state: Arc::new(Mutex::new(State {
+                seed,
+                ..State::default()
+            })),
+        }
+    }
+
+    /// A wrapper that injects nothing (until told to).
+    pub fn plain(inner: S) -> Self {
+        Self::new(inner, 0)
+    }
+
+    /// The store underneath.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("fault state poisoned")
+    }
+
+    /// Sets the rule of one step (it wins over [`Faulty::everywhere`]).
+    pub fn rule(&self, step: &'static str, rule: Rule) -> &Self {
+        known(step);
+        self.state().rules.insert(step, rule);
+        self
+    }
+
+    /// Sets the rule of every step that has none of its own.
+    pub fn everywhere(&self, rule: Rule) -> &Self {
+        self.state().everywhere = Some(rule);
+        self
+    }
+
+    /// Fails exactly the `nth` call of `step` (1-based, counted from the
+    /// wrapper's creation), before or after it applies.
+    pub fn arm(&self, step: &'static str, nth: u64, when: When) -> &Self {
+        known(step);
+        self.state().armed.insert((step, nth), when);
+        self
+    }
+
+    /// Drops every rule and armed fault: the store is plain from now on.
+    pub fn heal(&self) {
+        let mut st = self.state();
+        st.rules.clear();
+        st.everywhere = None;
+        st.armed.clear();
+    }
+
+    /// Calls of `step` so far (injected or not).
+    pub fn calls(&self, step: &'static str) -> u64 {
+        known(step);
+        self.state().calls.get(step).copied().unwrap_or(0)
+    }
+
+    /// Calls of every step so far.
+    pub fn total_calls(&self) -> u64 {
+        self.state().total
+    }
+
+    /// Steps under way now: started, neither ended nor dropped. An engine
+    /// finishes some work in tasks of its own (the batcher sends a home step
+    /// whose caller went away), so "the schedule is over" is this being 0.
+    pub fn in_flight(&self) -> u64 {
+        self.state().in_flight
+    }
+
+    /// The faults injected so far (the first few thousand).
+    pub fn injected(&self) -> Vec<Injected> {
+        self.state().injected.clone()
+    }
+
+    /// Counts the call and decides its fault.
+    fn decide(&self, step: &'static str) -> Option<(Fault, When)> {
+        let mut st = self.state();
+        st.total += 1;
+        let n = {
+            let calls = st.calls.entry(step).or_insert(0);
+            *calls += 1;
+            *calls
+        };
+        let decision = if let Some(when) = st.armed.remove(&(step, n)) {
+            Some((Fault::Fail, when))
+        } else {
+            let rule = st.rules.get(step).copied().or(st.everywhere)?;
+            let r = mix(st.seed ^ mix(name_hash(step) ^ mix(n)));
+            if unit(r) >= rule.probability {
+                return None;
+            }
+            Some(match rule.mode {
+                Mode::Only(fault, when) => (fault, when),
+                Mode::Any { max_delay } => {
+                    let r2 = mix(r);
+                    let ms = max_delay.as_millis().max(1) as u64;
+                    let d = Duration::from_millis(1 + (r2 >> 8) % ms);
+                    let fault =
+                        [Fault::Fail, Fault::Delay(d), Fault::Timeout(d)][(r2 % 3) as usize];
+                    let when = if (r2 >> 4).is_multiple_of(2) {
+                        When::Before
+                    } else {
+                        When::After
+                    };
+                    (fault, when)
+                }
+            })
+        };
+        if let Some((fault, when)) = decision
+            && st.injected.len() < REMEMBERED
+        {
+            st.injected.push(Injected {
+                step,
+                nth: n,
+                fault,
+                when,
+            });
+        }
+        decision
+    }
+
+    /// Runs one step through its fault, if any.
+    async fn step<T>(
+        &self,
+        step: &'static str,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let decision = self.decide(step);
+        let _under_way = InFlight::start(&self.state);
+        let Some((fault, when)) = decision else {
+            return op.await;
+        };
+        let lost = |what: &str| {
+            Err(StoreError::Unavailable(format!(
+                "injected: {step} {what} ({when:?})"
+            )))
+        };
+        match (fault, when) {
+            (Fault::Fail, When::Before) => lost("failed"),
+            (Fault::Timeout(d), When::Before) => {
+                tokio::time::sleep(d).await;
+                lost("timed out")
+            }
+            (Fault::Delay(d), When::Before) => {
+                tokio::time::sleep(d).await;
+                op.await
+            }
+            (fault, When::After) => {
+                let reply = op.await?;
+                match fault {
+                    Fault::Fail => lost("applied, reply lost"),
+                    Fault::Timeout(d) => {
+                        tokio::time::sleep(d).await;
+                        lost("applied, timed out")
+                    }
+                    Fault::Delay(d) => {
+                        tokio::time::sleep(d).await;
+                        Ok(reply)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Counts a step as under way until it ends or is dropped.
+struct InFlight(Arc<Mutex<State>>);
+
+impl InFlight {
+    fn start(state: &Arc<Mutex<State>>) -> Self {
+        state.lock().expect("fault state poisoned").in_flight += 1;
+        Self(state.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.0.lock() {
+            st.in_flight -= 1;
+        }
+    }
+}
+
+fn known(step: &str) {
+    assert!(STEPS.contains(&step), "no store step is named {step:?}");
+}
+
+/// Implements each section's trait by running every step through
+/// [`Faulty::step`], and lists the step names in [`STEPS`].
+macro_rules! faulty_sections {
+    ($($section:ident {
+        $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*
+    })*) => {
+        /// Every step a `Faulty` can fail, named like its script.
+        pub const STEPS: &[&str] = &[$($(stringify!($name),)*)* "ping"];
+
+        $(
+            impl<S: Store> $section for Faulty<S> {
+                $(
+                    async fn $name(&self, $($arg: $ty),*) -> Result<$ret, StoreError> {
+                        self.step(stringify!($name), self.inner.$name($($arg),*)).await
+                    }
+                )*
+            }
+        )*
+    };
+}
+
+faulty_sections! {
+    Events {
+        fn create_event(spec: &EventSpec, now_ms: i64) -> CreateEventReply;
+        fn register_event(event: &EventId) -> ();
+        fn list_events() -> Vec<EventId>;
+        fn load_meta(event: &EventId) -> Option<EventMeta>;
+        fn set_status(event: &EventId, from: EventStatus, to: EventStatus) -> bool;
+        fn set_layout(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> bool;
+        fn bump_seq(event: &EventId) -> SeqBump;
+        fn epochs_bumped(event: &EventId, due: u64) -> bool;
+        fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64) -> bool;
+        fn begin_reshard(event: &EventId, generation: u32, buckets: u32) -> bool;
+        fn set_retired(event: &EventId, generation: u32, retired: &[(u32, u32)]) -> bool;
+        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64) -> EndReshardReply;
+    }
+    Buckets {
+        fn init_bucket(bucket: &BucketRef, stock: u64) -> ();
+        fn purchase(bucket: &BucketRef, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<PurchaseReply>;
+        fn take(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> TakeReply;
+        fn untake(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> bool;
+        fn clear_markers(bucket: &BucketRef, rid: &str, passes: u32) -> u32;
+        fn stale_pending(bucket: &BucketRef, before_ms: i64, count: u32) -> Vec<(String, RequestRecord)>;
+        fn finish(bucket: &BucketRef, now_ms: i64, args: &FinishArgs) -> FinishReply;
+        fn cancel(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> CancelReply;
+        fn order_entry(bucket: &BucketRef, order: &OrderId) -> Option<OrderEntry>;
+        fn request_record(bucket: &BucketRef, rid: &str) -> Option<RequestRecord>;
+        fn held(bucket: &BucketRef, user: &UserId) -> u64;
+        fn counters(bucket: &BucketRef) -> (u64, u64);
+        fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64) -> bool;
+        fn bump_epoch(bucket: &BucketRef) -> ();
+        fn bucket_state(bucket: &BucketRef) -> BucketState;
+    }
+    Leases {
+        fn acquire_leadership(event: &EventId, owner: &str, ttl_ms: u64) -> Option<u64>;
+        fn release_leadership(event: &EventId, owner: &str, term: u64) -> ();
+        fn acquire_lease(event: &EventId, owner: &str, ttl_ms: u64) -> Option<u64>;
+        fn seize_lease(event: &EventId, owner: &str, ttl_ms: u64) -> u64;
+        fn renew_lease(event: &EventId, owner: &str, token: u64, ttl_ms: u64) -> bool;
+        fn release_lease(event: &EventId, owner: &str, token: u64) -> ();
+        fn lease_holder(event: &EventId) -> Option<(String, u64)>;
+    }
+    Transfers {
+        fn transfer_out(bucket: &BucketRef, token: u64, xid: &str, target: u32, units: u64) -> TransferReply;
+        fn drain_out(bucket: &BucketRef, token: u64, xid: &str, target: u32, units: u64) -> TransferReply;
+        fn raise_fence(bucket: &BucketRef, token: u64) -> u64;
+        fn transfer_in(bucket: &BucketRef, token: u64, xid: &str, source: u32, units: u64) -> TransferReply;
+        fn transfer_clear(bucket: &BucketRef, token: u64, xid: &str) -> TransferReply;
+        fn open_transfers(bucket: &BucketRef) -> Vec<OpenTransfer>;
+    }
+    Streams {
+        fn stream_read(bucket: &BucketRef, consumer: &str, count: usize, claim_idle_ms: u64) -> Vec<StreamEntry>;
+        fn stream_ack(bucket: &BucketRef, ids: &[StreamId]) -> u64;
+        fn stream_len(bucket: &BucketRef) -> u64;
+    }
+    Retirement {
+        fn seal(bucket: &BucketRef) -> u64;
+        fn retire(bucket: &BucketRef, now_ms: i64) -> Option<u64>;
+        fn audit_bucket(bucket: &BucketRef) -> BucketAudit;
+        fn pending(bucket: &BucketRef) -> Vec<(String, RequestRecord)>;
+        fn take_markers(bucket: &BucketRef, rid: &str, passes: u32) -> Vec<(u32, OrderId)>;
+        fn restore(bucket: &BucketRef, token: u64, holdings: &[(UserId, u64)], orders: &[(OrderId, OrderEntry)], records: &[(String, RequestRecord)]) -> RestoreReply;
+        fn contents(bucket: &BucketRef) -> BucketContents;
+        fn expire_bucket(bucket: &BucketRef, ttl_ms: u64) -> ();
+    }
+}
+
+impl<S: Store> Store for Faulty<S> {
+    /// The inner store's: the harness picks a ledger by it.
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.step("ping", self.inner.ping()).await
+    }
+}
