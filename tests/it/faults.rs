@@ -118,12 +118,11 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "no_guard_alarm",
-        on: false,
-        what: "OFF (src/ledger/apply.rs, on another branch): the ledger's guard never fires when \
-               nothing was oversold. Today it checks running totals per flushed batch, and an \
-               order's cancel lives in another stream than the order that resold its units: a \
-               batch with the resale but not the cancel counts a violation that stays in every \
-               audit (seed 1269490 on memory: sold 42, released 14 of 28, one violation)",
+        on: true,
+        what: "the ledger's guard never fires when nothing was oversold. An order's cancel lives \
+               in another stream than the order that resold its units, so a batch may carry the \
+               resale before the cancel: the excess is pending while the sale is open and only a \
+               violation if it outlasts the close (seed 1269490 found the false alarm)",
     },
     Check {
         name: "open_transfer_blocks_sales",
@@ -137,10 +136,10 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "no_pending_saga",
-        on: false,
-        what: "OFF (issue 13 item 1: the sweeper, on another branch): no saga is left pending once \
-               the store is healed, before any retry. Turn it on with the sweeper, after waiting \
-               for its bound",
+        on: true,
+        what: "no saga is left pending once the store is healed and the sweeper has run once with \
+               no wait for its bound (before any retry); a close cut off by a fault owns its \
+               event's sagas and settles them when it is finished",
     },
 ];
 
@@ -156,7 +155,7 @@ pub fn is_on(name: &str) -> bool {
 /// Seeds that once broke a promise: they run first, every time.
 const SEEDS: &[u64] = &[
     // A false guard alarm: a resale flushed before the cancel that freed its
-    // units (check no_guard_alarm, off).
+    // units (check no_guard_alarm).
     1269490,
     // Units in an open transfer blocked every purchase (open_transfer_blocks_sales,
     // off); on Redis, a false sold-out (no_false_sold_out, off).

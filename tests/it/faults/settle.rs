@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shardstock::control::flusher::Flusher;
+use shardstock::control::sweeper::{self, SweepOptions};
 use shardstock::control::{audit, lifecycle, reshard};
 use shardstock::domain::ids::{OrderId, RequestId};
 use shardstock::domain::keys::BucketRef;
@@ -63,14 +64,27 @@ impl<S: Store> Rig<S> {
             },
         )
         .await;
+        self.resume_reshard(plain, &mut v).await;
+        // Nobody drives a saga now: every one still pending is the sweeper's
+        // (a reshard or a close settles its own), with no wait for its bound.
+        let sweep = SweepOptions {
+            stale_after: Duration::ZERO,
+            ..SweepOptions::default()
+        };
+        if let Err(e) = sweeper::sweep_event(plain, &self.id, &sweep).await {
+            v.push(("no_pending_saga", format!("the sweep failed: {e}")));
+        }
         let pending = self.pending(plain).await;
-        if pending > 0 {
+        // A close cut off by a fault owns its sagas: finishing it (below)
+        // settles them, as the rebalancer's leader would.
+        let on_sale =
+            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::OnSale);
+        if pending > 0 && on_sale {
             v.push((
                 "no_pending_saga",
-                format!("{pending} sagas still pending after healing"),
+                format!("{pending} sagas still pending after healing and a sweep"),
             ));
         }
-        self.resume_reshard(plain, &mut v).await;
         let closed =
             matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
         if !closed {
