@@ -125,7 +125,32 @@ impl<S: Store> Engine<S> {
 
     /// Buys `quantity` units for a user: the fast path when the home bucket
     /// can serve, else the probe saga. Idempotent by request id.
+    ///
+    /// "Nothing deducted" is said of the request, not of this call: with a
+    /// client request id an earlier attempt may have bought, and a failure
+    /// before this call read the request's record (the event's meta, a layout
+    /// that kept changing) cannot know. Those answer `OutcomeUnknown`, which
+    /// a retry with the same id resolves; without a request id they keep
+    /// their meaning (nothing was deducted).
     pub async fn purchase(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, EngineError> {
+        let answer = self.purchase_once(req).await;
+        if req.request_id.is_none() {
+            return answer;
+        }
+        match answer {
+            Err(EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why))) => {
+                Err(EngineError::OutcomeUnknown(format!(
+                    "{why} (an earlier attempt with this request id may have bought)"
+                )))
+            }
+            Err(EngineError::Contention { passes: 0 }) => Err(EngineError::OutcomeUnknown(
+                "the event's layout kept changing before the request's record was read".into(),
+            )),
+            other => other,
+        }
+    }
+
+    async fn purchase_once(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, EngineError> {
         let mut meta = self.meta(&req.event).await?;
         let hash = user_hash(&req.user);
         let (rid, keep) = match &req.request_id {
