@@ -26,9 +26,10 @@ use shardstock::store::{Leases, Store};
 use shardstock::{Engine, EngineError, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::harness::faulty::{Faulty, When};
 use crate::harness::{
-    Backend, FaultStep, Faulty, TOKEN, TestApp, When, connect, event_id, eventually, ledger_for,
-    namespace, on_every_backend, problem, settings_in, spec, standalone, user, user_homed_at,
+    Backend, TOKEN, TestApp, connect, event_id, eventually, ledger_for, namespace,
+    on_every_backend, problem, settings_in, spec, standalone, user, user_homed_at,
 };
 
 on_every_backend!(
@@ -51,7 +52,7 @@ fn req(event: &EventId, user_id: &str, qty: u32, rid: &str) -> PurchaseRequest {
 
 /// `engine`'s store behind `Faulty`, on a manual clock, with `engine`'s options.
 fn faulty<S: Store>(engine: &Engine<S>) -> (Arc<Engine<Faulty<S>>>, Faulty<S>, ManualClock) {
-    let store = Faulty::new(engine.store().clone());
+    let store = Faulty::plain(engine.store().clone());
     let clock = ManualClock::starting_now();
     let engine =
         Engine::new(store.clone(), engine.options().clone()).with_clock(clock.clone().into());
@@ -154,7 +155,7 @@ async fn a_take_lost_after_it_applied_is_answered_unknown_and_the_sweeper_confir
         .unwrap();
     drain_to(&engine, &id, 0, 3, 0).await;
     let u = user_homed_at(0, 3, "lost");
-    faults.fail(FaultStep::Take, 1, When::After);
+    faults.arm("take", faults.calls("take") + 1, When::After);
     let cut = engine.purchase(&req(&id, &u, 1, "k1")).await;
     assert!(
         matches!(cut, Err(EngineError::OutcomeUnknown(_))),
@@ -211,7 +212,7 @@ async fn a_failed_finish_is_answered_unknown_and_a_retry_ends_the_saga<S: Store>
     let mut orders = Vec::new();
     for (n, when) in [When::Before, When::After].into_iter().enumerate() {
         let u = user_homed_at(0, 3, &format!("fin{n}"));
-        faults.fail(FaultStep::Finish, 1, when);
+        faults.arm("finish", faults.calls("finish") + 1, when);
         let cut = engine.purchase(&req(&id, &u, 1, "k")).await;
         assert!(
             matches!(cut, Err(EngineError::OutcomeUnknown(_))),

@@ -1,6 +1,5 @@
 //! The harness every suite shares. Real backends only: nothing is mocked.
 //!
-//! - `faults`: `Faulty`, any store with a saga step made to fail.
 //! - `fixtures`: unique event ids, users, specs.
 //! - `backends`: engines on memory, the machine's Redis and the test Cluster;
 //!   a Redis namespace per suite; this process's PostgreSQL database;
@@ -14,7 +13,6 @@
 
 mod app;
 mod backends;
-mod faults;
 pub mod faulty;
 mod fixtures;
 mod servers;
@@ -28,7 +26,6 @@ pub use backends::{
     START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_url, sqlite_url, standalone,
     suite_of, unbatched,
 };
-pub use faults::{Faulty, Step as FaultStep, When};
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
 pub use servers::{RedisCluster, RedisServer, free_port};
 pub use service::Service;
