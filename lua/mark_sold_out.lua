@@ -1,12 +1,15 @@
---[[ mark_sold_out.lua — records that a consistent probe found the event empty.
+--[[ mark_sold_out.lua — records that a consistent probe found the event
+holding fewer units than a buyer asked for.
 
 KEYS[1] ss:{e}:meta   ARGV[1] the seq the probe started at   ARGV[2] now ms
-Returns 1 when marked ("soldout" = "seq|now"), 0 when the seq moved on since
-(units were added during the probe: the mark would be false).
-Readers trust the mark only while the seq is unchanged and the mark is young.
+ARGV[3] left: the units the probe found in the whole event
+Returns 1 when marked ("soldout" = "seq|now|left"), 0 when the seq moved on
+since (units were added during the probe: the mark would be false).
+Readers trust the mark only while the seq is unchanged and the mark is young,
+and refuse from it only orders of more than `left` units.
 ]]
 if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'soldout', ARGV[1] .. '|' .. ARGV[2])
+redis.call('HSET', KEYS[1], 'soldout', ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3])
 return 1

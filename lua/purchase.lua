@@ -9,7 +9,8 @@ KEYS[4] ss:{e#g#b}:orders  STREAM of order records, one field d = "o|oid|user|q|
 KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry "C|user|q|b|rid|t"
 KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
 KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer's signal)
-KEYS[8] ss:{e#g#b}:empty   the epoch at which the whole event was found empty
+KEYS[8] ss:{e#g#b}:empty   "epoch|left": at that epoch the whole event was found
+                           to hold at most left units (older marks: "epoch", none)
 KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to a
                            sold-out event; the empty mark holds only while equal
 KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
@@ -29,9 +30,10 @@ Returns "ST" when the bucket does not exist or is sealed, else a flat array of
   "R", record       the rid has a record already: the caller replays it (or
                     re-drives the saga if it is pending "P|...")
   "L", held         over the limit; record "L|q|limit|held" when keep
-  "S", 0            sold out: the event was found empty (a consistent probe of
-                    every bucket) and no unit has come back since (the empty
-                    mark still equals the epoch); record "S|q|0" when keep
+  "S", left         sold out: the event was found to hold left < q units (a
+                    consistent probe of every bucket) and no unit has come
+                    back since (the empty mark's epoch still equals the
+                    epoch); record "S|q|left" when keep
   "P", stock        fewer than q here: the quota is reserved (limit), the
                     pending record stored under rid and rid added to pend
                     (score now: the sweeper ends it if no driver does); the
@@ -50,7 +52,12 @@ end
 local n = tonumber(ARGV[3])
 local stock = tonumber(redis.call('GET', KEYS[1]))
 local empty = redis.call('GET', KEYS[8])
-local soldout = empty and empty == (redis.call('GET', KEYS[9]) or '0')
+local soldout, left = false, 0
+if empty then
+  local epoch, l = string.match(empty, '^(%d+)|?(%d*)$')
+  soldout = epoch == (redis.call('GET', KEYS[9]) or '0')
+  left = tonumber(l) or 0
+end
 local sold, wanted = 0, 0
 local out = {}
 for i = 1, n do
@@ -80,11 +87,11 @@ for i = 1, n do
       redis.call('HSET', KEYS[3], rid, ARGV[a + 10])
     end
     out[o], out[o + 1] = 'B', stock
-  elseif soldout and stock == 0 then
+  elseif soldout and stock <= left and left < qty then
     if keep then
-      redis.call('HSET', KEYS[3], rid, 'S|' .. qty .. '|0')
+      redis.call('HSET', KEYS[3], rid, 'S|' .. qty .. '|' .. left)
     end
-    out[o], out[o + 1] = 'S', 0
+    out[o], out[o + 1] = 'S', left
   else
     wanted = wanted + qty
     if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end

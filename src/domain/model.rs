@@ -128,8 +128,9 @@ pub struct EventMeta {
     /// Bumped after every change that adds units to a bucket (cancel, transfer),
     /// so a sold-out decision can tell whether its probe of the ring was consistent.
     pub seq: u64,
-    /// `Some((seq, at_ms))`: at `seq`, a consistent probe found the whole event empty.
-    pub sold_out: Option<(u64, i64)>,
+    /// At `seq`, a consistent probe found fewer units in the whole event than
+    /// a buyer asked for: `left` at most.
+    pub sold_out: Option<SoldOutMark>,
     pub created_ms: i64,
     /// Older layouts `(generation, buckets)` whose buckets may still hold
     /// records not yet flushed (a reshard in progress or just done).
@@ -178,9 +179,45 @@ impl EventMeta {
             .collect()
     }
 
-    /// True when the sold-out mark is current (same seq, younger than `max_age_ms`).
-    pub fn sold_out_at(&self, now_ms: i64, max_age_ms: i64) -> bool {
-        matches!(self.sold_out, Some((seq, at)) if seq == self.seq && now_ms - at <= max_age_ms)
+    /// `Some(left)` when the sold-out mark is current (same seq, younger than
+    /// `max_age_ms`) and says fewer than `qty` units are left: an order of
+    /// `qty` is refused without probing.
+    pub fn sold_out_for(&self, qty: u32, now_ms: i64, max_age_ms: i64) -> Option<u64> {
+        self.sold_out
+            .filter(|m| m.seq == self.seq && now_ms - m.at_ms <= max_age_ms)
+            .map(|m| m.left)
+            .filter(|&left| left < u64::from(qty))
+    }
+}
+
+/// A consistent probe's verdict on a whole event: at `seq` (no unit has come
+/// back since while the event's seq is still `seq`), at most `left` units
+/// were left, fewer than the buyer who probed asked for. Units only leave
+/// until the seq moves on, so every order of more than `left` units is
+/// refused truly, in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoldOutMark {
+    pub seq: u64,
+    pub at_ms: i64,
+    pub left: u64,
+}
+
+impl SoldOutMark {
+    /// The meta hash's form, `seq|at_ms|left`.
+    pub fn encode(&self) -> String {
+        format!("{}|{}|{}", self.seq, self.at_ms, self.left)
+    }
+
+    /// Reads `seq|at_ms|left`, or the older `seq|at_ms` (nothing left).
+    pub fn decode(s: &str) -> Option<Self> {
+        let mut parts = s.split('|');
+        let seq = parts.next()?.parse().ok()?;
+        let at_ms = parts.next()?.parse().ok()?;
+        let left = match parts.next() {
+            Some(l) => l.parse().ok()?,
+            None => 0,
+        };
+        parts.next().is_none().then_some(Self { seq, at_ms, left })
     }
 }
 

@@ -17,7 +17,7 @@
 use std::slice;
 use std::sync::Arc;
 
-use super::saga::Saga;
+use super::saga::{Driver, Saga};
 use super::{CrashPoint, Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
@@ -230,11 +230,11 @@ impl<S: Store> Engine<S> {
                 Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
             }
             PurchaseReply::Pending { .. } => self
-                .drive(meta, &saga)
+                .drive(meta, &saga, Driver::First)
                 .await
                 .map(fresh)
                 .map_err(|e| after_home_of(&saga, e)),
-            PurchaseReply::SoldOut => Ok(fresh(Err(Refusal::SoldOut { remaining: 0 }))),
+            PurchaseReply::SoldOut { remaining } => Ok(fresh(Err(Refusal::SoldOut { remaining }))),
             PurchaseReply::Replay(record) => self.replay(meta, saga, record).await,
         }
     }
@@ -277,7 +277,7 @@ impl<S: Store> Engine<S> {
             } => {
                 saga.order_id = order_id;
                 saga.started_ms = at_ms;
-                self.drive(meta, &saga)
+                self.drive(meta, &saga, Driver::Again)
                     .await
                     .map_err(|e| after_home_of(&saga, e))?
             }
@@ -349,7 +349,7 @@ impl<S: Store> Engine<S> {
                     saga.started_ms = at_ms;
                     Ok(PurchaseOutcome {
                         result: self
-                            .drive(meta, &saga)
+                            .drive(meta, &saga, Driver::Again)
                             .await
                             .map_err(|e| after_home_of(&saga, e))?,
                         replayed: false,

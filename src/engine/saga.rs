@@ -7,12 +7,22 @@
 //! `finish` arbitrates between concurrent drivers, and a loser gives its units
 //! back (`untake`).
 //!
-//! "Sold out" is answered only from a consistent probe: every bucket short,
-//! decided fresh by this driver, and a second collect of the buckets' addition
-//! counters unchanged (no cancel, transfer or untake added units to a bucket
-//! after it was probed — a double-collect snapshot). When the ring holds enough
-//! units in fragments, the saga takes the event's mover lease, consolidates them
-//! into the home bucket and probes again, keeping the lease until it ends.
+//! "Sold out" is answered only from a consistent snapshot: every bucket short,
+//! and a second collect of the buckets' addition counters unchanged (no
+//! cancel, transfer or untake added units to a bucket after it was read — a
+//! double collect). The snapshot comes from the probe, or, for the first
+//! driver of a saga on a layout of many buckets, from reading every bucket at
+//! once before probing (`short_everywhere`): the last units of a sale spread
+//! over 256 buckets cost one round trip to refuse, not a walk of the ring.
+//! The verdict is kept as marks — the event's and each bucket's copy — that
+//! say "at most `left` units": orders of more are refused by the home step in
+//! its one call until units come back (the seq and the epochs move on). Only
+//! the first driver trusts them: a re-driver may find an earlier driver's
+//! take on its walk, which a mark made after that take knows nothing of.
+//! When the ring holds enough units in fragments (or in a transfer a mover
+//! left open), the saga takes the event's mover lease, completes open
+//! transfers, consolidates the units into the home bucket and probes again,
+//! keeping the lease until it ends.
 //! `settle.rs` ends a saga cut off mid-way from its markers alone (a close,
 //! a reshard, the sweeper).
 //!
@@ -79,6 +89,20 @@ impl Saga {
     }
 }
 
+/// Layouts of at least this many buckets check the whole event at once
+/// before probing (`short_everywhere`); smaller ones probe at once, which
+/// costs as few round trips.
+const PRECHECK_MIN_BUCKETS: u32 = 8;
+
+/// Who drives a saga: the call whose home step left the pending record (it
+/// knows the saga has taken nothing yet), or a retry, the sweeper's peer, a
+/// call that found the record after a failed home step (takes may stand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Driver {
+    First,
+    Again,
+}
+
 /// Where the probe passes of a saga ended.
 #[derive(Debug)]
 enum Step {
@@ -112,13 +136,23 @@ impl Step {
 
 impl<S: Store> Engine<S> {
     /// The probe saga, from the pending record to its end.
-    pub(super) async fn drive(&self, meta: &EventMeta, saga: &Saga) -> Result<Answer, EngineError> {
+    pub(super) async fn drive(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        driver: Driver,
+    ) -> Result<Answer, EngineError> {
         let start = self.fresh_meta(meta).await?;
-        if start.sold_out_at(
-            self.clock.now_ms(),
-            self.opts.sold_out_mark_ttl.as_millis() as i64,
-        ) {
-            return self.finish_sold_out(meta, saga, 0).await;
+        // Only the first driver knows that the saga has taken nothing yet: a
+        // re-driver walks the ring, where the takes of an earlier driver are.
+        if driver == Driver::First {
+            let ttl = self.opts.sold_out_mark_ttl.as_millis() as i64;
+            if let Some(left) = start.sold_out_for(saga.qty, self.clock.now_ms(), ttl) {
+                return self.finish_sold_out(meta, saga, left).await;
+            }
+            if let Some(available) = self.short_everywhere(meta, saga, start.seq).await? {
+                return self.finish_sold_out(meta, saga, available).await;
+            }
         }
         // A saga that had to gather keeps the mover lease until it ends, so
         // another saga cannot pull the gathered units away before it takes them.
@@ -137,6 +171,73 @@ impl<S: Store> Engine<S> {
             self.clear_markers(meta, saga, marked).await;
         }
         answer
+    }
+
+    /// The event-wide check before probing: every bucket's state read at once
+    /// (one round trip, whatever the bucket count), and when the whole event
+    /// holds fewer than `qty` units, the same consistent snapshot as a
+    /// probe's ([`Self::settle_short`]) and the marks that refuse the next
+    /// such orders in their home step. `Some(available)` when the event
+    /// cannot serve the order: refused without a probe, so the last units of
+    /// a sale spread over many buckets cost O(1) round trips to refuse, and
+    /// leave no marker behind. Small layouts skip it: their probe is as cheap.
+    async fn short_everywhere(
+        &self,
+        meta: &EventMeta,
+        saga: &Saga,
+        seq: u64,
+    ) -> Result<Option<u64>, EngineError> {
+        if meta.spec.buckets < PRECHECK_MIN_BUCKETS {
+            return Ok(None);
+        }
+        let states = try_join_all((0..meta.spec.buckets).map(|j| {
+            let bucket = Self::bucket(meta, j);
+            async move { self.store.bucket_state(&bucket).await }
+        }))
+        .await?;
+        let qty = u64::from(saga.qty);
+        let mut seen: Vec<(u32, u64, u64)> = states
+            .iter()
+            .enumerate()
+            .map(|(j, s)| (j as u32, s.stock + s.in_transfer, s.adds))
+            .collect();
+        if seen.iter().map(|o| o.1).sum::<u64>() >= qty {
+            return Ok(None);
+        }
+        let Some(epochs) = self.settle_short(meta, &mut seen, qty).await? else {
+            return Ok(None);
+        };
+        let available = seen.iter().map(|o| o.1).sum();
+        self.mark_short(meta, seq, available, &epochs).await?;
+        Ok(Some(available))
+    }
+
+    /// Records a consistent snapshot's verdict: at `seq` the event held at
+    /// most `left` units. The event's mark first, then every bucket's copy
+    /// (at the epoch the snapshot read): from then on the home step refuses
+    /// an order of more than `left` units in its one call, until units come
+    /// back (the seq and the epochs move on).
+    async fn mark_short(
+        &self,
+        meta: &EventMeta,
+        seq: u64,
+        left: u64,
+        epochs: &[(u32, u64)],
+    ) -> Result<(), EngineError> {
+        if !self
+            .store
+            .mark_sold_out(&meta.spec.id, seq, self.clock.now_ms(), left)
+            .await?
+        {
+            return Ok(());
+        }
+        let ttl = self.opts.sold_out_mark_ttl.as_millis() as u64;
+        try_join_all(epochs.iter().map(|&(j, epoch)| {
+            let bucket = Self::bucket(meta, j);
+            async move { self.store.set_empty(&bucket, epoch, ttl, left).await }
+        }))
+        .await?;
+        Ok(())
     }
 
     /// Ends the saga where its probe passes ended.
@@ -216,21 +317,7 @@ impl<S: Store> Engine<S> {
                 && let Some(epochs) = self.settle_short(meta, &mut seen, qty).await?
             {
                 let available = total(&seen);
-                if available == 0
-                    && self
-                        .store
-                        .mark_sold_out(&meta.spec.id, seq, self.clock.now_ms())
-                        .await?
-                {
-                    // Every bucket's copy of the mark: from now on the home step
-                    // answers sold out in its one call, until units come back.
-                    try_join_all(epochs.iter().map(|&(j, epoch)| {
-                        let bucket = Self::bucket(meta, j);
-                        let ttl = self.opts.sold_out_mark_ttl.as_millis() as u64;
-                        async move { self.store.set_empty(&bucket, epoch, ttl).await }
-                    }))
-                    .await?;
-                }
+                self.mark_short(meta, seq, available, &epochs).await?;
                 return Ok(Step::SoldOut { available });
             }
             if !fresh_all {
@@ -242,8 +329,9 @@ impl<S: Store> Engine<S> {
                     return Ok(Step::Ended(record));
                 }
             }
-            // Enough units, but no bucket holds `qty` alone: consolidate them.
-            let fragmented = total(&seen) >= qty && seen.iter().all(|o| o.1 < qty);
+            // Enough units, but no bucket could give `qty` alone (in fragments,
+            // or some in a transfer a mover left open): consolidate them.
+            let fragmented = total(&seen) >= qty;
             if fragmented {
                 if lease.is_none() {
                     *lease = self.mover_lease(meta).await?;
@@ -376,9 +464,11 @@ impl<S: Store> Engine<S> {
         let source = Self::bucket(meta, bucket);
         let untaken = self.store.untake(&source, self.clock.now_ms(), &args).await;
         self.activity.wrote(&source);
-        if untaken? {
-            crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
-        }
+        // Also when another driver undid the take first: it may have failed
+        // or died before voiding the sold-out marks (an extra seq bump costs
+        // one call and at most one more probe).
+        untaken?;
+        crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
         match ended {
             Some(record) => self.answer(meta, saga, record),
             None => Err(EngineError::Contention { passes: pass }),

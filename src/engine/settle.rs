@@ -120,9 +120,10 @@ impl<S: Store> Engine<S> {
                 .untake(&source, self.clock.now_ms(), &saga.take_args(pass))
                 .await;
             self.activity.wrote(&source);
-            if untaken? {
-                crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
-            }
+            // Also when the take was undone before: whoever undid it may have
+            // died before voiding the sold-out marks.
+            untaken?;
+            crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta).await?;
         }
         self.clear_markers(meta, &saga, n).await;
         Ok(reply == FinishReply::Done)

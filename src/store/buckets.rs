@@ -96,9 +96,10 @@ pub enum PurchaseReply {
     LimitExceeded { held: u64 },
     /// The home bucket holds fewer than `qty`: quota reserved, a pending record written.
     Pending { stock: u64 },
-    /// The event was found sold out and no unit has come back since (the
-    /// bucket's empty mark holds): refused in this one call.
-    SoldOut,
+    /// The event was found to hold fewer units than asked (at most
+    /// `remaining`) and no unit has come back since (the bucket's empty mark
+    /// holds): refused in this one call.
+    SoldOut { remaining: u64 },
 }
 
 /// One probe of the ring by the purchase saga (`take`), or its undo (`untake`).
@@ -283,13 +284,15 @@ pub trait Buckets {
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
 
-    /// Marks the bucket's copy of "the event is sold out" for `ttl_ms` if its
-    /// epoch is still `epoch` (`lua/set_empty.lua`).
+    /// Marks the bucket's copy of "the event holds at most `left` units"
+    /// (orders of more are sold out) for `ttl_ms` if its epoch is still
+    /// `epoch` (`lua/set_empty.lua`).
     fn set_empty(
         &self,
         bucket: &BucketRef,
         epoch: u64,
         ttl_ms: u64,
+        left: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Bumps the bucket's epoch: its empty mark no longer holds.

@@ -125,13 +125,14 @@ pub trait Events {
         due: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Marks the event sold out at `seq` if its seq is still `seq`
-    /// (`lua/mark_sold_out.lua`).
+    /// Marks the event sold out at `seq` for orders of more than `left`
+    /// units, if its seq is still `seq` (`lua/mark_sold_out.lua`).
     fn mark_sold_out(
         &self,
         event: &EventId,
         seq: u64,
         now_ms: i64,
+        left: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Marks the event as resharding to `(generation, buckets)` (or confirms an

@@ -610,7 +610,11 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
             .purchase(&BucketRef::new(&id, 0, b), 0, &[entry(b)])
             .await
             .unwrap();
-        assert_eq!(r, vec![PurchaseReply::SoldOut], "bucket {b} answers alone");
+        assert_eq!(
+            r,
+            vec![PurchaseReply::SoldOut { remaining: 0 }],
+            "bucket {b} answers alone"
+        );
     }
     // …until a cancel puts a unit back: then every bucket's mark is void.
     engine.cancel(orders[0].order_id.as_str()).await.unwrap();
@@ -620,7 +624,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
             .await
             .unwrap();
         assert!(
-            !matches!(r[0], PurchaseReply::SoldOut),
+            !matches!(r[0], PurchaseReply::SoldOut { .. }),
             "bucket {b} still claims sold out: {r:?}"
         );
     }

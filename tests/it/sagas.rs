@@ -39,6 +39,8 @@ on_every_backend!(
     two_sweepers_and_a_retry_end_a_saga_once,
     a_retry_after_try_again_buys_from_a_bucket_that_was_probed,
     a_user_id_that_looks_like_a_marker_keeps_its_replay_across_a_reshard,
+    an_order_the_event_cannot_serve_is_refused_without_a_probe,
+    a_retry_of_a_saga_that_took_is_not_refused_by_a_later_sold_out_mark,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: &str) -> PurchaseRequest {
@@ -375,6 +377,99 @@ fn redis_keys(pattern: &str) -> Vec<String> {
         .filter(|k| !k.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// Item 6: the last unit of a sale spread over many buckets. An order the
+/// whole event cannot serve (2 units, 1 left in 64 buckets) is refused
+/// without a probe of the ring: the first refusal reads every bucket at once
+/// and marks the event "at most 1 left"; every later one is refused by its
+/// home step alone, in one store call. Orders of 1 are not refused by that
+/// mark: the last unit sells, and only then is an order of 1 sold out.
+async fn an_order_the_event_cannot_serve_is_refused_without_a_probe<S: Store>(engine: Engine<S>) {
+    let (engine, store, _clock) = faulty(&engine);
+    let n = 64;
+    let id = event_id("lastunit");
+    engine.create_event(spec(&id, 1, n)).await.unwrap();
+    let refused = |r: Result<_, EngineError>| match r {
+        Ok(shardstock::engine::PurchaseOutcome {
+            result: Err(shardstock::engine::Refusal::SoldOut { remaining }),
+            ..
+        }) => remaining,
+        other => panic!("an order of 2 with 1 unit left: {other:?}"),
+    };
+    // A crowd at once: each refusal is true, and none probes.
+    let crowd: Vec<_> = (0..32)
+        .map(|i| {
+            let engine = engine.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                engine
+                    .purchase(&req(&id, &format!("crowd{i}"), 2, &format!("c{i}")))
+                    .await
+            })
+        })
+        .collect();
+    for t in crowd {
+        assert!(refused(t.await.unwrap()) <= 1);
+    }
+    assert_eq!(store.calls("take"), 0, "no refusal probed the ring");
+    // Once marked, a refusal is the home step's one call (and the event's
+    // meta, which the engine may read again).
+    let before = store.total_calls();
+    for i in 0..20 {
+        let r = engine
+            .purchase(&req(&id, &format!("late{i}"), 2, &format!("l{i}")))
+            .await;
+        assert_eq!(refused(r), 1, "the mark says how many are left");
+    }
+    let per_refusal = (store.total_calls() - before) as f64 / 20.0;
+    assert!(
+        per_refusal <= 2.0,
+        "{per_refusal} store calls per refusal once the event is marked"
+    );
+    assert_eq!(store.calls("take"), 0, "no refusal probed the ring");
+    // The mark refuses only orders of more than what is left.
+    let last = engine
+        .purchase(&req(&id, "one-unit", 1, "o1"))
+        .await
+        .unwrap();
+    assert!(last.result.is_ok(), "the last unit sells: {last:?}");
+    let after = engine.purchase(&req(&id, "too-late", 1, "o2")).await;
+    assert_eq!(refused(after), 0);
+    assert_eq!(sold(&engine, &id).await, 1);
+}
+
+/// A saga cut off after its take, re-driven by the client's retry after the
+/// event was marked sold out (its own take made it empty): the retry must
+/// find the take and answer bought, not sold out (check refusal_is_true of
+/// the fault schedules; before, the re-driver trusted the mark and the take
+/// became an order nobody was told of).
+async fn a_retry_of_a_saga_that_took_is_not_refused_by_a_later_sold_out_mark<S: Store>(
+    engine: Engine<S>,
+) {
+    let (engine, store, _clock) = faulty(&engine);
+    let n = 2;
+    let id = event_id("retrymark");
+    engine.create_event(spec(&id, 2, n)).await.unwrap();
+    // Bucket 0 empty, bucket 1 holds the event's last unit.
+    drain_to(&engine, &id, 0, n, 0).await;
+    let buyer = user_homed_at(0, n, "retrier");
+    // The take applies, and its reply is lost: answered unknown.
+    store.arm("take", store.calls("take") + 1, When::After);
+    let r = engine.purchase(&req(&id, &buyer, 1, "r1")).await;
+    assert!(
+        matches!(r, Err(EngineError::OutcomeUnknown(_))),
+        "a lost take is unknown: {r:?}"
+    );
+    // Another buyer finds the event empty and marks it sold out.
+    let other = user_homed_at(0, n, "other");
+    let r = engine.purchase(&req(&id, &other, 1, "x1")).await.unwrap();
+    assert!(r.result.is_err(), "nothing left for another buyer: {r:?}");
+    // The retry finds its take: bought, once.
+    let again = engine.purchase(&req(&id, &buyer, 1, "r1")).await.unwrap();
+    let order = again.result.expect("the retry finds its take");
+    assert_eq!(order.bucket, 1);
+    assert_eq!(sold(&engine, &id).await, 2);
 }
 
 /// How many keys match `pattern`, and the bytes they use (`MEMORY USAGE`

@@ -19,7 +19,7 @@ impl Bucket {
         &mut self,
         index: u32,
         now_ms: i64,
-        sold_out: bool,
+        sold_out: Option<u64>,
         e: &PurchaseEntry,
     ) -> PurchaseReply {
         if let Some(rec) = self.reqs.get(&e.rid).filter(|_| !e.rid.is_empty()) {
@@ -59,15 +59,15 @@ impl Bucket {
                 stock_left: self.stock,
             };
         }
-        if sold_out && self.stock == 0 {
+        if let Some(left) = sold_out.filter(|&left| self.stock <= left && left < qty) {
             if e.keep {
                 let record = RequestRecord::SoldOut {
                     qty: e.qty,
-                    remaining: 0,
+                    remaining: left,
                 };
                 self.reqs.insert(e.rid.clone(), record);
             }
-            return PurchaseReply::SoldOut;
+            return PurchaseReply::SoldOut { remaining: left };
         }
         self.demand += qty;
         if limited {
@@ -117,7 +117,8 @@ impl Buckets for MemoryStore {
         self.with_live(b, |bk| {
             let sold_out = bk
                 .empty
-                .is_some_and(|(epoch, until)| epoch == bk.epoch && Instant::now() < until);
+                .filter(|&(epoch, until, _)| epoch == bk.epoch && Instant::now() < until)
+                .map(|(_, _, left)| left);
             entries
                 .iter()
                 .map(|e| bk.purchase_one(b.index, now_ms, sold_out, e))
@@ -375,11 +376,18 @@ impl Buckets for MemoryStore {
     }
 
     /// Mirrors `lua/set_empty.lua`.
-    async fn set_empty(&self, b: &BucketRef, epoch: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+    async fn set_empty(
+        &self,
+        b: &BucketRef,
+        epoch: u64,
+        ttl_ms: u64,
+        left: u64,
+    ) -> Result<bool, StoreError> {
         self.with(b, |bk| {
             let current = bk.epoch == epoch;
             if current {
-                bk.empty = Some((epoch, Instant::now() + Duration::from_millis(ttl_ms)));
+                let until = Instant::now() + Duration::from_millis(ttl_ms);
+                bk.empty = Some((epoch, until, left));
             }
             current
         })

@@ -3,7 +3,7 @@
 use super::leases::LeaseSlot;
 use super::{EventSlot, MemoryStore};
 use crate::domain::ids::EventId;
-use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+use crate::domain::model::{EventMeta, EventSpec, EventStatus, SoldOutMark};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl Events for MemoryStore {
@@ -122,7 +122,7 @@ impl Events for MemoryStore {
     /// Mirrors `lua/bump_seq.lua`.
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
         self.with_event(event, |s| {
-            let marked = matches!(s.meta.sold_out, Some((seq, _)) if seq == s.meta.seq);
+            let marked = s.meta.sold_out.is_some_and(|m| m.seq == s.meta.seq);
             s.meta.seq += 1;
             if marked {
                 s.epochs_due = Some(s.meta.seq);
@@ -154,11 +154,16 @@ impl Events for MemoryStore {
         event: &EventId,
         seq: u64,
         now_ms: i64,
+        left: u64,
     ) -> Result<bool, StoreError> {
         Ok(self.event_flag(event, |s| {
             let ok = s.meta.seq == seq;
             if ok {
-                s.meta.sold_out = Some((seq, now_ms));
+                s.meta.sold_out = Some(SoldOutMark {
+                    seq,
+                    at_ms: now_ms,
+                    left,
+                });
             }
             ok
         }))

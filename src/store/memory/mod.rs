@@ -71,9 +71,10 @@ struct Bucket {
     xin: HashMap<String, u64>,
     adds: u64,
     demand: u64,
-    /// The epoch at which the event was found sold out (this bucket's copy),
-    /// and until when the mark is trusted.
-    empty: Option<(u64, Instant)>,
+    /// The epoch at which the event was found to hold fewer units than a
+    /// buyer asked (this bucket's copy), until when the mark is trusted, and
+    /// the units it found left.
+    empty: Option<(u64, Instant, u64)>,
     /// Bumped when units come back to a sold-out event.
     epoch: u64,
 }

@@ -113,7 +113,9 @@ impl Buckets for RedisStore {
                     reply::REPLAY => PurchaseReply::Replay(request_record(value)?),
                     reply::LIMIT => PurchaseReply::LimitExceeded { held: num(value)? },
                     reply::PENDING => PurchaseReply::Pending { stock: num(value)? },
-                    reply::SOLD_OUT => PurchaseReply::SoldOut,
+                    reply::SOLD_OUT => PurchaseReply::SoldOut {
+                        remaining: num(value)?,
+                    },
                     other => return Err(unknown("purchase", other)),
                 })
             })
@@ -325,10 +327,15 @@ impl Buckets for RedisStore {
         bucket: &BucketRef,
         epoch: u64,
         ttl_ms: u64,
+        left: u64,
     ) -> Result<bool, StoreError> {
         let k = self.keys(bucket);
         let keys = vec![k.empty, k.epoch];
-        let args = vec![epoch.to_string(), ttl_ms.max(1).to_string()];
+        let args = vec![
+            epoch.to_string(),
+            ttl_ms.max(1).to_string(),
+            left.to_string(),
+        ];
         self.eval_flag(&self.scripts.set_empty, keys, args).await
     }
 

@@ -10,7 +10,7 @@ use fred::types::scripts::Script;
 use super::scripts::reply;
 use super::{RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
-use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+use crate::domain::model::{EventMeta, EventSpec, EventStatus, SoldOutMark};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
@@ -182,8 +182,9 @@ impl Events for RedisStore {
         event: &EventId,
         seq: u64,
         now_ms: i64,
+        left: u64,
     ) -> Result<bool, StoreError> {
-        let args = vec![seq.to_string(), now_ms.to_string()];
+        let args = vec![seq.to_string(), now_ms.to_string(), left.to_string()];
         self.meta_flag(&self.scripts.mark_sold_out, event, args)
             .await
     }
@@ -240,12 +241,9 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
         }
     };
     let limit = num("limit")? as u32;
-    let sold_out = match get("soldout")?.split_once('|') {
-        Some((seq, at)) => Some((
-            seq.parse().map_err(|_| bad("soldout"))?,
-            at.parse().map_err(|_| bad("soldout"))?,
-        )),
-        None => None,
+    let sold_out = match get("soldout")?.as_str() {
+        "" => None,
+        mark => Some(SoldOutMark::decode(mark).ok_or_else(|| bad("soldout"))?),
     };
     Ok(EventMeta {
         spec: EventSpec {

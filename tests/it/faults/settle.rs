@@ -19,7 +19,7 @@ use shardstock::domain::ids::{OrderId, RequestId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventStatus, RequestRecord};
 use shardstock::engine::{Lease, PurchaseRequest, Refusal, mover};
-use shardstock::store::{Retirement, Store, Transfers};
+use shardstock::store::{Buckets, Retirement, Store, Transfers};
 use shardstock::{Engine, EngineError};
 
 use super::log::{Answer, Cancelled, now_ms};
@@ -257,16 +257,22 @@ impl<S: Store> Rig<S> {
     /// A quiet phase: fresh buyers, one at a time, until the event is sold
     /// out. A sold-out answer while the event holds at least the quantity
     /// asked is a false sold-out; every unit left must sell.
+    ///
+    /// What the event holds is the audit's count (stock plus units in
+    /// transfers not yet delivered), not the view's: a transfer cut off after
+    /// its IN is still journaled at its source until a mover completes it,
+    /// and the view counts its units in both buckets (seed 1269515 looked
+    /// like a false sold-out for 2 with 6 left while 1 was).
     async fn sell_out(&self, plain: &Engine<Faulty<S>>, pending: usize, v: &mut Violations) {
         let stock = self.plan.spec.stock;
         let mut contention = 0;
         for i in 0..(2 * stock + 20) {
-            let remaining = match plain.view(&self.id).await {
-                Ok(view) => view.remaining,
+            let remaining = match audit::audit(plain, &self.ledger, &self.id).await {
+                Ok(a) => a.remaining + a.in_transfer,
                 Err(e) => {
                     v.push((
                         "no_false_sold_out",
-                        format!("view failed on a healed store: {e}"),
+                        format!("the audit failed on a healed store: {e}"),
                     ));
                     return;
                 }
@@ -331,9 +337,10 @@ impl<S: Store> Rig<S> {
                     ));
                 }
                 Some(r) if r >= u64::from(qty) => {
+                    let state = self.diagnose(plain).await;
                     v.push((
                         "no_false_sold_out",
-                        format!("sold out for {qty} while {r} units remained, with nothing else going on ({pending} sagas left pending by the schedule)"),
+                        format!("sold out for {qty} while {r} units remained, with nothing else going on ({pending} sagas left pending by the schedule); {state}"),
                     ));
                     return;
                 }
@@ -341,6 +348,33 @@ impl<S: Store> Rig<S> {
             }
         }
         v.push(("no_false_sold_out", "the quiet phase never sold out".into()));
+    }
+
+    /// The event's seq and sold-out mark, and each bucket's stock, units in
+    /// transfer and epoch: what a false sold-out is read from.
+    async fn diagnose(&self, plain: &Engine<Faulty<S>>) -> String {
+        let Ok(meta) = plain.reload(&self.id).await else {
+            return "no meta".into();
+        };
+        let mut buckets = Vec::new();
+        for b in meta.all_buckets() {
+            let state = plain.store().bucket_state(&b).await;
+            let counters = plain.store().counters(&b).await;
+            buckets.push(format!(
+                "{}#{}: {:?} {:?}",
+                b.generation,
+                b.index,
+                state.map(|s| (s.stock, s.in_transfer, s.adds)),
+                counters
+            ));
+        }
+        format!(
+            "meta seq {} mark {:?} gen {}; buckets (stock, in transfer, adds) (adds, epoch): {}",
+            meta.seq,
+            meta.sold_out,
+            meta.generation,
+            buckets.join(", ")
+        )
     }
 
     /// Completes the transfers a failed mover left open, as the next

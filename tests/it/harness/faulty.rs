@@ -357,7 +357,7 @@ faulty_sections! {
         fn set_layout(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> bool;
         fn bump_seq(event: &EventId) -> SeqBump;
         fn epochs_bumped(event: &EventId, due: u64) -> bool;
-        fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64) -> bool;
+        fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64, left: u64) -> bool;
         fn begin_reshard(event: &EventId, generation: u32, buckets: u32) -> bool;
         fn set_retired(event: &EventId, generation: u32, retired: &[(u32, u32)]) -> bool;
         fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64) -> EndReshardReply;
@@ -375,7 +375,7 @@ faulty_sections! {
         fn request_record(bucket: &BucketRef, rid: &str) -> Option<RequestRecord>;
         fn held(bucket: &BucketRef, user: &UserId) -> u64;
         fn counters(bucket: &BucketRef) -> (u64, u64);
-        fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64) -> bool;
+        fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64, left: u64) -> bool;
         fn bump_epoch(bucket: &BucketRef) -> ();
         fn bucket_state(bucket: &BucketRef) -> BucketState;
     }
