@@ -17,6 +17,7 @@ mod clock;
 mod lease;
 pub mod mover;
 mod orders;
+mod precheck;
 mod purchase;
 mod saga;
 mod settle;
@@ -142,6 +143,8 @@ pub struct Engine<S: Store> {
     clock: Clock,
     /// What this process wrote: the flusher, gauges and rebalancer follow it.
     activity: Arc<Activity>,
+    /// The event-wide checks of sagas, one at a time per event.
+    prechecks: precheck::Prechecks,
 }
 
 impl<S: Store> Engine<S> {
@@ -158,6 +161,7 @@ impl<S: Store> Engine<S> {
             events: RwLock::new(HashMap::new()),
             crash: AtomicU8::new(CrashPoint::None as u8),
             clock: Clock::system(),
+            prechecks: precheck::Prechecks::default(),
         }
     }
 
@@ -301,6 +305,7 @@ impl<S: Store> Engine<S> {
         if let Some(b) = &self.batcher {
             b.forget(event);
         }
+        self.prechecks.forget(event);
     }
 
     /// Reloads until the event is out of `resharding` (or the wait is over).

@@ -113,7 +113,7 @@ pub fn reshard_xid(generation: u32, from: u32, to: u32, token: u64, pass: u32) -
 }
 
 /// The layout a transfer's target lives in: a reshard's new one, or the source's.
-fn target_generation(xid: &str, default: u32) -> u32 {
+pub(crate) fn target_generation(xid: &str, default: u32) -> u32 {
     xid.strip_prefix("rs.")
         .and_then(|rest| rest.split('.').next())
         .and_then(|g| g.parse().ok())

@@ -89,11 +89,6 @@ impl Saga {
     }
 }
 
-/// Layouts of at least this many buckets check the whole event at once
-/// before probing (`short_everywhere`); smaller ones probe at once, which
-/// costs as few round trips.
-const PRECHECK_MIN_BUCKETS: u32 = 8;
-
 /// Who drives a saga: the call whose home step left the pending record (it
 /// knows the saga has taken nothing yet), or a retry, the sweeper's peer, a
 /// call that found the record after a failed home step (takes may stand).
@@ -173,51 +168,12 @@ impl<S: Store> Engine<S> {
         answer
     }
 
-    /// The event-wide check before probing: every bucket's state read at once
-    /// (one round trip, whatever the bucket count), and when the whole event
-    /// holds fewer than `qty` units, the same consistent snapshot as a
-    /// probe's ([`Self::settle_short`]) and the marks that refuse the next
-    /// such orders in their home step. `Some(available)` when the event
-    /// cannot serve the order: refused without a probe, so the last units of
-    /// a sale spread over many buckets cost O(1) round trips to refuse, and
-    /// leave no marker behind. Small layouts skip it: their probe is as cheap.
-    async fn short_everywhere(
-        &self,
-        meta: &EventMeta,
-        saga: &Saga,
-        seq: u64,
-    ) -> Result<Option<u64>, EngineError> {
-        if meta.spec.buckets < PRECHECK_MIN_BUCKETS {
-            return Ok(None);
-        }
-        let states = try_join_all((0..meta.spec.buckets).map(|j| {
-            let bucket = Self::bucket(meta, j);
-            async move { self.store.bucket_state(&bucket).await }
-        }))
-        .await?;
-        let qty = u64::from(saga.qty);
-        let mut seen: Vec<(u32, u64, u64)> = states
-            .iter()
-            .enumerate()
-            .map(|(j, s)| (j as u32, s.stock + s.in_transfer, s.adds))
-            .collect();
-        if seen.iter().map(|o| o.1).sum::<u64>() >= qty {
-            return Ok(None);
-        }
-        let Some(epochs) = self.settle_short(meta, &mut seen, qty).await? else {
-            return Ok(None);
-        };
-        let available = seen.iter().map(|o| o.1).sum();
-        self.mark_short(meta, seq, available, &epochs).await?;
-        Ok(Some(available))
-    }
-
     /// Records a consistent snapshot's verdict: at `seq` the event held at
     /// most `left` units. The event's mark first, then every bucket's copy
     /// (at the epoch the snapshot read): from then on the home step refuses
     /// an order of more than `left` units in its one call, until units come
     /// back (the seq and the epochs move on).
-    async fn mark_short(
+    pub(super) async fn mark_short(
         &self,
         meta: &EventMeta,
         seq: u64,
@@ -366,7 +322,7 @@ impl<S: Store> Engine<S> {
     /// collect, fewer than `qty` units were left in the whole event; the
     /// buckets' epochs of that collect come with it. `None` when the snapshot
     /// shows enough units (the next pass takes them) or churn outlasted the rounds.
-    async fn settle_short(
+    pub(super) async fn settle_short(
         &self,
         meta: &EventMeta,
         seen: &mut [(u32, u64, u64)],
@@ -402,7 +358,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The meta as stored now; `Stale` if the layout changed under the saga.
-    async fn fresh_meta(&self, meta: &EventMeta) -> Result<EventMeta, EngineError> {
+    pub(super) async fn fresh_meta(&self, meta: &EventMeta) -> Result<EventMeta, EngineError> {
         let now = self
             .store
             .load_meta(&meta.spec.id)
@@ -475,7 +431,7 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    async fn finish_sold_out(
+    pub(super) async fn finish_sold_out(
         &self,
         meta: &EventMeta,
         saga: &Saga,

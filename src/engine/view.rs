@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
+use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EventMeta, EventStatus};
 use crate::store::{Store, StoreError};
 
@@ -92,6 +93,31 @@ impl EventView {
 }
 
 impl<S: Store> Engine<S> {
+    /// A transfer cut off after its IN (a mover that died before CLEAR) is
+    /// still open in its source's journal while its units are already in the
+    /// target's stock: count them once, as the audit does, until a mover
+    /// completes it. Only buckets with units in transfer cost a read.
+    async fn count_delivered_once(
+        &self,
+        meta: &EventMeta,
+        states: &mut [BucketState],
+    ) -> Result<(), StoreError> {
+        for (b, state) in states.iter_mut().enumerate() {
+            if state.in_transfer == 0 {
+                continue;
+            }
+            let source = Self::bucket(meta, b as u32);
+            for t in self.store.open_transfers(&source).await? {
+                let generation = super::mover::target_generation(&t.xid, meta.generation);
+                let target = BucketRef::new(&meta.spec.id, generation, t.target);
+                if self.store.delivered(&target, &t.xid).await? {
+                    state.in_transfer = state.in_transfer.saturating_sub(t.units);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every bucket's state under the event's current layout.
     pub async fn bucket_states(&self, meta: &EventMeta) -> Result<Vec<BucketState>, StoreError> {
         try_join_all((0..meta.spec.buckets).map(|b| {
@@ -105,7 +131,14 @@ impl<S: Store> Engine<S> {
     pub async fn view(&self, event: &EventId) -> Result<EventView, EngineError> {
         let mut meta = self.meta(event).await?;
         for _ in 0..3 {
-            match self.bucket_states(&meta).await {
+            let states = match self.bucket_states(&meta).await {
+                Ok(mut states) => self
+                    .count_delivered_once(&meta, &mut states)
+                    .await
+                    .map(|()| states),
+                Err(e) => Err(e),
+            };
+            match states {
                 Ok(states) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
                 Err(StoreError::Stale(_)) => meta = self.settled(event).await?,
                 Err(e) => return Err(e.into()),

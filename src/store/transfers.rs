@@ -88,4 +88,13 @@ pub trait Transfers {
         &self,
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<Vec<OpenTransfer>, StoreError>> + Send;
+
+    /// Whether transfer `xid` was applied into `bucket` (its IN ran): its
+    /// units are in that bucket's stock, even while the source's journal
+    /// still holds the entry open (a mover cut off before CLEAR).
+    fn delivered(
+        &self,
+        bucket: &BucketRef,
+        xid: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }

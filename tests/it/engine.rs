@@ -517,6 +517,20 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
         (8, 3),
         "units in transfer still count"
     );
+    // The next mover dies too, after IN and before CLEAR: the units are in
+    // bucket 1 while bucket 0's journal still holds them. The view counts
+    // them once, as the audit does (it counted them twice: 11 remaining).
+    let b1 = BucketRef::new(&id, 0, 1);
+    assert_eq!(
+        store.transfer_in(&b1, 2, "x1", 0, 3).await.unwrap(),
+        TransferReply::Applied(3)
+    );
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!(
+        (view.remaining, view.in_transfer),
+        (8, 0),
+        "delivered units count once"
+    );
     let done = mover::complete_open(store, &meta, 2).await.unwrap();
     assert_eq!((done.transfers, done.units), (1, 3));
     assert_eq!(remaining(&engine, &id).await, vec![1, 7]);

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use fred::interfaces::{ClientLike, ServerInterface};
+use fred::interfaces::ClientLike;
 use hdrhistogram::Histogram;
 use shardstock::domain::ids::{EventId, RequestId, UserId};
 use shardstock::domain::model::EventSpec;
@@ -92,7 +92,7 @@ struct Row {
 async fn redis_calls(store: &RedisStore) -> anyhow::Result<u64> {
     let info: String = store
         .client()
-        .info(Some(fred::types::InfoKind::Commandstats))
+        .info(Some(fred::types::InfoKind::CommandStats))
         .await?;
     Ok(info
         .lines()

@@ -135,4 +135,9 @@ impl Transfers for MemoryStore {
                 .collect()
         })
     }
+
+    /// The `xin` record `lua/transfer_in.lua` keeps.
+    async fn delivered(&self, b: &BucketRef, xid: &str) -> Result<bool, StoreError> {
+        self.with(b, |bk| bk.xin.contains_key(xid))
+    }
 }

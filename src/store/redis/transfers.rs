@@ -4,7 +4,7 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, flag, num, unknown};
+use super::{RedisStore, arg, code, flag, num, unavailable, unknown};
 use crate::domain::keys::BucketRef;
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
@@ -120,6 +120,13 @@ impl Transfers for RedisStore {
             }
         }
         Ok(open)
+    }
+
+    async fn delivered(&self, bucket: &BucketRef, xid: &str) -> Result<bool, StoreError> {
+        self.client
+            .hexists(self.keys(bucket).xin, xid)
+            .await
+            .map_err(unavailable)
     }
 }
 

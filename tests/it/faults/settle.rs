@@ -259,10 +259,10 @@ impl<S: Store> Rig<S> {
     /// asked is a false sold-out; every unit left must sell.
     ///
     /// What the event holds is the audit's count (stock plus units in
-    /// transfers not yet delivered), not the view's: a transfer cut off after
-    /// its IN is still journaled at its source until a mover completes it,
-    /// and the view counts its units in both buckets (seed 1269515 looked
-    /// like a false sold-out for 2 with 6 left while 1 was).
+    /// transfers not yet delivered): a transfer cut off after its IN is still
+    /// journaled at its source until a mover completes it, and the view
+    /// counted its units in both buckets (seed 1269515 looked like a false
+    /// sold-out for 2 with 6 left while 1 was; the view counts them once now).
     async fn sell_out(&self, plain: &Engine<Faulty<S>>, pending: usize, v: &mut Violations) {
         let stock = self.plan.spec.stock;
         let mut contention = 0;

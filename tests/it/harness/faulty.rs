@@ -395,6 +395,7 @@ faulty_sections! {
         fn transfer_in(bucket: &BucketRef, token: u64, xid: &str, source: u32, units: u64) -> TransferReply;
         fn transfer_clear(bucket: &BucketRef, token: u64, xid: &str) -> TransferReply;
         fn open_transfers(bucket: &BucketRef) -> Vec<OpenTransfer>;
+        fn delivered(bucket: &BucketRef, xid: &str) -> bool;
     }
     Streams {
         fn stream_read(bucket: &BucketRef, consumer: &str, count: usize, claim_idle_ms: u64) -> Vec<StreamEntry>;
