@@ -9,10 +9,12 @@
 pub mod error;
 mod events;
 pub mod guard;
+mod openapi;
 mod ops;
 mod orders;
 mod purchases;
 pub mod serve;
+mod whole;
 
 use std::collections::HashSet;
 use std::sync::Arc;

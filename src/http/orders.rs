@@ -33,7 +33,19 @@ impl<S: Store> AppState<S> {
     }
 }
 
-async fn order<S: Store>(
+/// The order, from its home bucket while the event is live, from the database after.
+#[utoipa::path(
+    get, path = "/v1/orders/{id}", tag = "orders", operation_id = "get_order",
+    params(("id" = String, Path, description = "The order id (`<event>.<16 hex>.<16 hex>`)")),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownOrder),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn order<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
@@ -48,7 +60,19 @@ async fn order<S: Store>(
 }
 
 /// Cancels; cancelling twice answers 200 with the cancelled order again.
-async fn cancel<S: Store>(
+#[utoipa::path(
+    post, path = "/v1/orders/{id}/cancel", tag = "orders", operation_id = "cancel_order",
+    params(("id" = String, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The cancelled order; its units are back on sale", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownOrder),
+        (status = 409, response = super::openapi::NotOnSale),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn cancel<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
