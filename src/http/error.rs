@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::engine::mover::MoverError;
 use crate::engine::{EngineError, Refusal};
 use crate::store::StoreError;
 
@@ -164,6 +165,13 @@ impl From<EngineError> for ApiError {
             E::Contention { .. } => Self::TryAgain(e.to_string()),
             E::Store(StoreError::Stale(_)) => {
                 Self::TryAgain("the event's layout is changing; retry".into())
+            }
+            // Another mover (a concurrent reshard, close or rebalancer round)
+            // holds a newer lease on the buckets: this one stopped before
+            // writing anything more. Nothing is wrong; a retry sees the winner's
+            // layout. (Was a 500; found by schemathesis: two reshards at once.)
+            E::Mover(MoverError::Fenced { .. }) => {
+                Self::TryAgain("another operation is moving this event's units; retry".into())
             }
             E::OutcomeUnknown(why) => {
                 crate::metrics::store_error("request");
@@ -339,4 +347,22 @@ pub async fn problemize(req: Request, next: Next) -> Response {
         _ => ApiError::Internal(detail),
     }
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_mover_answers_try_again_not_internal() {
+        let e = ApiError::from(EngineError::Mover(MoverError::Fenced {
+            bucket: 0,
+            token: 2,
+            highest: 3,
+        }));
+        let (status, body) = e.problem();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body.kind, "urn:shardstock:try-again");
+        assert_eq!(e.retry_after(), Some(1));
+    }
 }

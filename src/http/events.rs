@@ -44,7 +44,7 @@ pub(super) struct CreateEvent {
     per_user_limit: Option<u32>,
     /// Units one purchase may take at most (default 10).
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1000)]
     max_per_order: Option<u32>,
     /// The sale opens (RFC 3339); absent: on sale at once.
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
@@ -167,7 +167,9 @@ pub(super) async fn view<S: Store>(
         (status = 503, response = super::openapi::Unavailable),
     ),
 )]
-pub(super) async fn list<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Vec<EventId>>, ApiError> {
+pub(super) async fn list<S: Store>(
+    State(state): State<AppState<S>>,
+) -> Result<Json<Vec<EventId>>, ApiError> {
     let mut ids = state
         .engine
         .store()

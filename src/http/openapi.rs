@@ -205,32 +205,70 @@ impl Modify for Security {
 /// Links for stateful testing: create event → purchase → get order → cancel.
 struct Links;
 
-impl Links {
-    fn add(doc: &mut Document, path: &str, post: bool, status: &str, name: &str, to: &str, param: &str, from: &str) {
-        let Some(item) = doc.paths.paths.get_mut(path) else {
-            return;
-        };
-        let op = if post { item.post.as_mut() } else { item.get.as_mut() };
-        let Some(RefOr::T(response)) = op.and_then(|op| op.responses.responses.get_mut(status)) else {
-            return;
-        };
-        let link = LinkBuilder::new()
-            .operation_id(to)
-            .parameter(param, from)
-            .build();
-        response.links.insert(name.to_owned(), RefOr::T(link));
-    }
-}
+/// (path, method, status, link name, target operation, its `id` from the response).
+const LINKS: &[(&str, &str, &str, &str, &str, &str)] = &[
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "Purchase",
+        "purchase",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "ViewEvent",
+        "view_event",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events/{id}/purchases",
+        "post",
+        "201",
+        "GetOrder",
+        "get_order",
+        "$response.body#/order_id",
+    ),
+    (
+        "/v1/events/{id}/purchases",
+        "post",
+        "201",
+        "CancelOrder",
+        "cancel_order",
+        "$response.body#/order_id",
+    ),
+    (
+        "/v1/orders/{id}",
+        "get",
+        "200",
+        "CancelOrder",
+        "cancel_order",
+        "$response.body#/order_id",
+    ),
+];
 
 impl Modify for Links {
     fn modify(&self, doc: &mut Document) {
-        let event = "$response.body#/id";
-        let order = "$response.body#/order_id";
-        Self::add(doc, "/v1/events", true, "201", "Purchase", "purchase", "id", event);
-        Self::add(doc, "/v1/events", true, "201", "ViewEvent", "view_event", "id", event);
-        Self::add(doc, "/v1/events/{id}/purchases", true, "201", "GetOrder", "get_order", "id", order);
-        Self::add(doc, "/v1/events/{id}/purchases", true, "201", "CancelOrder", "cancel_order", "id", order);
-        Self::add(doc, "/v1/orders/{id}", false, "200", "CancelOrder", "cancel_order", "id", order);
+        for &(path, method, status, name, to, id) in LINKS {
+            let Some(item) = doc.paths.paths.get_mut(path) else {
+                continue;
+            };
+            let op = match method {
+                "post" => item.post.as_mut(),
+                _ => item.get.as_mut(),
+            };
+            let Some(RefOr::T(response)) = op.and_then(|op| op.responses.responses.get_mut(status))
+            else {
+                continue;
+            };
+            let link = LinkBuilder::new()
+                .operation_id(to)
+                .parameter("id", id)
+                .build();
+            response.links.insert(name.to_owned(), RefOr::T(link));
+        }
     }
 }
 
@@ -244,12 +282,41 @@ mod tests {
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
         let text = document();
         for slug in [
-            "invalid-request", "unauthorized", "unknown-event", "unknown-order", "event-exists",
-            "sold-out", "limit-exceeded", "not-on-sale", "idempotency-conflict", "rate-limited",
-            "backend-unavailable", "try-again", "internal",
+            "invalid-request",
+            "unauthorized",
+            "unknown-event",
+            "unknown-order",
+            "event-exists",
+            "sold-out",
+            "limit-exceeded",
+            "not-on-sale",
+            "idempotency-conflict",
+            "rate-limited",
+            "backend-unavailable",
+            "try-again",
+            "internal",
         ] {
-            assert!(text.contains(&format!("urn:shardstock:{slug}")), "{slug} missing");
+            assert!(
+                text.contains(&format!("urn:shardstock:{slug}")),
+                "{slug} missing"
+            );
         }
-        assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        // Every link landed on an operation that exists, and names one that exists.
+        let ids: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str())
+            .collect();
+        for &(path, method, status, name, to, _) in LINKS {
+            let link = &doc["paths"][path][method]["responses"][status]["links"][name];
+            assert_eq!(link["operationId"], to, "{path} {method} {status} {name}");
+            assert!(ids.contains(&to), "{to} is no operation");
+        }
     }
 }

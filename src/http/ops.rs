@@ -58,7 +58,9 @@ pub(super) async fn healthz() -> Json<Health> {
         (status = 503, response = super::openapi::Unavailable),
     ),
 )]
-pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Ready>, ApiError> {
+pub(super) async fn readyz<S: Store>(
+    State(state): State<AppState<S>>,
+) -> Result<Json<Ready>, ApiError> {
     let unavailable = |what: &str, e: &dyn std::fmt::Display| ApiError::Unavailable {
         detail: format!("{what}: {e}"),
         outcome_unknown: false,

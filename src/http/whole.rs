@@ -8,8 +8,8 @@
 //! the field's own `invalid-request`. (Found by schemathesis: the published
 //! document promised what the server refused.)
 
-use serde::de::{Deserializer, Error};
 use serde::Deserialize;
+use serde::de::{Deserializer, Error};
 
 /// Largest float that is still an exact integer.
 const EXACT: f64 = 9_007_199_254_740_992.0;
@@ -35,8 +35,12 @@ pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 /// A `u32` count.
 pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let v = whole(d)?;
-    std::primitive::u32::try_from(v)
-        .map_err(|_| D::Error::custom(format!("invalid value: {v}, expected at most {}", std::primitive::u32::MAX)))
+    std::primitive::u32::try_from(v).map_err(|_| {
+        D::Error::custom(format!(
+            "invalid value: {v}, expected at most {}",
+            std::primitive::u32::MAX
+        ))
+    })
 }
 
 /// An optional `u32` count (`null` or absent: `None`; use with `#[serde(default)]`).
