@@ -28,6 +28,8 @@
 //!   settings → options map, the operator commands.
 //! - [`config`], [`metrics`], [`cli`]: settings (a leaf), metric names, the
 //!   command line.
+//! - [`telemetry`]: the log subscriber (text or JSON lines), the OTLP trace
+//!   exporter when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C trace context.
 //!
 //! The load generator that measures all this is a workspace member of its own,
 //! `bench/` (the `shardstock-bench` package and binary): the service carries
@@ -53,6 +55,8 @@ pub mod ledger;
 pub mod metrics;
 /// The store trait and its memory and Redis backends.
 pub mod store;
+/// Logs (text or JSON) and traces (OTLP), and the caller's trace context.
+pub mod telemetry;
 
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use store::{MemoryStore, RedisStore, Store, StoreError};

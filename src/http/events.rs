@@ -58,7 +58,9 @@ pub(super) struct CreateEvent {
 
 /// Parses an event id from the path (a bad charset can never name an event).
 pub(super) fn event_id(raw: String) -> Result<EventId, ApiError> {
-    EventId::parse(raw).map_err(ApiError::invalid)
+    let id = EventId::parse(raw).map_err(ApiError::invalid)?;
+    super::trace::record_event(id.as_str());
+    Ok(id)
 }
 
 impl<S: Store> AppState<S> {

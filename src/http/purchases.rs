@@ -90,8 +90,10 @@ pub(super) async fn purchase<S: Store>(
     let outcome = async {
         let event = event_id(id)?;
         event_seen = Some(event.clone());
+        let user = UserId::parse(body.user_id).map_err(ApiError::invalid)?;
+        super::trace::record_user(user.as_str());
         let req = PurchaseRequest {
-            user: UserId::parse(body.user_id).map_err(ApiError::invalid)?,
+            user,
             quantity: body.quantity,
             request_id: request_id(&headers, body.request_id)?,
             event,
