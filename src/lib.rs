@@ -26,6 +26,8 @@
 //!   accept loop.
 //! - [`app`]: `Application` (build from settings, run until stopped), the
 //!   settings → options map, the operator commands.
+//! - [`client`]: a typed client of the HTTP API, written against
+//!   `/openapi.json`; the bench's HTTP load and the API tests use it.
 //! - [`config`], [`metrics`], [`cli`]: settings (a leaf), metric names, the
 //!   command line.
 //! - [`telemetry`]: the log subscriber (text or JSON lines), the OTLP trace
@@ -39,6 +41,8 @@
 pub mod app;
 /// The command line.
 pub mod cli;
+/// A typed client of the HTTP API (the bench and the API tests use it).
+pub mod client;
 /// Settings from `config/*.toml`.
 pub mod config;
 /// Close, reshard, rebalance, flush, audit: the work beyond the hot path.
