@@ -17,6 +17,13 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/orders/{id}/cancel", post(cancel::<S>))
 }
 
+/// The order's event (the id names it) on the request's span, for its log lines.
+fn record_event(order: &str) {
+    if let Ok((_, event, _)) = OrderId::parse(order) {
+        super::trace::record_event(event.as_str());
+    }
+}
+
 impl<S: Store> AppState<S> {
     /// The order from the ledger, when the store no longer has it.
     async fn flushed_order(&self, raw: &str) -> Result<Option<OrderView>, ApiError> {
@@ -49,6 +56,7 @@ pub(super) async fn order<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
+    record_event(&id);
     match state.engine.order(&id).await {
         Ok(order) => Ok(Json(order)),
         Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
@@ -76,6 +84,7 @@ pub(super) async fn cancel<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
+    record_event(&id);
     match state.engine.cancel(&id).await {
         Ok(outcome) => {
             if !outcome.already {
