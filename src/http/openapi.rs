@@ -305,6 +305,14 @@ mod tests {
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
         );
+        // The bounds written as literals in the attributes are the domain's.
+        use crate::domain::model::{MAX_BUCKETS, MAX_PER_ORDER_CAP, MAX_STOCK};
+        let create = &doc["components"]["schemas"]["CreateEvent"]["properties"];
+        assert_eq!(create["buckets"]["maximum"], MAX_BUCKETS);
+        assert_eq!(create["stock"]["maximum"], MAX_STOCK);
+        assert_eq!(create["max_per_order"]["maximum"], MAX_PER_ORDER_CAP);
+        let reshard = &doc["components"]["schemas"]["Reshard"]["properties"];
+        assert_eq!(reshard["buckets"]["maximum"], MAX_BUCKETS);
         // Every link landed on an operation that exists, and names one that exists.
         let ids: Vec<&str> = doc["paths"]
             .as_object()
