@@ -89,6 +89,9 @@ pub struct ServeArgs {
     /// Bearer token for the admin endpoints.
     #[arg(long, env = "SHARDSTOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Log lines as `text` or `json` (one object per line).
+    #[arg(long, env = "SHARDSTOCK_LOG_FORMAT", value_enum)]
+    pub log_format: Option<crate::config::LogFormat>,
 }
 
 #[derive(Debug, Args)]
@@ -173,6 +176,9 @@ impl ServeArgs {
         }
         if let Some(token) = &self.admin_token {
             s.server.admin_token = token.clone();
+        }
+        if let Some(format) = self.log_format {
+            s.server.log_format = format;
         }
         s.validate()?;
         Ok(s)

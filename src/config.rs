@@ -23,6 +23,17 @@ pub enum LostState {
     Refuse,
 }
 
+/// How log lines are written (`[server] log_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -80,6 +91,8 @@ pub struct ServerSettings {
     pub header_read_timeout_ms: u64,
     /// Open client connections at most; beyond it new clients wait to be accepted.
     pub max_connections: usize,
+    /// `text` or `json` (one object per line).
+    pub log_format: LogFormat,
 }
 
 impl Default for ServerSettings {
@@ -93,6 +106,7 @@ impl Default for ServerSettings {
             shutdown_grace_ms: 10_000,
             header_read_timeout_ms: 10_000,
             max_connections: 8_192,
+            log_format: LogFormat::Text,
         }
     }
 }

@@ -26,8 +26,12 @@
 //!   accept loop.
 //! - [`app`]: `Application` (build from settings, run until stopped), the
 //!   settings → options map, the operator commands.
+//! - [`client`]: a typed client of the HTTP API, written against
+//!   `/openapi.json`; the bench's HTTP load and the API tests use it.
 //! - [`config`], [`metrics`], [`cli`]: settings (a leaf), metric names, the
 //!   command line.
+//! - [`telemetry`]: the log subscriber (text or JSON lines), the OTLP trace
+//!   exporter when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C trace context.
 //!
 //! The load generator that measures all this is a workspace member of its own,
 //! `bench/` (the `shardstock-bench` package and binary): the service carries
@@ -37,6 +41,8 @@
 pub mod app;
 /// The command line.
 pub mod cli;
+/// A typed client of the HTTP API (the bench and the API tests use it).
+pub mod client;
 /// Settings from `config/*.toml`.
 pub mod config;
 /// Close, reshard, rebalance, flush, audit: the work beyond the hot path.
@@ -53,6 +59,8 @@ pub mod ledger;
 pub mod metrics;
 /// The store trait and its memory and Redis backends.
 pub mod store;
+/// Logs (text or JSON) and traces (OTLP), and the caller's trace context.
+pub mod telemetry;
 
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use store::{MemoryStore, RedisStore, Store, StoreError};

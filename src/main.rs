@@ -1,8 +1,10 @@
 //! The `shardstock` binary: parse the command line, load the settings, run.
 
+use anyhow::Context;
 use clap::Parser;
 use shardstock::app::{self, Application};
 use shardstock::cli::{Cli, Command};
+use shardstock::config::{LogFormat, Settings};
 
 /// mimalloc: the hot path allocates small, short-lived buffers at a high rate,
 /// and glibc's allocator showed up in profiles.
@@ -11,21 +13,27 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    // `serve` reads its log format from its settings; the other commands log text.
+    let serve = match &cli.command {
+        Command::Serve(args) => Some(args.settings()?),
+        _ => None,
+    };
+    let format = serve
+        .as_ref()
+        .map_or(LogFormat::Text, |s| s.server.log_format);
+    // Held to the end: dropping it flushes the last spans to the exporter.
+    let _telemetry = shardstock::telemetry::init(format)?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(run(cli.command))
+        .block_on(run(cli.command, serve))
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+async fn run(command: Command, serve: Option<Settings>) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => {
-            Application::build(args.settings()?)
+        Command::Serve(_) => {
+            let settings = serve.context("serve's settings are read before the runtime starts")?;
+            Application::build(settings)
                 .await?
                 .run_until_stopped()
                 .await

@@ -1,6 +1,6 @@
-//! The whole shardstock service as a benchmark strategy: the HTTP API with a
-//! separate client (reqwest), every order also written to PostgreSQL by the
-//! service's flusher.
+//! The whole shardstock service as a benchmark strategy: the HTTP API through
+//! the service's own typed client (`shardstock::client`), every order also
+//! written to PostgreSQL by the service's flusher.
 //!
 //! [`HttpStrategy::start`] runs the real `shardstock` binary in its own
 //! process, as `--compare` and `--strategy http` do;
@@ -17,8 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use shardstock::app::Application;
+use shardstock::client::{Bought, Client, ClientError, NewEvent, NewPurchase};
 use shardstock::config::Settings;
 use shardstock::domain::ids::EventId;
 use tokio::sync::oneshot;
@@ -29,8 +29,8 @@ use crate::{BenchError, Outcome, Strategy, Workload};
 /// The whole service over HTTP: the `shardstock` binary in its own process,
 /// or the same application in process.
 pub struct HttpStrategy {
-    base: String,
-    client: reqwest::Client,
+    /// The typed client of the API (`shardstock::client`), with the admin token.
+    client: Client,
     service: Mutex<Option<Service>>,
     buckets: u32,
     event: Mutex<Option<EventId>>,
@@ -160,26 +160,19 @@ impl HttpStrategy {
         buckets: u32,
         clients: usize,
     ) -> Result<Self, BenchError> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(clients)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| BenchError::Unavailable(e.to_string()))?;
         let strategy = Self {
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(clients)
-                .timeout(Duration::from_secs(10))
-                .build()
-                .map_err(|e| BenchError::Unavailable(e.to_string()))?,
+            client: Client::with_http(format!("http://127.0.0.1:{port}"), http).with_token(TOKEN),
             service: Mutex::new(Some(service)),
             buckets,
             event: Mutex::new(None),
         };
         let start = Instant::now();
-        while strategy
-            .client
-            .get(format!("{}/readyz", strategy.base))
-            .send()
-            .await
-            .map(|r| r.status() != 200)
-            .unwrap_or(true)
-        {
+        while !strategy.client.ready().await {
             if start.elapsed() > Duration::from_secs(30) {
                 return Err(BenchError::Unavailable(
                     "the service did not become ready".into(),
@@ -217,51 +210,48 @@ impl Strategy for HttpStrategy {
     async fn prepare(&self, w: &Workload) -> anyhow::Result<()> {
         let id = event("benchhttp");
         let s = spec(&id, w, self.buckets);
-        let body = json!({"id": id, "stock": s.stock, "buckets": s.buckets, "max_per_order": s.max_per_order, "per_user_limit": s.per_user_limit});
-        let r = self
-            .client
-            .post(format!("{}/v1/events", self.base))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await?;
-        anyhow::ensure!(r.status() == 201, "creating the event: {}", r.text().await?);
+        self.client
+            .create_event(&NewEvent {
+                id: id.to_string(),
+                stock: s.stock,
+                buckets: s.buckets,
+                per_user_limit: s.per_user_limit,
+                max_per_order: Some(s.max_per_order),
+                ..NewEvent::default()
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the event: {e}"))?;
         *self.event.lock().expect("event slot") = Some(id);
         Ok(())
     }
 
     async fn attempt(&self, user: &str, qty: u32, request_id: &str) -> Outcome {
-        let url = format!("{}/v1/events/{}/purchases", self.base, self.current());
-        let body = json!({"user_id": user, "quantity": qty, "request_id": request_id});
-        let r = match self.client.post(url).json(&body).send().await {
-            Ok(r) => r,
-            Err(e) => return Outcome::Error(e.to_string()),
+        let purchase = NewPurchase {
+            user_id: user.to_owned(),
+            quantity: qty,
+            request_id: Some(request_id.to_owned()),
         };
-        let replayed = r.headers().contains_key("idempotent-replayed");
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap_or(Value::Null);
-        match (status, replayed, body["type"].as_str()) {
-            (_, true, _) => Outcome::Replayed,
-            (201, _, _) => Outcome::Bought {
-                units: body["quantity"].as_u64().unwrap_or(0) as u32,
+        match self
+            .client
+            .purchase(self.current().as_str(), &purchase)
+            .await
+        {
+            Ok(Bought { replayed: true, .. })
+            | Err(ClientError::Problem { replayed: true, .. }) => Outcome::Replayed,
+            Ok(Bought { order, .. }) => Outcome::Bought {
+                units: order.quantity,
             },
-            (_, _, Some("urn:shardstock:sold-out")) => Outcome::SoldOut,
-            (_, _, Some("urn:shardstock:limit-exceeded")) => Outcome::LimitExceeded,
-            _ => Outcome::Error(format!("{status}: {body}")),
+            Err(e) => match e.slug() {
+                Some("sold-out") => Outcome::SoldOut,
+                Some("limit-exceeded") => Outcome::LimitExceeded,
+                _ => Outcome::Error(e.to_string()),
+            },
         }
     }
 
     async fn remaining(&self) -> anyhow::Result<i64> {
-        let v: Value = self
-            .client
-            .get(format!("{}/v1/events/{}", self.base, self.current()))
-            .send()
-            .await?
-            .json()
-            .await?;
-        v["remaining"]
-            .as_i64()
-            .ok_or_else(|| anyhow::anyhow!("no remaining in {v}"))
+        let event = self.client.event(self.current().as_str()).await?;
+        Ok(event.remaining as i64)
     }
 }
 

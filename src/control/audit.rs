@@ -29,7 +29,7 @@ use crate::metrics as m;
 use crate::store::{BucketAudit, Store, StoreError};
 
 /// The audit as `GET /v1/events/{id}/audit` and `shardstock audit` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Audit {
     pub event_id: EventId,
     pub stock: u64,

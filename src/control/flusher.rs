@@ -30,6 +30,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use tokio_util::sync::CancellationToken;
 
@@ -182,7 +183,10 @@ impl<S: Store> Flusher<S> {
             self.register(&b.event).await?;
         }
         let started = Instant::now();
-        let applied = self.write(&batch, stop).await?;
+        let applied = self
+            .write(&batch, stop)
+            .instrument(tracing::debug_span!("flush_batch", records = batch.len()))
+            .await?;
         metrics::histogram!(m::FLUSH_BATCH_DURATION).record(started.elapsed().as_secs_f64());
         metrics::counter!(m::ORDERS_FLUSHED).increment(applied as u64);
         for (b, ids) in read {

@@ -67,8 +67,23 @@ fn user_byte(b: u8) -> bool {
     event_byte(b) || matches!(b, b':' | b'@')
 }
 
+/// The OpenAPI schema of an id: a string with its charset as a pattern.
+fn id_schema(
+    pattern: &str,
+    max: usize,
+    description: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(pattern))
+        .min_length(Some(1))
+        .max_length(Some(max))
+        .description(Some(description))
+        .into()
+}
+
 macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $allowed:literal, $ok:expr, $more:expr) => {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $allowed:literal, $pattern:literal, $ok:expr, $more:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
@@ -109,20 +124,31 @@ macro_rules! id_type {
                 Self::parse(raw).map_err(serde::de::Error::custom)
             }
         }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                id_schema($pattern, $max, $allowed)
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
 }
 
 id_type!(
     /// An event (one product on sale): `[A-Za-z0-9_.-]{1,64}`, not only dots.
-    EventId, "event id", 64, "letters, digits, '_', '.' and '-'", event_byte, path_segment
+    EventId, "event id", 64, "letters, digits, '_', '.' and '-'",
+    "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$", event_byte, path_segment
 );
 id_type!(
     /// A buyer: `[A-Za-z0-9_.:@-]{1,128}`.
-    UserId, "user_id", 128, "letters, digits, '_', '.', '-', ':' and '@'", user_byte, no_more
+    UserId, "user_id", 128, "letters, digits, '_', '.', '-', ':' and '@'",
+    "^[A-Za-z0-9_.:@-]+$", user_byte, no_more
 );
 id_type!(
     /// A client's idempotency key: `[A-Za-z0-9_.-]{1,128}` (UUIDs fit).
-    RequestId, "request_id", 128, "letters, digits, '_', '.' and '-'", event_byte, no_more
+    RequestId, "request_id", 128, "letters, digits, '_', '.' and '-'",
+    "^[A-Za-z0-9_.-]+$", event_byte, no_more
 );
 
 /// An order: `<event>.<user hash, 16 hex>.<random, 16 hex>`.
@@ -180,6 +206,18 @@ impl OrderId {
         &self.0
     }
 }
+
+impl utoipa::PartialSchema for OrderId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        id_schema(
+            r"^[A-Za-z0-9_.-]+\.[0-9a-f]{16}\.[0-9a-f]{16}$",
+            EventId::MAX_LEN + 34,
+            "<event>.<the user's routing hash, 16 hex>.<16 random hex>",
+        )
+    }
+}
+
+impl utoipa::ToSchema for OrderId {}
 
 impl fmt::Display for OrderId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -365,7 +365,7 @@ impl OrderEntry {
 }
 
 /// Whether an order stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Confirmed,
@@ -373,7 +373,7 @@ pub enum OrderStatus {
 }
 
 /// An order as the API shows it (from its home bucket's index, or from the ledger).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub order_id: OrderId,
     pub event_id: EventId,
@@ -382,9 +382,13 @@ pub struct OrderView {
     /// The bucket the units came from.
     pub bucket: u32,
     pub status: OrderStatus,
+    /// The purchase's request id, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::domain::ids::RequestId>)]
     pub request_id: Option<String>,
+    /// When the order was taken (RFC 3339, UTC).
     #[serde(with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<i64>,
 }
 
@@ -414,13 +418,15 @@ impl OrderView {
 }
 
 /// A confirmed purchase, as the API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Order {
     pub order_id: OrderId,
     pub event_id: EventId,
     pub user_id: UserId,
     pub quantity: u32,
+    /// The bucket the units came from.
     pub bucket: u32,
+    /// How many buckets beyond the home bucket were tried.
     pub probes: u32,
 }
 

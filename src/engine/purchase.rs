@@ -16,6 +16,7 @@
 
 use std::slice;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use super::saga::{Driver, Saga};
 use super::{CrashPoint, Engine, EngineError};
@@ -118,7 +119,8 @@ impl<S: Store> Engine<S> {
         req: PurchaseRequest,
     ) -> Result<PurchaseOutcome, EngineError> {
         let engine = self.clone();
-        tokio::spawn(async move { engine.purchase(&req).await })
+        // The task keeps the caller's span (the request's, for traces and logs).
+        tokio::spawn(async move { engine.purchase(&req).await }.in_current_span())
             .await
             .unwrap_or_else(|e| Err(EngineError::OutcomeUnknown(format!("purchase task: {e}"))))
     }
@@ -207,7 +209,11 @@ impl<S: Store> Engine<S> {
             order_id: saga.order_id.clone(),
         };
         let limit = entry.limit;
-        let reply = match self.home_step(&bucket, entry).await {
+        let reply = match self
+            .home_step(&bucket, entry)
+            .instrument(tracing::debug_span!("home", bucket = saga.home))
+            .await
+        {
             Ok(reply) => reply,
             Err(StoreError::Unavailable(why)) => return self.resolve(meta, saga, why).await,
             Err(e) => return Err(e.into()),

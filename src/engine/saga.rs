@@ -38,6 +38,7 @@
 //! `(pass − 1) × N + position`, so a driver knows its own take from another.
 
 use futures::future::try_join_all;
+use tracing::Instrument;
 
 use super::purchase::{Answer, order};
 use super::{CrashPoint, Engine, EngineError, Lease, Refusal};
@@ -158,7 +159,10 @@ impl<S: Store> Engine<S> {
         }
         let step = step?;
         let marked = step.marked(meta.spec.buckets);
-        let answer = self.end(meta, saga, step).await;
+        let answer = self
+            .end(meta, saga, step)
+            .instrument(tracing::debug_span!("finish"))
+            .await;
         // Only once the saga has ended (an answer, or a contention answered
         // after the abort): a pending saga's markers are what make its
         // re-driver walk to the same take.
@@ -239,6 +243,8 @@ impl<S: Store> Engine<S> {
                     saga.rid
                 )));
             }
+            // One span per pass: it lasts the pass, its store steps run in it.
+            let pass_span = tracing::debug_span!("probe_pass", pass);
             let args = saga.take_args(pass);
             let mut fresh_all = true;
             // What this pass saw of each bucket: (index, available, adds).
@@ -246,7 +252,11 @@ impl<S: Store> Engine<S> {
             for j in ring(saga.home, meta.spec.buckets) {
                 probes += 1;
                 let bucket = Self::bucket(meta, j);
-                let taken = self.store.take(&bucket, self.clock.now_ms(), &args).await;
+                let taken = self
+                    .store
+                    .take(&bucket, self.clock.now_ms(), &args)
+                    .instrument(pass_span.clone())
+                    .await;
                 self.activity.wrote(&bucket);
                 match taken? {
                     TakeReply::Taken { order_id } => {
@@ -270,7 +280,10 @@ impl<S: Store> Engine<S> {
             }
             let total = |seen: &[(u32, u64, u64)]| seen.iter().map(|o| o.1).sum::<u64>();
             if total(&seen) < qty
-                && let Some(epochs) = self.settle_short(meta, &mut seen, qty).await?
+                && let Some(epochs) = self
+                    .settle_short(meta, &mut seen, qty)
+                    .instrument(pass_span.clone())
+                    .await?
             {
                 let available = total(&seen);
                 self.mark_short(meta, seq, available, &epochs).await?;
@@ -297,7 +310,8 @@ impl<S: Store> Engine<S> {
                         crate::engine::mover::complete_open(&self.store, meta, token).await?;
                         crate::engine::mover::gather(&self.store, meta, token, saga.home, qty).await
                     };
-                    match gathered.await {
+                    let span = tracing::debug_span!(parent: &pass_span, "consolidate", units = qty);
+                    match gathered.instrument(span).await {
                         Ok(moved) => {
                             metrics::counter!(crate::metrics::CONSOLIDATIONS, "event" => meta.spec.id.to_string()).increment(1);
                             tracing::debug!(event = %meta.spec.id, units = moved.units, "consolidated fragments on demand");

@@ -9,14 +9,15 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EventMeta, EventStatus};
 use crate::store::{Store, StoreError};
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One bucket of an event view.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BucketView {
     pub index: u32,
     pub remaining: u64,
 }
 
 /// The event as `GET /v1/events/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     pub id: EventId,
     pub stock: u64,
@@ -29,14 +30,20 @@ pub struct EventView {
     /// Max bucket remaining ÷ mean bucket remaining (1.0 = even, also when empty).
     pub skew: f64,
     /// `on_sale`, `sold_out`, `scheduled`, `ended`, `creating`, `resharding` or `closed`.
+    #[schema(value_type = String, pattern = "^(on_sale|sold_out|scheduled|ended|creating|resharding|closed)$")]
     pub status: &'static str,
     pub in_transfer: u64,
     pub per_user_limit: Option<u32>,
     pub max_per_order: u32,
+    /// The sale opens (RFC 3339); null: on sale from creation.
     #[serde(with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub starts_at: Option<i64>,
+    /// The sale ends (RFC 3339); null: no end.
     #[serde(with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub ends_at: Option<i64>,
+    /// Bumped by every reshard.
     pub generation: u32,
     /// Units left unsold at the end of the sale (closed events).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -13,8 +13,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
 
+use crate::engine::mover::MoverError;
 use crate::engine::{EngineError, Refusal};
 use crate::store::StoreError;
 
@@ -81,7 +81,7 @@ impl ApiError {
         }
     }
 
-    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+    pub(crate) fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         use ApiError::*;
         match self {
             Invalid { status, .. } => (*status, "invalid-request", "Invalid request"),
@@ -166,6 +166,13 @@ impl From<EngineError> for ApiError {
             E::Store(StoreError::Stale(_)) => {
                 Self::TryAgain("the event's layout is changing; retry".into())
             }
+            // Another mover (a concurrent reshard, close or rebalancer round)
+            // holds a newer lease on the buckets: this one stopped before
+            // writing anything more. Nothing is wrong; a retry sees the winner's
+            // layout. (Was a 500; found by schemathesis: two reshards at once.)
+            E::Mover(MoverError::Fenced { .. }) => {
+                Self::TryAgain("another operation is moving this event's units; retry".into())
+            }
             E::OutcomeUnknown(why) => {
                 crate::metrics::store_error("request");
                 tracing::warn!(%why, "purchase outcome unknown");
@@ -190,57 +197,81 @@ impl From<EngineError> for ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// An error body (RFC 9457), `application/problem+json`: what every error
+/// answers. The members past `detail` appear only with the types named.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// `urn:shardstock:<slug>`.
     #[serde(rename = "type")]
-    kind: String,
-    title: &'a str,
-    status: u16,
-    detail: String,
-    #[serde(flatten)]
-    extra: Map<String, Value>,
+    #[schema(pattern = "^urn:shardstock:[a-z-]+$")]
+    pub kind: String,
+    pub title: &'static str,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    pub detail: String,
+    /// `sold-out`: units left in the whole event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u64>,
+    /// `limit-exceeded`: the per-user limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// `limit-exceeded`: units the user holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<u64>,
+    /// `backend-unavailable`: `unknown` when a purchase may have applied
+    /// (retry with the same request id to learn the answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^unknown$")]
+    pub outcome: Option<&'static str>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and the body this error answers.
+    pub fn problem(&self) -> (StatusCode, Problem) {
         let (status, slug, title) = self.parts();
-        let mut extra = Map::new();
-        let detail = match &self {
-            Self::SoldOut { remaining } => {
-                extra.insert("remaining".into(), json!(remaining));
-                self.to_string()
-            }
+        let mut body = Problem {
+            kind: format!("urn:shardstock:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail: self.to_string(),
+            remaining: None,
+            limit: None,
+            held: None,
+            outcome: None,
+        };
+        match self {
+            Self::SoldOut { remaining } => body.remaining = Some(*remaining),
             Self::LimitExceeded { limit, held } => {
-                extra.insert("limit".into(), json!(limit));
-                extra.insert("held".into(), json!(held));
-                self.to_string()
+                body.limit = Some(*limit);
+                body.held = Some(*held);
             }
             Self::Unavailable {
                 outcome_unknown: true,
                 ..
-            } => {
-                extra.insert("outcome".into(), json!("unknown"));
-                self.to_string()
-            }
-            Self::Internal(_) => "internal error; see the server log".into(),
-            _ => self.to_string(),
-        };
-        let body = Body {
-            kind: format!("urn:shardstock:{slug}"),
-            title,
-            status: status.as_u16(),
-            detail,
-            extra,
-        };
-        let mut response = (status, axum::Json(body)).into_response();
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        let retry = match &self {
+            } => body.outcome = Some("unknown"),
+            Self::Internal(_) => body.detail = "internal error; see the server log".into(),
+            _ => {}
+        }
+        (status, body)
+    }
+
+    /// Seconds for `Retry-After`, on the answers that carry it.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
             Self::RateLimited { retry_after_s } => Some(*retry_after_s),
             Self::TryAgain(_) | Self::Unavailable { .. } => Some(1),
             _ => None,
-        };
-        if let Some(s) = retry {
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.problem();
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(s) = self.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         response
@@ -316,4 +347,22 @@ pub async fn problemize(req: Request, next: Next) -> Response {
         _ => ApiError::Internal(detail),
     }
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_mover_answers_try_again_not_internal() {
+        let e = ApiError::from(EngineError::Mover(MoverError::Fenced {
+            bucket: 0,
+            token: 2,
+            highest: 3,
+        }));
+        let (status, body) = e.problem();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body.kind, "urn:shardstock:try-again");
+        assert_eq!(e.retry_after(), Some(1));
+    }
 }

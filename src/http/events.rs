@@ -26,22 +26,41 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/events/{id}/audit", get(audit::<S>))
 }
 
-#[derive(Deserialize)]
-struct CreateEvent {
+/// `POST /v1/events`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": "sneaker-42", "stock": 10000, "buckets": 16, "per_user_limit": 2, "max_per_order": 2}))]
+pub(super) struct CreateEvent {
+    #[schema(value_type = EventId)]
     id: String,
+    #[serde(deserialize_with = "super::whole::u64")]
+    #[schema(maximum = 9007199254740992_u64)]
     stock: u64,
+    #[serde(deserialize_with = "super::whole::u32")]
+    #[schema(minimum = 1, maximum = 1024)]
     buckets: u32,
+    /// Units one user may hold at most; absent: no limit.
+    #[serde(default, deserialize_with = "super::whole::opt_u32")]
+    #[schema(minimum = 1)]
     per_user_limit: Option<u32>,
+    /// Units one purchase may take at most (default 10).
+    #[serde(default, deserialize_with = "super::whole::opt_u32")]
+    #[schema(minimum = 1, maximum = 1000)]
     max_per_order: Option<u32>,
+    /// The sale opens (RFC 3339); absent: on sale at once.
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     starts_at: Option<i64>,
+    /// The sale ends (RFC 3339); absent: no end.
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     ends_at: Option<i64>,
 }
 
 /// Parses an event id from the path (a bad charset can never name an event).
 pub(super) fn event_id(raw: String) -> Result<EventId, ApiError> {
-    EventId::parse(raw).map_err(ApiError::invalid)
+    let id = EventId::parse(raw).map_err(ApiError::invalid)?;
+    super::trace::record_event(id.as_str());
+    Ok(id)
 }
 
 impl<S: Store> AppState<S> {
@@ -82,7 +101,23 @@ impl<S: Store> AppState<S> {
     }
 }
 
-async fn create<S: Store>(
+/// Creates an event and splits its stock into buckets.
+#[utoipa::path(
+    post, path = "/v1/events", tag = "events", operation_id = "create_event",
+    security(("bearer" = [])),
+    request_body = CreateEvent,
+    responses(
+        (status = 201, description = "The event", body = EventView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 409, response = super::openapi::EventExists),
+        (status = 413, response = super::openapi::TooLarge),
+        (status = 415, response = super::openapi::NotJson),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn create<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateEvent>,
@@ -105,7 +140,19 @@ async fn create<S: Store>(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-async fn view<S: Store>(
+/// One event: stock, remaining, sold, per-bucket remaining, skew, status.
+#[utoipa::path(
+    get, path = "/v1/events/{id}", tag = "events", operation_id = "view_event",
+    params(("id" = EventId, Path, description = "The event")),
+    responses(
+        (status = 200, description = "The event", body = EventView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn view<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
@@ -114,7 +161,17 @@ async fn view<S: Store>(
 }
 
 /// The ids of every event the store knows.
-async fn list<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Vec<EventId>>, ApiError> {
+#[utoipa::path(
+    get, path = "/v1/events", tag = "events", operation_id = "list_events",
+    responses(
+        (status = 200, description = "Every event's id, closed ones included", body = Vec<EventId>),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn list<S: Store>(
+    State(state): State<AppState<S>>,
+) -> Result<Json<Vec<EventId>>, ApiError> {
     let mut ids = state
         .engine
         .store()
@@ -126,7 +183,20 @@ async fn list<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Vec<Eve
 }
 
 /// Ends the sale: seal, settle, retire the leftover, drain every order to the database.
-async fn close<S: Store>(
+#[utoipa::path(
+    post, path = "/v1/events/{id}/close", tag = "events", operation_id = "close_event",
+    security(("bearer" = [])),
+    params(("id" = EventId, Path, description = "The event")),
+    responses(
+        (status = 200, description = "The final view (`status` `closed`, `leftover`); closing twice answers it again", body = EventView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn close<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -158,7 +228,20 @@ async fn close<S: Store>(
 }
 
 /// The conservation check.
-async fn audit<S: Store>(
+#[utoipa::path(
+    get, path = "/v1/events/{id}/audit", tag = "events", operation_id = "audit_event",
+    security(("bearer" = [])),
+    params(("id" = EventId, Path, description = "The event")),
+    responses(
+        (status = 200, description = "`stock = remaining + in_transfer + sold_flushed + sold_unflushed − released + leftover`", body = Audit),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn audit<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -171,13 +254,34 @@ async fn audit<S: Store>(
     Ok(Json(audit))
 }
 
-#[derive(Deserialize)]
-struct Reshard {
+/// `PUT /v1/events/{id}/buckets`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"buckets": 32}))]
+pub(super) struct Reshard {
+    #[serde(deserialize_with = "super::whole::u32")]
+    #[schema(minimum = 1, maximum = 1024)]
     buckets: u32,
 }
 
 /// Moves a live event to another bucket count.
-async fn reshard<S: Store>(
+#[utoipa::path(
+    put, path = "/v1/events/{id}/buckets", tag = "events", operation_id = "reshard_event",
+    security(("bearer" = [])),
+    params(("id" = EventId, Path, description = "The event")),
+    request_body = Reshard,
+    responses(
+        (status = 200, description = "The event in its new layout", body = EventView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 409, response = super::openapi::NotOnSale),
+        (status = 413, response = super::openapi::TooLarge),
+        (status = 415, response = super::openapi::NotJson),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn reshard<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -194,8 +298,9 @@ async fn reshard<S: Store>(
     Ok(Json(view))
 }
 
-#[derive(serde::Serialize)]
-struct Rebalanced {
+/// `POST /v1/events/{id}/rebalance`: the moves made and the event after them.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct Rebalanced {
     moves: Vec<crate::control::rebalancer::Move>,
     transfers: u64,
     units: u64,
@@ -203,7 +308,21 @@ struct Rebalanced {
 }
 
 /// Consolidates now: gathers fragments (or levels the buckets); returns the moves.
-async fn rebalance<S: Store>(
+#[utoipa::path(
+    post, path = "/v1/events/{id}/rebalance", tag = "events", operation_id = "rebalance_event",
+    security(("bearer" = [])),
+    params(("id" = EventId, Path, description = "The event")),
+    responses(
+        (status = 200, description = "The moves and the event after them", body = Rebalanced),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 409, response = super::openapi::NotOnSale),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn rebalance<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,

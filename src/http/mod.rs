@@ -2,17 +2,22 @@
 //!
 //! Each area builds its own router (`events`, `purchases`, `orders`, `ops`);
 //! [`router`] merges them and adds, from the inside out: the body limit, the
-//! request timeout, per-route metrics labelled by the matched path, and
+//! request timeout, per-route metrics labelled by the matched path, the
+//! request's span (`trace`: request id, event, user, the caller's trace), and
 //! [`error::problemize`], which guarantees that every error body is
-//! `application/problem+json`.
+//! `application/problem+json`. `openapi` serves the document generated from
+//! the handlers' annotations (`GET /openapi.json`).
 
 pub mod error;
 mod events;
 pub mod guard;
+mod openapi;
 mod ops;
 mod orders;
 mod purchases;
 pub mod serve;
+mod trace;
+mod whole;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -104,6 +109,7 @@ pub fn router<S: Store>(state: AppState<S>, server: &ServerSettings) -> Router {
             Duration::from_millis(server.request_timeout_ms),
         ))
         .layer(middleware::from_fn(track))
+        .layer(middleware::from_fn(trace::span))
         .layer(middleware::from_fn(error::problemize))
 }
 

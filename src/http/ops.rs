@@ -5,7 +5,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::{ApiError, AppState};
 use crate::store::Store;
@@ -16,19 +17,50 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(render::<S>))
         .route("/ui", get(ui))
+        .route("/openapi.json", get(super::openapi::openapi_json))
         .route(
             "/",
             get(|| async { axum::response::Redirect::temporary("/ui") }),
         )
 }
 
+/// `/healthz`'s body.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Health {
+    #[schema(pattern = "^ok$")]
+    status: &'static str,
+}
+
+/// `/readyz`'s body.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Ready {
+    #[schema(pattern = "^ready$")]
+    status: &'static str,
+    /// `memory`, `redis` or `redis-cluster`.
+    store: &'static str,
+}
+
 /// The process is alive.
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations", operation_id = "healthz",
+    responses((status = 200, description = "Alive", body = Health)),
+)]
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 /// Ready only when the store and the database answer.
-async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations", operation_id = "readyz",
+    responses(
+        (status = 200, description = "The store and the database answer", body = Ready),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn readyz<S: Store>(
+    State(state): State<AppState<S>>,
+) -> Result<Json<Ready>, ApiError> {
     let unavailable = |what: &str, e: &dyn std::fmt::Display| ApiError::Unavailable {
         detail: format!("{what}: {e}"),
         outcome_unknown: false,
@@ -44,18 +76,27 @@ async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Result<Json<Value
         .ping()
         .await
         .map_err(|e| unavailable("database", &e))?;
-    Ok(Json(
-        json!({"status": "ready", "store": state.engine.store().kind()}),
-    ))
+    Ok(Json(Ready {
+        status: "ready",
+        store: state.engine.store().kind(),
+    }))
 }
 
 /// The live page: every event, a bar per bucket (plain HTML/JS, no build step).
-async fn ui() -> axum::response::Html<&'static str> {
+#[utoipa::path(
+    get, path = "/ui", tag = "operations", operation_id = "live_page",
+    responses((status = 200, description = "The live page", content_type = "text/html", body = String)),
+)]
+pub(super) async fn ui() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("ui/index.html"))
 }
 
 /// Prometheus text exposition.
-async fn render<S: Store>(State(state): State<AppState<S>>) -> impl IntoResponse {
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations", operation_id = "metrics",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)),
+)]
+pub(super) async fn render<S: Store>(State(state): State<AppState<S>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

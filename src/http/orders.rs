@@ -17,6 +17,13 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/orders/{id}/cancel", post(cancel::<S>))
 }
 
+/// The order's event (the id names it) on the request's span, for its log lines.
+fn record_event(order: &str) {
+    if let Ok((_, event, _)) = OrderId::parse(order) {
+        super::trace::record_event(event.as_str());
+    }
+}
+
 impl<S: Store> AppState<S> {
     /// The order from the ledger, when the store no longer has it.
     async fn flushed_order(&self, raw: &str) -> Result<Option<OrderView>, ApiError> {
@@ -33,10 +40,23 @@ impl<S: Store> AppState<S> {
     }
 }
 
-async fn order<S: Store>(
+/// The order, from its home bucket while the event is live, from the database after.
+#[utoipa::path(
+    get, path = "/v1/orders/{id}", tag = "orders", operation_id = "get_order",
+    params(("id" = String, Path, description = "The order id (`<event>.<16 hex>.<16 hex>`)")),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownOrder),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn order<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
+    record_event(&id);
     match state.engine.order(&id).await {
         Ok(order) => Ok(Json(order)),
         Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
@@ -48,10 +68,23 @@ async fn order<S: Store>(
 }
 
 /// Cancels; cancelling twice answers 200 with the cancelled order again.
-async fn cancel<S: Store>(
+#[utoipa::path(
+    post, path = "/v1/orders/{id}/cancel", tag = "orders", operation_id = "cancel_order",
+    params(("id" = String, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The cancelled order; its units are back on sale", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownOrder),
+        (status = 409, response = super::openapi::NotOnSale),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn cancel<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
+    record_event(&id);
     match state.engine.cancel(&id).await {
         Ok(outcome) => {
             if !outcome.already {

@@ -12,7 +12,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState, events::event_id};
-use crate::domain::ids::{RequestId, UserId};
+use crate::domain::ids::{EventId, RequestId, UserId};
+use crate::domain::model::Order;
 use crate::engine::{PurchaseOutcome, PurchaseRequest};
 use crate::metrics as m;
 use crate::store::Store;
@@ -21,10 +22,18 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new().route("/v1/events/{id}/purchases", post(purchase::<S>))
 }
 
-#[derive(Deserialize)]
-struct PurchaseBody {
+/// `POST /v1/events/{id}/purchases`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"user_id": "u-1001", "quantity": 2, "request_id": "9f1c-0001"}))]
+pub(super) struct PurchaseBody {
+    #[schema(value_type = UserId)]
     user_id: String,
+    /// 1 to the event's `max_per_order`.
+    #[serde(deserialize_with = "super::whole::u32")]
+    #[schema(minimum = 1)]
     quantity: u32,
+    /// The idempotency key (or the `Idempotency-Key` header; both given: equal).
+    #[schema(value_type = Option<RequestId>)]
     request_id: Option<String>,
 }
 
@@ -45,7 +54,32 @@ fn request_id(headers: &HeaderMap, body: Option<String>) -> Result<Option<Reques
         .transpose()
 }
 
-async fn purchase<S: Store>(
+/// Buys `quantity` units: from the user's home bucket, else from the ring.
+///
+/// A retry with the same request id answers the stored status and body with
+/// `Idempotent-Replayed: true` (refusals too).
+#[utoipa::path(
+    post, path = "/v1/events/{id}/purchases", tag = "purchases", operation_id = "purchase",
+    params(
+        ("id" = EventId, Path, description = "The event"),
+        ("Idempotency-Key" = Option<RequestId>, Header, description = "The request id (same as the body's `request_id`)"),
+    ),
+    request_body = PurchaseBody,
+    responses(
+        (status = 201, description = "The order", body = Order, headers(
+            ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer to an earlier request with the same request id"),
+        )),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 409, response = super::openapi::PurchaseRefused),
+        (status = 413, response = super::openapi::TooLarge),
+        (status = 415, response = super::openapi::NotJson),
+        (status = 429, response = super::openapi::RateLimited),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn purchase<S: Store>(
     State(state): State<AppState<S>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -56,8 +90,10 @@ async fn purchase<S: Store>(
     let outcome = async {
         let event = event_id(id)?;
         event_seen = Some(event.clone());
+        let user = UserId::parse(body.user_id).map_err(ApiError::invalid)?;
+        super::trace::record_user(user.as_str());
         let req = PurchaseRequest {
-            user: UserId::parse(body.user_id).map_err(ApiError::invalid)?,
+            user,
             quantity: body.quantity,
             request_id: request_id(&headers, body.request_id)?,
             event,

@@ -25,6 +25,8 @@
 //!   transfers, reshards, closes and dropped calls over `Faulty` stores,
 //!   then the promises checked.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
+//! - `telemetry`: a probing purchase as one trace under the caller's
+//!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
@@ -56,3 +58,4 @@ mod redis_faults;
 mod reshard;
 mod sagas;
 mod stall;
+mod telemetry;

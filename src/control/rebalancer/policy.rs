@@ -16,7 +16,7 @@
 //!   through the ring or an on-demand consolidation.
 
 /// One transfer to make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Move {
     pub from: u32,
     pub to: u32,

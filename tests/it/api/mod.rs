@@ -2,6 +2,7 @@
 //! on Redis (see `harness::TestApp`).
 
 mod admin;
+mod contract;
 mod events;
 mod ops;
 mod orders;

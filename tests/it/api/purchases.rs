@@ -4,6 +4,8 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use shardstock::client::{NewEvent, NewPurchase};
+
 use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem, settings};
 
 on_memory_and_redis!(
@@ -14,26 +16,64 @@ on_memory_and_redis!(
     purchases_outside_the_window_are_not_on_sale,
 );
 
+/// Through the typed client (`shardstock::client`): its types are the
+/// document's, so a field renamed or dropped fails here.
 async fn a_purchase_returns_the_order(b: Backend) {
     let app = TestApp::spawn(b).await;
     let id = eid("api-buy");
-    app.create(&id, 10, 2, json!({})).await;
-    let r = app.buy(&id, "u-1001", 2, None).await;
-    assert_eq!(r.status(), StatusCode::CREATED);
-    assert!(r.headers().get("idempotent-replayed").is_none());
-    let order: Value = r.json().await.unwrap();
-    assert_eq!(order["event_id"], id);
-    assert_eq!(order["user_id"], "u-1001");
-    assert_eq!(order["quantity"], 2);
-    assert_eq!(order["probes"], 0);
-    assert!(order["bucket"].as_u64().unwrap() < 2);
-    assert!(
-        order["order_id"]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("{id}."))
+    let event = app
+        .api
+        .create_event(&NewEvent {
+            id: id.clone(),
+            stock: 10,
+            buckets: 2,
+            ..NewEvent::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (event.remaining, event.bucket_count, event.status.as_str()),
+        (10, 2, "on_sale")
     );
-    assert_eq!(app.view(&id).await["sold"], 2);
+    let buy = NewPurchase {
+        user_id: "u-1001".into(),
+        quantity: 2,
+        request_id: Some("buy-1".into()),
+    };
+    let bought = app.api.purchase(&id, &buy).await.unwrap();
+    assert!(!bought.replayed);
+    let order = &bought.order;
+    assert_eq!(
+        (order.event_id.as_str(), order.user_id.as_str()),
+        (id.as_str(), "u-1001")
+    );
+    assert_eq!((order.quantity, order.probes), (2, 0));
+    assert!(order.bucket < 2);
+    assert!(order.order_id.starts_with(&format!("{id}.")));
+    assert_eq!(app.api.event(&id).await.unwrap().sold, 2);
+    // The same request again: the same order, marked replayed.
+    let again = app.api.purchase(&id, &buy).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.order, bought.order);
+    // Looked up and cancelled through the client too.
+    let info = app.api.order(&order.order_id).await.unwrap();
+    assert_eq!(
+        (info.status.as_str(), info.request_id.as_deref()),
+        ("confirmed", Some("buy-1"))
+    );
+    assert_eq!(
+        app.api.cancel(&order.order_id).await.unwrap().status,
+        "cancelled"
+    );
+    assert_eq!(app.api.event(&id).await.unwrap().sold, 0);
+    // A refusal is a typed problem.
+    let too_many = NewPurchase {
+        user_id: "u-1002".into(),
+        quantity: 11,
+        request_id: None,
+    };
+    let e = app.api.purchase(&id, &too_many).await.unwrap_err();
+    assert_eq!(e.slug(), Some("invalid-request"), "{e}");
 }
 
 async fn a_retry_replays_the_original_answer_with_the_header(b: Backend) {

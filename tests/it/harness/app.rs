@@ -20,6 +20,8 @@ pub enum Backend {
 pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
+    /// The service's own typed client (`shardstock::client`), with the test token.
+    pub api: shardstock::client::Client,
     stop: CancellationToken,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -64,12 +66,15 @@ impl TestApp {
         let stop = CancellationToken::new();
         let signal = stop.clone();
         let handle = tokio::spawn(app.run_until(async move { signal.cancelled().await }));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
         Self {
+            api: shardstock::client::Client::with_http(base.clone(), client.clone())
+                .with_token(TOKEN),
             base,
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
+            client,
             stop,
             handle: Some(handle),
         }

@@ -1,0 +1,332 @@
+//! `GET /openapi.json`: the API's OpenAPI 3.1 document, generated, not written.
+//!
+//! `utoipa` builds it from the handlers' `#[utoipa::path]` attributes (method,
+//! path, parameters, request body, responses; next to the code that answers
+//! them) and from the `ToSchema` derives of the very types the handlers
+//! deserialize and serialize (`EventView`, `OrderView`, `Problem`, the ids
+//! with their charsets as patterns …), so a field added to a type is in the
+//! document. What it adds here by hand is what no handler carries: the
+//! problem responses ([`problems!`]: each lists its `urn:shardstock:` types,
+//! with examples rendered from [`ApiError`] values through the same code that
+//! answers them), the bearer scheme of the admin endpoints, and the links
+//! between operations (create event → purchase → get order → cancel) that a
+//! stateful contract tester follows.
+//!
+//! `utoipa-axum` could also register the routes from the same attributes, but
+//! its `routes!` macro pastes `__path_` onto the handler's path, and every
+//! handler here is generic over the store (`create::<S>`): the routers stay
+//! plain axum (a choice, not tried further under the deadline), and the
+//! `api::contract::*::the_document_is_served_and_every_operation_in_it_is_routed`
+//! test keeps the two in step.
+
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use utoipa::openapi::example::ExampleBuilder;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, ObjectBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder,
+};
+use utoipa::{Modify, OpenApi, ToResponse};
+
+use super::error::{ApiError, PROBLEM_JSON, Problem};
+use super::{events, ops, orders, purchases};
+
+/// The document's root: every operation, the schemas and responses they use.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "shardstock",
+        description = "Segmented hot-stock inventory for flash sales. The prose contract \
+                       (semantics, idempotency, ordering) is docs/API.md; this document is \
+                       generated from the handlers and types.",
+        license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        events::create, events::list, events::view, events::close, events::reshard,
+        events::rebalance, events::audit, purchases::purchase, orders::order, orders::cancel,
+        ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
+    ),
+    components(
+        schemas(Problem),
+        responses(
+            BadRequest, Unauthorized, UnknownEvent, UnknownOrder, EventExists, PurchaseRefused,
+            NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
+        ),
+    ),
+    modifiers(&Security, &Links),
+    tags(
+        (name = "events", description = "Events: create, view, and the admin operations"),
+        (name = "purchases", description = "The hot path"),
+        (name = "orders", description = "Lookup and cancel"),
+        (name = "operations", description = "Health, readiness, metrics, the live page, this document"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The document as served (built once).
+pub fn document() -> &'static str {
+    static JSON: LazyLock<String> = LazyLock::new(|| {
+        ApiDoc::openapi()
+            .to_json()
+            .expect("the OpenAPI document serializes")
+    });
+    &JSON
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "operations", operation_id = "openapi",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object)),
+)]
+pub(super) async fn openapi_json() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], document())
+}
+
+/// A problem response: its description names the types, one example each.
+fn problem_response(description: &str, errors: &[ApiError], headers: &[(&str, &str)]) -> Response {
+    let types: Vec<String> = errors
+        .iter()
+        .map(|e| format!("`{}`", e.problem().1.kind))
+        .collect();
+    let examples = errors.iter().map(|e| {
+        let (_, body) = e.problem();
+        let slug = body.kind.trim_start_matches("urn:shardstock:").to_owned();
+        let value = serde_json::to_value(&body).expect("a problem serializes");
+        (slug, ExampleBuilder::new().value(Some(value)).build())
+    });
+    let content = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("Problem")))
+        .examples_from_iter(examples)
+        .build();
+    let mut response = ResponseBuilder::new()
+        .description(format!("{description} ({})", types.join(", ")))
+        .content(PROBLEM_JSON, content);
+    for (name, description) in headers {
+        let schema = if *name == "Retry-After" {
+            ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Integer)
+        } else {
+            ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String)
+        };
+        response = response.header(
+            *name,
+            HeaderBuilder::new()
+                .schema(Some(schema))
+                .description(Some(*description))
+                .build(),
+        );
+    }
+    response.build()
+}
+
+const RETRY_AFTER: (&str, &str) = ("Retry-After", "Seconds to wait before retrying");
+const REPLAYED: (&str, &str) = (
+    "Idempotent-Replayed",
+    "`true` when this is the stored answer to an earlier request with the same request id",
+);
+
+/// Declares the reusable problem responses (`components.responses`).
+macro_rules! problems {
+    ($($(#[doc = $doc:literal])* $name:ident => [$($error:expr),+ $(,)?] $(, $header:expr)*;)+) => {$(
+        $(#[doc = $doc])*
+        pub struct $name;
+
+        impl<'r> ToResponse<'r> for $name {
+            fn response() -> (&'r str, RefOr<Response>) {
+                let description = concat!($($doc),*).trim();
+                (
+                    stringify!($name),
+                    problem_response(description, &[$($error),+], &[$($header),*]).into(),
+                )
+            }
+        }
+    )+};
+}
+
+problems! {
+    /// A malformed body or id, a bad field, a quantity out of bounds
+    BadRequest => [ApiError::invalid("quantity must be between 1 and 2")];
+    /// The admin endpoints need `Authorization: Bearer <token>`
+    Unauthorized => [ApiError::Unauthorized];
+    /// No such event
+    UnknownEvent => [ApiError::UnknownEvent("sneaker-42".into())];
+    /// No such order
+    UnknownOrder => [ApiError::UnknownOrder("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into())];
+    /// The event id is taken
+    EventExists => [ApiError::EventExists("sneaker-42".into())];
+    /// The purchase is refused; a refusal is stored like a success and replayed
+    PurchaseRefused => [
+        ApiError::SoldOut { remaining: 1 },
+        ApiError::LimitExceeded { limit: 2, held: 2 },
+        ApiError::NotOnSale("event sneaker-42 is scheduled".into()),
+        ApiError::IdempotencyConflict,
+    ], REPLAYED;
+    /// The event is not on sale (before its start, after its end, closed)
+    NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];
+    /// The body is over the limit
+    TooLarge => [ApiError::Invalid { status: axum::http::StatusCode::PAYLOAD_TOO_LARGE, detail: "Failed to buffer the request body: length limit exceeded".into() }];
+    /// The body is not `application/json`
+    NotJson => [ApiError::Invalid { status: axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE, detail: "Expected request with `Content-Type: application/json`".into() }];
+    /// Over the configured rate
+    RateLimited => [ApiError::RateLimited { retry_after_s: 1 }], RETRY_AFTER;
+    /// The store or the database is unreachable (nothing was deducted, or, with
+    /// `outcome: unknown`, retry with the same request id), or no decision under
+    /// contention or while the layout changes
+    Unavailable => [
+        ApiError::Unavailable { detail: "the store is unreachable; nothing was deducted".into(), outcome_unknown: false },
+        ApiError::TryAgain("the event's layout is changing; retry".into()),
+    ], RETRY_AFTER;
+    /// A bug: the detail says little, the log says more
+    Internal => [ApiError::Internal(String::new())];
+    /// Any path outside this document (404), or a method its path does not
+    /// have (405); referenced by no operation
+    NoRoute => [ApiError::NotFound, ApiError::MethodNotAllowed];
+}
+
+/// The bearer scheme of the admin endpoints.
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The admin token (`[server] admin_token`)"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Links for stateful testing: create event → purchase → get order → cancel.
+struct Links;
+
+/// (path, method, status, link name, target operation, its `id` from the response).
+const LINKS: &[(&str, &str, &str, &str, &str, &str)] = &[
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "Purchase",
+        "purchase",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "ViewEvent",
+        "view_event",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events/{id}/purchases",
+        "post",
+        "201",
+        "GetOrder",
+        "get_order",
+        "$response.body#/order_id",
+    ),
+    (
+        "/v1/events/{id}/purchases",
+        "post",
+        "201",
+        "CancelOrder",
+        "cancel_order",
+        "$response.body#/order_id",
+    ),
+    (
+        "/v1/orders/{id}",
+        "get",
+        "200",
+        "CancelOrder",
+        "cancel_order",
+        "$response.body#/order_id",
+    ),
+];
+
+impl Modify for Links {
+    fn modify(&self, doc: &mut Document) {
+        for &(path, method, status, name, to, id) in LINKS {
+            let Some(item) = doc.paths.paths.get_mut(path) else {
+                continue;
+            };
+            let op = match method {
+                "post" => item.post.as_mut(),
+                _ => item.get.as_mut(),
+            };
+            let Some(RefOr::T(response)) = op.and_then(|op| op.responses.responses.get_mut(status))
+            else {
+                continue;
+            };
+            let link = LinkBuilder::new()
+                .operation_id(to)
+                .parameter("id", id)
+                .build();
+            response.links.insert(name.to_owned(), RefOr::T(link));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_is_openapi_3_1_and_names_every_problem_type() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        let text = document();
+        for slug in [
+            "invalid-request",
+            "unauthorized",
+            "unknown-event",
+            "unknown-order",
+            "event-exists",
+            "sold-out",
+            "limit-exceeded",
+            "not-on-sale",
+            "idempotency-conflict",
+            "rate-limited",
+            "backend-unavailable",
+            "try-again",
+            "internal",
+        ] {
+            assert!(
+                text.contains(&format!("urn:shardstock:{slug}")),
+                "{slug} missing"
+            );
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        // The bounds written as literals in the attributes are the domain's.
+        use crate::domain::model::{MAX_BUCKETS, MAX_PER_ORDER_CAP, MAX_STOCK};
+        let create = &doc["components"]["schemas"]["CreateEvent"]["properties"];
+        assert_eq!(create["buckets"]["maximum"], MAX_BUCKETS);
+        assert_eq!(create["stock"]["maximum"], MAX_STOCK);
+        assert_eq!(create["max_per_order"]["maximum"], MAX_PER_ORDER_CAP);
+        let reshard = &doc["components"]["schemas"]["Reshard"]["properties"];
+        assert_eq!(reshard["buckets"]["maximum"], MAX_BUCKETS);
+        // Every link landed on an operation that exists, and names one that exists.
+        let ids: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str())
+            .collect();
+        for &(path, method, status, name, to, _) in LINKS {
+            let link = &doc["paths"][path][method]["responses"][status]["links"][name];
+            assert_eq!(link["operationId"], to, "{path} {method} {status} {name}");
+            assert!(ids.contains(&to), "{to} is no operation");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A span per request: what log lines and traces of a request carry.
+//!
+//! The span (`request`, at `info`) holds the method, the matched route, a
+//! request id (the client's `X-Request-Id` when it is a sane token, else a
+//! fresh one), and, recorded by the handlers once they have parsed them, the
+//! `event` and the `user`; every line logged while serving the request is
+//! logged inside it. With a W3C `traceparent` header the span continues the
+//! caller's trace (exported only when an OTLP endpoint is configured, see
+//! `telemetry`). No header value other than those two is ever recorded, so
+//! the admin token cannot reach a log line or a trace.
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The longest client request id kept; longer or odd ones are replaced.
+const MAX_REQUEST_ID: usize = 128;
+
+/// The client's `X-Request-Id` if it is a plain token, else a fresh id.
+fn request_id(req: &Request) -> String {
+    req.headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= MAX_REQUEST_ID
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+        })
+        .map_or_else(|| format!("{:016x}", rand::random::<u64>()), str::to_owned)
+}
+
+/// Middleware: runs the request inside its span.
+pub async fn span(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str());
+    let span = tracing::info_span!(
+        "request",
+        "otel.kind" = "server",
+        "otel.name" = format_args!("{} {route}", req.method()),
+        method = %req.method(),
+        route,
+        request_id = request_id(&req),
+        event = Empty,
+        user = Empty,
+        status = Empty,
+    );
+    if let Some(cx) = crate::telemetry::remote_context(req.headers()) {
+        // Only fails when the span is disabled (no subscriber wants it).
+        let _ = span.set_parent(cx);
+    }
+    let start = std::time::Instant::now();
+    let response = next.run(req).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    span.record("status", status);
+    // The access line, at debug (off unless RUST_LOG asks for it).
+    span.in_scope(|| {
+        tracing::debug!(
+            status,
+            micros = start.elapsed().as_micros() as u64,
+            "answered"
+        );
+    });
+    response
+}
+
+/// Records the event a handler is serving on the request's span.
+pub fn record_event(event: &str) {
+    tracing::Span::current().record("event", event);
+}
+
+/// Records the user a handler is serving on the request's span.
+pub fn record_user(user: &str) {
+    tracing::Span::current().record("user", user);
+}

@@ -1,0 +1,95 @@
+//! Counts in request bodies, read as JSON Schema reads them.
+//!
+//! JSON has one number type, and JSON Schema's `integer` is any number with
+//! no fractional part, so `{"buckets": 16.0}` is a valid body for a schema
+//! that says `buckets: integer`. serde refuses a float for a `u32`; these
+//! `deserialize_with` helpers accept an integer, or a float that is a whole
+//! number small enough to be exact (at most 2^53), and refuse the rest with
+//! the field's own `invalid-request`. (Found by schemathesis: the published
+//! document promised what the server refused.)
+
+use serde::Deserialize;
+use serde::de::{Deserializer, Error};
+
+/// Largest float that is still an exact integer.
+const EXACT: f64 = 9_007_199_254_740_992.0;
+
+fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(v) = n.as_u64() {
+        return Ok(v);
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..=EXACT).contains(&f) => Ok(f as u64),
+        _ => Err(D::Error::custom(format!(
+            "invalid value: {n}, expected a whole number ≥ 0"
+        ))),
+    }
+}
+
+/// A `u64` count.
+pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    whole(d)
+}
+
+/// A `u32` count.
+pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = whole(d)?;
+    std::primitive::u32::try_from(v).map_err(|_| {
+        D::Error::custom(format!(
+            "invalid value: {v}, expected at most {}",
+            std::primitive::u32::MAX
+        ))
+    })
+}
+
+/// An optional `u32` count (`null` or absent: `None`; use with `#[serde(default)]`).
+pub fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::primitive::u32>, D::Error> {
+    #[derive(Deserialize)]
+    struct Count(#[serde(deserialize_with = "u32")] std::primitive::u32);
+    Ok(Option::<Count>::deserialize(d)?.map(|c| c.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    #[derive(Deserialize, Debug)]
+    struct Body {
+        #[serde(deserialize_with = "super::u32")]
+        n: u32,
+        #[serde(default, deserialize_with = "super::opt_u32")]
+        o: Option<u32>,
+        #[serde(default, deserialize_with = "super::u64")]
+        big: u64,
+    }
+
+    fn parse(json: &str) -> Result<Body, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_whole_float_is_the_integer() {
+        let b = parse(r#"{"n": 158.0, "o": 2.0, "big": 9007199254740992.0}"#).unwrap();
+        assert_eq!((b.n, b.o, b.big), (158, Some(2), 1 << 53));
+        let b = parse(r#"{"n": 3, "o": null}"#).unwrap();
+        assert_eq!((b.n, b.o, b.big), (3, None, 0));
+        assert_eq!(parse(r#"{"n": -0.0}"#).unwrap().n, 0);
+    }
+
+    #[test]
+    fn fractions_negatives_and_overflow_are_refused() {
+        for bad in [
+            r#"{"n": 1.5}"#,
+            r#"{"n": -1}"#,
+            r#"{"n": -1.0}"#,
+            r#"{"n": 4294967296}"#,
+            r#"{"n": 1e300}"#,
+            r#"{"n": "1"}"#,
+            r#"{"n": 1, "o": 0.5}"#,
+            r#"{"n": 1, "big": 18014398509481984.0}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+    }
+}
