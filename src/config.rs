@@ -107,6 +107,9 @@ pub struct StoreSettings {
     pub connect_timeout_ms: u64,
     /// Prefix of every key (`<namespace>:{…}`): several deployments can share a Redis.
     pub namespace: String,
+    /// How often a Redis Cluster's slot table is refreshed besides on every
+    /// redirection (0: only on redirection).
+    pub cluster_refresh_ms: u64,
 }
 
 impl Default for StoreSettings {
@@ -116,6 +119,7 @@ impl Default for StoreSettings {
             namespace: crate::domain::keys::NAMESPACE.to_owned(),
             command_timeout_ms: 2_000,
             connect_timeout_ms: 5_000,
+            cluster_refresh_ms: 5_000,
         }
     }
 }

@@ -70,6 +70,7 @@ pub fn redis(settings: &Settings) -> Option<RedisOptions> {
         command_timeout: Duration::from_millis(s.command_timeout_ms),
         connect_timeout: Duration::from_millis(s.connect_timeout_ms),
         namespace: s.namespace.clone(),
+        cluster_refresh: Duration::from_millis(s.cluster_refresh_ms),
     })
 }
 

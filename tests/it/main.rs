@@ -56,3 +56,4 @@ mod redis_faults;
 mod reshard;
 mod sagas;
 mod stall;
+mod topology;

@@ -7,7 +7,7 @@ use fred::prelude::*;
 use super::scripts::reply;
 use super::{
     RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text,
-    unavailable, unknown,
+    unknown,
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -275,11 +275,8 @@ impl Buckets for RedisStore {
         bucket: &BucketRef,
         order: &OrderId,
     ) -> Result<Option<OrderEntry>, StoreError> {
-        let v: Value = self
-            .client
-            .hget(self.keys(bucket).idx, order.as_str())
-            .await
-            .map_err(unavailable)?;
+        let v: Value = self.call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
+            .await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -291,11 +288,8 @@ impl Buckets for RedisStore {
         bucket: &BucketRef,
         rid: &str,
     ) -> Result<Option<RequestRecord>, StoreError> {
-        let v: Value = self
-            .client
-            .hget(self.keys(bucket).reqs, rid)
-            .await
-            .map_err(unavailable)?;
+        let v: Value = self.call(|| self.client.hget(self.keys(bucket).reqs, rid))
+            .await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -303,11 +297,8 @@ impl Buckets for RedisStore {
     }
 
     async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
-        let v: Option<u64> = self
-            .client
-            .hget(self.keys(bucket).users, user.as_str())
-            .await
-            .map_err(unavailable)?;
+        let v: Option<u64> = self.call(|| self.client.hget(self.keys(bucket).users, user.as_str()))
+            .await?;
         Ok(v.unwrap_or(0))
     }
 
@@ -333,10 +324,8 @@ impl Buckets for RedisStore {
     }
 
     async fn bump_epoch(&self, bucket: &BucketRef) -> Result<(), StoreError> {
-        self.client
-            .incr::<(), _>(self.keys(bucket).epoch)
+        self.call(|| self.client.incr::<(), _>(self.keys(bucket).epoch))
             .await
-            .map_err(unavailable)
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
