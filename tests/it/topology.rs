@@ -95,12 +95,24 @@ fn cluster_tool(port: u16, args: &[&str]) {
     let out = Command::new("redis-cli")
         .arg("--cluster")
         .arg(args[0])
-        .args(args[1..].iter().map(|a| if *a == "ENTRY" { &entry } else { *a }))
+        .args(
+            args[1..]
+                .iter()
+                .map(|a| if *a == "ENTRY" { &entry } else { *a }),
+        )
         .output()
         .expect("redis-cli");
     let text = String::from_utf8_lossy(&out.stdout);
     // The plan lists every slot: keep the end, where the error is.
-    let tail: String = text.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let tail: String = text
+        .lines()
+        .rev()
+        .take(15)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(
         out.status.success() && !text.contains("[ERR]"),
         "redis-cli --cluster {}: …{tail}{}",
@@ -124,7 +136,10 @@ fn settled(ports: &[u16], masters: usize) {
                     l.contains("connected") && !l.contains("fail") && !l.contains("handshake")
                 });
             if !info.contains("cluster_state:ok") || !healthy {
-                seen.push_str(&format!("node {p}: {}\n{nodes}\n", info.lines().next().unwrap_or("")));
+                seen.push_str(&format!(
+                    "node {p}: {}\n{nodes}\n",
+                    info.lines().next().unwrap_or("")
+                ));
             }
         }
         let out = Command::new("redis-cli")
@@ -182,7 +197,10 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
     let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (client, url) = (app.client.clone(), app.url(&format!("/v1/events/{id}/purchases")));
+            let (client, url) = (
+                app.client.clone(),
+                app.url(&format!("/v1/events/{id}/purchases")),
+            );
             let (phase, stop, sent) = (phase.clone(), stop.clone(), sent.clone());
             tokio::spawn(async move {
                 let mut i = 0;
@@ -199,19 +217,29 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
                     let r = client.post(&url).json(&body).send().await.unwrap();
                     let status = r.status().as_u16();
                     if status == 503 {
-                        assert!(r.headers().contains_key("retry-after"), "a 503 without Retry-After");
+                        assert!(
+                            r.headers().contains_key("retry-after"),
+                            "a 503 without Retry-After"
+                        );
                     }
                     let answer: Value = r.json().await.unwrap_or(Value::Null);
-                    sent.lock().unwrap().push(Sent { body, phase: at, status, answer });
+                    sent.lock().unwrap().push(Sent {
+                        body,
+                        phase: at,
+                        status,
+                        answer,
+                    });
                     i += 1;
                 }
             })
         })
         .collect();
     let count = |p: u8| sent.lock().unwrap().iter().filter(|s| s.phase == p).count();
-    eventually("the sale to get going", Duration::from_secs(60), async || {
-        (count(BEFORE) >= 500).then_some(())
-    })
+    eventually(
+        "the sale to get going",
+        Duration::from_secs(60),
+        async || (count(BEFORE) >= 500).then_some(()),
+    )
     .await;
 
     // Grow to 4 masters, move a third of the slots, move them all back, remove the node.
@@ -231,8 +259,15 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
             cluster_tool(
                 entry,
                 &[
-                    "reshard", "ENTRY", "--cluster-from", "all", "--cluster-to", &node_id,
-                    "--cluster-slots", MOVED_SLOTS, "--cluster-yes",
+                    "reshard",
+                    "ENTRY",
+                    "--cluster-from",
+                    "all",
+                    "--cluster-to",
+                    &node_id,
+                    "--cluster-slots",
+                    MOVED_SLOTS,
+                    "--cluster-yes",
                 ],
             );
             settled(&four, 4);
@@ -260,7 +295,10 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
             moved.iter().any(|&(lo, hi)| (lo..=hi).contains(&s))
         })
         .count();
-    assert!(buckets_moved > 0, "no bucket of the event was in a moved slot");
+    assert!(
+        buckets_moved > 0,
+        "no bucket of the event was in a moved slot"
+    );
 
     let moves_took = moves_began.elapsed();
     // The moves were seen: calls refused on a moving slot, sent again.
@@ -304,8 +342,14 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
          {buckets_moved} of {BUCKETS} buckets in moved slots"
     );
     let during = sent.iter().filter(|s| s.phase == MOVING).count();
-    let failed = sent.iter().filter(|s| s.phase == MOVING && !is_final(s.status)).count();
-    assert!(during >= 1_000, "only {during} purchases while slots moved: the test shows little");
+    let failed = sent
+        .iter()
+        .filter(|s| s.phase == MOVING && !is_final(s.status))
+        .count();
+    assert!(
+        during >= 1_000,
+        "only {during} purchases while slots moved: the test shows little"
+    );
     assert!(
         failed * 100 < during,
         "{failed} of {during} purchases failed while slots moved"
@@ -315,7 +359,10 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
         .filter(|s| s.phase == AFTER && !is_final(s.status))
         .map(|s| (&s.body, &s.answer))
         .collect();
-    assert!(failed_after.is_empty(), "failed after the moves: {failed_after:?}");
+    assert!(
+        failed_after.is_empty(),
+        "failed after the moves: {failed_after:?}"
+    );
 
     // Every request again with its id until it has a final answer.
     let mut bought: HashMap<String, (String, u64)> = HashMap::new();
@@ -324,12 +371,18 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
         let (status, answer) = if is_final(s.status) {
             (s.status, s.answer.clone())
         } else {
-            eventually(&format!("a final answer to {rid}"), Duration::from_secs(30), async || {
-                let r = app.post(&format!("/v1/events/{id}/purchases"), s.body.clone()).await;
-                let status = r.status().as_u16();
-                let answer: Value = r.json().await.unwrap_or(Value::Null);
-                is_final(status).then_some((status, answer))
-            })
+            eventually(
+                &format!("a final answer to {rid}"),
+                Duration::from_secs(30),
+                async || {
+                    let r = app
+                        .post(&format!("/v1/events/{id}/purchases"), s.body.clone())
+                        .await;
+                    let status = r.status().as_u16();
+                    let answer: Value = r.json().await.unwrap_or(Value::Null);
+                    is_final(status).then_some((status, answer))
+                },
+            )
             .await
         };
         if status == 201 {
@@ -337,17 +390,24 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
             let order = answer["order_id"].as_str().unwrap().to_owned();
             let user = s.body["user_id"].as_str().unwrap().to_owned();
             let qty = answer["quantity"].as_u64().unwrap();
-            assert!(bought.insert(order, (user, qty)).is_none(), "{rid}: an order id twice");
+            assert!(
+                bought.insert(order, (user, qty)).is_none(),
+                "{rid}: an order id twice"
+            );
         }
     }
     let units: u64 = bought.values().map(|(_, q)| q).sum();
 
     // The flusher is alive: every 201 reaches the ledger, once, as answered.
     let ledger = ledger_for("redis-cluster").await;
-    let confirmed = eventually("every 201 in the ledger", Duration::from_secs(60), async || {
-        let orders = ledger.confirmed_orders(&event).await.unwrap();
-        (orders.len() >= bought.len()).then_some(orders)
-    })
+    let confirmed = eventually(
+        "every 201 in the ledger",
+        Duration::from_secs(60),
+        async || {
+            let orders = ledger.confirmed_orders(&event).await.unwrap();
+            (orders.len() >= bought.len()).then_some(orders)
+        },
+    )
     .await;
     assert_eq!(confirmed.len(), bought.len(), "orders no answer knows of");
     let mut held: HashMap<&str, u64> = HashMap::new();
@@ -363,7 +423,10 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
     // The books: sold + remaining = stock, the audit balances.
     let view = app.view(&id).await;
     assert_eq!(view["sold"].as_u64().unwrap(), units, "{view}");
-    assert_eq!(view["sold"].as_u64().unwrap() + view["remaining"].as_u64().unwrap(), STOCK);
+    assert_eq!(
+        view["sold"].as_u64().unwrap() + view["remaining"].as_u64().unwrap(),
+        STOCK
+    );
     let r = app
         .client
         .get(app.url(&format!("/v1/events/{id}/audit")))
@@ -377,18 +440,25 @@ async fn slots_moving_to_a_new_master_and_back_mid_sale_fail_under_one_percent_a
 
     // The gauges and the background audit are alive after the moves.
     let remaining = view["remaining"].as_f64().unwrap();
-    eventually("the gauges to show the final remaining", Duration::from_secs(30), async || {
-        let m = app.metrics().await;
-        (sample(&m, "shardstock_event_remaining", &[("event", &id)]) == Some(remaining)
-            && sample(&m, "shardstock_audit_balanced", &[("event", &id)]) == Some(1.0))
-        .then_some(())
-    })
+    eventually(
+        "the gauges to show the final remaining",
+        Duration::from_secs(30),
+        async || {
+            let m = app.metrics().await;
+            (sample(&m, "shardstock_event_remaining", &[("event", &id)]) == Some(remaining)
+                && sample(&m, "shardstock_audit_balanced", &[("event", &id)]) == Some(1.0))
+            .then_some(())
+        },
+    )
     .await;
     // The rebalancer's leader renews its 1 s lease: it is held across 3 s.
     let leader = EventKeys::in_namespace(&ns, &event).leader;
     for _ in 0..6 {
         let holder = redis_cli(entry, &["-c", "get", &leader]);
-        assert!(!holder.trim().is_empty(), "no rebalancer leader after the moves");
+        assert!(
+            !holder.trim().is_empty(),
+            "no rebalancer leader after the moves"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     drop(node);
@@ -423,4 +493,120 @@ fn parse_slots(out: &str, port: u16) -> Vec<(u16, u16)> {
         }
     }
     ranges
+}
+
+/// The moments of one slot's migration, held still: the slot of a bucket
+/// with one key (its stock) is set MIGRATING on its owner and IMPORTING on
+/// another master. A script naming the bucket's keys is refused `TRYAGAIN`
+/// (some of its keys are here, some not), a read of a key not there is sent
+/// `ASK`: the store tries them again until its command timeout and then
+/// fails them as "slots moving" — and the client lives on (fred 10.1, left
+/// to follow the `ASK` itself with one attempt per command, ended its
+/// routing task there, and every later call timed out). Once the key is
+/// migrated and the slot handed over, the same calls succeed, on the new
+/// owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_held_mid_migration_is_retried_then_fails_as_moving_and_the_client_lives_on() {
+    use shardstock::store::redis::RedisOptions;
+    use shardstock::store::{Buckets, Store, Streams};
+    use shardstock::{RedisStore, StoreError};
+
+    let cluster = RedisCluster::start().expect("start a private 3-master Cluster");
+    let mut opts = RedisOptions::new(cluster.url());
+    opts.namespace = namespace(suite_of(module_path!()));
+    opts.command_timeout = Duration::from_millis(500);
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    let event = EventId::parse(crate::harness::eid("held")).unwrap();
+    let bucket = BucketRef::new(&event, 0, 0);
+    let keys = bucket.keys_in(&opts.namespace);
+    let other = (1..)
+        .map(|b| BucketRef::new(&event, 0, b))
+        .find(|b| slot(&b.keys_in(&opts.namespace).stock) != slot(&keys.stock))
+        .unwrap();
+    assert_eq!(
+        redis_cli(cluster.ports[0], &["-c", "set", &keys.stock, "7"]).trim(),
+        "OK"
+    );
+    let s = slot(&keys.stock).to_string();
+    let holds = |p: u16| redis_cli(p, &["cluster", "countkeysinslot", &s]).trim() == "1";
+    let source = *cluster.ports.iter().find(|&&p| holds(p)).unwrap();
+    let target = *cluster.ports.iter().find(|&&p| p != source).unwrap();
+    let id = |p: u16| redis_cli(p, &["cluster", "myid"]).trim().to_owned();
+    let ok = |out: String| assert_eq!(out.trim(), "OK", "{out}");
+    ok(redis_cli(
+        target,
+        &["cluster", "setslot", &s, "importing", &id(source)],
+    ));
+    ok(redis_cli(
+        source,
+        &["cluster", "setslot", &s, "migrating", &id(target)],
+    ));
+
+    let moving = |r: Result<_, StoreError>| match r {
+        Err(e) => assert!(e.is_moving(), "{e}"),
+        Ok(v) => panic!("answered {v:?} mid-migration"),
+    };
+    moving(store.bucket_state(&bucket).await.map(|b| b.stock)); // TRYAGAIN
+    moving(store.stream_len(&bucket).await); // ASK
+    store
+        .ping()
+        .await
+        .expect("the client still answers after an ASK");
+    store
+        .bucket_state(&other)
+        .await
+        .map(drop)
+        .or_else(|e| matches!(e, StoreError::Stale(_)).then_some(()).ok_or(e))
+        .expect("another slot still served");
+
+    // Hand the slot over while a call is being retried: it lands on the target.
+    let call = tokio::spawn({
+        let (store, bucket) = (store.clone(), bucket.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            store.bucket_state(&bucket).await
+        }
+    });
+    let ports = cluster.ports.clone();
+    let (stock, handed) = (keys.stock.clone(), s.clone());
+    tokio::task::spawn_blocking(move || {
+        let target_port = target.to_string();
+        let migrate = [
+            "migrate",
+            "127.0.0.1",
+            &target_port,
+            "",
+            "0",
+            "5000",
+            "keys",
+            &stock,
+        ];
+        ok(redis_cli(source, &migrate));
+        for p in [target, source]
+            .into_iter()
+            .chain(ports.into_iter().filter(|&p| p != source && p != target))
+        {
+            ok(redis_cli(
+                p,
+                &["cluster", "setslot", &handed, "node", &id(target)],
+            ));
+        }
+    })
+    .await
+    .unwrap();
+    let state = match call.await.unwrap() {
+        Ok(state) => state,
+        // Started before the handover and refused past the budget: once more.
+        Err(e) if e.is_moving() => store
+            .bucket_state(&bucket)
+            .await
+            .expect("served after the handover"),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(state.stock, 7);
+    assert_eq!(store.stream_len(&bucket).await.unwrap(), 0);
+    assert!(
+        holds(target) && !holds(source),
+        "the key moved to the target"
+    );
 }

@@ -6,8 +6,7 @@ use fred::prelude::*;
 
 use super::scripts::reply;
 use super::{
-    RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text,
-    unknown,
+    RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text, unknown,
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -275,7 +274,8 @@ impl Buckets for RedisStore {
         bucket: &BucketRef,
         order: &OrderId,
     ) -> Result<Option<OrderEntry>, StoreError> {
-        let v: Value = self.call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
+        let v: Value = self
+            .call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
             .await?;
         if v.is_null() {
             return Ok(None);
@@ -288,7 +288,8 @@ impl Buckets for RedisStore {
         bucket: &BucketRef,
         rid: &str,
     ) -> Result<Option<RequestRecord>, StoreError> {
-        let v: Value = self.call(|| self.client.hget(self.keys(bucket).reqs, rid))
+        let v: Value = self
+            .call(|| self.client.hget(self.keys(bucket).reqs, rid))
             .await?;
         if v.is_null() {
             return Ok(None);
@@ -297,7 +298,8 @@ impl Buckets for RedisStore {
     }
 
     async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
-        let v: Option<u64> = self.call(|| self.client.hget(self.keys(bucket).users, user.as_str()))
+        let v: Option<u64> = self
+            .call(|| self.client.hget(self.keys(bucket).users, user.as_str()))
             .await?;
         Ok(v.unwrap_or(0))
     }

@@ -82,11 +82,17 @@ impl Events for RedisStore {
     }
 
     async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
-        self.call(|| self.client.sadd::<(), _, _>(self.events_key(), event.as_str()))
-            .await?;
+        self.call(|| {
+            self.client
+                .sadd::<(), _, _>(self.events_key(), event.as_str())
+        })
+        .await?;
         // A rebuilt event is open again.
-        self.call(|| self.client.srem::<(), _, _>(self.retired_key(), event.as_str()))
-            .await
+        self.call(|| {
+            self.client
+                .srem::<(), _, _>(self.retired_key(), event.as_str())
+        })
+        .await
     }
 
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
@@ -104,10 +110,16 @@ impl Events for RedisStore {
     async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
         // Two keys in two slots (a Cluster refuses SMOVE across them): add
         // first, so a crash in between leaves the event listed twice, not lost.
-        self.call(|| self.client.sadd::<(), _, _>(self.retired_key(), event.as_str()))
-            .await?;
-        self.call(|| self.client.srem::<(), _, _>(self.events_key(), event.as_str()))
-            .await
+        self.call(|| {
+            self.client
+                .sadd::<(), _, _>(self.retired_key(), event.as_str())
+        })
+        .await?;
+        self.call(|| {
+            self.client
+                .srem::<(), _, _>(self.events_key(), event.as_str())
+        })
+        .await
     }
 
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {

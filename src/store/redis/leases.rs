@@ -116,7 +116,8 @@ impl Leases for RedisStore {
     }
 
     async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
-        let held: Option<String> = self.call(|| self.client.get(self.event_keys(event).lease))
+        let held: Option<String> = self
+            .call(|| self.client.get(self.event_keys(event).lease))
             .await?;
         held.map(|v| {
             // "owner|token", as lease_acquire.lua writes it (owners have no '|').

@@ -186,7 +186,7 @@ impl Retirement for RedisStore {
     async fn expire_bucket(&self, bucket: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
         for key in self.keys(bucket).all() {
             self.call(|| self.client.pexpire::<(), _>(key, ttl_ms as i64, None))
-            .await?;
+                .await?;
         }
         Ok(())
     }

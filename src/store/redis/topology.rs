@@ -130,13 +130,23 @@ pub(super) fn watch(
     stop: CancellationToken,
 ) {
     if client.is_clustered() && !refresh.is_zero() {
-        tokio::spawn(refresh_slots(client.clone(), refresh, connect_timeout, stop.clone()));
+        tokio::spawn(refresh_slots(
+            client.clone(),
+            refresh,
+            connect_timeout,
+            stop.clone(),
+        ));
     }
     tokio::spawn(keep_router(client, router, connect_timeout, stop));
 }
 
 /// `CLUSTER SLOTS` every `every`: connections to new nodes, none to gone ones.
-async fn refresh_slots(client: Client, every: Duration, timeout: Duration, stop: CancellationToken) {
+async fn refresh_slots(
+    client: Client,
+    every: Duration,
+    timeout: Duration,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -166,8 +176,12 @@ async fn keep_router(
         match ended {
             Ok(Ok(())) => return,
             Ok(Err(e)) if e.is_canceled() => return,
-            Ok(Err(e)) => tracing::error!(error = %e, "the Redis client's routing task ended; restarting it"),
-            Err(e) => tracing::error!(error = %e, "the Redis client's routing task failed; restarting it"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "the Redis client's routing task ended; restarting it")
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the Redis client's routing task failed; restarting it")
+            }
         }
         metrics::counter!(m::STORE_ROUTER_RESTARTS).increment(1);
         let mut pause = Duration::from_millis(50);
@@ -194,15 +208,33 @@ mod tests {
     fn refusals_are_the_errors_of_calls_that_never_ran() {
         let e = |kind, s: &str| Error::new(kind, s.to_owned());
         assert_eq!(
-            refusal(&e(ErrorKind::Unknown, "TRYAGAIN Multiple keys request during rehashing of slot")),
+            refusal(&e(
+                ErrorKind::Unknown,
+                "TRYAGAIN Multiple keys request during rehashing of slot"
+            )),
             Some("tryagain")
         );
-        assert_eq!(refusal(&e(ErrorKind::Routing, "Too many redirections.")), Some("redirect"));
-        assert_eq!(refusal(&e(ErrorKind::Cluster, "ASK 3999 127.0.0.1:6381")), Some("redirect"));
-        assert_eq!(refusal(&e(ErrorKind::Unknown, "Failed to route command.")), Some("unrouted"));
+        assert_eq!(
+            refusal(&e(ErrorKind::Routing, "Too many redirections.")),
+            Some("redirect")
+        );
+        assert_eq!(
+            refusal(&e(ErrorKind::Cluster, "ASK 3999 127.0.0.1:6381")),
+            Some("redirect")
+        );
+        assert_eq!(
+            refusal(&e(ErrorKind::Unknown, "Failed to route command.")),
+            Some("unrouted")
+        );
         // May have run: fred fails every command in flight with these.
-        assert_eq!(refusal(&e(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down")), None);
-        assert_eq!(refusal(&e(ErrorKind::Unknown, "Too many failed write attempts.")), None);
+        assert_eq!(
+            refusal(&e(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down")),
+            None
+        );
+        assert_eq!(
+            refusal(&e(ErrorKind::Unknown, "Too many failed write attempts.")),
+            None
+        );
         assert_eq!(refusal(&e(ErrorKind::IO, "Connection closed.")), None);
         assert_eq!(refusal(&e(ErrorKind::Timeout, "Request timed out.")), None);
     }
@@ -216,7 +248,10 @@ mod tests {
         })
         .await;
         let e = r.unwrap_err();
-        assert!(e.is_moving() && matches!(e, StoreError::Unavailable(_)), "{e}");
+        assert!(
+            e.is_moving() && matches!(e, StoreError::Unavailable(_)),
+            "{e}"
+        );
         assert!(calls > 2, "tried {calls} times");
         let mut calls = 0;
         let r: Result<(), _> = retrying(Duration::from_secs(1), || {
