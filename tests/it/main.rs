@@ -25,6 +25,8 @@
 //!   transfers, reshards, closes and dropped calls over `Faulty` stores,
 //!   then the promises checked.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
+//! - `topology`: a Cluster grown to 4 masters and shrunk back mid-sale; one
+//!   slot held mid-migration.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
