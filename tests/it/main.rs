@@ -20,6 +20,8 @@
 //!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
+//! - `replicas`: the durability setting (`WAIT`): a purchase acknowledged
+//!   only once a replica has it.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
 //! - `faults`: randomized schedules of purchases, cancels, replays,
 //!   transfers, reshards, closes and dropped calls over `Faulty` stores,
@@ -55,6 +57,7 @@ mod live_page;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod replicas;
 mod reshard;
 mod sagas;
 mod stall;

@@ -93,6 +93,8 @@ impl Buckets for RedisStore {
             ]);
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
+        // One WAIT for the whole batch (off unless store.min_replicas > 0).
+        self.replicated(&self.keys(bucket).stock).await?;
         let replies = array_or_stale(bucket, reply)?;
         if replies.len() != 2 * entries.len() {
             return Err(StoreError::Protocol(format!(
@@ -132,6 +134,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.take, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::TAKEN => Ok(TakeReply::Taken {
                 order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
@@ -200,6 +203,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(FinishReply::Done),
             reply::REPLAY => Ok(FinishReply::Already(request_record(arg(&parts, 1)?)?)),
@@ -259,6 +263,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.cancel, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(CancelReply::Cancelled(order_entry(arg(&parts, 1)?)?)),
             reply::ALREADY_CANCELLED => {
@@ -277,6 +282,8 @@ impl Buckets for RedisStore {
         let v: Value = self
             .call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
             .await?;
+        // What confirms a purchase must be on the replicas too (durability.rs).
+        self.replicated(&self.keys(bucket).stock).await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -291,6 +298,7 @@ impl Buckets for RedisStore {
         let v: Value = self
             .call(|| self.client.hget(self.keys(bucket).reqs, rid))
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         if v.is_null() {
             return Ok(None);
         }

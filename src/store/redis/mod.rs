@@ -17,6 +17,7 @@
 //! keeps the slot table fresh and fred's routing task alive.
 
 mod buckets;
+mod durability;
 mod events;
 mod leases;
 mod retire;
@@ -52,6 +53,10 @@ pub struct RedisOptions {
     /// How often a Cluster's slot table is refreshed besides on redirection
     /// (zero: only on redirection).
     pub cluster_refresh: Duration,
+    /// Purchases acknowledged only once on this many replicas (`WAIT`); 0: off.
+    pub min_replicas: u32,
+    /// How long a step waits for `min_replicas` before it fails.
+    pub replica_timeout: Duration,
 }
 
 impl RedisOptions {
@@ -61,6 +66,8 @@ impl RedisOptions {
             command_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
             cluster_refresh: Duration::from_secs(5),
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(250),
             namespace: crate::domain::keys::NAMESPACE.to_owned(),
         }
     }
@@ -75,6 +82,8 @@ pub struct RedisStore {
     purchase_keys: Arc<RwLock<HashMap<BucketRef, Arc<[Key]>>>>,
     /// How long a call refused by a moving slot is tried again.
     retry_budget: Duration,
+    /// The durability setting, when on.
+    durability: Option<durability::Durability>,
     /// Stops the router watchdog and the slot refresh with the last clone.
     _tasks: Arc<tokio_util::sync::DropGuard>,
 }
@@ -121,6 +130,10 @@ impl RedisStore {
             namespace: opts.namespace.as_str().into(),
             purchase_keys: Arc::default(),
             retry_budget: opts.command_timeout,
+            durability: (opts.min_replicas > 0).then_some(durability::Durability {
+                min_replicas: opts.min_replicas,
+                timeout: opts.replica_timeout,
+            }),
             _tasks: Arc::new(tasks.drop_guard()),
         };
         store.load_scripts().await?;
