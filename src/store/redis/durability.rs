@@ -20,7 +20,8 @@
 //! The cost: `WAIT` blocks its connection on the server until the replicas
 //! answer, and fred carries all of a process's commands to one node on one
 //! connection, so each batch holds the node's other commands back for a
-//! replica round trip (BENCHMARKS.md should get the rows; not measured yet).
+//! replica round trip (README, "Durability": with a local replica, −22 %
+//! purchases/s batched, −51 % unbatched).
 //! `WAIT` narrows the window, it does not close it in every case: the Redis
 //! Cluster specification still lets a failover pick a replica that missed an
 //! acknowledged write under a partition, and `WAIT` says nothing about the
