@@ -121,6 +121,16 @@ pub struct StoreSettings {
     pub connect_timeout_ms: u64,
     /// Prefix of every key (`<namespace>:{…}`): several deployments can share a Redis.
     pub namespace: String,
+    /// How often a Redis Cluster's slot table is refreshed besides on every
+    /// redirection (0: only on redirection).
+    pub cluster_refresh_ms: u64,
+    /// Acknowledge a purchase only once its writes are on this many replicas
+    /// of its master (`WAIT`, one per batch); 0: off (Redis replicates
+    /// asynchronously, a failover can lose the last acknowledged writes).
+    pub min_replicas: u32,
+    /// How long a purchase waits for `min_replicas`; past it the answer is
+    /// `503` with `"outcome": "unknown"` (a retry with the request id tells).
+    pub replica_timeout_ms: u64,
 }
 
 impl Default for StoreSettings {
@@ -130,6 +140,9 @@ impl Default for StoreSettings {
             namespace: crate::domain::keys::NAMESPACE.to_owned(),
             command_timeout_ms: 2_000,
             connect_timeout_ms: 5_000,
+            cluster_refresh_ms: 5_000,
+            min_replicas: 0,
+            replica_timeout_ms: 250,
         }
     }
 }

@@ -66,6 +66,11 @@ pub const AUDIT_BALANCED: &str = "shardstock_audit_balanced";
 // ---- store and HTTP ----
 /// counter {op}: store calls that failed (Redis unreachable, timeouts…).
 pub const STORE_ERRORS: &str = "shardstock_store_errors_total";
+/// counter {reason}: store calls refused while a Redis Cluster's slots moved
+/// (tryagain, redirect, unrouted, loading, readonly) and sent again.
+pub const STORE_RETRIES: &str = "shardstock_store_retries_total";
+/// counter: restarts of the Redis client's routing task after it ended.
+pub const STORE_ROUTER_RESTARTS: &str = "shardstock_store_router_restarts_total";
 /// counter {route, method, status}.
 pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
 /// histogram {route, method}.
@@ -136,6 +141,14 @@ pub fn describe() {
         "1 when the event's last conservation audit balanced"
     );
     describe_counter!(STORE_ERRORS, "Store calls that failed");
+    describe_counter!(
+        STORE_RETRIES,
+        "Store calls refused while Redis Cluster slots moved, sent again"
+    );
+    describe_counter!(
+        STORE_ROUTER_RESTARTS,
+        "Restarts of the Redis client's routing task"
+    );
     describe_counter!(HTTP_REQUESTS, "HTTP requests by matched route and status");
     describe_histogram!(
         HTTP_DURATION,

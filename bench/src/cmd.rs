@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// The engine without group commit.
     #[arg(long)]
     pub unbatched: bool,
+    /// The engine's durability setting: acknowledge a purchase once it is on
+    /// this many replicas (WAIT per batch; the Redis needs them).
+    #[arg(long, default_value_t = 0)]
+    pub min_replicas: u32,
     /// Run every strategy and write the comparison (see --out).
     #[arg(long)]
     pub compare: bool,
@@ -216,7 +220,7 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
             let url = a.cluster.as_deref().unwrap_or(&a.redis);
             let batch = (!a.unbatched).then_some(64);
             one(
-                &EngineStrategy::connect(url, a.buckets, batch).await?,
+                &EngineStrategy::connect_with(url, a.buckets, batch, a.min_replicas).await?,
                 &w,
                 a.json,
             )

@@ -65,8 +65,20 @@ impl EngineStrategy {
         buckets: u32,
         batch: Option<usize>,
     ) -> Result<Self, BenchError> {
+        Self::connect_with(url, buckets, batch, 0).await
+    }
+
+    /// [`EngineStrategy::connect`] with the durability setting: purchases
+    /// acknowledged once on `min_replicas` replicas (`store.min_replicas`).
+    pub async fn connect_with(
+        url: &str,
+        buckets: u32,
+        batch: Option<usize>,
+        min_replicas: u32,
+    ) -> Result<Self, BenchError> {
         let mut opts = RedisOptions::new(url);
         opts.namespace = format!("bench{:04x}", rand::random::<u16>());
+        opts.min_replicas = min_replicas;
         let store = RedisStore::connect(&opts)
             .await
             .map_err(|e| BenchError::Unavailable(format!("Redis at {url}: {e}")))?;
@@ -85,7 +97,10 @@ impl EngineStrategy {
             ..EngineOptions::default()
         };
         Ok(Self {
-            name: format!("shardstock-{where_}-n{buckets}-{mode}"),
+            name: match min_replicas {
+                0 => format!("shardstock-{where_}-n{buckets}-{mode}"),
+                n => format!("shardstock-{where_}-n{buckets}-{mode}-wait{n}"),
+            },
             engine: Arc::new(Engine::new(store, options)),
             buckets,
             event: Mutex::new(None),

@@ -70,6 +70,9 @@ pub fn redis(settings: &Settings) -> Option<RedisOptions> {
         command_timeout: Duration::from_millis(s.command_timeout_ms),
         connect_timeout: Duration::from_millis(s.connect_timeout_ms),
         namespace: s.namespace.clone(),
+        cluster_refresh: Duration::from_millis(s.cluster_refresh_ms),
+        min_replicas: s.min_replicas,
+        replica_timeout: Duration::from_millis(s.replica_timeout_ms),
     })
 }
 

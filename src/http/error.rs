@@ -181,6 +181,13 @@ impl From<EngineError> for ApiError {
                     outcome_unknown: true,
                 }
             }
+            // Refused while a Cluster's slots moved, for longer than a store
+            // call may take: nothing ran, and the move ends by itself.
+            E::Store(e) if e.is_moving() => {
+                crate::metrics::store_error("request");
+                tracing::warn!(error = %e, "slots moving");
+                Self::TryAgain("the store's slots are moving; retry".into())
+            }
             E::Store(StoreError::Unavailable(why)) => {
                 crate::metrics::store_error("request");
                 tracing::warn!(%why, "store unavailable");

@@ -66,6 +66,26 @@ pub enum StoreError {
     Protocol(String),
 }
 
+/// The start of an [`StoreError::Unavailable`]'s text when the step was only
+/// ever refused because a Redis Cluster's slots were moving (`TRYAGAIN`,
+/// redirections) for longer than its time allowed: it never ran.
+const MOVING: &str = "slots moving: ";
+
+impl StoreError {
+    /// A step refused, never run, while the Cluster's slots moved
+    /// (`Unavailable`, so callers that resolve unknown outcomes treat it as
+    /// they treat any unreachable store).
+    pub fn moving(why: impl std::fmt::Display) -> Self {
+        Self::Unavailable(format!("{MOVING}{why}"))
+    }
+
+    /// Whether this is [`StoreError::moving`]: nothing ran, the caller may
+    /// say "try again" rather than "unavailable".
+    pub fn is_moving(&self) -> bool {
+        matches!(self, Self::Unavailable(why) if why.starts_with(MOVING))
+    }
+}
+
 /// Every step of every section: what the engine and the control plane ask of
 /// a backend. Callers write `S: Store`.
 ///

@@ -20,6 +20,8 @@
 //!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
 //!   private servers.
+//! - `replicas`: the durability setting (`WAIT`): a purchase acknowledged
+//!   only once a replica has it.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
 //! - `faults`: randomized schedules of purchases, cancels, replays,
 //!   transfers, reshards, closes and dropped calls over `Faulty` stores,
@@ -27,6 +29,8 @@
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `telemetry`: a probing purchase as one trace under the caller's
 //!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.
+//! - `topology`: a Cluster grown to 4 masters and shrunk back mid-sale; one
+//!   slot held mid-migration.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
@@ -55,7 +59,9 @@ mod live_page;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod replicas;
 mod reshard;
 mod sagas;
 mod stall;
 mod telemetry;
+mod topology;

@@ -6,8 +6,7 @@ use fred::prelude::*;
 
 use super::scripts::reply;
 use super::{
-    RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text,
-    unavailable, unknown,
+    RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text, unknown,
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -94,6 +93,8 @@ impl Buckets for RedisStore {
             ]);
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
+        // One WAIT for the whole batch (off unless store.min_replicas > 0).
+        self.replicated(&self.keys(bucket).stock).await?;
         let replies = array_or_stale(bucket, reply)?;
         if replies.len() != 2 * entries.len() {
             return Err(StoreError::Protocol(format!(
@@ -135,6 +136,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.take, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::TAKEN => Ok(TakeReply::Taken {
                 order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
@@ -203,6 +205,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(FinishReply::Done),
             reply::REPLAY => Ok(FinishReply::Already(request_record(arg(&parts, 1)?)?)),
@@ -262,6 +265,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.cancel, keys, args)
             .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(CancelReply::Cancelled(order_entry(arg(&parts, 1)?)?)),
             reply::ALREADY_CANCELLED => {
@@ -278,10 +282,10 @@ impl Buckets for RedisStore {
         order: &OrderId,
     ) -> Result<Option<OrderEntry>, StoreError> {
         let v: Value = self
-            .client
-            .hget(self.keys(bucket).idx, order.as_str())
-            .await
-            .map_err(unavailable)?;
+            .call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
+            .await?;
+        // What confirms a purchase must be on the replicas too (durability.rs).
+        self.replicated(&self.keys(bucket).stock).await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -294,10 +298,9 @@ impl Buckets for RedisStore {
         rid: &str,
     ) -> Result<Option<RequestRecord>, StoreError> {
         let v: Value = self
-            .client
-            .hget(self.keys(bucket).reqs, rid)
-            .await
-            .map_err(unavailable)?;
+            .call(|| self.client.hget(self.keys(bucket).reqs, rid))
+            .await?;
+        self.replicated(&self.keys(bucket).stock).await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -306,10 +309,8 @@ impl Buckets for RedisStore {
 
     async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
         let v: Option<u64> = self
-            .client
-            .hget(self.keys(bucket).users, user.as_str())
-            .await
-            .map_err(unavailable)?;
+            .call(|| self.client.hget(self.keys(bucket).users, user.as_str()))
+            .await?;
         Ok(v.unwrap_or(0))
     }
 
@@ -340,10 +341,8 @@ impl Buckets for RedisStore {
     }
 
     async fn bump_epoch(&self, bucket: &BucketRef) -> Result<(), StoreError> {
-        self.client
-            .incr::<(), _>(self.keys(bucket).epoch)
+        self.call(|| self.client.incr::<(), _>(self.keys(bucket).epoch))
             .await
-            .map_err(unavailable)
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {

@@ -8,7 +8,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, unavailable, unknown};
+use super::{RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus, SoldOutMark};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
@@ -25,7 +25,7 @@ impl RedisStore {
     }
 
     async fn members(&self, key: String) -> Result<Vec<EventId>, StoreError> {
-        let ids: Vec<String> = self.client.smembers(key).await.map_err(unavailable)?;
+        let ids: Vec<String> = self.call(|| self.client.smembers(key.clone())).await?;
         Ok(ids
             .into_iter()
             .filter_map(|id| EventId::parse(id).ok())
@@ -82,15 +82,17 @@ impl Events for RedisStore {
     }
 
     async fn register_event(&self, event: &EventId) -> Result<(), StoreError> {
-        self.client
-            .sadd::<(), _, _>(self.events_key(), event.as_str())
-            .await
-            .map_err(unavailable)?;
+        self.call(|| {
+            self.client
+                .sadd::<(), _, _>(self.events_key(), event.as_str())
+        })
+        .await?;
         // A rebuilt event is open again.
-        self.client
-            .srem::<(), _, _>(self.retired_key(), event.as_str())
-            .await
-            .map_err(unavailable)
+        self.call(|| {
+            self.client
+                .srem::<(), _, _>(self.retired_key(), event.as_str())
+        })
+        .await
     }
 
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
@@ -108,14 +110,16 @@ impl Events for RedisStore {
     async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
         // Two keys in two slots (a Cluster refuses SMOVE across them): add
         // first, so a crash in between leaves the event listed twice, not lost.
-        self.client
-            .sadd::<(), _, _>(self.retired_key(), event.as_str())
-            .await
-            .map_err(unavailable)?;
-        self.client
-            .srem::<(), _, _>(self.events_key(), event.as_str())
-            .await
-            .map_err(unavailable)
+        self.call(|| {
+            self.client
+                .sadd::<(), _, _>(self.retired_key(), event.as_str())
+        })
+        .await?;
+        self.call(|| {
+            self.client
+                .srem::<(), _, _>(self.events_key(), event.as_str())
+        })
+        .await
     }
 
     async fn load_meta(&self, event: &EventId) -> Result<Option<EventMeta>, StoreError> {

@@ -5,7 +5,7 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, unavailable, unknown};
+use super::{RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
 use crate::store::{Leases, StoreError};
 
@@ -117,10 +117,8 @@ impl Leases for RedisStore {
 
     async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
         let held: Option<String> = self
-            .client
-            .get(self.event_keys(event).lease)
-            .await
-            .map_err(unavailable)?;
+            .call(|| self.client.get(self.event_keys(event).lease))
+            .await?;
         held.map(|v| {
             // "owner|token", as lease_acquire.lua writes it (owners have no '|').
             v.rsplit_once('|')

@@ -12,14 +12,18 @@
 //! failover). The client reconnects with exponential backoff and gives every
 //! command a timeout; it never re-sends a script whose connection died
 //! mid-flight (a purchase is not idempotent without its request id), so such a
-//! call fails and the engine resolves what happened.
+//! call fails and the engine resolves what happened. A call the server refused
+//! because a Cluster's slots were moving never ran: [`topology`] sends it again,
+//! keeps the slot table fresh and fred's routing task alive.
 
 mod buckets;
+mod durability;
 mod events;
 mod leases;
 mod retire;
 mod scripts;
 mod streams;
+mod topology;
 mod transfers;
 
 use std::collections::HashMap;
@@ -46,6 +50,13 @@ pub struct RedisOptions {
     pub namespace: String,
     /// How long `connect` waits for the first connection.
     pub connect_timeout: Duration,
+    /// How often a Cluster's slot table is refreshed besides on redirection
+    /// (zero: only on redirection).
+    pub cluster_refresh: Duration,
+    /// Purchases acknowledged only once on this many replicas (`WAIT`); 0: off.
+    pub min_replicas: u32,
+    /// How long a step waits for `min_replicas` before it fails.
+    pub replica_timeout: Duration,
 }
 
 impl RedisOptions {
@@ -54,6 +65,9 @@ impl RedisOptions {
             url: url.into(),
             command_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
+            cluster_refresh: Duration::from_secs(5),
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(250),
             namespace: crate::domain::keys::NAMESPACE.to_owned(),
         }
     }
@@ -66,25 +80,34 @@ pub struct RedisStore {
     scripts: Arc<Scripts>,
     namespace: Arc<str>,
     purchase_keys: Arc<RwLock<HashMap<BucketRef, Arc<[Key]>>>>,
+    /// How long a call refused by a moving slot is tried again.
+    retry_budget: Duration,
+    /// The durability setting, when on.
+    durability: Option<durability::Durability>,
+    /// Stops the router watchdog and the slot refresh with the last clone.
+    _tasks: Arc<tokio_util::sync::DropGuard>,
 }
 
 impl RedisStore {
     /// Connects, and loads every script on every primary.
     pub async fn connect(opts: &RedisOptions) -> Result<Self, StoreError> {
-        let config = Config::from_url(&opts.url)
+        let mut config = Config::from_url(&opts.url)
             .map_err(|e| StoreError::Unavailable(format!("bad Redis URL {:?}: {e}", opts.url)))?;
+        let mut connection = ConnectionConfig {
+            connection_timeout: opts.connect_timeout,
+            internal_command_timeout: opts.connect_timeout,
+            // A command whose connection died may have run: never re-send it.
+            max_command_attempts: 1,
+            ..ConnectionConfig::default()
+        };
+        topology::configure(&mut config, &mut connection);
         let client = Builder::from_config(config)
             .with_performance_config(|p| p.default_command_timeout = opts.command_timeout)
-            .with_connection_config(|c| {
-                c.connection_timeout = opts.connect_timeout;
-                c.internal_command_timeout = opts.connect_timeout;
-                // A command whose connection died may have run: never re-send it.
-                c.max_command_attempts = 1;
-            })
+            .set_connection_config(connection)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
             .build()
             .map_err(unavailable)?;
-        tokio::time::timeout(opts.connect_timeout, client.init())
+        let router = tokio::time::timeout(opts.connect_timeout, client.init())
             .await
             .map_err(|_| {
                 StoreError::Unavailable(format!(
@@ -93,11 +116,25 @@ impl RedisStore {
                 ))
             })?
             .map_err(unavailable)?;
+        let tasks = tokio_util::sync::CancellationToken::new();
+        topology::watch(
+            client.clone(),
+            router,
+            opts.cluster_refresh,
+            opts.connect_timeout,
+            tasks.clone(),
+        );
         let store = Self {
             client,
             scripts: Arc::new(Scripts::new()),
             namespace: opts.namespace.as_str().into(),
             purchase_keys: Arc::default(),
+            retry_budget: opts.command_timeout,
+            durability: (opts.min_replicas > 0).then_some(durability::Durability {
+                min_replicas: opts.min_replicas,
+                timeout: opts.replica_timeout,
+            }),
+            _tasks: Arc::new(tasks.drop_guard()),
         };
         store.load_scripts().await?;
         Ok(store)
@@ -140,26 +177,43 @@ impl RedisStore {
     }
 
     /// EVALSHA with fred's own key and value types (the hot path builds them
-    /// directly: cached keys, integers as integers).
+    /// directly: cached keys, integers as integers). A call refused while the
+    /// Cluster's slots move is sent again ([`topology`]).
     async fn eval_raw(
         &self,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        match script
-            .evalsha(&self.client, keys.clone(), args.clone())
-            .await
-        {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                let lua = script
-                    .lua()
-                    .cloned()
-                    .expect("scripts are built from their Lua");
-                self.client.eval(lua, keys, args).await.map_err(unavailable)
+        self.call(|| {
+            let (keys, args) = (keys.clone(), args.clone());
+            async move {
+                match script
+                    .evalsha(&self.client, keys.clone(), args.clone())
+                    .await
+                {
+                    Err(e) if e.details().starts_with("NOSCRIPT") => {
+                        let lua = script
+                            .lua()
+                            .cloned()
+                            .expect("scripts are built from their Lua");
+                        self.client.eval(lua, keys, args).await
+                    }
+                    other => other,
+                }
             }
-            other => other.map_err(unavailable),
-        }
+        })
+        .await
+    }
+
+    /// One Redis call, sent again while the Cluster's slots move and refuse
+    /// it ([`topology::retrying`], within the command timeout).
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        topology::retrying(self.retry_budget, call).await
     }
 
     /// Runs a bucket script that answers an array, or [`reply::STALE`].
@@ -175,7 +229,7 @@ impl RedisStore {
 
     /// A HASH read whole (`HGETALL`).
     async fn hash(&self, key: String) -> Result<HashMap<String, String>, StoreError> {
-        self.client.hgetall(key).await.map_err(unavailable)
+        self.call(|| self.client.hgetall(key.clone())).await
     }
 
     /// A script answering 1 (applied) or 0.
@@ -199,7 +253,7 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.client.ping::<()>(None).await.map_err(unavailable)
+        self.call(|| self.client.ping::<()>(None)).await
     }
 }
 
@@ -213,7 +267,13 @@ fn unavailable(e: Error) -> StoreError {
         | ErrorKind::Backpressure
         | ErrorKind::Cluster
         | ErrorKind::Routing => StoreError::Unavailable(e.to_string()),
-        _ if e.details().starts_with("CLUSTERDOWN") || e.details().starts_with("LOADING") => {
+        // Refused (never ran) or cut off (may have run): not this version's
+        // misunderstanding of a reply, so never a protocol error.
+        _ if topology::refusal(&e).is_some()
+            || e.details().starts_with("CLUSTERDOWN")
+            || e.details().starts_with("MASTERDOWN")
+            || e.details().starts_with("Too many failed write attempts") =>
+        {
             StoreError::Unavailable(e.to_string())
         }
         _ => StoreError::Protocol(e.to_string()),

@@ -6,7 +6,7 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, array_or_stale, code, is_stale, num, text, unavailable, unknown};
+use super::{RedisStore, arg, array_or_stale, code, is_stale, num, text, unknown};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{OrderEntry, RequestRecord};
@@ -57,15 +57,15 @@ impl Retirement for RedisStore {
                 break;
             }
             let raw: Value = self
-                .client
-                .xrange(
-                    &orders,
-                    format!("({from}"),
-                    audit.last_id.to_string(),
-                    Some(AUDIT_PAGE as u64),
-                )
-                .await
-                .map_err(unavailable)?;
+                .call(|| {
+                    self.client.xrange(
+                        &orders,
+                        format!("({from}"),
+                        audit.last_id.to_string(),
+                        Some(AUDIT_PAGE as u64),
+                    )
+                })
+                .await?;
             let more = raw
                 .into_array()
                 .into_iter()
@@ -102,7 +102,7 @@ impl Retirement for RedisStore {
         let keys: Vec<String> = (1..=passes)
             .map(|p| bucket.marker_in(&self.namespace, rid, p))
             .collect();
-        let values: Vec<Option<String>> = self.client.mget(keys).await.map_err(unavailable)?;
+        let values: Vec<Option<String>> = self.call(|| self.client.mget(keys.clone())).await?;
         Ok(values
             .into_iter()
             .zip(1..)
@@ -185,10 +185,8 @@ impl Retirement for RedisStore {
 
     async fn expire_bucket(&self, bucket: &BucketRef, ttl_ms: u64) -> Result<(), StoreError> {
         for key in self.keys(bucket).all() {
-            self.client
-                .pexpire::<(), _>(key, ttl_ms as i64, None)
-                .await
-                .map_err(unavailable)?;
+            self.call(|| self.client.pexpire::<(), _>(key, ttl_ms as i64, None))
+                .await?;
         }
         Ok(())
     }

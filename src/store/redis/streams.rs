@@ -3,7 +3,7 @@
 
 use fred::prelude::*;
 
-use super::{RedisStore, arg, num, text, unavailable};
+use super::{RedisStore, arg, num, text};
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::{StreamEntry, StreamId};
 use crate::store::{FLUSH_GROUP, StoreError, Streams};
@@ -36,10 +36,8 @@ impl Streams for RedisStore {
     }
 
     async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
-        self.client
-            .xlen(self.keys(bucket).orders)
+        self.call(|| self.client.xlen(self.keys(bucket).orders))
             .await
-            .map_err(unavailable)
     }
 }
 
