@@ -71,6 +71,10 @@ pub const STORE_ERRORS: &str = "shardstock_store_errors_total";
 pub const STORE_RETRIES: &str = "shardstock_store_retries_total";
 /// counter: restarts of the Redis client's routing task after it ended.
 pub const STORE_ROUTER_RESTARTS: &str = "shardstock_store_router_restarts_total";
+/// counter {event}: requests refused because the store lost an event that
+/// this instance had served and the database still has on sale (Redis
+/// emptied or replaced mid-sale): an operator must run `shardstock recover`.
+pub const STORE_EVENTS_LOST: &str = "shardstock_store_events_lost_total";
 /// counter {route, method, status}.
 pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
 /// histogram {route, method}.
@@ -148,6 +152,10 @@ pub fn describe() {
     describe_counter!(
         STORE_ROUTER_RESTARTS,
         "Restarts of the Redis client's routing task"
+    );
+    describe_counter!(
+        STORE_EVENTS_LOST,
+        "Requests refused: the store lost an event the database has on sale"
     );
     describe_counter!(HTTP_REQUESTS, "HTTP requests by matched route and status");
     describe_histogram!(

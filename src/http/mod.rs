@@ -91,6 +91,42 @@ impl<S: Store> AppState<S> {
         }
         e.into()
     }
+
+    /// [`AppState::engine_error`], and one more case: an event this instance
+    /// has served (it is in the engine's cache) that the store no longer
+    /// knows, while the database has it on sale. The store lost its state
+    /// mid-sale (Redis emptied, restarted without its data, replaced): every
+    /// purchase is refused with 503 until an operator recovers the event
+    /// (`shardstock recover`), never answered "unknown event" for an event
+    /// on sale, and `shardstock_store_events_lost_total` raises the alarm.
+    /// Made-up ids never reach the database: the engine never knew them.
+    async fn engine_error_checked(
+        &self,
+        event: &EventId,
+        e: crate::engine::EngineError,
+    ) -> ApiError {
+        if !matches!(e, crate::engine::EngineError::UnknownEvent(_))
+            || self.held.contains(event)
+            || !self.engine.is_known(event)
+        {
+            return self.engine_error(event, e);
+        }
+        match self.ledger.event(event).await {
+            Ok(Some(db)) if !db.closed => {
+                metrics::counter!(crate::metrics::STORE_EVENTS_LOST, "event" => event.to_string())
+                    .increment(1);
+                tracing::error!(%event, "the store lost an event the database has on sale");
+                ApiError::Unavailable {
+                    detail: format!(
+                        "the store lost event {event}, which the database has on sale; \
+                         an operator must run `shardstock recover {event}`"
+                    ),
+                    outcome_unknown: false,
+                }
+            }
+            _ => self.engine_error(event, e),
+        }
+    }
 }
 
 /// The whole API.

@@ -102,11 +102,10 @@ pub(super) async fn purchase<S: Store>(
         let event = req.event.clone();
         // A task of its own: if this handler is dropped (the client went
         // away, the request timeout fired), the purchase still ends.
-        state
-            .engine
-            .purchase_detached(req)
-            .await
-            .map_err(|e| state.engine_error(&event, e))
+        match state.engine.purchase_detached(req).await {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(state.engine_error_checked(&event, e).await),
+        }
     }
     .await;
     // Metric series are labelled only with events that exist, so requests for

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::{
     Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_url,
-    sample, settings_in,
+    problem, sample, settings_in,
 };
 
 /// How long a step may take: a sale to move on, the ledger to catch up.
@@ -295,4 +295,53 @@ async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
         "units sold went back from {before} to {after}: writes were lost"
     );
     assert_in_ledger_once(&app.base, &event, &answered).await;
+}
+
+/// Issue 15: a Redis emptied mid-sale (FLUSHALL, or a restart without its
+/// data) while the database has the event on sale. Purchases are refused
+/// with 503 `backend-unavailable` (nothing deducted), not answered 404
+/// `unknown-event` for an event on sale, and
+/// `shardstock_store_events_lost_total` counts them for an alert; a made-up
+/// event id is still 404 and reaches neither the counter nor the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_emptied_mid_sale_refuses_purchases_and_raises_the_alarm() {
+    let redis = RedisServer::start_with("--save ''");
+    let mut s = settings_in("durability", Backend::Redis);
+    s.store.redis_url = Some(redis.url());
+    let app = TestApp::spawn_with(s).await;
+    let event = eid("emptied");
+    app.create(&event, 100, 4, json!({})).await;
+    for i in 0..5 {
+        let r = app.buy(&event, &format!("early{i}"), 1, None).await;
+        assert_eq!(r.status().as_u16(), 201, "a sale before the loss");
+    }
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    for i in 0..3 {
+        let r = app
+            .buy(&event, &format!("late{i}"), 1, Some(&format!("late-{i}")))
+            .await;
+        let body = problem(r, 503, "backend-unavailable").await;
+        assert!(
+            body["detail"].as_str().unwrap().contains("recover"),
+            "{body}"
+        );
+        assert!(
+            body.get("outcome").is_none(),
+            "nothing was deducted: {body}"
+        );
+    }
+    let made_up = eid("never");
+    problem(app.buy(&made_up, "u", 1, None).await, 404, "unknown-event").await;
+    let metrics = app.metrics().await;
+    let lost = sample(
+        &metrics,
+        "shardstock_store_events_lost_total",
+        &[("event", event.as_str())],
+    );
+    assert_eq!(lost, Some(3.0), "every refusal is counted");
+    assert!(
+        !metrics.contains(&made_up),
+        "a made-up id is never a metric label"
+    );
+    app.stop().await;
 }
