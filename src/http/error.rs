@@ -173,6 +173,11 @@ impl From<EngineError> for ApiError {
             E::Mover(MoverError::Fenced { .. }) => {
                 Self::TryAgain("another operation is moving this event's units; retry".into())
             }
+            // A mover's store step failed: as the same failure of any step
+            // (a bucket a concurrent reshard sealed is a layout changing, not
+            // an internal error; was a 500 in a clean-clone CI run of
+            // `concurrent_reshards_answer_a_layout_or_try_again`).
+            E::Mover(MoverError::Store(e)) => Self::from(E::Store(e)),
             E::OutcomeUnknown(why) => {
                 crate::metrics::store_error("request");
                 tracing::warn!(%why, "purchase outcome unknown");
@@ -371,5 +376,19 @@ mod tests {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body.kind, "urn:shardstock:try-again");
         assert_eq!(e.retry_after(), Some(1));
+    }
+
+    #[test]
+    fn a_mover_meeting_a_sealed_bucket_answers_try_again_not_internal() {
+        let e = ApiError::from(EngineError::Mover(MoverError::Store(StoreError::Stale(
+            "bucket 3".into(),
+        ))));
+        let (status, body) = e.problem();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body.kind, "urn:shardstock:try-again");
+        let e = ApiError::from(EngineError::Mover(MoverError::Store(
+            StoreError::Unavailable("timeout".into()),
+        )));
+        assert_eq!(e.problem().1.kind, "urn:shardstock:backend-unavailable");
     }
 }
