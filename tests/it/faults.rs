@@ -131,7 +131,10 @@ pub const CHECKS: &[Check] = &[
                available in their source bucket and, when that bucket alone seemed to hold \
                enough, neither gathered nor completed the transfer: every purchase answered \
                try-again until a rebalancer round completed it. A pass that saw enough units \
-               and took none now completes open transfers and gathers",
+               and took none now completes open transfers and gathers. Judged once no dead \
+               holder keeps the mover lease: a call dropped while holding it blocks every \
+               move until it expires (its TTL is the bound; seed 1269490 on a loaded CI \
+               machine)",
     },
     Check {
         name: "no_pending_saga",

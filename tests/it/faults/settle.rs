@@ -19,7 +19,7 @@ use shardstock::domain::ids::{OrderId, RequestId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventStatus, RequestRecord};
 use shardstock::engine::{Lease, PurchaseRequest, Refusal, mover};
-use shardstock::store::{Buckets, Retirement, Store, Transfers};
+use shardstock::store::{Buckets, Leases, Retirement, Store, Transfers};
 use shardstock::{Engine, EngineError};
 
 use super::log::{Answer, Cancelled, now_ms};
@@ -65,6 +65,17 @@ impl<S: Store> Rig<S> {
         )
         .await;
         self.resume_reshard(plain, &mut v).await;
+        // A call dropped while it held the mover lease (a saga gathering, a
+        // rebalancer round) left it to expire: until then nobody may move
+        // units, and a purchase that needs an open transfer completed answers
+        // try-again. That is the lease's bound, not a defect; the promises
+        // are judged once no dead holder blocks the event.
+        eventually(
+            "the mover lease of a dropped holder to expire",
+            Duration::from_secs(40),
+            async || matches!(plain.store().lease_holder(&self.id).await, Ok(None)).then_some(()),
+        )
+        .await;
         // Nobody drives a saga now: every one still pending is the sweeper's
         // (a reshard or a close settles its own), with no wait for its bound.
         let sweep = SweepOptions {
