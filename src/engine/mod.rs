@@ -6,8 +6,10 @@
 //! needs invalidating by other instances: a bucket that no longer exists answers
 //! `Stale`, and the engine reloads the meta and routes again.
 //!
-//! Sub-modules: `purchase` (fast path), `saga` (the probe saga), `settle`
-//! (ending a saga from its markers: close, reshard, the sweeper), `orders` (cancel,
+//! Sub-modules: `purchase` (fast path), `saga` (the probe saga), `precheck`
+//! (the event-wide check before a saga probes: the last units refused in one
+//! round trip), `settle` (ending a saga from its markers: close, reshard, the
+//! sweeper), `orders` (cancel,
 //! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
