@@ -23,8 +23,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::future::try_join_all;
-
 use super::saga::Saga;
 use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
@@ -115,11 +113,7 @@ impl<S: Store> Engine<S> {
                 return Ok(now.sold_out_for(saga.qty, self.clock.now_ms(), ttl));
             }
         };
-        let states = try_join_all((0..meta.spec.buckets).map(|j| {
-            let bucket = Self::bucket(meta, j);
-            async move { self.store.bucket_state(&bucket).await }
-        }))
-        .await?;
+        let states = self.bucket_states(meta).await?;
         let qty = u64::from(saga.qty);
         let mut seen: Vec<(u32, u64, u64)> = states
             .iter()

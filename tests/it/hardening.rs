@@ -110,13 +110,7 @@ async fn shutdown_with_redis_stalled_ends_within_the_grace_and_exits_non_zero() 
             .unwrap();
         assert_eq!(r.status(), 201);
     }
-    let redis_pid = redis.cli(&["info", "server"]);
-    let redis_pid = redis_pid
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let redis_pid = redis.pid();
     let signal = |sig: &str, pid: &str| {
         assert!(
             Command::new("kill")

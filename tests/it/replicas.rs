@@ -28,13 +28,7 @@ struct Stopped(String);
 
 impl Stopped {
     fn stop(server: &RedisServer) -> Self {
-        let info = server.cli(&["info", "server"]);
-        let pid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .expect("INFO server has process_id")
-            .trim()
-            .to_owned();
+        let pid = server.pid();
         assert!(
             Command::new("kill")
                 .args(["-STOP", &pid])

@@ -27,7 +27,8 @@ use shardstock::{Engine, EngineError, EngineOptions, RedisStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{
-    RedisCluster, event_id, eventually, ledger_for, namespace, spec, suite_of, user, wait_until,
+    RedisCluster, event_id, eventually, ledger_for, namespace, process_id, spec, suite_of, user,
+    wait_until,
 };
 
 /// Continues a stopped process when dropped, so a failing test never leaves
@@ -141,13 +142,7 @@ async fn a_stalled_master_leaves_every_request_answerable_and_the_ledger_in_agre
         async || (sent.lock().unwrap().len() >= CLIENTS * 3).then_some(()),
     )
     .await;
-    let info = redis.cli(1, &["info", "server"]);
-    let pid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .expect("INFO server has process_id")
-        .trim()
-        .to_owned();
+    let pid = process_id(&redis.cli(1, &["info", "server"]));
     let stalled_during = sent.lock().unwrap().len();
     {
         let _stopped = Stopped::stop(&pid);

@@ -30,51 +30,24 @@ use shardstock::store::redis::{RedisOptions, RedisStore};
 use shardstock::{Engine, EngineOptions};
 use tokio::sync::Semaphore;
 
+/// What refusing an order costs when the event cannot serve it.
+#[derive(clap::Parser)]
 struct Args {
+    /// The Redis to run on.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// Bucket counts, each a fresh event; the first is the ratios' baseline.
+    #[arg(long, value_delimiter = ',', default_value = "4,256")]
     buckets: Vec<u32>,
+    /// Purchases, by distinct users.
+    #[arg(long, default_value_t = 400)]
     orders: usize,
+    /// Units per purchase (one unit is left, so at least 2).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
     qty: u32,
-    concurrency: usize,
-}
-
-fn args() -> anyhow::Result<Args> {
-    let mut a = Args {
-        redis: "redis://127.0.0.1:6379".into(),
-        buckets: vec![4, 256],
-        orders: 400,
-        qty: 2,
-        concurrency: 64,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--redis" => a.redis = value()?,
-            "--buckets" => {
-                a.buckets = value()?
-                    .split(',')
-                    .map(|b| b.trim().parse())
-                    .collect::<Result<_, _>>()?
-            }
-            "--orders" => a.orders = value()?.parse()?,
-            "--qty" => a.qty = value()?.parse()?,
-            "--concurrency" => a.concurrency = value()?.parse()?,
-            "-h" | "--help" => {
-                println!(
-                    "last_unit [--redis URL] [--buckets 4,256] [--orders 400] [--qty 2] [--concurrency 64]"
-                );
-                std::process::exit(0);
-            }
-            other => anyhow::bail!("unknown argument {other:?}"),
-        }
-    }
-    anyhow::ensure!(a.qty >= 2, "--qty must be at least 2 (one unit is left)");
-    anyhow::ensure!(a.orders > 0 && a.concurrency > 0 && !a.buckets.is_empty());
-    Ok(a)
+    /// Purchases in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: u64,
 }
 
 /// One bucket count's figures.
@@ -136,7 +109,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
         .await?;
     let calls_before = redis_calls(&store).await?;
     let memory_before = used_memory(&store).await?;
-    let gate = Arc::new(Semaphore::new(a.concurrency));
+    let gate = Arc::new(Semaphore::new(a.concurrency as usize));
     let started = Instant::now();
     let tasks: Vec<_> = (0..a.orders)
         .map(|i| {
@@ -198,7 +171,8 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let a = args()?;
+    let a = <Args as clap::Parser>::parse();
+    anyhow::ensure!(a.orders > 0 && !a.buckets.is_empty(), "nothing to run");
     let mut rows = Vec::new();
     for &n in &a.buckets {
         rows.push(run(&a, n).await?);

@@ -27,6 +27,6 @@ pub use backends::{
     suite_of, unbatched,
 };
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
-pub use servers::{RedisCluster, RedisServer, free_port};
+pub use servers::{RedisCluster, RedisServer, free_port, process_id};
 pub use service::Service;
 pub use wait::{eventually, wait_until};

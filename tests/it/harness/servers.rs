@@ -91,6 +91,11 @@ impl RedisServer {
         redis_cli(self.port, args)
     }
 
+    /// The server's process id (to signal it).
+    pub fn pid(&self) -> String {
+        process_id(&self.cli(&["info", "server"]))
+    }
+
     /// Stops the server (SHUTDOWN NOSAVE unless `save`), keeping its directory.
     pub fn stop(&mut self, save: bool) {
         let _ = self.cli(&["shutdown", if save { "save" } else { "nosave" }]);
@@ -102,13 +107,7 @@ impl RedisServer {
     /// Kills the server with SIGKILL (no shutdown, no final save), then starts
     /// it again on the same port and directory: what a crash and a supervisor do.
     pub fn crash_and_restart(&mut self) {
-        let info = self.cli(&["info", "server"]);
-        let pid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .expect("INFO server has process_id")
-            .trim()
-            .to_owned();
+        let pid = self.pid();
         let killed = Command::new("kill").args(["-9", &pid]).status().unwrap();
         assert!(killed.success());
         if let Some(mut c) = self.child.take() {
@@ -129,4 +128,14 @@ impl Drop for RedisServer {
         self.stop(false);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The process id in the text of `INFO server`.
+pub fn process_id(info_server: &str) -> String {
+    info_server
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("INFO server has process_id")
+        .trim()
+        .to_owned()
 }
