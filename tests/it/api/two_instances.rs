@@ -29,7 +29,7 @@ async fn two_instances_sell_one_event_without_breaking_an_invariant() {
                 for i in 0..40 {
                     let user = format!("u-{}", (t * 7 + i * 13) % 400);
                     let qty = 1 + (i % 2) as u32;
-                    let r = app.buy(&id, &user, qty, Some(&format!("t{t}-{i}"))).await;
+                    let r = app.buy_final(&id, &user, qty, &format!("t{t}-{i}")).await;
                     match r.status() {
                         StatusCode::CREATED => {
                             *bought.lock().unwrap().entry(user).or_default() += u64::from(qty)
@@ -48,7 +48,9 @@ async fn two_instances_sell_one_event_without_breaking_an_invariant() {
     let mut i = 0;
     loop {
         let app = if i % 2 == 0 { &a } else { &b };
-        let r = app.buy(&id, &format!("late-{i}"), 1, None).await;
+        let r = app
+            .buy_final(&id, &format!("late-{i}"), 1, &format!("late-{i}"))
+            .await;
         if r.status() != StatusCode::CREATED {
             let p: Value = r.json().await.unwrap();
             assert_eq!(p["type"], "urn:shardstock:sold-out");

@@ -145,6 +145,22 @@ impl TestApp {
             .await
     }
 
+    /// [`TestApp::buy`] with a request id, driven to a final answer the way a
+    /// client does it: a 503 (`try-again`, or `outcome: unknown` after a store
+    /// call that timed out on a CPU-starved run) is sent again with the same
+    /// request id after a pause, a bounded number of times. The id makes the
+    /// retry safe: it answers what the first attempt did.
+    pub async fn buy_final(&self, event: &str, user: &str, qty: u32, rid: &str) -> Response {
+        for _ in 0..20 {
+            let r = self.buy(event, user, qty, Some(rid)).await;
+            if r.status() != StatusCode::SERVICE_UNAVAILABLE {
+                return r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        self.buy(event, user, qty, Some(rid)).await
+    }
+
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await.text().await.unwrap()
     }
