@@ -11,6 +11,7 @@
 pub mod error;
 mod events;
 pub mod guard;
+mod held;
 mod openapi;
 mod ops;
 mod orders;
@@ -19,7 +20,6 @@ pub mod serve;
 mod trace;
 mod whole;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,7 @@ use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};
 use guard::RateLimits;
+pub use held::{Held, Hold};
 
 /// What every handler can reach. Cheap to clone: everything is behind `Arc`.
 pub struct AppState<S: Store> {
@@ -49,8 +50,8 @@ pub struct AppState<S: Store> {
     pub admin_token: Option<Arc<str>>,
     pub limits: Arc<RateLimits>,
     pub metrics: PrometheusHandle,
-    /// Events the store lost and the ledger still has on sale, refused until recovered.
-    pub held: Arc<HashSet<EventId>>,
+    /// Events refused until an operator recovers them.
+    pub held: Arc<Held>,
     pub flush: FlushOptions,
     pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
@@ -80,14 +81,10 @@ impl<S: Store> AppState<S> {
 
     /// An engine error, but a held event's "unknown" becomes a clear 503.
     fn engine_error(&self, event: &EventId, e: crate::engine::EngineError) -> ApiError {
-        if matches!(e, crate::engine::EngineError::UnknownEvent(_)) && self.held.contains(event) {
-            return ApiError::Unavailable {
-                detail: format!(
-                    "the store lost event {event}, which the database has on sale; \
-                     an operator must run `shardstock recover {event}`"
-                ),
-                outcome_unknown: false,
-            };
+        if matches!(e, crate::engine::EngineError::UnknownEvent(_))
+            && let Some(refused) = self.held.refusal(event)
+        {
+            return refused;
         }
         e.into()
     }

@@ -32,6 +32,8 @@
 //! - `topology`: a Cluster grown to 4 masters and shrunk back mid-sale; one
 //!   slot held mid-migration.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
+//! - `failover`: a Cluster master killed mid-sale and replaced by its
+//!   replica, with the durability setting on and off.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
@@ -51,6 +53,7 @@ mod concurrency;
 mod deploy_local;
 mod durability;
 mod engine;
+mod failover;
 mod faults;
 mod hardening;
 mod idle;
