@@ -34,6 +34,8 @@
 //! - `durability`: a killed service, a database outage, a crashed Redis.
 //! - `failover`: a Cluster master killed mid-sale and replaced by its
 //!   replica, with the durability setting on and off.
+//! - `partial_loss`: Redis back from an AOF missing its last writes: the
+//!   loss found by the audits, repaired or refused until recovered.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
@@ -59,6 +61,7 @@ mod hardening;
 mod idle;
 mod ledger;
 mod live_page;
+mod partial_loss;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
