@@ -26,6 +26,8 @@
 //! promise lets go — and that every 201 from before it is in the database.
 //! Without the reconciliation the close writes the found units as leftover
 //! on top of the orders holding them, and the audit does not balance.
+//!
+//! The repair's store step (`forfeit`) runs on every backend.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,11 +37,15 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use shardstock::Engine;
 use shardstock::config::{LostState, Settings};
 use shardstock::domain::ids::EventId;
+use shardstock::domain::keys::BucketRef;
+use shardstock::store::Store;
 
 use crate::harness::{
-    Backend, RedisServer, TOKEN, TestApp, eid, eventually, ledger_for, problem, sample, settings_in,
+    Backend, RedisServer, TOKEN, TestApp, eid, event_id, eventually, ledger_for, problem, sample,
+    settings_in, spec,
 };
 
 const STOCK: u64 = 20_000;
@@ -386,3 +392,32 @@ async fn a_redis_back_from_an_aof_missing_its_last_writes_is_refused_until_recov
     run.sale.sells(200, "orders after the recovery").await;
     close_and_check(run).await;
 }
+
+/// The repair's store step, on every backend: it takes at most what a bucket
+/// holds (never below zero, whatever is asked), counts as a change of the
+/// bucket (the audit's double collect reads it again), and takes nothing
+/// from a sealed bucket (a close or a reshard owns its units).
+async fn forfeit_takes_at_most_the_stock_and_nothing_from_a_sealed_bucket<S: Store>(
+    engine: Engine<S>,
+) {
+    let id = event_id("forfeit");
+    engine.create_event(spec(&id, 40, 4)).await.unwrap();
+    let store = engine.store();
+    let b0 = BucketRef::new(&id, 0, 0);
+    let (adds, _) = store.counters(&b0).await.unwrap();
+    assert_eq!(store.forfeit(&b0, 3).await.unwrap(), 3);
+    assert_eq!(
+        store.forfeit(&b0, 100).await.unwrap(),
+        7,
+        "10 units per bucket"
+    );
+    assert_eq!(store.forfeit(&b0, 1).await.unwrap(), 0);
+    assert_eq!(store.bucket_state(&b0).await.unwrap().stock, 0);
+    assert!(store.counters(&b0).await.unwrap().0 > adds);
+    let b1 = BucketRef::new(&id, 0, 1);
+    assert_eq!(store.seal(&b1).await.unwrap(), 10);
+    assert_eq!(store.forfeit(&b1, 5).await.unwrap(), 0);
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 30);
+}
+
+crate::harness::on_every_backend!(forfeit_takes_at_most_the_stock_and_nothing_from_a_sealed_bucket);
