@@ -1,6 +1,7 @@
 //! The periodic audits of the events this instance sells, and what they do
 //! when one finds a partial loss (the store lost writes the ledger has).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,7 @@ pub(super) async fn run<S: Store>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut since = std::time::Instant::now();
     let mut again: Vec<EventId> = Vec::new();
+    let mut reported: HashMap<EventId, u64> = HashMap::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -66,9 +68,13 @@ pub(super) async fn run<S: Store>(
         for event in events {
             let held = matches!(react.held.get(&event), Some(Hold::Partial { .. }));
             let audit = crate::control::audit::audit(&engine, &ledger, &event).await;
+            if matches!(&audit, Ok(a) if a.discrepancy <= 0) {
+                reported.remove(&event);
+            }
             match audit {
                 Ok(a) if a.discrepancy > 0 => {
-                    if let Err(e) = reconcile(&engine, &ledger, &event, &react, held).await {
+                    if let Err(e) = reconcile(&engine, &ledger, &event, &react, &mut reported).await
+                    {
                         tracing::warn!(%event, error = %e, "reconciling failed; again next round");
                         again.push(event);
                     }
@@ -93,39 +99,51 @@ pub(super) async fn run<S: Store>(
 }
 
 /// An audit found units held both by orders in the ledger and by buckets:
-/// take them off sale or hold the event (see [`run`]).
+/// take them off sale or hold the event (see [`run`]). `reported` holds, per
+/// event, the units of the finding already counted and logged (left held, or
+/// oversold: found again every round), so each unit is counted once.
 async fn reconcile<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     event: &EventId,
     react: &Reaction,
-    held: bool,
+    reported: &mut HashMap<EventId, u64>,
 ) -> Result<(), ControlError> {
+    let known = reported.get(event).copied().unwrap_or(0);
     let lost = |units: u64| {
         metrics::counter!(m::STORE_UNITS_LOST, "event" => event.to_string()).increment(units);
     };
     match reconcile_event(engine, ledger, event, react.repair).await? {
-        Reconciled::Clean(_) => react.held.release(event),
+        Reconciled::Clean(_) => {
+            reported.remove(event);
+            react.held.release(event);
+        }
         Reconciled::Repaired { units, short } => {
-            lost(units);
+            lost(units.saturating_sub(known));
             if short > 0 {
-                tracing::error!(
-                    %event, units, short,
-                    "the store lost writes the ledger has, and {short} of their units were \
-                     sold again before it was found: oversold"
-                );
+                if units > known {
+                    tracing::error!(
+                        %event, units, short,
+                        "the store lost writes the ledger has, and {short} of their units were \
+                         sold again before it was found: oversold"
+                    );
+                }
+                reported.insert(event.clone(), short);
+            } else {
+                reported.remove(event);
             }
             react.held.release(event);
         }
         Reconciled::Found { units } => {
-            if !held {
-                lost(units);
+            if units > known {
+                lost(units - known);
                 tracing::error!(
                     %event, units,
                     "the store lost writes the ledger has: {units} units held by orders are on \
                      sale again; refusing the event until an operator runs `shardstock recover {event}`"
                 );
             }
+            reported.insert(event.clone(), units);
             react.held.hold(event.clone(), Hold::Partial { units });
         }
     }
