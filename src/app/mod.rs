@@ -140,6 +140,8 @@ impl Application {
                 .map(Arc::from),
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             metrics: metrics.clone(),
+            // After the recorder is installed: the handles are its series.
+            meters: Arc::new(http::Meters::default()),
             held: Arc::new(Held::lost(refused)),
             flush: options::flush(db),
             rebalance: options::rebalance(&settings.rebalancer),

@@ -2,7 +2,9 @@
 //!
 //! Each instance runs one, as a consumer of the `flusher` group on every bucket
 //! stream, so instances share the work and a dead instance's unacknowledged
-//! records are claimed by the others after `claim_idle_ms`. A round reads up to
+//! records are claimed by the others once idle `claim_idle_ms` (each worker
+//! claims on a bucket at most every half of that, so within 1.5×: the claim
+//! scans the stream's pending list, too costly for every read). A round reads up to
 //! a batch from the buckets (starting at a rotating bucket, so none starves),
 //! writes it in one transaction (`Ledger::apply`: idempotent by stream id, with
 //! the final guard), and only then acknowledges and deletes the records. When
@@ -27,7 +29,7 @@
 //! (and a round). A close and the final drain never wait (`drain`), and the
 //! audit counts what is still in the streams.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -66,6 +68,45 @@ pub enum FlushError {
     Stopped,
 }
 
+/// Whether a round claims records other consumers left pending.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// On every bucket read, those pending at least this many ms.
+    Always(u64),
+    /// The same, but on each bucket at most every half of that (the worker
+    /// loop: a claim scans the stream's pending list, which holds the other
+    /// workers' batches in flight, and nothing there is claimable sooner).
+    Paced(u64),
+}
+
+/// The last claim on each bucket a worker read. Entries older than a claim
+/// period are pruned once there are many (idle buckets are claimed again on
+/// their next read anyway).
+#[derive(Clone, Default)]
+struct Claims(HashMap<BucketRef, Instant>);
+
+impl Claims {
+    /// Whether `bucket` is due a claim of records idle `idle_ms`; if so, records it as claimed now.
+    fn due(&mut self, bucket: &BucketRef, idle_ms: u64) -> bool {
+        let period = Duration::from_millis(idle_ms / 2);
+        let now = Instant::now();
+        if self.0.len() >= 4096 {
+            self.0.retain(|_, at| now.duration_since(*at) < period);
+        }
+        match self.0.get_mut(bucket) {
+            Some(at) if now.duration_since(*at) < period => false,
+            Some(at) => {
+                *at = now;
+                true
+            }
+            None => {
+                self.0.insert(bucket.clone(), now);
+                true
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Flusher<S: Store> {
     engine: Arc<Engine<S>>,
@@ -74,6 +115,9 @@ pub struct Flusher<S: Store> {
     opts: FlushOptions,
     registered: HashSet<EventId>,
     cursor: usize,
+    /// When this worker last claimed each bucket's long-pending records (see
+    /// [`Claims`]).
+    claims: Claims,
     /// The slow sweep, shared by the workers: whoever finds it here runs it.
     sweep: Arc<Mutex<Option<Sweep>>>,
     lag: Arc<Lag>,
@@ -92,6 +136,7 @@ impl<S: Store> Flusher<S> {
             consumer,
             opts,
             registered: HashSet::new(),
+            claims: Claims::default(),
             cursor: 0,
             sweep: Arc::new(Mutex::new(Some(Sweep::new(SWEEP_PER_S)))),
             lag: Arc::default(),
@@ -113,18 +158,18 @@ impl<S: Store> Flusher<S> {
         buckets: &[BucketRef],
         stop: &CancellationToken,
     ) -> Result<usize, FlushError> {
-        self.flush_round(buckets, stop, self.opts.claim_idle_ms)
+        self.flush_round(buckets, stop, Claim::Always(self.opts.claim_idle_ms))
             .await
     }
 
-    /// `flush_once`, claiming records other consumers have held for `claim_idle_ms`.
+    /// `flush_once`, claiming records other consumers have held as `claim` says.
     async fn flush_round(
         &mut self,
         buckets: &[BucketRef],
         stop: &CancellationToken,
-        claim_idle_ms: u64,
+        claim: Claim,
     ) -> Result<usize, FlushError> {
-        let (n, _) = self.flush_some(buckets, stop, claim_idle_ms).await?;
+        let (n, _) = self.flush_some(buckets, stop, claim).await?;
         Ok(n)
     }
 
@@ -134,7 +179,7 @@ impl<S: Store> Flusher<S> {
         &mut self,
         buckets: &[BucketRef],
         stop: &CancellationToken,
-        claim_idle_ms: u64,
+        claim: Claim,
     ) -> Result<(usize, Vec<BucketRef>), FlushError> {
         let mut batch: Vec<FlushRecord> = Vec::new();
         let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
@@ -147,6 +192,10 @@ impl<S: Store> Flusher<S> {
                 unfinished.push(b.clone());
                 continue;
             }
+            let claim_idle_ms = match claim {
+                Claim::Always(ms) => Some(ms),
+                Claim::Paced(ms) => self.claims.due(b, ms).then_some(ms),
+            };
             let entries = match self
                 .engine
                 .store()
@@ -249,7 +298,11 @@ impl<S: Store> Flusher<S> {
     ) -> Result<(), FlushError> {
         let mut claim_idle_ms = self.opts.claim_idle_ms;
         loop {
-            while self.flush_round(buckets, stop, claim_idle_ms).await? > 0 {}
+            while self
+                .flush_round(buckets, stop, Claim::Always(claim_idle_ms))
+                .await?
+                > 0
+            {}
             let mut left = 0;
             for b in buckets {
                 left += self.engine.store().stream_len(b).await?;
@@ -336,8 +389,8 @@ impl<S: Store> Flusher<S> {
         while !stop.is_cancelled() {
             let buckets = self.due(std::mem::take(&mut unfinished)).await;
             if !buckets.is_empty() {
-                let claim_idle_ms = self.opts.claim_idle_ms;
-                match self.flush_some(&buckets, &stop, claim_idle_ms).await {
+                let claim = Claim::Paced(self.opts.claim_idle_ms);
+                match self.flush_some(&buckets, &stop, claim).await {
                     Ok((n, left)) => {
                         // A full batch, or buckets it left unfinished: more is
                         // waiting. Less than a batch: wait as an idle worker

@@ -10,7 +10,6 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -327,10 +326,9 @@ pub async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Outermost middleware: any error response that is not a problem yet (from a
-/// layer such as the timeout or the body limit) becomes one.
-pub async fn problemize(req: Request, next: Next) -> Response {
-    let response = next.run(req).await;
+/// Any error response that is not a problem yet (from a layer such as the
+/// timeout or the body limit) becomes one; the outermost step of every answer.
+pub fn problemize(response: Response) -> Response {
     let status = response.status();
     let is_problem = response
         .headers()

@@ -11,11 +11,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::{ApiError, ApiJson, AppState, events::event_id};
+use super::{ApiError, ApiJson, AppState, Meters, events::event_id};
 use crate::domain::ids::{EventId, RequestId, UserId};
 use crate::domain::model::Order;
 use crate::engine::{PurchaseOutcome, PurchaseRequest};
-use crate::metrics as m;
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
@@ -117,26 +116,34 @@ pub(super) async fn purchase<S: Store>(
         Some(e) if outcome.is_ok() || state.engine.is_known(e) => e.as_str(),
         _ => UNKNOWN_EVENT,
     };
-    respond(outcome, label, start)
+    respond(outcome, &state.meters, label, start)
 }
 
 /// The `event` label of purchases whose event does not exist (or was never named).
 const UNKNOWN_EVENT: &str = "unknown";
 
-fn respond(outcome: Result<PurchaseOutcome, ApiError>, event: &str, start: Instant) -> Response {
+fn respond(
+    outcome: Result<PurchaseOutcome, ApiError>,
+    meters: &Meters,
+    event: &str,
+    start: Instant,
+) -> Response {
     let elapsed = start.elapsed().as_secs_f64();
+    let event = meters.event(event);
     let (mut response, result, replayed) = match outcome {
         Ok(PurchaseOutcome {
             result: Ok(order),
             replayed,
         }) => {
             if !replayed {
-                let path = if order.probes == 0 { "fast" } else { "probe" };
-                metrics::histogram!(m::PURCHASE_DURATION, "path" => path).record(elapsed);
-                metrics::histogram!(m::PROBE_DEPTH, "event" => event.to_owned())
-                    .record(f64::from(order.probes));
-                metrics::counter!(m::PURCHASED_UNITS, "event" => event.to_owned())
-                    .increment(u64::from(order.quantity));
+                let path = if order.probes == 0 {
+                    &meters.fast
+                } else {
+                    &meters.probe
+                };
+                path.record(elapsed);
+                event.probe_depth.record(f64::from(order.probes));
+                event.units.increment(u64::from(order.quantity));
             }
             (
                 (StatusCode::CREATED, Json(order)).into_response(),
@@ -149,21 +156,18 @@ fn respond(outcome: Result<PurchaseOutcome, ApiError>, event: &str, start: Insta
             replayed,
         }) => {
             if !replayed {
-                metrics::histogram!(m::PURCHASE_DURATION, "path" => "probe").record(elapsed);
+                meters.probe.record(elapsed);
             }
             let e = ApiError::from(refusal);
             let outcome = e.outcome();
             (e.into_response(), outcome, replayed)
         }
         Err(e) => {
-            let outcome = e.outcome();
-            metrics::counter!(m::PURCHASES, "event" => event.to_owned(), "outcome" => outcome)
-                .increment(1);
+            event.purchase(e.outcome());
             return e.into_response();
         }
     };
-    let outcome = if replayed { "replayed" } else { result };
-    metrics::counter!(m::PURCHASES, "event" => event.to_owned(), "outcome" => outcome).increment(1);
+    event.purchase(if replayed { "replayed" } else { result });
     if replayed {
         response
             .headers_mut()

@@ -1,4 +1,5 @@
 //! A span per request: what log lines and traces of a request carry.
+//! ([`super::observe`], the one middleware around every request, opens it.)
 //!
 //! The span (`request`, at `info`) holds the method, the matched route, a
 //! request id (the client's `X-Request-Id` when it is a sane token, else a
@@ -9,10 +10,7 @@
 //! `telemetry`). No header value other than those two is ever recorded, so
 //! the admin token cannot reach a log line or a trace.
 
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
-use axum::response::Response;
-use tracing::Instrument;
+use axum::extract::Request;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -33,19 +31,15 @@ fn request_id(req: &Request) -> String {
         .map_or_else(|| format!("{:016x}", rand::random::<u64>()), str::to_owned)
 }
 
-/// Middleware: runs the request inside its span.
-pub async fn span(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str());
+/// The request's span; `route` is its matched path.
+pub fn span(req: &Request, route: &str) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         "otel.kind" = "server",
         "otel.name" = format_args!("{} {route}", req.method()),
         method = %req.method(),
         route,
-        request_id = request_id(&req),
+        request_id = request_id(req),
         event = Empty,
         user = Empty,
         status = Empty,
@@ -54,19 +48,16 @@ pub async fn span(req: Request, next: Next) -> Response {
         // Only fails when the span is disabled (no subscriber wants it).
         let _ = span.set_parent(cx);
     }
-    let start = std::time::Instant::now();
-    let response = next.run(req).instrument(span.clone()).await;
-    let status = response.status().as_u16();
+    span
+}
+
+/// Records the answer's status on the span, and logs the access line (at
+/// debug: off unless RUST_LOG asks for it).
+pub fn answered(span: &tracing::Span, status: u16, elapsed: std::time::Duration) {
     span.record("status", status);
-    // The access line, at debug (off unless RUST_LOG asks for it).
     span.in_scope(|| {
-        tracing::debug!(
-            status,
-            micros = start.elapsed().as_micros() as u64,
-            "answered"
-        );
+        tracing::debug!(status, micros = elapsed.as_micros() as u64, "answered");
     });
-    response
 }
 
 /// Records the event a handler is serving on the request's span.

@@ -15,15 +15,17 @@ pub const FLUSH_GROUP: &str = "flusher";
 
 /// Steps on a bucket's order stream.
 pub trait Streams {
-    /// Up to `count` entries for `consumer` of the flusher group: first those a
-    /// consumer left unacknowledged for `claim_idle_ms`, then new ones
-    /// (`lua/stream_read.lua`).
+    /// Up to `count` entries for `consumer` of the flusher group: first, with
+    /// `claim_idle_ms`, those a consumer left unacknowledged that long, then
+    /// new ones (`lua/stream_read.lua`). Without it only new ones: the claim
+    /// scans the stream's pending list, which the flusher needs only now and
+    /// then, not on every read.
     fn stream_read(
         &self,
         bucket: &BucketRef,
         consumer: &str,
         count: usize,
-        claim_idle_ms: u64,
+        claim_idle_ms: Option<u64>,
     ) -> impl Future<Output = Result<Vec<StreamEntry>, StoreError>> + Send;
 
     /// Acknowledges and deletes entries the database has committed

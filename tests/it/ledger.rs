@@ -308,7 +308,7 @@ async fn close_wins_over_a_dead_instances_lease_and_unacknowledged_records<S: St
     let mut unacked = 0;
     for b in meta.all_buckets() {
         unacked += store
-            .stream_read(&b, "dead-flusher", 1000, 3_600_000)
+            .stream_read(&b, "dead-flusher", 1000, Some(3_600_000))
             .await
             .unwrap()
             .len();

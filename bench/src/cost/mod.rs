@@ -102,6 +102,34 @@ pub struct CostRow {
     pub pg_us: Option<f64>,
     /// From the end of the load until every order was in the database.
     pub drain_ms: Option<u64>,
+    /// Redis commands per purchase and µs inside Redis per purchase, by
+    /// command (`INFO commandstats` over the measured part, drain included),
+    /// the costliest first.
+    pub redis_commands: Vec<CommandCost>,
+}
+
+/// One command's share of a row's Redis time.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CommandCost {
+    pub command: String,
+    pub calls_per_purchase: f64,
+    pub us_per_purchase: f64,
+}
+
+/// `INFO commandstats` as (command, calls, µs), scripts' inner commands included.
+fn commandstats(port: u16) -> Vec<(String, u64, u64)> {
+    redis_cli(port, &["info", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |k: &str| {
+                rest.split(',')
+                    .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            Some((name.to_owned(), field("calls")?, field("usec")?))
+        })
+        .collect()
 }
 
 impl CostRow {
@@ -331,6 +359,7 @@ async fn measure(
     )
     .await?;
     drained(client, &server).await?;
+    redis_cli(redis.port, &["config", "resetstat"]);
     let before = read(&server, redis);
     let load = drive(
         client,
@@ -347,7 +376,20 @@ async fn measure(
         .shardstock
         .then(|| ended.elapsed().as_millis() as u64);
     let after = read(&server, redis);
-    let row = summarize(row.label(o.buckets), row, &load, before, after, drain_ms);
+    let mut row = summarize(row.label(o.buckets), row, &load, before, after, drain_ms);
+    if row.redis_us.is_some() {
+        let ops = load.created.max(1) as f64;
+        let mut stats = commandstats(redis.port);
+        stats.sort_by_key(|(_, _, us)| std::cmp::Reverse(*us));
+        row.redis_commands = stats
+            .into_iter()
+            .map(|(command, calls, us)| CommandCost {
+                command,
+                calls_per_purchase: calls as f64 / ops,
+                us_per_purchase: us as f64 / ops,
+            })
+            .collect();
+    }
     stop(server, &o.pg).await;
     Ok(row)
 }
@@ -374,6 +416,7 @@ fn summarize(
         redis_us: uses_redis.then(|| (after.redis - before.redis).micros_per(ops)),
         pg_us: (row == Row::RedisPg).then(|| (after.pg - before.pg).micros_per(ops)),
         drain_ms,
+        redis_commands: Vec::new(),
     }
 }
 
@@ -526,6 +569,24 @@ pub fn markdown(cost: &Cost, command: &str) -> String {
             t.last_10s,
             t.max_lag_orders,
             t.max_lag_seconds
+        ));
+    }
+    for r in cost.rows.iter().filter(|r| !r.redis_commands.is_empty()) {
+        let top: Vec<String> = r
+            .redis_commands
+            .iter()
+            .take(8)
+            .map(|c| {
+                format!(
+                    "{} {:.2}×/{:.2} µs",
+                    c.command, c.calls_per_purchase, c.us_per_purchase
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "- {}, Redis per purchase (calls/µs, INFO commandstats; script commands also count inside evalsha): {}\n",
+            r.label,
+            top.join(", ")
         ));
     }
     for r in &cost.rows {

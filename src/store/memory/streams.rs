@@ -15,14 +15,14 @@ impl Streams for MemoryStore {
         b: &BucketRef,
         consumer: &str,
         count: usize,
-        claim_idle_ms: u64,
+        claim_idle_ms: Option<u64>,
     ) -> Result<Vec<StreamEntry>, StoreError> {
         let now = Instant::now();
-        let idle = Duration::from_millis(claim_idle_ms);
+        let idle = claim_idle_ms.map(Duration::from_millis);
         self.with(b, |bk| {
             // Claimed first (left pending long enough), then new: like XAUTOCLAIM + XREADGROUP.
             let claimable =
-                |s: &Slot| matches!(&s.delivered, Some((_, at)) if now.duration_since(*at) >= idle);
+                |s: &Slot| matches!((&s.delivered, idle), (Some((_, at)), Some(idle)) if now.duration_since(*at) >= idle);
             let mut out = Vec::new();
             for pass in [0, 1] {
                 for slot in bk.stream.iter_mut() {

@@ -94,7 +94,7 @@ impl Buckets for RedisStore {
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         let replies = array_or_stale(bucket, reply)?;
         if replies.len() != 2 * entries.len() {
             return Err(StoreError::Protocol(format!(
@@ -136,7 +136,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.take, keys, args)
             .await?;
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::TAKEN => Ok(TakeReply::Taken {
                 order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
@@ -205,7 +205,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
             .await?;
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(FinishReply::Done),
             reply::REPLAY => Ok(FinishReply::Already(request_record(arg(&parts, 1)?)?)),
@@ -265,7 +265,7 @@ impl Buckets for RedisStore {
         let parts = self
             .eval_bucket(bucket, &self.scripts.cancel, keys, args)
             .await?;
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(CancelReply::Cancelled(order_entry(arg(&parts, 1)?)?)),
             reply::ALREADY_CANCELLED => {
@@ -285,7 +285,7 @@ impl Buckets for RedisStore {
             .call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
             .await?;
         // What confirms a purchase must be on the replicas too (durability.rs).
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         if v.is_null() {
             return Ok(None);
         }
@@ -300,7 +300,7 @@ impl Buckets for RedisStore {
         let v: Value = self
             .call(|| self.client.hget(self.keys(bucket).reqs, rid))
             .await?;
-        self.replicated(&self.keys(bucket).stock).await?;
+        self.replicated(bucket).await?;
         if v.is_null() {
             return Ok(None);
         }

@@ -33,7 +33,7 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::RedisStore;
-use crate::domain::keys::slot;
+use crate::domain::keys::{BucketRef, slot};
 use crate::store::StoreError;
 
 /// `min_replicas` replicas within `timeout`, or fail.
@@ -45,12 +45,14 @@ pub(super) struct Durability {
 
 impl RedisStore {
     /// With the setting on, waits until the writes sent so far on the
-    /// connection to `key`'s node are on `min_replicas` replicas.
-    pub(super) async fn replicated(&self, key: &str) -> Result<(), StoreError> {
+    /// connection to `bucket`'s node are on `min_replicas` replicas. Off, it
+    /// costs nothing (not even the bucket's key).
+    pub(super) async fn replicated(&self, bucket: &BucketRef) -> Result<(), StoreError> {
         let Some(d) = self.durability else {
             return Ok(());
         };
-        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot(key)), true);
+        let key = self.keys(bucket).stock;
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot(&key)), true);
         let args = vec![
             Value::Integer(i64::from(d.min_replicas)),
             Value::Integer(d.timeout.as_millis() as i64),

@@ -14,14 +14,14 @@ impl Streams for RedisStore {
         bucket: &BucketRef,
         consumer: &str,
         count: usize,
-        claim_idle_ms: u64,
+        claim_idle_ms: Option<u64>,
     ) -> Result<Vec<StreamEntry>, StoreError> {
         let keys = vec![self.keys(bucket).orders];
         let args = vec![
             FLUSH_GROUP.to_owned(),
             consumer.to_owned(),
             count.to_string(),
-            claim_idle_ms.to_string(),
+            claim_idle_ms.map_or_else(String::new, |ms| ms.to_string()),
         ];
         let v = self.eval(&self.scripts.stream_read, keys, args).await?;
         v.into_array().into_iter().map(stream_entry).collect()

@@ -398,7 +398,7 @@ faulty_sections! {
         fn delivered(bucket: &BucketRef, xid: &str) -> bool;
     }
     Streams {
-        fn stream_read(bucket: &BucketRef, consumer: &str, count: usize, claim_idle_ms: u64) -> Vec<StreamEntry>;
+        fn stream_read(bucket: &BucketRef, consumer: &str, count: usize, claim_idle_ms: Option<u64>) -> Vec<StreamEntry>;
         fn stream_ack(bucket: &BucketRef, ids: &[StreamId]) -> u64;
         fn stream_len(bucket: &BucketRef) -> u64;
     }
