@@ -14,7 +14,8 @@ is 1 if there was any.
     expected are there and wired together (labels, ports, probes, Secret and
     ConfigMap references, kustomization resources);
   - the shardstock TOML configs (compose, ConfigMap) parse and use only keys
-    src/config.rs knows (the service refuses unknown keys);
+    src/config.rs knows (the service refuses unknown keys), and turn the
+    durability setting on (store.min_replicas ≥ 1: every master has a replica);
   - alerts.yml: one top-level comparison per expr, severity and summary;
   - grafana/shardstock.json and its provisioning: parse, datasource uid,
     `event` variable, every panel has queries;
@@ -281,7 +282,15 @@ def check_compose(schema):
                     f"provider paths {paths} do not include {Path(dash_mount[0]).parent}, where compose mounts the dashboard")
 
     toml_path = DEPLOY / "config" / "shardstock.compose.toml"
-    check_toml(toml_path.read_text(), rel(toml_path), schema)
+    check_durable(check_toml(toml_path.read_text(), rel(toml_path), schema), rel(toml_path))
+
+
+def check_durable(cfg, where):
+    """Every master has a replica in the deploy artifacts, and the service waits for it."""
+    if cfg is None:
+        return
+    if int(cfg.get("store", {}).get("min_replicas", 0)) < 1:
+        err(where, "store.min_replicas should be 1 (a purchase acknowledged only once a replica has it)")
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -379,7 +388,8 @@ def check_k8s(schema):
     if "shardstock.toml" not in cm.get("data", {}):
         err("deploy/k8s/configmap.yaml", "no data key shardstock.toml")
     else:
-        check_toml(cm["data"]["shardstock.toml"], "deploy/k8s/configmap.yaml", schema, events_expected=1)
+        check_durable(check_toml(cm["data"]["shardstock.toml"], "deploy/k8s/configmap.yaml", schema, events_expected=1),
+                      "deploy/k8s/configmap.yaml")
     example = [d for f, d in objs.get("Secret", []) if f == "secret.example.yaml"]
     if example:
         have = set((example[0].get("stringData") or {}) | (example[0].get("data") or {}))

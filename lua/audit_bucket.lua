@@ -9,7 +9,8 @@ Returns "ST" (no bucket) or
 {stock, adds, sealed (0/1), last generated stream id ('0-0' if none),
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
- {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed)}
+ {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed),
+ the server's clock at the read, in ms}
 Atomic so that a purchase, cancel or take (which change the stock and the
 stream together) is either wholly seen or not at all. A full page means more
 records may follow: the caller reads them with XRANGE COUNT from the last id
@@ -17,6 +18,10 @@ it got up to the last generated id (records after it are newer than this
 read; records deleted meanwhile were flushed, and the ledger counts them up
 to that id), so one call never walks a whole stream that a database outage
 let grow, and Redis is never blocked for long.
+The clock tells records written after this read (their ids are at or after
+it) from records the ledger has that this stream never generated, older than
+the read: writes Redis lost (a restart from an AOF missing its last second, a
+failover to a replica that missed them), which the audit must count.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -47,5 +52,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     records[#records + 1] = qty or '0'
   end
 end
+local now = redis.call('TIME')
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',
-  redis.call('EXISTS', KEYS[6]), last, open, applied, records}
+  redis.call('EXISTS', KEYS[6]), last, open, applied, records,
+  string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))}

@@ -77,6 +77,10 @@ pub struct BackendArgs {
     /// Database URL: postgres://… or sqlite://… (the order ledger).
     #[arg(long, env = "SHARDSTOCK_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// The durability setting: acknowledge a purchase only once this many
+    /// replicas have it (`store.min_replicas`; 0: off).
+    #[arg(long, env = "SHARDSTOCK_MIN_REPLICAS")]
+    pub min_replicas: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +125,9 @@ impl BackendArgs {
         }
         if let Some(url) = &self.database_url {
             s.database.url = url.clone();
+        }
+        if let Some(n) = self.min_replicas {
+            s.store.min_replicas = n;
         }
         Ok(s)
     }
@@ -200,6 +207,8 @@ mod tests {
             "0.0.0.0:9999",
             "--redis",
             "redis://10.0.0.1:6379",
+            "--min-replicas",
+            "1",
         ]);
         let Command::Serve(args) = cli.command else {
             panic!()
@@ -207,6 +216,7 @@ mod tests {
         let s = args.settings().unwrap();
         assert_eq!(s.server.listen, "0.0.0.0:9999");
         assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
+        assert_eq!(s.store.min_replicas, 1);
     }
 
     #[test]

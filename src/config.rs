@@ -171,10 +171,14 @@ pub struct DatabaseSettings {
     /// An event the ledger has on sale but the store lost (Redis restarted
     /// empty): `rebuild` its buckets from the ledger, or `refuse` it until
     /// `shardstock recover`. Default: rebuild on the embedded store (it never
-    /// survives a restart), refuse on Redis.
+    /// survives a restart), refuse on Redis. For a partial loss (found by the
+    /// audits: the store lost some writes the ledger has), `rebuild` takes
+    /// the units orders in the ledger hold off sale, `refuse` holds the
+    /// event until `shardstock recover`.
     pub lost_state: Option<LostState>,
     /// How often the events this instance sold since the last audit are
-    /// audited (the `shardstock_audit_balanced` gauge); 0 = never.
+    /// audited (the `shardstock_audit_balanced` gauge; a partial loss is
+    /// found and handled by `lost_state` there); 0 = never.
     pub audit_interval_ms: u64,
 }
 
@@ -189,7 +193,7 @@ impl Default for DatabaseSettings {
             flush_sweep_buckets_per_s: 256,
             max_connections: 8,
             lost_state: None,
-            audit_interval_ms: 30_000,
+            audit_interval_ms: 5_000,
         }
     }
 }

@@ -21,7 +21,8 @@
 //!   the mover (fenced transfers a saga uses to gather fragments) and `Lease`,
 //!   the one way to take the mover lease — written once above `Store`.
 //! - [`control`]: close, rebuild, reshard, the rebalancer, the flusher, the
-//!   audit, the gauges and the saga sweeper: the work beyond the hot path.
+//!   audit and the reconciliation after a partial loss, the gauges and the
+//!   saga sweeper: the work beyond the hot path.
 //! - [`http`]: the axum API of `API.md`, problem+json errors, guards, the
 //!   accept loop.
 //! - [`app`]: `Application` (build from settings, run until stopped), the

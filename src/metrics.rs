@@ -75,6 +75,12 @@ pub const STORE_ROUTER_RESTARTS: &str = "shardstock_store_router_restarts_total"
 /// this instance had served and the database still has on sale (Redis
 /// emptied or replaced mid-sale): an operator must run `shardstock recover`.
 pub const STORE_EVENTS_LOST: &str = "shardstock_store_events_lost_total";
+/// counter {event}: units the audit found held both by orders in the
+/// database and on sale in the store — writes the store lost (a partial
+/// loss: a Redis restarted from an AOF missing its last second, a failover
+/// to a replica that missed them); counted once per finding, then taken off
+/// sale or refused by `database.lost_state`.
+pub const STORE_UNITS_LOST: &str = "shardstock_store_units_lost_total";
 /// counter {route, method, status}.
 pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
 /// histogram {route, method}.
@@ -156,6 +162,10 @@ pub fn describe() {
     describe_counter!(
         STORE_EVENTS_LOST,
         "Requests refused: the store lost an event the database has on sale"
+    );
+    describe_counter!(
+        STORE_UNITS_LOST,
+        "Units held by orders in the database that the store had put back on sale (writes it lost)"
     );
     describe_counter!(HTTP_REQUESTS, "HTTP requests by matched route and status");
     describe_histogram!(

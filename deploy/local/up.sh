@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Brings up the compose topology on ONE machine, without Docker:
-#   - a Redis Cluster of 3 masters (+3 replicas with REPLICAS=1), redis-server
-#     processes with AOF (appendfsync everysec), on free ports;
+#   - a Redis Cluster of 3 masters, each with a replica (REPLICAS=1; 0 for
+#     masters alone), redis-server processes with AOF (appendfsync everysec),
+#     on free ports;
 #   - the machine's PostgreSQL (127.0.0.1:5432, user postgres, trust auth),
 #     with database $DB_NAME created if absent;
-#   - REPLICAS_SVC shardstock processes on ports from BASE_PORT, waited for
-#     until /readyz answers 200;
+#   - REPLICAS_SVC shardstock processes on ports from BASE_PORT, with the
+#     durability setting on when the masters have replicas (--min-replicas
+#     MIN_REPLICAS), waited for until /readyz answers 200;
 #   - Prometheus scraping them every second with deploy/prometheus/alerts.yml.
 # Writes $RUN_DIR/env (REDIS_URL, DATABASE_URL, SERVICE_URLS, PROMETHEUS_URL,
 # PIDs…) for tests and humans: `source "$RUN_DIR/env"`.
@@ -16,7 +18,8 @@
 #
 # Settings (environment variables):
 #   RUN_DIR=/tmp/shardstock-local    state, logs, PID files, Prometheus data
-#   REPLICAS=0                       Redis replicas per master (0 or 1)
+#   REPLICAS=1                       Redis replicas per master (0 or 1)
+#   MIN_REPLICAS=$REPLICAS           the service's store.min_replicas (≤ REPLICAS)
 #   REPLICAS_SVC=2                   shardstock processes
 #   SHARDSTOCK_BIN=target/release/shardstock   (relative to the repo root)
 #   CONFIG=config/shardstock.toml    (relative to the repo root)
@@ -37,7 +40,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 
 RUN_DIR=${RUN_DIR:-/tmp/shardstock-local}
-REPLICAS=${REPLICAS:-0}
+REPLICAS=${REPLICAS:-1}
+MIN_REPLICAS=${MIN_REPLICAS:-$REPLICAS}
 REPLICAS_SVC=${REPLICAS_SVC:-2}
 SHARDSTOCK_BIN=${SHARDSTOCK_BIN:-target/release/shardstock}
 CONFIG=${CONFIG:-config/shardstock.toml}
@@ -103,6 +107,7 @@ fail() {
 
 # ---- settings and prerequisites --------------------------------------------------
 [[ $REPLICAS =~ ^[01]$ ]] || die "REPLICAS must be 0 or 1 (Redis replicas per master), not '$REPLICAS'"
+[[ $MIN_REPLICAS =~ ^[01]$ && $MIN_REPLICAS -le $REPLICAS ]] || die "MIN_REPLICAS must be 0 or 1 and at most REPLICAS ($REPLICAS), not '$MIN_REPLICAS'"
 [[ $REPLICAS_SVC =~ ^[1-9][0-9]*$ ]] || die "REPLICAS_SVC must be a positive number, not '$REPLICAS_SVC'"
 
 need redis-server "apt-get install -y redis-server   (or: bash deploy/local/install.sh)"
@@ -117,7 +122,7 @@ need curl "apt-get install -y curl   (or: bash deploy/local/install.sh)"
 REDIS_COUNT=$((3 * (1 + REPLICAS)))
 # A fingerprint of everything that shapes the setup: an existing run with the
 # same one is reused, a different one is replaced.
-FINGERPRINT="replicas=$REPLICAS svc=$REPLICAS_SVC bin=$SHARDSTOCK_BIN config=$CONFIG db=$PGHOST:$PGPORT/$DB_NAME base=$BASE_PORT redis=$REDIS_BASE_PORT prom=$PROM_PORT"
+FINGERPRINT="replicas=$REPLICAS min_replicas=$MIN_REPLICAS svc=$REPLICAS_SVC bin=$SHARDSTOCK_BIN config=$CONFIG db=$PGHOST:$PGPORT/$DB_NAME base=$BASE_PORT redis=$REDIS_BASE_PORT prom=$PROM_PORT"
 
 # ---- already up? ------------------------------------------------------------------
 # healthy: every recorded process alive, every service ready, Prometheus ready.
@@ -271,7 +276,8 @@ for i in $(seq 1 "$REPLICAS_SVC"); do
   # default) then mean what they mean for `cargo run`.
   (cd "$REPO" && start_bg "shardstock-$i" "$(basename "$SHARDSTOCK_BIN")" \
     "$SHARDSTOCK_BIN" serve --config "$CONFIG" --listen "127.0.0.1:$port" \
-    --redis "$REDIS_URL" --database-url "$DATABASE_URL" --admin-token "$ADMIN_TOKEN")
+    --redis "$REDIS_URL" --database-url "$DATABASE_URL" --admin-token "$ADMIN_TOKEN" \
+    --min-replicas "$MIN_REPLICAS")
   SERVICE_URLS+=("http://127.0.0.1:$port")
   SERVICE_TARGETS+=("127.0.0.1:$port")
   SERVICE_PIDS+=("$(cat "$RUN_DIR/pids/shardstock-$i.pid")")

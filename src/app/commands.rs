@@ -1,5 +1,6 @@
 //! The operator commands that work on a deployment without serving it:
-//! `shardstock audit EVENT` and `shardstock recover EVENT`. Both need the
+//! `shardstock audit EVENT` and `shardstock recover EVENT` (a lost event, or
+//! a partial loss). Both need the
 //! shared store (Redis) and the database the service uses.
 
 use anyhow::Context;
@@ -8,6 +9,7 @@ use super::options;
 use crate::config::Settings;
 use crate::control::audit::Audit;
 use crate::control::lifecycle;
+use crate::control::reconcile::{self, Reconciled};
 use crate::domain::ids::EventId;
 use crate::engine::Engine;
 use crate::ledger::Ledger;
@@ -31,12 +33,41 @@ pub async fn audit(settings: Settings, event: &str) -> anyhow::Result<Audit> {
     Ok(crate::control::audit::audit(&engine, &ledger, &event).await?)
 }
 
-/// `shardstock recover EVENT`: rebuild an event the store lost from the ledger.
+/// `shardstock recover EVENT`: rebuild an event the store lost from the
+/// ledger; or, when the store lost only some of its writes (a partial loss:
+/// units held by orders in the ledger are on sale again), take those units
+/// off sale (`control::reconcile`). Instances holding the event sell it again
+/// once their next audit balances.
 pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
     let event = EventId::parse(event)?;
     let (engine, ledger) = connect(&settings).await?;
     if engine.store().load_meta(&event).await?.is_some() {
-        anyhow::bail!("the store has {event}: nothing to recover");
+        return match reconcile::reconcile(&engine, &ledger, &event, true).await? {
+            Reconciled::Clean(audit) if audit.discrepancy < 0 => anyhow::bail!(
+                "the store has {event} and holds {} units fewer than the ledger accounts for \
+                 (a lost cancel?): nothing to take off sale; see `shardstock audit {event}`",
+                -audit.discrepancy
+            ),
+            Reconciled::Clean(_) => {
+                anyhow::bail!("the store has {event} and it balances: nothing to recover")
+            }
+            Reconciled::Repaired { units, short } => {
+                println!(
+                    "{event}: the store had lost writes the database has; took {} of their {units} \
+                     units off sale{}",
+                    units - short,
+                    if short > 0 {
+                        format!(" ({short} had been sold again: oversold)")
+                    } else {
+                        String::new()
+                    }
+                );
+                Ok(())
+            }
+            Reconciled::Found { units } => {
+                anyhow::bail!("{units} units found and left: not repaired")
+            }
+        };
     }
     let db = ledger
         .event(&event)

@@ -11,6 +11,7 @@
 //! `options` maps the settings onto each layer's options; `commands` holds
 //! the operator commands (`audit`, `recover`) that run without serving.
 
+mod audits;
 mod commands;
 pub mod options;
 
@@ -34,7 +35,7 @@ use crate::control::lifecycle;
 use crate::control::rebalancer::Rebalancer;
 use crate::engine::Engine;
 use crate::http::serve::ServeOptions;
-use crate::http::{self, AppState, guard::RateLimits};
+use crate::http::{self, AppState, Held, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::{MemoryStore, RedisStore, Store};
@@ -141,7 +142,7 @@ impl Application {
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.
             meters: Arc::new(http::Meters::default()),
-            held: Arc::new(refused.into_iter().collect()),
+            held: Arc::new(Held::lost(refused)),
             flush: options::flush(db),
             rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
@@ -183,10 +184,14 @@ impl Application {
         }
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);
-            tasks.spawn(quietly(audits(
+            tasks.spawn(quietly(audits::run(
                 engine.clone(),
                 ledger.clone(),
                 every,
+                audits::Reaction {
+                    held: state.held.clone(),
+                    repair: policy == LostState::Rebuild,
+                },
                 stop.clone(),
             )));
         }
@@ -290,52 +295,6 @@ impl Application {
         );
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-/// Audits, now and then, the events this instance sold (or cancelled, or
-/// moved) since its last look, keeping `shardstock_audit_balanced` current.
-/// An idle event is not audited again: nothing changed (a flush moves records
-/// from the streams to the ledger and leaves every sum as it was), and the
-/// instances that do sell it audit it. An audit that could not finish is
-/// tried again next time (the buckets kept changing).
-async fn audits<S: Store>(
-    engine: Arc<Engine<S>>,
-    ledger: Ledger,
-    every: Duration,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut since = std::time::Instant::now();
-    let mut again: Vec<crate::domain::ids::EventId> = Vec::new();
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let now = std::time::Instant::now();
-        let mut events = engine.activity().events_since(since);
-        since = now;
-        for event in std::mem::take(&mut again) {
-            if !events.contains(&event) {
-                events.push(event);
-            }
-        }
-        for event in events {
-            match crate::control::audit::audit(&engine, &ledger, &event).await {
-                Ok(a) if !a.balanced => {
-                    tracing::error!(%event, audit = ?a, "audit does not balance")
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(%event, error = %e, "audit skipped");
-                    if matches!(e, crate::control::ControlError::Busy(_)) {
-                        again.push(event);
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The control plane: everything beyond the hot path that keeps an event
 //! whole — its life (create, close, rebuild), resharding, the rebalancer, the
-//! flusher that streams orders into the ledger, the audit, the gauges, and
-//! the sweeper that ends sagas whose driver went away.
+//! flusher that streams orders into the ledger, the audit and the
+//! reconciliation after a partial loss, the gauges, and the sweeper that
+//! ends sagas whose driver went away.
 //!
 //! These run in the background or on an operator's request, compose engine
 //! and store steps under the mover lease, and join the store to the ledger.
@@ -20,6 +21,8 @@ pub mod gauges;
 pub mod lifecycle;
 /// The per-event leader that keeps buckets balanced.
 pub mod rebalancer;
+/// After a partial loss: units held by orders in the ledger taken off sale.
+pub mod reconcile;
 /// Moving a live event to another bucket count.
 pub mod reshard;
 /// The flusher's slow sweep over every open bucket, and its lag count.

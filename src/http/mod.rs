@@ -15,6 +15,7 @@
 pub mod error;
 mod events;
 pub mod guard;
+mod held;
 mod meters;
 mod openapi;
 mod ops;
@@ -24,7 +25,6 @@ pub mod serve;
 mod trace;
 mod whole;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,7 @@ use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};
 use guard::RateLimits;
+pub use held::{Held, Hold};
 pub use meters::Meters;
 
 /// What every handler can reach. Cheap to clone: everything is behind `Arc`.
@@ -58,8 +59,8 @@ pub struct AppState<S: Store> {
     pub metrics: PrometheusHandle,
     /// The handles of the request path's metric series.
     pub meters: Arc<Meters>,
-    /// Events the store lost and the ledger still has on sale, refused until recovered.
-    pub held: Arc<HashSet<EventId>>,
+    /// Events refused until an operator recovers them.
+    pub held: Arc<Held>,
     pub flush: FlushOptions,
     pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
@@ -90,14 +91,10 @@ impl<S: Store> AppState<S> {
 
     /// An engine error, but a held event's "unknown" becomes a clear 503.
     fn engine_error(&self, event: &EventId, e: crate::engine::EngineError) -> ApiError {
-        if matches!(e, crate::engine::EngineError::UnknownEvent(_)) && self.held.contains(event) {
-            return ApiError::Unavailable {
-                detail: format!(
-                    "the store lost event {event}, which the database has on sale; \
-                     an operator must run `shardstock recover {event}`"
-                ),
-                outcome_unknown: false,
-            };
+        if matches!(e, crate::engine::EngineError::UnknownEvent(_))
+            && let Some(refused) = self.held.refusal(event)
+        {
+            return refused;
         }
         e.into()
     }

@@ -99,6 +99,9 @@ pub(super) async fn purchase<S: Store>(
         };
         state.limits.check(&req.user)?;
         let event = req.event.clone();
+        if let Some(refused) = state.held.refusal(&event) {
+            return Err(refused);
+        }
         // A task of its own: if this handler is dropped (the client went
         // away, the request timeout fired), the purchase still ends.
         match state.engine.purchase_detached(req).await {

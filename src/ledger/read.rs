@@ -76,8 +76,12 @@ pub struct AuditDb {
 #[derive(Debug, Clone)]
 pub struct StreamCut {
     pub stream: String,
-    /// Records after this id were written after the buckets were read.
+    /// Records after this id were written after the buckets were read…
     pub last: StreamId,
+    /// …unless they are older than the read (the store's clock, ms; 0: no
+    /// such check): the stream never generated them, the store lost them
+    /// (a partial loss), and the audit counts them as the ledger has them.
+    pub read_ms: i64,
     /// Ids still in the stream.
     pub present: Vec<StreamId>,
 }
@@ -258,13 +262,18 @@ impl Ledger {
             let Some(&no) = numbers.get(&cut.stream) else {
                 continue;
             };
+            // Newer: after the stream's last id, and not older than the read
+            // (a record older than the read that the stream never generated
+            // is a write the store lost: it stays counted, see `StreamCut`).
             let newer = sqlx::query(
                 "SELECT kind, CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM order_records \
-                 WHERE stream_no = $1 AND ms >= $2 AND (ms > $2 OR seq > $3) GROUP BY kind",
+                 WHERE stream_no = $1 AND ms >= $2 AND (ms > $2 OR seq > $3) AND ms >= $4 \
+                 GROUP BY kind",
             )
             .bind(no)
             .bind(cut.last.ms as i64)
             .bind(cut.last.seq as i64)
+            .bind(cut.read_ms)
             .fetch_all(&mut *tx)
             .await?;
             for r in &newer {

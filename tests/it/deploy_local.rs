@@ -1,6 +1,7 @@
 //! The observability contract, proven against a real Prometheus: the local
-//! topology of `deploy/local/up.sh` (a 3-master Redis Cluster, PostgreSQL, two
-//! service replicas, Prometheus scraping them) runs a sale across both
+//! topology of `deploy/local/up.sh` (a 3-master Redis Cluster, each master with a
+//! replica and the service waiting for it, PostgreSQL, two service replicas,
+//! Prometheus scraping them) runs a sale across both
 //! replicas; then every expression of the Grafana dashboard and the left side
 //! of every alert rule must return data (`deploy/local/query_check.py`), and
 //! `promtool` must accept the configuration and the rules.

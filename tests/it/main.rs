@@ -32,6 +32,10 @@
 //! - `topology`: a Cluster grown to 4 masters and shrunk back mid-sale; one
 //!   slot held mid-migration.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
+//! - `failover`: a Cluster master killed mid-sale and replaced by its
+//!   replica, with the durability setting on and off.
+//! - `partial_loss`: Redis back from an AOF missing its last writes: the
+//!   loss found by the audits, repaired or refused until recovered.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the sweep bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
@@ -51,11 +55,13 @@ mod concurrency;
 mod deploy_local;
 mod durability;
 mod engine;
+mod failover;
 mod faults;
 mod hardening;
 mod idle;
 mod ledger;
 mod live_page;
+mod partial_loss;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;

@@ -21,6 +21,21 @@ impl Retirement for MemoryStore {
         })
     }
 
+    /// Mirrors `lua/forfeit.lua`.
+    async fn forfeit(&self, b: &BucketRef, units: u64) -> Result<u64, StoreError> {
+        self.with(b, |bk| {
+            if bk.sealed {
+                return 0;
+            }
+            let take = bk.stock.min(units);
+            if take > 0 {
+                bk.stock -= take;
+                bk.adds += 1;
+            }
+            take
+        })
+    }
+
     /// Mirrors `lua/retire.lua`.
     async fn retire(&self, b: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
         self.with(b, |bk| {
@@ -65,6 +80,8 @@ impl Retirement for MemoryStore {
                 .iter()
                 .map(|s| (s.entry.id, s.entry.kind, s.entry.qty))
                 .collect(),
+            // It never loses a write: every record after the last id is newer.
+            read_ms: 0,
         })
     }
 

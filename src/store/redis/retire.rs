@@ -25,6 +25,21 @@ impl Retirement for RedisStore {
         }
     }
 
+    async fn forfeit(&self, bucket: &BucketRef, units: u64) -> Result<u64, StoreError> {
+        let k = self.keys(bucket);
+        match self
+            .eval(
+                &self.scripts.forfeit,
+                vec![k.stock, k.sealed, k.adds],
+                vec![units.to_string()],
+            )
+            .await?
+        {
+            v if is_stale(&v) => Err(StoreError::Stale(bucket.tag())),
+            v => num(&v),
+        }
+    }
+
     async fn retire(&self, bucket: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
         let k = self.keys(bucket);
         let keys = vec![k.stock, k.sealed, k.orders];
@@ -196,7 +211,8 @@ impl Retirement for RedisStore {
 pub(super) const AUDIT_PAGE: usize = 512;
 
 /// `audit_bucket.lua`'s reply: stock, adds, sealed, last id, then the open
-/// transfers, the applied ones and the stream's entries as flat lists.
+/// transfers, the applied ones and the stream's entries as flat lists, then
+/// the server's clock.
 fn decode_audit(bucket: &BucketRef, parts: Vec<Value>) -> Result<BucketAudit, StoreError> {
     let id = |v: &Value| {
         let s = text(v)?;
@@ -236,5 +252,6 @@ fn decode_audit(bucket: &BucketRef, parts: Vec<Value>) -> Result<BucketAudit, St
         open,
         applied,
         entries,
+        read_ms: num(arg(&parts, 7)?)? as i64,
     })
 }

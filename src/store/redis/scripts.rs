@@ -131,6 +131,7 @@ scripts! {
     stream_ack: [],
     // retire.rs
     seal: [STALE],
+    forfeit: [STALE],
     retire: [STALE, OK, NOT_SEALED],
     audit_bucket: [STALE],
     restore: [OK, FENCED],

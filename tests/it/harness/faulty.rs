@@ -404,6 +404,7 @@ faulty_sections! {
     }
     Retirement {
         fn seal(bucket: &BucketRef) -> u64;
+        fn forfeit(bucket: &BucketRef, units: u64) -> u64;
         fn retire(bucket: &BucketRef, now_ms: i64) -> Option<u64>;
         fn audit_bucket(bucket: &BucketRef) -> BucketAudit;
         fn pending(bucket: &BucketRef) -> Vec<(String, RequestRecord)>;

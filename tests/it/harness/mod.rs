@@ -5,6 +5,8 @@
 //!   a Redis namespace per suite; this process's PostgreSQL database;
 //!   `on_every_backend!`.
 //! - `servers`: private `redis-server`s and the shared 3-master Cluster.
+//! - `replicated`: a private Cluster of 3 masters with a replica each, whose
+//!   masters a test kills and whose failovers it waits for.
 //! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
 //! - `service`: the `shardstock` binary as a child process.
 //! - `wait`: waiting for a condition with a deadline, never for a fixed time.
@@ -15,6 +17,7 @@ mod app;
 mod backends;
 pub mod faulty;
 mod fixtures;
+mod replicated;
 mod servers;
 mod service;
 mod wait;
@@ -27,6 +30,7 @@ pub use backends::{
     suite_of, unbatched,
 };
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
+pub use replicated::ReplicatedCluster;
 pub use servers::{RedisCluster, RedisServer, free_port, process_id};
 pub use service::Service;
 pub use wait::{eventually, wait_until};

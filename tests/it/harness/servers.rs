@@ -107,6 +107,13 @@ impl RedisServer {
     /// Kills the server with SIGKILL (no shutdown, no final save), then starts
     /// it again on the same port and directory: what a crash and a supervisor do.
     pub fn crash_and_restart(&mut self) {
+        self.crash_and_restart_after(|_| {});
+    }
+
+    /// [`RedisServer::crash_and_restart`], running `meanwhile` on the
+    /// server's directory while it is down (e.g. to cut its AOF back to what
+    /// a host crash would have left on disk).
+    pub fn crash_and_restart_after(&mut self, meanwhile: impl FnOnce(&std::path::Path)) {
         let pid = self.pid();
         let killed = Command::new("kill").args(["-9", &pid]).status().unwrap();
         assert!(killed.success());
@@ -119,6 +126,7 @@ impl RedisServer {
             Duration::from_secs(10),
             || std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         );
+        meanwhile(&self.dir);
         self.boot();
     }
 }

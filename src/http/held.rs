@@ -1,0 +1,98 @@
+//! Events an instance refuses to sell until an operator recovers them: the
+//! store lost the event (start-up check, `lost_state = "refuse"`), or lost
+//! some of its writes that the ledger has (a partial loss found by the
+//! periodic audit, `control::reconcile`). Set by the application, read by
+//! the purchase path.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::ApiError;
+use crate::domain::ids::EventId;
+
+/// Why an event is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The store lost the event itself (it has no meta), the ledger has it on sale.
+    Lost,
+    /// The store lost some writes the ledger has: `units` held by orders in
+    /// the ledger are on sale again (`database.lost_state = "refuse"`).
+    Partial { units: u64 },
+}
+
+/// Events this instance refuses to sell until an operator recovers them
+/// (`shardstock recover`): a purchase of one answers `503
+/// backend-unavailable`, nothing deducted. The purchase path asks
+/// [`Held::refusal`] first: one relaxed atomic load while nothing is held.
+#[derive(Debug, Default)]
+pub struct Held {
+    any: AtomicBool,
+    events: RwLock<HashMap<EventId, Hold>>,
+}
+
+impl Held {
+    /// Holds the events the store lost at start-up.
+    pub fn lost(events: impl IntoIterator<Item = EventId>) -> Self {
+        let held = Self::default();
+        for e in events {
+            held.hold(e, Hold::Lost);
+        }
+        held
+    }
+
+    pub fn contains(&self, event: &EventId) -> bool {
+        self.get(event).is_some()
+    }
+
+    pub fn get(&self, event: &EventId) -> Option<Hold> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.events
+            .read()
+            .expect("held events poisoned")
+            .get(event)
+            .copied()
+    }
+
+    pub fn hold(&self, event: EventId, why: Hold) {
+        let mut events = self.events.write().expect("held events poisoned");
+        events.insert(event, why);
+        self.any.store(true, Ordering::Relaxed);
+    }
+
+    pub fn release(&self, event: &EventId) {
+        let mut events = self.events.write().expect("held events poisoned");
+        events.remove(event);
+        self.any.store(!events.is_empty(), Ordering::Relaxed);
+    }
+
+    /// The events held for a partial loss (re-audited until recovered).
+    pub fn partial(&self) -> Vec<EventId> {
+        let events = self.events.read().expect("held events poisoned");
+        events
+            .iter()
+            .filter(|(_, h)| matches!(h, Hold::Partial { .. }))
+            .map(|(e, _)| e.clone())
+            .collect()
+    }
+
+    /// The answer to a purchase of a held event, if it is held.
+    pub fn refusal(&self, event: &EventId) -> Option<ApiError> {
+        let detail = match self.get(event)? {
+            Hold::Lost => format!(
+                "the store lost event {event}, which the database has on sale; \
+                 an operator must run `shardstock recover {event}`"
+            ),
+            Hold::Partial { units } => format!(
+                "the store lost writes of event {event} that the database has ({units} units \
+                 held by orders are on sale again); an operator must run `shardstock recover {event}`"
+            ),
+        };
+        Some(ApiError::Unavailable {
+            detail,
+            outcome_unknown: false,
+        })
+    }
+}
