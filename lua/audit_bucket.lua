@@ -2,6 +2,7 @@
 from a bucket.
 
 KEYS[1] stock  KEYS[2] xfer  KEYS[3] xin  KEYS[4] adds  KEYS[5] orders  KEYS[6] sealed
+KEYS[7] hunits (units in live holds of users homed here)
 (all ss:{e#g#b}:…)
 ARGV[1] page: at most this many stream records in the reply
 
@@ -9,7 +10,8 @@ Returns "ST" (no bucket) or
 {stock, adds, sealed (0/1), last generated stream id ('0-0' if none),
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
- {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed)}
+ {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed),
+ units in live holds}
 Atomic so that a purchase, cancel or take (which change the stock and the
 stream together) is either wholly seen or not at all. A full page means more
 records may follow: the caller reads them with XRANGE COUNT from the last id
@@ -48,4 +50,4 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   end
 end
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',
-  redis.call('EXISTS', KEYS[6]), last, open, applied, records}
+  redis.call('EXISTS', KEYS[6]), last, open, applied, records, redis.call('GET', KEYS[7]) or '0'}

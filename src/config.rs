@@ -308,6 +308,8 @@ pub struct EventSettings {
     pub starts_at: Option<String>,
     /// RFC 3339.
     pub ends_at: Option<String>,
+    /// Purchases are holds to confirm within this many seconds (1..=86400).
+    pub hold_seconds: Option<u32>,
 }
 
 impl EventSettings {
@@ -328,6 +330,7 @@ impl EventSettings {
             max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
             starts_at: time("starts_at", &self.starts_at)?,
             ends_at: time("ends_at", &self.ends_at)?,
+            hold_seconds: self.hold_seconds,
         };
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;
@@ -337,6 +340,7 @@ impl EventSettings {
                 MaxPerOrder(_) => "max_per_order",
                 PerUserLimit(_) => "per_user_limit",
                 Window => "ends_at",
+                HoldSeconds(_) => "hold_seconds",
             };
             invalid(field(f), e)
         })?;

@@ -40,6 +40,7 @@ pub(crate) fn spec(id: &EventId, w: &Workload, buckets: u32) -> EventSpec {
             .max(DEFAULT_MAX_PER_ORDER),
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     }
 }
 

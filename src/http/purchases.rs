@@ -134,6 +134,9 @@ fn respond(outcome: Result<PurchaseOutcome, ApiError>, event: &str, start: Insta
                     .record(f64::from(order.probes));
                 metrics::counter!(m::PURCHASED_UNITS, "event" => event.to_owned())
                     .increment(u64::from(order.quantity));
+                if order.pay_by.is_some() {
+                    metrics::counter!(m::HOLDS_CREATED, "event" => event.to_owned()).increment(1);
+                }
             }
             (
                 (StatusCode::CREATED, Json(order)).into_response(),

@@ -30,6 +30,8 @@ pub struct BucketAudit {
     pub applied: HashSet<String>,
     /// Entries still in the stream: (id, kind, qty).
     pub entries: Vec<(StreamId, RecordKind, u64)>,
+    /// Units in live holds of users homed here (counted in `sold`).
+    pub held: u64,
 }
 
 /// What a bucket remembers about its users (moved by a reshard).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Marker, MemoryStore};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{OrderEntry, RequestRecord};
+use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
     BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
@@ -65,6 +65,7 @@ impl Retirement for MemoryStore {
                 .iter()
                 .map(|s| (s.entry.id, s.entry.kind, s.entry.qty))
                 .collect(),
+            held: bk.hunits,
         })
     }
 
@@ -103,7 +104,7 @@ impl Retirement for MemoryStore {
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
     ) -> Result<RestoreReply, StoreError> {
-        self.with(b, |bk| {
+        let reply = self.with(b, |bk| {
             if let Err(TransferReply::Fenced { highest }) = bk.fence(token) {
                 return RestoreReply::Fenced { highest };
             }
@@ -112,12 +113,27 @@ impl Retirement for MemoryStore {
             }
             for (oid, entry) in orders {
                 bk.idx.insert(oid.clone(), entry.clone());
+                // A live hold joins the deadline index once (restore.lua).
+                if let (EntryState::Held, Some(pay_by)) = (entry.state, entry.pay_by)
+                    && bk.holds.insert((pay_by, oid.to_string()))
+                {
+                    bk.hunits += u64::from(entry.qty);
+                }
             }
             for (rid, record) in records {
                 bk.reqs.insert(rid.clone(), record.clone());
             }
             RestoreReply::Restored
-        })
+        })?;
+        let first = orders
+            .iter()
+            .filter(|(_, e)| e.state == EntryState::Held)
+            .filter_map(|(_, e)| e.pay_by)
+            .min();
+        if let (RestoreReply::Restored, Some(at)) = (reply, first) {
+            self.announce(b, at);
+        }
+        Ok(reply)
     }
 
     async fn contents(&self, b: &BucketRef) -> Result<BucketContents, StoreError> {
