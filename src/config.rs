@@ -544,6 +544,12 @@ mod tests {
         let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nstarts_at = \"tomorrow\"\n")
             .unwrap_err();
         assert_eq!(field_of(e), "events[0].starts_at");
+        let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nhold_seconds = 0\n")
+            .unwrap_err();
+        assert_eq!(field_of(e), "events[0].hold_seconds");
+        let held =
+            parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nhold_seconds = 600\n").unwrap();
+        assert_eq!(held.events[0].spec(0).unwrap().hold_seconds, Some(600));
         let twice = "[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\n[[events]]\nid = \"a\"\nstock = 1\nbuckets = 1\n";
         assert_eq!(field_of(parse(twice).unwrap_err()), "events[1].id");
     }
