@@ -9,6 +9,7 @@
 
 use super::purchase::PurchaseOutcome;
 use super::{Engine, EngineError};
+use crate::domain::ids::OrderId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventStatus, OrderView};
 use crate::store::{ConfirmReply, ExpireReply, Store, StoreError};
@@ -32,24 +33,33 @@ pub struct ConfirmOutcome {
 impl<S: Store> Engine<S> {
     /// Confirms a held order (idempotent). Past its deadline it is expired
     /// here if the sweeper has not done it yet.
+    ///
+    /// One store call: unlike a cancel it does not read the meta first. A
+    /// closed event's buckets are sealed (then gone): `confirm.lua` answers
+    /// stale, and a closed event is told apart after the layout reloads.
     pub async fn confirm(&self, raw: &str) -> Result<ConfirmOutcome, EngineError> {
-        let (order_id, event, reply) = self
+        let confirmed = self
             .on_order_home(raw, |bucket, oid| async move {
-                if let Some(meta) = self.store.load_meta(&bucket.event).await?
-                    && meta.status == EventStatus::Closed
-                {
-                    return Ok(None);
-                }
                 let reply = self.store.confirm(&bucket, self.clock.now_ms(), &oid).await;
                 self.activity.wrote(&bucket);
-                reply.map(Some)
+                reply
             })
-            .await?;
-        let Some(reply) = reply else {
-            return Err(EngineError::NotOnSale {
-                event,
-                why: "closed",
-            });
+            .await;
+        let (order_id, event, reply) = match confirmed {
+            Ok(done) => done,
+            Err(EngineError::UnknownOrder(_) | EngineError::Store(StoreError::Stale(_))) => {
+                if let Ok((_, event, _)) = OrderId::parse(raw)
+                    && let Ok(meta) = self.reload(&event).await
+                    && meta.status == EventStatus::Closed
+                {
+                    return Err(EngineError::NotOnSale {
+                        event,
+                        why: "closed",
+                    });
+                }
+                return Err(EngineError::UnknownOrder(raw.to_owned()));
+            }
+            Err(e) => return Err(e),
         };
         let view = |entry| OrderView::new(order_id.clone(), event.clone(), entry);
         Ok(match reply {
@@ -130,8 +140,11 @@ impl<S: Store> Engine<S> {
         &self,
         answer: Result<PurchaseOutcome, EngineError>,
     ) -> Result<PurchaseOutcome, EngineError> {
+        // Only a replay can lack the hold (every fresh answer on an event
+        // with holds carries it), so other purchases pay nothing here.
         let Ok(PurchaseOutcome {
-            result: Ok(order), ..
+            result: Ok(order),
+            replayed: true,
         }) = &answer
         else {
             return answer;

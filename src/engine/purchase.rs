@@ -315,7 +315,12 @@ impl<S: Store> Engine<S> {
                 order_id,
                 bucket,
                 probes,
-            } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
+            } => {
+                // This saga's own order: its deadline is known (a fast-path
+                // record replayed is another call's: `with_hold` reads it).
+                let pay_by = saga.pay_by.filter(|_| order_id == saga.order_id);
+                Ok(order(meta, &saga.user, qty, order_id, bucket, probes).held_until(pay_by))
+            }
             RequestRecord::LimitExceeded { limit, held, .. } => {
                 Err(Refusal::LimitExceeded { limit, held })
             }
