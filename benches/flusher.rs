@@ -87,6 +87,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
         max_per_order: DEFAULT_MAX_PER_ORDER,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec)
         .await

@@ -52,6 +52,7 @@ fn memory_purchase(c: &mut Criterion) {
             max_per_order: 10,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         };
         rt.block_on(engine.create_event(spec)).unwrap();
         let users: Vec<UserId> = (0..1024)

@@ -2,6 +2,7 @@
 from a bucket.
 
 KEYS[1] stock  KEYS[2] xfer  KEYS[3] xin  KEYS[4] adds  KEYS[5] orders  KEYS[6] sealed
+KEYS[7] hunits (units in live holds of users homed here)
 (all ss:{e#g#b}:…)
 ARGV[1] page: at most this many stream records in the reply
 
@@ -10,7 +11,8 @@ Returns "ST" (no bucket) or
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
  {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed),
- the server's clock at the read, in ms}
+ the server's clock at the read, in ms,
+ units in live holds}
 Atomic so that a purchase, cancel or take (which change the stock and the
 stream together) is either wholly seen or not at all. A full page means more
 records may follow: the caller reads them with XRANGE COUNT from the last id
@@ -55,4 +57,5 @@ end
 local now = redis.call('TIME')
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',
   redis.call('EXISTS', KEYS[6]), last, open, applied, records,
-  string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))}
+  string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)),
+  redis.call('GET', KEYS[7]) or '0'}

@@ -7,13 +7,17 @@ KEYS[4] ss:{e#g#h}:orders  STREAM (the cancel record goes here)
 KEYS[5] ss:{e#g#h}:adds    addition count, +1 (units appeared here)
 KEYS[6] ss:{e#g#h}:sealed  a sealed bucket refuses cancels ("ST"): its contents
                            are final (closed, or being moved by a reshard)
+KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
+KEYS[8] ss:{e#g#h}:hunits  units in live holds
 ARGV[1] now   ARGV[2] order id   ARGV[3] h
 
 Returns:
   "ST"            bucket does not exist
   {"OK", entry}   cancelled: units back in stock, user count down, entry marked X,
                   cancel record in the stream; entry is the entry before the change
-  {"AC", entry}   already cancelled: nothing changed
+  {"AC", entry}   already cancelled, or a hold that expired ("E…"): nothing changed
+A held order ("H…") is cancelled like a confirmed one, and leaves the
+deadline index and the held units in the same step (so it never expires too).
   {"NF"}          no such order here
 
 Atomic so that the units come back exactly once: a second cancel sees the X
@@ -27,10 +31,15 @@ local entry = redis.call('HGET', KEYS[3], ARGV[2])
 if not entry then
   return {'NF'}
 end
-if string.sub(entry, 1, 1) == 'X' then
+local state = string.sub(entry, 1, 1)
+if state == 'X' or state == 'E' then
   return {'AC', entry}
 end
-local user, qty = string.match(entry, '^C|([^|]*)|([^|]*)|')
+local user, qty = string.match(entry, '^[CH]|([^|]*)|([^|]*)|')
+if state == 'H' then
+  redis.call('ZREM', KEYS[7], ARGV[2])
+  redis.call('DECRBY', KEYS[8], qty)
+end
 redis.call('HSET', KEYS[3], ARGV[2], 'X' .. string.sub(entry, 2))
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))

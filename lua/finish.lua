@@ -5,16 +5,24 @@ KEYS[2] ss:{e#g#h}:users   HASH user -> units held
 KEYS[3] ss:{e#g#h}:reqs    HASH request id -> record
 KEYS[4] ss:{e#g#h}:idx     HASH order id -> order entry
 KEYS[5] ss:{e#g#h}:pend    ZSET request ids of pending sagas -> start ms
+KEYS[6] ss:{e#g#h}:holds   ZSET order id -> pay-by ms   (events with holds only)
+KEYS[7] ss:{e#g#h}:hunits  units in live holds          (events with holds only)
+KEYS[8] ss:{e#g#h}:orders  STREAM (the hold record)     (events with holds only)
 ARGV[1] now   ARGV[2] rid   ARGV[3] outcome: B (bought), S (sold out), A (abort)
 ARGV[4] user  ARGV[5] qty   ARGV[6] keep (1 = keep the final record)
 ARGV[7] order id  ARGV[8] bucket the units came from  ARGV[9] probes  (for B)
 ARGV[10] remaining units seen (for S)   ARGV[11] 1 when the event has a per-user
          limit (only then was a quota reserved, and is released)
 ARGV[12] the saga's order id (that of its pending record "P|q|oid|user|t")
+ARGV[13] events with holds only: the pay-by ms of a B; the order is indexed as
+         "H|user|q|bucket|rid|now|pay_by", in KEYS[6], its units in KEYS[7], and
+         ARGV[14] (the hold record "h|oid|user|q|bucket|h|rid|pay_by") goes
+         into KEYS[8]
 
 Returns:
   "ST"             home bucket does not exist
-  {"OK"}           this call ended the saga: B indexes the order and (keep)
+  {"OK", first}    this call ended the saga (first: 1 when a B put the first
+                   hold into a bucket that had none, else 0): B indexes the order and (keep)
                    stores "B|q|oid|bucket|probes"; S releases the quota and
                    (keep) stores "S|q|remaining"; A releases the quota and
                    deletes the record. Without keep the record is deleted.
@@ -49,9 +57,18 @@ end
 redis.call('ZREM', KEYS[5], ARGV[2])
 local outcome, user, qty, keep = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 local final = false
+local first = 0
 if outcome == 'B' then
-  redis.call('HSET', KEYS[4], ARGV[7], 'C|' .. user .. '|' .. qty .. '|' .. ARGV[8] .. '|' ..
-    (keep and ARGV[2] or '') .. '|' .. ARGV[1])
+  local entry = user .. '|' .. qty .. '|' .. ARGV[8] .. '|' .. (keep and ARGV[2] or '') .. '|' .. ARGV[1]
+  if ARGV[13] then
+    if redis.call('ZCARD', KEYS[6]) == 0 then first = 1 end
+    redis.call('HSET', KEYS[4], ARGV[7], 'H|' .. entry .. '|' .. ARGV[13])
+    redis.call('ZADD', KEYS[6], ARGV[13], ARGV[7])
+    redis.call('INCRBY', KEYS[7], qty)
+    redis.call('XADD', KEYS[8], '*', 'd', ARGV[14])
+  else
+    redis.call('HSET', KEYS[4], ARGV[7], 'C|' .. entry)
+  end
   final = 'B|' .. qty .. '|' .. ARGV[7] .. '|' .. ARGV[8] .. '|' .. ARGV[9]
 else
   if ARGV[11] == '1' then
@@ -66,4 +83,4 @@ if keep and final then
 else
   redis.call('HDEL', KEYS[3], ARGV[2])
 end
-return {'OK'}
+return {'OK', first}

@@ -22,6 +22,10 @@ ARGV[3] n, the number of entries; then n groups of 10:
         stream record "o|oid|user|q|b|b|rid|now", the index entry
         "C|user|q|b|rid|now", the pending record "P|q|oid|user|now" and the
         bought record "B|q|oid|b|0"
+        Events with holds (hold_seconds) add, after the n groups, n pairs:
+        pay-by ms, the hold record "h|oid|user|q|b|b|rid|pay_by"; their index
+        entries are "H|user|q|b|rid|now|pay_by" (built by the caller). Without
+        these pairs the script runs as it always did.
 
 Returns "ST" when the bucket does not exist or is sealed, else a flat array of
 2n values, two per entry, in order:
@@ -38,6 +42,12 @@ Returns "ST" when the bucket does not exist or is sealed, else a flat array of
                     pending record stored under rid and rid added to pend
                     (score now: the sweeper ends it if no driver does); the
                     caller probes the ring
+With holds, one value more at the end: 1 when this call put the first hold
+into a bucket that had none (the caller adds the bucket to the deadline index
+ss:holds), else 0. A bought entry is then also in KEYS[11] (score pay-by), its
+hold record in the stream, its units in KEYS[12] — in this same step, so an
+order is never bought without its deadline, nor a deadline left without an
+order.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -60,6 +70,10 @@ if empty then
 end
 local sold, wanted = 0, 0
 local out = {}
+local hbase = 3 + 10 * n
+local holds = #ARGV > hbase
+local first, hunits = false, 0
+if holds then first = redis.call('ZCARD', KEYS[11]) == 0 end
 for i = 1, n do
   local a = 3 + (i - 1) * 10
   local user, qty, limit = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -86,6 +100,11 @@ for i = 1, n do
     if keep then
       redis.call('HSET', KEYS[3], rid, ARGV[a + 10])
     end
+    if holds then
+      redis.call('ZADD', KEYS[11], ARGV[hbase + 2 * i - 1], ARGV[a + 6])
+      redis.call('XADD', KEYS[4], '*', 'd', ARGV[hbase + 2 * i])
+      hunits = hunits + qty
+    end
     out[o], out[o + 1] = 'B', stock
   elseif soldout and stock <= left and left < qty then
     if keep then
@@ -105,5 +124,9 @@ if sold > 0 then
 end
 if wanted > 0 then
   redis.call('INCRBY', KEYS[7], wanted)
+end
+if holds then
+  if hunits > 0 then redis.call('INCRBY', KEYS[12], hunits) end
+  out[#out + 1] = (first and hunits > 0) and 1 or 0
 end
 return out

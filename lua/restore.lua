@@ -4,10 +4,14 @@ The bucket's stock is set separately (init_bucket.lua, transfers).
 
 KEYS[1] ss:{e#g#b}:users   KEYS[2] ss:{e#g#b}:idx   KEYS[3] ss:{e#g#b}:reqs
 KEYS[4] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
+KEYS[5] ss:{e#g#b}:holds   ZSET order id -> pay-by ms  KEYS[6] ss:{e#g#b}:hunits
 ARGV[1] the writer's fencing token (a reshard's mover-lease token; 0 for a
         rebuild into a fresh layout no mover has fenced yet)
 ARGV[2] n, then n pairs: user, units held
-then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at")
+then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at"); an
+        entry of a live hold ("H|user|qty|bucket|rid|at|pay_by") also goes into
+        the deadline index KEYS[5] and its units into KEYS[6] (once: only
+        when the ZADD added it, so a repeated restore counts nothing twice)
 then r, then r pairs: request id, record ("B|…", "L|…", "S|…")
 
 Returns:
@@ -40,6 +44,14 @@ local function pairs_into(key)
   return count
 end
 local n = pairs_into(KEYS[1])
+local hstart = a
 local m = pairs_into(KEYS[2])
+for i = 0, m - 1 do
+  local entry = ARGV[hstart + 2 + 2 * i]
+  local qty, pay_by = string.match(entry, '^H|[^|]*|([^|]*)|[^|]*|[^|]*|[^|]*|([^|]*)$')
+  if qty and redis.call('ZADD', KEYS[5], pay_by, ARGV[hstart + 1 + 2 * i]) == 1 then
+    redis.call('INCRBY', KEYS[6], qty)
+  end
+end
 local r = pairs_into(KEYS[3])
 return {'OK', n, m, r}

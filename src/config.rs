@@ -312,6 +312,8 @@ pub struct EventSettings {
     pub starts_at: Option<String>,
     /// RFC 3339.
     pub ends_at: Option<String>,
+    /// Purchases are holds to confirm within this many seconds (1..=86400).
+    pub hold_seconds: Option<u32>,
 }
 
 impl EventSettings {
@@ -332,6 +334,7 @@ impl EventSettings {
             max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
             starts_at: time("starts_at", &self.starts_at)?,
             ends_at: time("ends_at", &self.ends_at)?,
+            hold_seconds: self.hold_seconds,
         };
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;
@@ -341,6 +344,7 @@ impl EventSettings {
                 MaxPerOrder(_) => "max_per_order",
                 PerUserLimit(_) => "per_user_limit",
                 Window => "ends_at",
+                HoldSeconds(_) => "hold_seconds",
             };
             invalid(field(f), e)
         })?;
@@ -544,6 +548,12 @@ mod tests {
         let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nstarts_at = \"tomorrow\"\n")
             .unwrap_err();
         assert_eq!(field_of(e), "events[0].starts_at");
+        let e = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nhold_seconds = 0\n")
+            .unwrap_err();
+        assert_eq!(field_of(e), "events[0].hold_seconds");
+        let held =
+            parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\nhold_seconds = 600\n").unwrap();
+        assert_eq!(held.events[0].spec(0).unwrap().hold_seconds, Some(600));
         let twice = "[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\n[[events]]\nid = \"a\"\nstock = 1\nbuckets = 1\n";
         assert_eq!(field_of(parse(twice).unwrap_err()), "events[1].id");
     }

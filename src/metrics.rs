@@ -23,6 +23,16 @@ pub const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
 /// counter {event}: pending sagas the sweeper ended (no driver was left to).
 pub const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
 
+// ---- holds (events with hold_seconds) ----
+/// counter {event}: purchases taken as holds.
+pub const HOLDS_CREATED: &str = "shardstock_holds_created_total";
+/// counter {event}: holds confirmed before their deadline.
+pub const HOLDS_CONFIRMED: &str = "shardstock_holds_confirmed_total";
+/// counter {event}: holds that reached their deadline unconfirmed (or a close voided).
+pub const HOLDS_EXPIRED: &str = "shardstock_holds_expired_total";
+/// gauge {event}: units in live holds.
+pub const EVENT_HELD: &str = "shardstock_event_held_units";
+
 // ---- buckets (kept fresh by a background task) ----
 /// gauge {event, bucket}.
 pub const BUCKET_REMAINING: &str = "shardstock_bucket_remaining";
@@ -111,6 +121,13 @@ pub fn describe() {
         SAGAS_SWEPT,
         "Pending purchase sagas ended by the sweeper (their driver was gone)"
     );
+    describe_counter!(HOLDS_CREATED, "Purchases taken as holds");
+    describe_counter!(HOLDS_CONFIRMED, "Holds confirmed before their deadline");
+    describe_counter!(
+        HOLDS_EXPIRED,
+        "Holds expired unconfirmed or voided by a close"
+    );
+    describe_gauge!(EVENT_HELD, "Units in live holds of an event");
     describe_gauge!(BUCKET_REMAINING, "Units left in a bucket");
     describe_gauge!(
         BUCKET_SKEW,

@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// this many replicas (WAIT per batch; the Redis needs them).
     #[arg(long, default_value_t = 0)]
     pub min_replicas: u32,
+    /// The engine with holds (`hold_seconds`): this share (0..=1) of the
+    /// held orders is confirmed, each by a task of its own.
+    #[arg(long)]
+    pub holds: Option<f64>,
     /// Run every strategy and write the comparison (see --out).
     #[arg(long)]
     pub compare: bool,
@@ -219,12 +223,11 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
         "engine" => {
             let url = a.cluster.as_deref().unwrap_or(&a.redis);
             let batch = (!a.unbatched).then_some(64);
-            one(
-                &EngineStrategy::connect_with(url, a.buckets, batch, a.min_replicas).await?,
-                &w,
-                a.json,
-            )
-            .await?
+            let mut s = EngineStrategy::connect_with(url, a.buckets, batch, a.min_replicas).await?;
+            if let Some(share) = a.holds {
+                s = s.with_holds(share);
+            }
+            one(&s, &w, a.json).await?
         }
         "http" => {
             let s = HttpStrategy::start(&service()?, &a.redis, &a.pg, a.buckets, c).await?;

@@ -40,6 +40,7 @@ pub(crate) fn spec(id: &EventId, w: &Workload, buckets: u32) -> EventSpec {
             .max(DEFAULT_MAX_PER_ORDER),
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     }
 }
 
@@ -49,7 +50,15 @@ pub struct EngineStrategy {
     engine: Arc<Engine<RedisStore>>,
     buckets: u32,
     event: Mutex<Option<EventId>>,
+    /// Events with holds: the share of held orders the buyer confirms (each
+    /// confirm sent by a task of its own, as a payment arrives apart from the
+    /// purchase; the rest stay held for the run).
+    holds: Option<f64>,
 }
+
+/// The pay-by window of a benchmark with holds: longer than any run, so
+/// nothing expires mid-run and the books stay comparable.
+const BENCH_HOLD_SECONDS: u32 = 3_600;
 
 impl EngineStrategy {
     /// Closes the Redis connections (before a local Cluster is stopped, so
@@ -104,7 +113,15 @@ impl EngineStrategy {
             engine: Arc::new(Engine::new(store, options)),
             buckets,
             event: Mutex::new(None),
+            holds: None,
         })
+    }
+
+    /// Purchases are holds; `confirm` of them (0..=1) are confirmed.
+    pub fn with_holds(mut self, confirm: f64) -> Self {
+        self.name = format!("{}-holds{:.0}", self.name, confirm * 100.0);
+        self.holds = Some(confirm.clamp(0.0, 1.0));
+        self
     }
 
     fn current(&self) -> EventId {
@@ -142,7 +159,9 @@ impl Strategy for EngineStrategy {
 
     async fn prepare(&self, w: &Workload) -> anyhow::Result<()> {
         let id = event("bench");
-        self.engine.create_event(spec(&id, w, self.buckets)).await?;
+        let mut spec = spec(&id, w, self.buckets);
+        spec.hold_seconds = self.holds.map(|_| BENCH_HOLD_SECONDS);
+        self.engine.create_event(spec).await?;
         self.engine.meta(&id).await?;
         *self.event.lock().expect("event slot") = Some(id);
         Ok(())
@@ -158,7 +177,29 @@ impl Strategy for EngineStrategy {
             quantity: qty,
             request_id: RequestId::parse(request_id).ok(),
         };
-        outcome(self.engine.purchase(&req).await)
+        let answer = self.engine.purchase(&req).await;
+        if let (
+            Some(share),
+            Ok(PurchaseOutcome {
+                result: Ok(order),
+                replayed: false,
+            }),
+        ) = (self.holds, &answer)
+        {
+            // The order id's random tail decides, so a share of orders
+            // (not of calls) is confirmed.
+            let tail = order.order_id.as_str().rsplit('.').next().unwrap_or("0");
+            let draw = u64::from_str_radix(tail, 16).unwrap_or(0) % 1000;
+            if (draw as f64) < share * 1000.0 {
+                let (engine, oid) = (self.engine.clone(), order.order_id.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = engine.confirm(oid.as_str()).await {
+                        eprintln!("confirm {oid}: {e}");
+                    }
+                });
+            }
+        }
+        outcome(answer)
     }
 
     async fn remaining(&self) -> anyhow::Result<i64> {

@@ -200,6 +200,11 @@ impl Application {
             options::sweep(&settings),
             stop.clone(),
         )));
+        tasks.spawn(quietly(crate::control::expiry::run(
+            engine.clone(),
+            Default::default(),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(housekeeping(state, stop.clone())));
         tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
         Ok(Self {

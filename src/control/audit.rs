@@ -3,6 +3,10 @@
 //! `stock = remaining + in_transfer + (sold_flushed + sold_unflushed)
 //!          − (released_flushed + released_unflushed) + leftover`
 //!
+//! Held units (events with holds) are sold units not confirmed yet: counted
+//! in `sold` like any take, and shown apart in `held` (read with each bucket,
+//! in the same step). An expiry releases them as a cancel does (`released`).
+//!
 //! Buckets are read one atomic script each (stock and stream change together,
 //! so each bucket is self-consistent), then their change counters are read
 //! again: if a transfer moved units in or out of a bucket, or a cancel added
@@ -50,6 +54,8 @@ pub struct Audit {
     pub released_unflushed: u64,
     /// Units left in buckets at the end of the sale.
     pub leftover: u64,
+    /// Units in live holds (taken, not confirmed yet): part of `sold_*`.
+    pub held: u64,
     /// Times the database guard refused a batch (must be 0).
     pub guard_violations: u64,
     /// Units accounted for minus the stock (0 when the equation holds).
@@ -161,6 +167,7 @@ pub async fn audit<S: Store>(
             released: db.totals.released,
             released_unflushed: 0,
             leftover: db.totals.leftover,
+            held: 0,
             guard_violations: db.totals.guard_violations,
             discrepancy: 0,
             balanced: false,
@@ -168,6 +175,11 @@ pub async fn audit<S: Store>(
         for (b, r) in buckets.iter().zip(&reads) {
             let Some(r) = r else { continue };
             a.remaining += r.stock;
+            // A sealed layout's holds moved with their users (a reshard's
+            // restore) or were voided (a close): count the live ones once.
+            if !r.sealed {
+                a.held += r.held;
+            }
             for (xid, _, units) in &r.open {
                 if !applied.contains(xid) {
                     a.in_transfer += units;
@@ -180,11 +192,13 @@ pub async fn audit<S: Store>(
                 }
                 match kind {
                     RecordKind::Order => a.sold_unflushed += qty,
-                    RecordKind::Cancel | RecordKind::Void => {
+                    RecordKind::Cancel | RecordKind::Void | RecordKind::Expire => {
                         a.released += qty;
                         a.released_unflushed += qty;
                     }
                     RecordKind::Leftover => a.leftover += qty,
+                    // A hold's start and its confirmation move no units.
+                    RecordKind::Hold | RecordKind::Confirm => {}
                 }
             }
         }
@@ -225,6 +239,7 @@ async fn from_ledger_only(
         released: t.released,
         released_unflushed: 0,
         leftover: t.leftover,
+        held: 0,
         guard_violations: t.guard_violations,
         discrepancy: 0,
         balanced: false,

@@ -37,6 +37,7 @@ pub fn publish(view: &EventView) {
     metrics::gauge!(m::BUCKET_SKEW, "event" => event.clone()).set(view.skew);
     metrics::gauge!(m::EVENT_STOCK, "event" => event.clone()).set(view.stock as f64);
     metrics::gauge!(m::EVENT_REMAINING, "event" => event.clone()).set(view.remaining as f64);
+    metrics::gauge!(m::EVENT_HELD, "event" => event.clone()).set(view.held as f64);
     metrics::gauge!(m::EVENT_BUCKETS, "event" => event).set(f64::from(view.bucket_count));
 }
 

@@ -35,7 +35,9 @@ use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::Flusher;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventSpec, EventStatus, OrderEntry, RequestRecord, split_even};
+use crate::domain::model::{
+    EntryState, EventSpec, EventStatus, OrderEntry, RequestRecord, split_even,
+};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, Lease};
@@ -138,6 +140,12 @@ pub async fn close<S: Store>(
             for (rid, record) in store.pending(b).await.or_else(ignore_stale_vec)? {
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
             }
+        }
+        // Live holds are voided (API.md): their units go back to their
+        // bucket before it turns into leftover, and each gets its expire
+        // record, so the ledger shows them expired and the units unsold.
+        for b in &buckets {
+            engine.void_holds(b).await?;
         }
         for b in &buckets {
             store
@@ -324,7 +332,11 @@ pub async fn rebuild<S: Store>(
             .entry(user.clone())
             .or_default() += o.qty;
         let entry = OrderEntry {
-            cancelled: false,
+            state: if o.held_until.is_some() {
+                EntryState::Held
+            } else {
+                EntryState::Confirmed
+            },
             user: user.clone(),
             qty: o.qty as u32,
             bucket: o.bucket as u32,
@@ -334,6 +346,7 @@ pub async fn rebuild<S: Store>(
                 format!("{user}/{}", o.request_id)
             },
             at_ms: o.at_ms,
+            pay_by: o.held_until,
         };
         entries
             .entry(h)

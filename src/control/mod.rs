@@ -1,8 +1,9 @@
 //! The control plane: everything beyond the hot path that keeps an event
 //! whole — its life (create, close, rebuild), resharding, the rebalancer, the
 //! flusher that streams orders into the ledger, the audit and the
-//! reconciliation after a partial loss, the gauges, and the sweeper that
-//! ends sagas whose driver went away.
+//! reconciliation after a partial loss, the gauges, the sweeper that ends
+//! sagas whose driver went away, and the expiry sweeper that puts unpaid
+//! holds back on sale.
 //!
 //! These run in the background or on an operator's request, compose engine
 //! and store steps under the mover lease, and join the store to the ledger.
@@ -13,6 +14,8 @@
 pub mod audit;
 /// Named points where a test can crash or pause a reshard or a close.
 pub mod checkpoint;
+/// Held orders past their pay-by deadline back on sale.
+pub mod expiry;
 /// Bucket order streams → the ledger, exactly once.
 pub mod flusher;
 /// Background refresh of the bucket gauges.

@@ -16,6 +16,8 @@
 //! driver that loses gives back what it took.
 //!
 //! Events resharding or closed are left alone: those settle their own sagas.
+//! On events with holds the round also announces each bucket's earliest
+//! deadline to the expiry sweeper's index (`control::expiry`): its backstop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +80,9 @@ pub async fn sweep_event<S: Store>(
         Err(StoreError::Stale(_)) => return Ok(0),
         Err(e) => return Err(e.into()),
     };
+    if meta.spec.hold_seconds.is_some() {
+        announce_holds(engine, &meta).await?;
+    }
     let mut ended = 0;
     for (b, sagas) in stale {
         for (rid, record) in sagas {
@@ -91,6 +96,26 @@ pub async fn sweep_event<S: Store>(
         metrics::counter!(m::SAGAS_SWEPT, "event" => event.to_string()).increment(u64::from(ended));
     }
     Ok(ended)
+}
+
+/// The backstop of the deadline index (`control::expiry`): every bucket of
+/// an event with holds announces its earliest deadline, so a hold whose
+/// purchase died before announcing it is swept at most one round late.
+/// Events without holds cost nothing here.
+async fn announce_holds<S: Store>(
+    engine: &Engine<S>,
+    meta: &crate::domain::model::EventMeta,
+) -> Result<(), ControlError> {
+    let store = engine.store();
+    for b in 0..meta.spec.buckets {
+        let bucket = BucketRef::new(&meta.spec.id, meta.generation, b);
+        match store.next_hold(&bucket).await {
+            Ok(Some(at)) => store.announce_holds(&bucket, at).await?,
+            Ok(None) | Err(StoreError::Stale(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Sweeps every event each `interval` until `stop`. Never fails: a round

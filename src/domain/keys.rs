@@ -23,6 +23,9 @@
 //! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
 //! ss:{<event>#<gen>#<b>}:empty   STR   epoch at which the whole event was found sold out
 //! ss:{<event>#<gen>#<b>}:epoch   STR   bumped on every bucket when units come back to a sold-out event
+//! ss:{<event>#<gen>#<b>}:holds   ZSET  order ids of live holds of users homed at b -> pay-by ms (the deadline index)
+//! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
+//! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -32,6 +35,12 @@
 //! before they get here, so no `{` or `}` can move a key.
 
 use crate::domain::ids::EventId;
+
+/// The deadline index of every bucket with holds, in namespace `ns`
+/// (one key, beside `ss:events`).
+pub fn hold_index_key(ns: &str) -> String {
+    format!("{ns}:holds")
+}
 
 /// The keys of one event's meta slot.
 #[derive(Debug, Clone)]
@@ -115,7 +124,18 @@ impl BucketRef {
             empty: format!("{p}:empty"),
             epoch: format!("{p}:epoch"),
             pend: format!("{p}:pend"),
+            holds: format!("{p}:holds"),
+            hunits: format!("{p}:hunits"),
         }
+    }
+
+    /// Parses [`BucketRef::name`] back (event ids have no `#`).
+    pub fn parse_name(name: &str) -> Option<Self> {
+        let mut parts = name.rsplitn(3, '#');
+        let index = parts.next()?.parse().ok()?;
+        let generation = parts.next()?.parse().ok()?;
+        let event = EventId::parse(parts.next()?).ok()?;
+        Some(Self::new(&event, generation, index))
     }
 
     /// The probe marker of saga `rid`'s pass `pass` in this bucket (`take.lua`).
@@ -143,11 +163,13 @@ pub struct BucketKeys {
     pub empty: String,
     pub epoch: String,
     pub pend: String,
+    pub holds: String,
+    pub hunits: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 14] {
+    pub fn all(&self) -> [&str; 16] {
         [
             &self.stock,
             &self.users,
@@ -163,6 +185,8 @@ impl BucketKeys {
             &self.empty,
             &self.epoch,
             &self.pend,
+            &self.holds,
+            &self.hunits,
         ]
     }
 }
@@ -213,6 +237,13 @@ mod tests {
         let b = BucketRef::new(&event("sneaker-42"), 0, 5);
         assert_eq!(slot(&b.marker_in("ss", "t:x/r1", 2)), s);
         assert_eq!(keys.stock, "ss:{sneaker-42#0#5}:stock");
+    }
+
+    #[test]
+    fn a_bucket_name_parses_back() {
+        let b = BucketRef::new(&event("sneaker-42.x"), 3, 17);
+        assert_eq!(BucketRef::parse_name(&b.name()), Some(b));
+        assert_eq!(BucketRef::parse_name("e#1"), None);
     }
 
     #[test]

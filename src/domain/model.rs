@@ -17,6 +17,8 @@ pub const MAX_STOCK: u64 = 1 << 53;
 pub const DEFAULT_MAX_PER_ORDER: u32 = 10;
 /// Highest `max_per_order` accepted: a single order is a handful of units, not a wholesale.
 pub const MAX_PER_ORDER_CAP: u32 = 1000;
+/// Longest pay-by window (`hold_seconds`): a day.
+pub const MAX_HOLD_SECONDS: u32 = 86_400;
 
 /// What a client asks for when creating an event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +32,17 @@ pub struct EventSpec {
     pub starts_at: Option<i64>,
     /// Unix milliseconds; `None`: open until sold out or closed.
     pub ends_at: Option<i64>,
+    /// Purchases are holds the buyer must confirm within this many seconds
+    /// (1..=86400); `None`: purchases are confirmed at once.
+    pub hold_seconds: Option<u32>,
+}
+
+impl EventSpec {
+    /// A purchase's pay-by deadline when bought at `now_ms` (held events only).
+    pub fn pay_by(&self, now_ms: i64) -> Option<i64> {
+        self.hold_seconds
+            .map(|s| now_ms.saturating_add(i64::from(s) * 1000))
+    }
 }
 
 /// Why an event spec was refused.
@@ -45,6 +58,8 @@ pub enum SpecError {
     PerUserLimit(u32),
     #[error("ends_at must be after starts_at")]
     Window,
+    #[error("hold_seconds must be between 1 and {MAX_HOLD_SECONDS}, got {0}")]
+    HoldSeconds(u32),
 }
 
 impl EventSpec {
@@ -61,6 +76,12 @@ impl EventSpec {
         }
         if let Some(limit) = self.per_user_limit.filter(|&l| l == 0) {
             return Err(SpecError::PerUserLimit(limit));
+        }
+        if let Some(s) = self
+            .hold_seconds
+            .filter(|s| !(1..=MAX_HOLD_SECONDS).contains(s))
+        {
+            return Err(SpecError::HoldSeconds(s));
         }
         if let (Some(s), Some(e)) = (self.starts_at, self.ends_at)
             && e <= s
@@ -232,6 +253,8 @@ pub struct BucketState {
     pub adds: u64,
     /// Units asked for by buyers homed here (bought or probed for), ever.
     pub demand: u64,
+    /// Units in live holds of buyers homed here (taken: not in `stock`).
+    pub held: u64,
 }
 
 /// The outcome of a request id, stored in the home bucket so a retry gets the same answer.
@@ -322,10 +345,46 @@ impl RequestRecord {
     }
 }
 
+/// Where an order stands in its home bucket's index: the first letter of
+/// its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryState {
+    /// `C`: bought (a hold that was confirmed, or an event without holds).
+    Confirmed,
+    /// `X`: cancelled, its units back on sale.
+    Cancelled,
+    /// `H`: held until its pay-by deadline.
+    Held,
+    /// `E`: a hold that reached its deadline (or was voided by a close), its
+    /// units back on sale.
+    Expired,
+}
+
+impl EntryState {
+    fn letter(self) -> char {
+        match self {
+            Self::Confirmed => 'C',
+            Self::Cancelled => 'X',
+            Self::Held => 'H',
+            Self::Expired => 'E',
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "C" => Self::Confirmed,
+            "X" => Self::Cancelled,
+            "H" => Self::Held,
+            "E" => Self::Expired,
+            _ => return None,
+        })
+    }
+}
+
 /// An order as its home bucket indexes it (until the flusher and the DB take over).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderEntry {
-    pub cancelled: bool,
+    pub state: EntryState,
     pub user: UserId,
     pub qty: u32,
     /// The bucket the units were taken from.
@@ -333,43 +392,75 @@ pub struct OrderEntry {
     /// The client's request id, empty when none was given.
     pub request_id: String,
     pub at_ms: i64,
+    /// The pay-by deadline of an order taken as a hold (whatever became of it).
+    pub pay_by: Option<i64>,
 }
 
 impl OrderEntry {
+    /// Whether it was cancelled.
+    pub fn cancelled(&self) -> bool {
+        self.state == EntryState::Cancelled
+    }
+
+    /// `S|user|qty|bucket|rid|at`, and `|pay_by` for a hold.
     pub fn encode(&self) -> String {
-        let status = if self.cancelled { 'X' } else { 'C' };
-        format!(
-            "{status}|{}|{}|{}|{}|{}",
-            self.user, self.qty, self.bucket, self.request_id, self.at_ms
-        )
+        let mut s = format!(
+            "{}|{}|{}|{}|{}|{}",
+            self.state.letter(),
+            self.user,
+            self.qty,
+            self.bucket,
+            self.request_id,
+            self.at_ms
+        );
+        if let Some(p) = self.pay_by {
+            s.push_str(&format!("|{p}"));
+        }
+        s
     }
 
     pub fn decode(s: &str) -> Option<Self> {
         let f: Vec<&str> = s.split('|').collect();
-        if f.len() != 6 {
+        if f.len() != 6 && f.len() != 7 {
             return None;
         }
         Some(Self {
-            cancelled: match f[0] {
-                "C" => false,
-                "X" => true,
-                _ => return None,
-            },
+            state: EntryState::parse(f[0])?,
             user: UserId::parse(f[1]).ok()?,
             qty: f[2].parse().ok()?,
             bucket: f[3].parse().ok()?,
             request_id: f[4].to_owned(),
             at_ms: f[5].parse().ok()?,
+            pay_by: match f.get(6) {
+                Some(p) => Some(p.parse().ok()?),
+                None => None,
+            },
         })
     }
 }
 
-/// Whether an order stands.
+/// Where an order stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Confirmed,
     Cancelled,
+    /// Taken as a hold, not paid yet: confirm it before `pay_by`.
+    Held,
+    /// A hold not confirmed by its `pay_by` (or voided by the event's close):
+    /// its units went back on sale.
+    Expired,
+}
+
+impl From<EntryState> for OrderStatus {
+    fn from(s: EntryState) -> Self {
+        match s {
+            EntryState::Confirmed => Self::Confirmed,
+            EntryState::Cancelled => Self::Cancelled,
+            EntryState::Held => Self::Held,
+            EntryState::Expired => Self::Expired,
+        }
+    }
 }
 
 /// An order as the API shows it (from its home bucket's index, or from the ledger).
@@ -390,6 +481,14 @@ pub struct OrderView {
     #[serde(with = "crate::domain::model::rfc3339_ms")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<i64>,
+    /// Orders taken as holds (events with `hold_seconds`): the deadline to
+    /// confirm by (RFC 3339, UTC), whatever became of the hold.
+    #[serde(
+        with = "crate::domain::model::rfc3339_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<i64>,
 }
 
 impl OrderView {
@@ -406,13 +505,10 @@ impl OrderView {
             user_id: entry.user,
             quantity: entry.qty,
             bucket: entry.bucket,
-            status: if entry.cancelled {
-                OrderStatus::Cancelled
-            } else {
-                OrderStatus::Confirmed
-            },
+            status: entry.state.into(),
             request_id,
             created_at: Some(entry.at_ms),
+            pay_by: entry.pay_by,
         }
     }
 }
@@ -428,6 +524,28 @@ pub struct Order {
     pub bucket: u32,
     /// How many buckets beyond the home bucket were tried.
     pub probes: u32,
+    /// `held` on events with `hold_seconds` (confirm by `pay_by`); absent
+    /// otherwise (the order is confirmed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<OrderStatus>,
+    /// The deadline to confirm a held order by (RFC 3339, UTC).
+    #[serde(
+        with = "crate::domain::model::rfc3339_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<i64>,
+}
+
+impl Order {
+    /// The order held until `pay_by` (when `Some`).
+    pub fn held_until(mut self, pay_by: Option<i64>) -> Self {
+        if pay_by.is_some() {
+            self.status = Some(OrderStatus::Held);
+            self.pay_by = pay_by;
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +561,7 @@ mod tests {
             max_per_order: DEFAULT_MAX_PER_ORDER,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         }
     }
 
@@ -505,15 +624,36 @@ mod tests {
     #[test]
     fn order_entries_round_trip_their_encoding() {
         let entry = OrderEntry {
-            cancelled: true,
+            state: EntryState::Cancelled,
             user: UserId::parse("u-1").unwrap(),
             qty: 2,
             bucket: 3,
             request_id: "u-1/r".into(),
             at_ms: 17,
+            pay_by: None,
         };
         assert_eq!(entry.encode(), "X|u-1|2|3|u-1/r|17");
-        assert_eq!(OrderEntry::decode(&entry.encode()), Some(entry));
+        assert_eq!(OrderEntry::decode(&entry.encode()), Some(entry.clone()));
+        let held = OrderEntry {
+            state: EntryState::Held,
+            pay_by: Some(60_017),
+            ..entry
+        };
+        assert_eq!(held.encode(), "H|u-1|2|3|u-1/r|17|60017");
+        assert_eq!(OrderEntry::decode(&held.encode()), Some(held));
+        assert_eq!(OrderEntry::decode("Q|u-1|2|3||17"), None);
+    }
+
+    #[test]
+    fn hold_seconds_outside_one_second_to_a_day_are_refused() {
+        let mut s = spec(1, 1);
+        s.hold_seconds = Some(0);
+        assert_eq!(s.validate(), Err(SpecError::HoldSeconds(0)));
+        s.hold_seconds = Some(86_401);
+        assert!(s.validate().is_err());
+        s.hold_seconds = Some(86_400);
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(s.pay_by(1_000), Some(86_401_000));
     }
 }
 

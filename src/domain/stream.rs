@@ -18,15 +18,33 @@ pub enum RecordKind {
     Void,
     /// A retired bucket's leftover stock at the end of the sale (`k=l`).
     Leftover,
+    /// An order taken as a hold (`k=h`, in its home bucket's stream, written
+    /// with the order's index entry; `at_ms` is the pay-by deadline). Moves
+    /// no units: the take's own record counts them.
+    Hold,
+    /// A held order confirmed before its deadline (`k=k`). Moves no units.
+    Confirm,
+    /// A held order that reached its deadline unconfirmed, or was voided by
+    /// a close (`k=e`): its units are back on sale, like a cancel's.
+    Expire,
 }
 
 impl RecordKind {
+    /// Whether the record gives units back (cancel, void, expiry): the
+    /// ledger's `released`.
+    pub fn releases(self) -> bool {
+        matches!(self, Self::Cancel | Self::Void | Self::Expire)
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             Self::Order => "o",
             Self::Cancel => "c",
             Self::Void => "v",
             Self::Leftover => "l",
+            Self::Hold => "h",
+            Self::Confirm => "k",
+            Self::Expire => "e",
         }
     }
 
@@ -36,6 +54,9 @@ impl RecordKind {
             "c" => Self::Cancel,
             "v" => Self::Void,
             "l" => Self::Leftover,
+            "h" => Self::Hold,
+            "k" => Self::Confirm,
+            "e" => Self::Expire,
             _ => return None,
         })
     }

@@ -10,12 +10,13 @@
 //! (the event-wide check before a saga probes: the last units refused in one
 //! round trip), `settle` (ending a saga from its markers: close, reshard, the
 //! sweeper), `orders` (cancel,
-//! lookup), `view` (per-bucket remaining, skew), `clock` (the time every sale
+//! lookup), `holds` (confirm, expiry and voiding of held orders), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
 mod activity;
 mod batch;
 mod clock;
+mod holds;
 mod lease;
 pub mod mover;
 mod orders;
@@ -40,6 +41,7 @@ use crate::store::{CreateEventReply, Store, StoreError};
 
 pub use activity::Activity;
 pub use clock::{Clock, ManualClock};
+pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};

@@ -28,7 +28,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Runs `step` on the order's home bucket, reloading the layout once if stale.
-    async fn on_order_home<T, F, Fut>(
+    pub(super) async fn on_order_home<T, F, Fut>(
         &self,
         raw: &str,
         step: F,
@@ -102,7 +102,10 @@ impl<S: Store> Engine<S> {
         let meta = self.meta(&event).await?;
         crate::engine::mover::units_came_back(&self.store, &event, &meta).await?;
         let mut order = OrderView::new(order_id, event, entry);
-        order.status = OrderStatus::Cancelled;
+        // An expired hold stays expired; anything else is cancelled now.
+        if !already || order.status != OrderStatus::Expired {
+            order.status = OrderStatus::Cancelled;
+        }
         Ok(CancelOutcome { order, already })
     }
 

@@ -89,6 +89,8 @@ pub(super) fn order(
         quantity: qty,
         bucket,
         probes,
+        status: None,
+        pay_by: None,
     }
 }
 
@@ -135,7 +137,7 @@ impl<S: Store> Engine<S> {
     /// a retry with the same id resolves; without a request id they keep
     /// their meaning (nothing was deducted).
     pub async fn purchase(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, EngineError> {
-        let answer = self.purchase_once(req).await;
+        let answer = self.with_hold(self.purchase_once(req).await).await;
         if req.request_id.is_none() {
             return answer;
         }
@@ -183,7 +185,9 @@ impl<S: Store> Engine<S> {
                 order_id: order_id.clone(),
                 started_ms: self.clock.now_ms(),
                 marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
-            };
+                pay_by: None,
+            }
+            .held(&meta);
             match self.attempt(&meta, saga).await {
                 Err(EngineError::Store(StoreError::Stale(_))) if stale < 3 => {
                     stale += 1;
@@ -207,6 +211,7 @@ impl<S: Store> Engine<S> {
             rid: saga.rid.clone(),
             keep: saga.keep,
             order_id: saga.order_id.clone(),
+            pay_by: saga.pay_by,
         };
         let limit = entry.limit;
         let reply = match self
@@ -231,7 +236,8 @@ impl<S: Store> Engine<S> {
                 saga.order_id,
                 saga.home,
                 0,
-            )))),
+            )
+            .held_until(saga.pay_by)))),
             PurchaseReply::LimitExceeded { held } => {
                 Ok(fresh(Err(Refusal::LimitExceeded { limit, held })))
             }
@@ -283,6 +289,7 @@ impl<S: Store> Engine<S> {
             } => {
                 saga.order_id = order_id;
                 saga.started_ms = at_ms;
+                saga.pay_by = meta.spec.pay_by(at_ms);
                 self.drive(meta, &saga, Driver::Again)
                     .await
                     .map_err(|e| after_home_of(&saga, e))?
@@ -308,7 +315,12 @@ impl<S: Store> Engine<S> {
                 order_id,
                 bucket,
                 probes,
-            } => Ok(order(meta, &saga.user, qty, order_id, bucket, probes)),
+            } => {
+                // This saga's own order: its deadline is known (a fast-path
+                // record replayed is another call's: `with_hold` reads it).
+                let pay_by = saga.pay_by.filter(|_| order_id == saga.order_id);
+                Ok(order(meta, &saga.user, qty, order_id, bucket, probes).held_until(pay_by))
+            }
             RequestRecord::LimitExceeded { limit, held, .. } => {
                 Err(Refusal::LimitExceeded { limit, held })
             }
@@ -339,7 +351,8 @@ impl<S: Store> Engine<S> {
             };
             return match (entry, record) {
                 (Some(e), _) => Ok(PurchaseOutcome {
-                    result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)),
+                    result: Ok(order(meta, &saga.user, e.qty, saga.order_id, e.bucket, 0)
+                        .held_until(e.pay_by)),
                     replayed: false,
                 }),
                 (
@@ -353,6 +366,7 @@ impl<S: Store> Engine<S> {
                     let mut saga = saga;
                     saga.order_id = order_id;
                     saga.started_ms = at_ms;
+                    saga.pay_by = meta.spec.pay_by(at_ms);
                     Ok(PurchaseOutcome {
                         result: self
                             .drive(meta, &saga, Driver::Again)

@@ -62,6 +62,17 @@ pub(super) struct Saga {
     pub(super) started_ms: i64,
     /// Lifetime of the probe markers (ms).
     pub(super) marker_ttl_ms: u64,
+    /// Events with holds: the order's pay-by deadline (`started_ms` + the
+    /// event's `hold_seconds`; set by [`Saga::held`]).
+    pub(super) pay_by: Option<i64>,
+}
+
+impl Saga {
+    /// The saga with its pay-by deadline, on an event with holds.
+    pub(super) fn held(mut self, meta: &EventMeta) -> Self {
+        self.pay_by = meta.spec.pay_by(self.started_ms);
+        self
+    }
 }
 
 impl Saga {
@@ -86,6 +97,7 @@ impl Saga {
             keep: self.keep,
             limited: self.limited,
             outcome,
+            pay_by: self.pay_by,
         }
     }
 }
@@ -415,7 +427,8 @@ impl<S: Store> Engine<S> {
             FinishReply::Done => {
                 return Ok(Ok(order(
                     meta, &saga.user, saga.qty, order_id, bucket, probes,
-                )));
+                )
+                .held_until(saga.pay_by)));
             }
             FinishReply::Already(record)
                 if matches!(&record, RequestRecord::Bought { order_id: o, bucket: b, probes: p, .. }

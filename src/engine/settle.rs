@@ -70,7 +70,9 @@ impl<S: Store> Engine<S> {
             order_id: order_id.clone(),
             started_ms: *at_ms,
             marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
-        };
+            pay_by: None,
+        }
+        .held(meta);
         let n = meta.spec.buckets;
         // This saga's takes: (probes, bucket, pass); takes of another order
         // (an aborted saga of the same request id) are its driver's to undo.

@@ -23,8 +23,12 @@ pub struct EventView {
     pub stock: u64,
     /// Units still for sale: in buckets plus in transfer between them.
     pub remaining: u64,
-    /// `stock - remaining`: units sold and not cancelled.
+    /// `stock - remaining`: units sold and not cancelled (held units included).
     pub sold: u64,
+    /// Units in live holds (events with `hold_seconds`): taken, not yet
+    /// confirmed; not in `remaining` (they cannot be bought now) and back in
+    /// it if their hold expires.
+    pub held: u64,
     pub buckets: Vec<BucketView>,
     pub bucket_count: u32,
     /// Max bucket remaining ÷ mean bucket remaining (1.0 = even, also when empty).
@@ -48,6 +52,9 @@ pub struct EventView {
     /// Units left unsold at the end of the sale (closed events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftover: Option<u64>,
+    /// Purchases are holds confirmed within this many seconds (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_seconds: Option<u32>,
 }
 
 /// Max ÷ mean of the buckets' remaining units; 1.0 when all are empty.
@@ -77,6 +84,7 @@ impl EventView {
             stock: spec.stock,
             remaining,
             sold: spec.stock.saturating_sub(remaining),
+            held: states.iter().map(|s| s.held).sum(),
             buckets: stocks
                 .iter()
                 .enumerate()
@@ -95,6 +103,7 @@ impl EventView {
             ends_at: spec.ends_at,
             generation: meta.generation,
             leftover: None,
+            hold_seconds: spec.hold_seconds,
         }
     }
 }

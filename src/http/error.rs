@@ -49,6 +49,12 @@ pub enum ApiError {
     /// 409 `idempotency-conflict`.
     #[error("this request id was used before for a different purchase")]
     IdempotencyConflict,
+    /// 409 `hold-expired`: a confirm after the order's `pay_by`.
+    #[error("order {0} was not confirmed by its pay-by deadline; its units are back on sale")]
+    HoldExpired(String),
+    /// 409 `order-cancelled`: a confirm of a cancelled order.
+    #[error("order {0} was cancelled")]
+    OrderCancelled(String),
     /// 429 `rate-limited` with `Retry-After`.
     #[error("too many requests")]
     RateLimited { retry_after_s: u64 },
@@ -100,6 +106,8 @@ impl ApiError {
                 "idempotency-conflict",
                 "Idempotency key reused",
             ),
+            HoldExpired(_) => (StatusCode::CONFLICT, "hold-expired", "Hold expired"),
+            OrderCancelled(_) => (StatusCode::CONFLICT, "order-cancelled", "Order cancelled"),
             RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",

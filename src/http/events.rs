@@ -54,6 +54,12 @@ pub(super) struct CreateEvent {
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
     #[schema(value_type = Option<String>, format = DateTime)]
     ends_at: Option<i64>,
+    /// Purchases are holds: the buyer confirms within this many seconds
+    /// (`POST /v1/orders/{id}/confirm`) or the units go back on sale.
+    /// Absent: purchases are confirmed at once.
+    #[serde(default, deserialize_with = "super::whole::opt_u32")]
+    #[schema(minimum = 1, maximum = 86400)]
+    hold_seconds: Option<u32>,
 }
 
 /// Parses an event id from the path (a bad charset can never name an event).
@@ -131,6 +137,7 @@ pub(super) async fn create<S: Store>(
         max_per_order: body.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
         starts_at: body.starts_at,
         ends_at: body.ends_at,
+        hold_seconds: body.hold_seconds,
     };
     let id = spec.id.clone();
     let view = lifecycle::create(&state.engine, &state.ledger, spec)

@@ -36,6 +36,8 @@ pub struct EventMeters {
     outcomes: [Counter; OUTCOMES.len()],
     pub units: Counter,
     pub probe_depth: Histogram,
+    /// Purchases answered `held` (events with `hold_seconds`).
+    pub holds_created: Counter,
 }
 
 impl EventMeters {
@@ -46,7 +48,8 @@ impl EventMeters {
                 metrics::counter!(m::PURCHASES, "event" => event.clone(), "outcome" => outcome)
             }),
             units: metrics::counter!(m::PURCHASED_UNITS, "event" => event.clone()),
-            probe_depth: metrics::histogram!(m::PROBE_DEPTH, "event" => event),
+            probe_depth: metrics::histogram!(m::PROBE_DEPTH, "event" => event.clone()),
+            holds_created: metrics::counter!(m::HOLDS_CREATED, "event" => event),
         }
     }
 

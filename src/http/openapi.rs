@@ -48,6 +48,7 @@ use super::{events, ops, orders, purchases};
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, purchases::purchase, orders::order, orders::cancel,
+        orders::confirm,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
@@ -55,13 +56,14 @@ use super::{events, ops, orders, purchases};
         responses(
             BadRequest, Unauthorized, UnknownEvent, UnknownOrder, EventExists, PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
+            ConfirmRefused,
         ),
     ),
     modifiers(&Security, &Links),
     tags(
         (name = "events", description = "Events: create, view, and the admin operations"),
         (name = "purchases", description = "The hot path"),
-        (name = "orders", description = "Lookup and cancel"),
+        (name = "orders", description = "Lookup, confirm and cancel"),
         (name = "operations", description = "Health, readiness, metrics, the live page, this document"),
     ),
 )]
@@ -164,6 +166,13 @@ problems! {
         ApiError::NotOnSale("event sneaker-42 is scheduled".into()),
         ApiError::IdempotencyConflict,
     ], REPLAYED;
+    /// The order cannot be confirmed: its pay-by deadline passed (its units
+    /// are back on sale), it was cancelled, or its event is closed
+    ConfirmRefused => [
+        ApiError::HoldExpired("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into()),
+        ApiError::OrderCancelled("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into()),
+        ApiError::NotOnSale("event sneaker-42 is closed".into()),
+    ];
     /// The event is not on sale (before its start, after its end, closed)
     NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];
     /// The body is over the limit

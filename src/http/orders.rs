@@ -1,5 +1,6 @@
-//! `/v1/orders/{id}`: lookup and cancel. A live event's orders are read from
-//! their home bucket; once flushed and the event closed, from the ledger.
+//! `/v1/orders/{id}`: lookup, confirm and cancel. A live event's orders are
+//! read from their home bucket; once flushed and the event closed, from the
+//! ledger.
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
@@ -8,13 +9,14 @@ use axum::{Json, Router};
 use super::{ApiError, AppState};
 use crate::domain::ids::OrderId;
 use crate::domain::model::OrderView;
-use crate::engine::EngineError;
+use crate::engine::{ConfirmRefusal, EngineError};
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
         .route("/v1/orders/{id}", get(order::<S>))
         .route("/v1/orders/{id}/cancel", post(cancel::<S>))
+        .route("/v1/orders/{id}/confirm", post(confirm::<S>))
 }
 
 /// The order's event (the id names it) on the request's span, for its log lines.
@@ -91,6 +93,65 @@ pub(super) async fn cancel<S: Store>(
                 metrics::counter!(crate::metrics::CANCELS, "event" => outcome.order.event_id.to_string()).increment(1);
             }
             Ok(Json(outcome.order))
+        }
+        Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
+            // Only a closed sale's orders live in the ledger alone.
+            Some(order) => Err(ApiError::NotOnSale(format!(
+                "event {} is closed",
+                order.event_id
+            ))),
+            None => Err(ApiError::UnknownOrder(id)),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Confirms a held order (events with `hold_seconds`) before its `pay_by`;
+/// confirming a confirmed order answers 200 again.
+#[utoipa::path(
+    post, path = "/v1/orders/{id}/confirm", tag = "orders", operation_id = "confirm_order",
+    params(("id" = String, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The confirmed order", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::UnknownOrder),
+        (status = 409, response = super::openapi::ConfirmRefused),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn confirm<S: Store>(
+    State(state): State<AppState<S>>,
+    Path(id): Path<String>,
+) -> Result<Json<OrderView>, ApiError> {
+    record_event(&id);
+    match state.engine.confirm(&id).await {
+        Ok(outcome) => {
+            if !outcome.already {
+                let event = match &outcome.result {
+                    Ok(o) | Err(ConfirmRefusal::Expired(o) | ConfirmRefusal::Cancelled(o)) => {
+                        o.event_id.to_string()
+                    }
+                };
+                match &outcome.result {
+                    Ok(_) => metrics::counter!(crate::metrics::HOLDS_CONFIRMED, "event" => event)
+                        .increment(1),
+                    Err(ConfirmRefusal::Expired(_)) => {
+                        metrics::counter!(crate::metrics::HOLDS_EXPIRED, "event" => event)
+                            .increment(1)
+                    }
+                    Err(ConfirmRefusal::Cancelled(_)) => {}
+                }
+            }
+            match outcome.result {
+                Ok(order) => Ok(Json(order)),
+                Err(ConfirmRefusal::Expired(o)) => {
+                    Err(ApiError::HoldExpired(o.order_id.to_string()))
+                }
+                Err(ConfirmRefusal::Cancelled(o)) => {
+                    Err(ApiError::OrderCancelled(o.order_id.to_string()))
+                }
+            }
         }
         Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
             // Only a closed sale's orders live in the ledger alone.

@@ -144,6 +144,9 @@ fn respond(
                 path.record(elapsed);
                 event.probe_depth.record(f64::from(order.probes));
                 event.units.increment(u64::from(order.quantity));
+                if order.pay_by.is_some() {
+                    event.holds_created.increment(1);
+                }
             }
             (
                 (StatusCode::CREATED, Json(order)).into_response(),

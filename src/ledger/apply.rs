@@ -78,8 +78,10 @@ fn moves<'a>(new: &[&'a FlushRecord]) -> BTreeMap<&'a str, (i64, i64, i64)> {
         let q = r.entry.qty as i64;
         match r.entry.kind {
             RecordKind::Order => t.0 += q,
-            RecordKind::Cancel | RecordKind::Void => t.1 += q,
+            RecordKind::Cancel | RecordKind::Void | RecordKind::Expire => t.1 += q,
             RecordKind::Leftover => t.2 += q,
+            // A hold's start and its confirmation move no units.
+            RecordKind::Hold | RecordKind::Confirm => {}
         }
     }
     moved

@@ -7,7 +7,12 @@
 //! bucket, then the earliest record — or, while none of its takes is in yet,
 //! its cancel (bucket −1). Its status: voided when that take was given back
 //! (the saga never made it this order), cancelled once a cancel exists, else
-//! confirmed.
+//! confirmed. An order taken as a hold has a hold record (`h`, its `at_ms`
+//! the pay-by deadline): it is held until a confirm (`k`) or an expiry (`e`,
+//! which releases its units like a cancel) comes; an expiry alone stands for
+//! its order until its take comes, as a cancel does. (The SQL view of 0002
+//! knows nothing of holds: it shows a held or expired order as confirmed;
+//! the service reads orders through this derivation.)
 
 /// The columns of `order_records` a derivation reads, in this order.
 pub(super) const COLUMNS: &str =
@@ -49,6 +54,14 @@ pub(super) enum Status {
     Confirmed,
     Cancelled,
     Voided,
+    /// Taken as a hold, neither confirmed nor expired yet.
+    Held,
+    Expired,
+}
+
+/// The pay-by deadline of an order taken as a hold (its hold record's).
+pub(super) fn pay_by(records: &[Rec]) -> Option<i64> {
+    records.iter().find(|r| r.kind == "h").map(|r| r.at_ms)
 }
 
 /// The order `records` (all of one order id) make: the record its row shows,
@@ -56,6 +69,8 @@ pub(super) enum Status {
 pub(super) fn derive(records: &[Rec]) -> Option<(&Rec, i64, Status)> {
     let voided = |bucket: i64| records.iter().any(|r| r.kind == "v" && r.bucket == bucket);
     let cancelled = records.iter().any(|r| r.kind == "c");
+    let expired = records.iter().any(|r| r.kind == "e");
+    let held = records.iter().any(|r| r.kind == "h") && !records.iter().any(|r| r.kind == "k");
     let best = records
         .iter()
         .filter(|r| r.kind == "o")
@@ -63,12 +78,21 @@ pub(super) fn derive(records: &[Rec]) -> Option<(&Rec, i64, Status)> {
     match best {
         Some(take) if voided(take.bucket) => Some((take, take.bucket, Status::Voided)),
         Some(take) if cancelled => Some((take, take.bucket, Status::Cancelled)),
+        Some(take) if expired => Some((take, take.bucket, Status::Expired)),
+        Some(take) if held => Some((take, take.bucket, Status::Held)),
         Some(take) => Some((take, take.bucket, Status::Confirmed)),
         None => records
             .iter()
-            .filter(|r| r.kind == "c")
+            .filter(|r| r.kind == "c" || r.kind == "e")
             .min_by_key(|r| r.key)
-            .map(|c| (c, -1, Status::Cancelled)),
+            .map(|c| {
+                let status = if c.kind == "c" {
+                    Status::Cancelled
+                } else {
+                    Status::Expired
+                };
+                (c, -1, status)
+            }),
     }
 }
 
@@ -105,6 +129,21 @@ mod tests {
         assert_eq!((bucket, status), (-1, Status::Cancelled));
         let (_, bucket, status) = derive(&[rec("c", 0, 2), rec("o", 4, 1)]).unwrap();
         assert_eq!((bucket, status), (4, Status::Cancelled));
+    }
+
+    #[test]
+    fn a_hold_is_held_until_confirmed_or_expired() {
+        let mut hold = rec("h", 0, 2);
+        hold.at_ms = 60_000;
+        let all = [rec("o", 3, 1), hold.clone()];
+        assert_eq!(derive(&all).unwrap().2, Status::Held);
+        assert_eq!(pay_by(&all), Some(60_000));
+        let confirmed = [rec("o", 3, 1), hold.clone(), rec("k", 0, 3)];
+        assert_eq!(derive(&confirmed).unwrap().2, Status::Confirmed);
+        let expired = [rec("e", 0, 3), hold, rec("o", 3, 1)];
+        assert_eq!(derive(&expired).unwrap().2, Status::Expired);
+        assert_eq!(derive(&[rec("e", 0, 3)]).unwrap().1, -1);
+        assert_eq!(pay_by(&[rec("o", 3, 1)]), None);
     }
 
     #[test]

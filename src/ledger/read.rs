@@ -62,6 +62,8 @@ pub struct DbOrder {
     pub bucket: u64,
     pub request_id: String,
     pub at_ms: i64,
+    /// A hold not confirmed yet: its pay-by deadline (a rebuild keeps it held).
+    pub held_until: Option<i64>,
 }
 
 /// What the audit reads from the ledger for one snapshot of the buckets.
@@ -102,13 +104,13 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
             max_per_order: u(row, 4)? as u32,
             starts_at: row.try_get(5)?,
             ends_at: row.try_get(6)?,
+            hold_seconds: row.try_get::<Option<i64>, _>(8)?.map(|s| s as u32),
         },
         closed: row.try_get::<String, _>(7)? == "closed",
     })
 }
 
-const EVENT_COLUMNS: &str =
-    "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status";
+const EVENT_COLUMNS: &str = "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, hold_seconds";
 
 impl Ledger {
     pub async fn event(&self, id: &EventId) -> Result<Option<DbEvent>, LedgerError> {
@@ -159,8 +161,11 @@ impl Ledger {
         let status = match status {
             Status::Confirmed => OrderStatus::Confirmed,
             Status::Cancelled => OrderStatus::Cancelled,
+            Status::Held => OrderStatus::Held,
+            Status::Expired => OrderStatus::Expired,
             Status::Voided => return Ok(None), // the take never became this order
         };
+        let pay_by = derive::pay_by(&records);
         Ok(Some(OrderView {
             order_id: id.clone(),
             event_id: event.clone(),
@@ -171,6 +176,7 @@ impl Ledger {
             status,
             request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
             created_at: Some(rec.at_ms),
+            pay_by,
         }))
     }
 
@@ -196,7 +202,7 @@ impl Ledger {
     /// its records read stream by stream, each order derived (`derive`).
     pub async fn confirmed_orders(&self, event: &EventId) -> Result<Vec<DbOrder>, LedgerError> {
         let sql = format!(
-            "SELECT {} FROM order_records WHERE kind IN ('o', 'c', 'v') AND stream_no IN \
+            "SELECT {} FROM order_records WHERE kind IN ('o', 'c', 'v', 'h', 'k', 'e') AND stream_no IN \
              (SELECT stream_no FROM ledger_streams WHERE event_id = $1)",
             derive::COLUMNS
         );
@@ -212,13 +218,16 @@ impl Ledger {
         let mut out: Vec<DbOrder> = by_order
             .values()
             .filter_map(|records| match derive::derive(records)? {
-                (rec, bucket, Status::Confirmed) => Some(DbOrder {
+                (rec, bucket, status @ (Status::Confirmed | Status::Held)) => Some(DbOrder {
                     order_id: rec.order_id.clone(),
                     user: rec.user.clone(),
                     qty: rec.qty.max(0) as u64,
                     bucket: bucket.max(0) as u64,
                     request_id: rec.rid.clone(),
                     at_ms: rec.at_ms,
+                    held_until: (status == Status::Held)
+                        .then(|| derive::pay_by(records))
+                        .flatten(),
                 }),
                 _ => None,
             })
@@ -282,7 +291,7 @@ impl Ledger {
                 let t = &mut view.totals;
                 match kind.as_str() {
                     "o" => t.sold = t.sold.saturating_sub(q),
-                    "c" | "v" => t.released = t.released.saturating_sub(q),
+                    "c" | "v" | "e" => t.released = t.released.saturating_sub(q),
                     "l" => t.leftover = t.leftover.saturating_sub(q),
                     _ => {}
                 }

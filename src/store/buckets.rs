@@ -14,7 +14,7 @@ use std::future::Future;
 use super::StoreError;
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 
 /// One buyer in a `purchase` step (a batch holds one or more).
@@ -29,6 +29,8 @@ pub struct PurchaseEntry {
     /// Store the outcome under `rid` for replays (only for client request ids).
     pub keep: bool,
     pub order_id: OrderId,
+    /// Events with holds: the deadline to confirm by (the order is held).
+    pub pay_by: Option<i64>,
 }
 
 impl PurchaseEntry {
@@ -51,7 +53,11 @@ impl PurchaseEntry {
     /// The order's entry in its home bucket's index.
     pub fn order_entry(&self, bucket: u32, now_ms: i64) -> OrderEntry {
         OrderEntry {
-            cancelled: false,
+            state: if self.pay_by.is_some() {
+                EntryState::Held
+            } else {
+                EntryState::Confirmed
+            },
             user: self.user.clone(),
             qty: self.qty,
             bucket,
@@ -61,7 +67,19 @@ impl PurchaseEntry {
                 String::new()
             },
             at_ms: now_ms,
+            pay_by: self.pay_by,
         }
+    }
+
+    /// The hold record a held purchase in `bucket` (its home) appends
+    /// (`at_ms` is the deadline); `None` when the order is not held.
+    pub fn hold_entry(&self, bucket: u32) -> Option<StreamEntry> {
+        let pay_by = self.pay_by?;
+        Some(StreamEntry {
+            kind: RecordKind::Hold,
+            at_ms: pay_by,
+            ..self.stream_entry(bucket, pay_by)
+        })
     }
 
     /// The record kept under `rid` when the purchase buys on the fast path.
@@ -159,6 +177,8 @@ pub struct FinishArgs {
     /// The event has a per-user limit (only then was a quota reserved).
     pub limited: bool,
     pub outcome: Finish,
+    /// Events with holds: a `Bought` saga's order is held until then.
+    pub pay_by: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,7 +319,7 @@ pub trait Buckets {
     fn bump_epoch(&self, bucket: &BucketRef)
     -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Stock, journaled units, fence, adds and demand in one read
+    /// Stock, journaled units, fence, adds, demand and held units in one read
     /// (`lua/bucket_state.lua`).
     fn bucket_state(
         &self,

@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in six sections, one trait and one file each; both backends
+//! The steps come in seven sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -16,6 +16,8 @@
 //! - [`buckets`]: the hot path — purchase, the saga's take/untake/finish and
 //!   its markers' end (`clear_markers`), the sweeper's `stale_pending`,
 //!   cancel, and the reads of one bucket.
+//! - [`holds`]: held orders — confirm, expiry, and the index of buckets
+//!   with holds the sweeper follows.
 //! - [`leases`]: the rebalancer's leadership and the mover lease.
 //! - [`transfers`]: fenced, journaled moves of units between buckets.
 //! - [`streams`]: the flusher's reads and acknowledgements of order streams.
@@ -30,6 +32,7 @@
 
 pub mod buckets;
 pub mod events;
+pub mod holds;
 pub mod leases;
 pub mod memory;
 pub mod redis;
@@ -44,6 +47,7 @@ pub use buckets::{
     TakeReply,
 };
 pub use events::{CreateEventReply, EndReshardReply, Events, SeqBump};
+pub use holds::{ConfirmReply, ExpireReply, Holds};
 pub use leases::Leases;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -91,7 +95,7 @@ impl StoreError {
 ///
 /// Futures are `Send` so the engine can run on a multi-threaded runtime.
 pub trait Store:
-    Events + Buckets + Leases + Transfers + Streams + Retirement + Clone + Send + Sync + 'static
+    Events + Buckets + Holds + Leases + Transfers + Streams + Retirement + Clone + Send + Sync + 'static
 {
     /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
     fn kind(&self) -> &'static str;

@@ -36,6 +36,8 @@ pub struct BucketAudit {
     /// stands — a write the store lost. 0 for a store that cannot lose writes
     /// (the embedded one): every record after `last_id` is then newer.
     pub read_ms: i64,
+    /// Units in live holds of users homed here (counted in `sold`).
+    pub held: u64,
 }
 
 /// What a bucket remembers about its users (moved by a reshard).

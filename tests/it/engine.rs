@@ -568,6 +568,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         rid: "~1".into(),
         keep: false,
         order_id: oid.clone(),
+        pay_by: None,
     };
     stale(store.purchase(&b0, 0, &[entry]).await.map(drop));
     let take = TakeArgs {
@@ -618,6 +619,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         rid: format!("~{n}"),
         keep: false,
         order_id: shardstock::domain::ids::OrderId::generate(&id, u64::from(n)),
+        pay_by: None,
     };
     for b in 0..4 {
         let r = store

@@ -62,8 +62,26 @@ async fn the_live_page_shows_the_events_numbers() {
         let user = format!("u-{}", i % 97);
         app.buy(&id, &user, 1 + (i % 3), None).await;
     }
+    // An event with holds shows its held units.
+    let held_id = eid("live-held");
+    app.create(&held_id, 100, 4, json!({"hold_seconds": 600}))
+        .await;
+    for i in 0..7 {
+        app.buy(&held_id, &format!("h-{i}"), 1, None).await;
+    }
     let view = app.view(&id).await;
     let dom = chromium(&["--dump-dom", &format!("{}/ui", app.base)]);
+    assert_eq!(shown(&dom, &held_id, "held"), "7", "held units");
+    assert!(
+        !dom.split(&format!("data-event=\"{id}\""))
+            .nth(1)
+            .unwrap()
+            .split("</section>")
+            .next()
+            .unwrap()
+            .contains("data-testid=\"held\""),
+        "an event without holds shows no held count"
+    );
     assert!(
         dom.contains("data-loaded=\"true\""),
         "the page loaded its data:\n{dom}"

@@ -12,6 +12,9 @@
 //! - `concurrency`: 64 tasks against one event, checked by invariants.
 //! - `sagas`: the purchase saga under faults — a step failing after the home
 //!   step, a caller gone, the sweeper, probe markers (issue 13).
+//! - `holds`: purchases held until confirmed; unpaid holds expire and sell
+//!   again (issue 14), swept under faults, across a reshard, a rebalancer
+//!   move and a close.
 //! - `ledger`: flusher, ledger, audit and close: every order reaches the
 //!   database once.
 //! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
@@ -58,6 +61,7 @@ mod engine;
 mod failover;
 mod faults;
 mod hardening;
+mod holds;
 mod idle;
 mod ledger;
 mod live_page;

@@ -105,6 +105,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
             max_per_order: a.qty,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         })
         .await?;
     let calls_before = redis_calls(&store).await?;

@@ -193,6 +193,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         max_per_order: 1,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     };
     ledger.register_event(&spec, 0).await?;
     let all = records(&event, a.orders, a.streams);

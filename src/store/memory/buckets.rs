@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Bucket, Marker, MemoryStore};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
     Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply,
@@ -52,6 +52,11 @@ impl Bucket {
             self.append(e.stream_entry(index, now_ms));
             self.idx
                 .insert(e.order_id.clone(), e.order_entry(index, now_ms));
+            if let (Some(pay_by), Some(record)) = (e.pay_by, e.hold_entry(index)) {
+                self.holds.insert((pay_by, e.order_id.to_string()));
+                self.hunits += qty;
+                self.append(record);
+            }
             if e.keep {
                 self.reqs.insert(e.rid.clone(), e.bought(index));
             }
@@ -114,16 +119,23 @@ impl Buckets for MemoryStore {
         now_ms: i64,
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
-        self.with_live(b, |bk| {
+        let (replies, first) = self.with_live(b, |bk| {
             let sold_out = bk
                 .empty
                 .filter(|&(epoch, until, _)| epoch == bk.epoch && Instant::now() < until)
                 .map(|(_, _, left)| left);
-            entries
+            let none_held = bk.holds.is_empty();
+            let replies: Vec<PurchaseReply> = entries
                 .iter()
                 .map(|e| bk.purchase_one(b.index, now_ms, sold_out, e))
-                .collect()
-        })
+                .collect();
+            let first = bk.holds.first().map(|(p, _)| *p).filter(|_| none_held);
+            (replies, first)
+        })?;
+        if let Some(at) = first {
+            self.announce(b, at);
+        }
+        Ok(replies)
     }
 
     /// Mirrors `lua/take.lua`.
@@ -198,7 +210,8 @@ impl Buckets for MemoryStore {
         now_ms: i64,
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
-        self.with(b, |bk| {
+        let mut first = None;
+        let reply = self.with(b, |bk| {
             match bk.reqs.get(&a.rid) {
                 None => {
                     bk.pend.remove(&a.rid);
@@ -222,17 +235,41 @@ impl Buckets for MemoryStore {
                     bucket,
                     probes,
                 } => {
+                    let rid = if a.keep { a.rid.clone() } else { String::new() };
                     bk.idx.insert(
                         order_id.clone(),
                         OrderEntry {
-                            cancelled: false,
+                            state: if a.pay_by.is_some() {
+                                EntryState::Held
+                            } else {
+                                EntryState::Confirmed
+                            },
                             user: a.user.clone(),
                             qty: a.qty,
                             bucket: *bucket,
-                            request_id: if a.keep { a.rid.clone() } else { String::new() },
+                            request_id: rid.clone(),
                             at_ms: now_ms,
+                            pay_by: a.pay_by,
                         },
                     );
+                    if let Some(pay_by) = a.pay_by {
+                        if bk.holds.is_empty() {
+                            first = Some(pay_by);
+                        }
+                        bk.holds.insert((pay_by, order_id.to_string()));
+                        bk.hunits += u64::from(a.qty);
+                        bk.append(StreamEntry {
+                            id: StreamId::default(),
+                            kind: RecordKind::Hold,
+                            order_id: order_id.to_string(),
+                            user: a.user.to_string(),
+                            qty: u64::from(a.qty),
+                            bucket: *bucket,
+                            home: b.index,
+                            rid,
+                            at_ms: pay_by,
+                        });
+                    }
                     Some(RequestRecord::Bought {
                         qty: a.qty,
                         order_id: order_id.clone(),
@@ -261,7 +298,11 @@ impl Buckets for MemoryStore {
                 None => bk.reqs.remove(&a.rid),
             };
             FinishReply::Done
-        })
+        })?;
+        if let Some(at) = first {
+            self.announce(b, at);
+        }
+        Ok(reply)
     }
 
     /// Mirrors `lua/clear_markers.lua`.
@@ -325,11 +366,16 @@ impl Buckets for MemoryStore {
             let Some(entry) = bk.idx.get_mut(order) else {
                 return CancelReply::NotFound;
             };
-            if entry.cancelled {
+            if matches!(entry.state, EntryState::Cancelled | EntryState::Expired) {
                 return CancelReply::AlreadyCancelled(entry.clone());
             }
             let before = entry.clone();
-            entry.cancelled = true;
+            entry.state = EntryState::Cancelled;
+            if before.state == EntryState::Held {
+                bk.holds
+                    .remove(&(before.pay_by.unwrap_or_default(), order.to_string()));
+                bk.hunits = bk.hunits.saturating_sub(u64::from(before.qty));
+            }
             if bk.users.contains_key(&before.user) {
                 bk.hold(&before.user, -i64::from(before.qty));
             }
@@ -405,6 +451,7 @@ impl Buckets for MemoryStore {
             fence: bk.fence,
             adds: bk.adds,
             demand: bk.demand,
+            held: bk.hunits,
         })
     }
 }

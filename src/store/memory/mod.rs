@@ -11,12 +11,13 @@
 
 mod buckets;
 mod events;
+mod holds;
 mod leases;
 mod retire;
 mod streams;
 mod transfers;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -77,6 +78,10 @@ struct Bucket {
     empty: Option<(u64, Instant, u64)>,
     /// Bumped when units come back to a sold-out event.
     epoch: u64,
+    /// Live holds of users homed here: (pay-by ms, order id) (`holds`).
+    holds: BTreeSet<(i64, String)>,
+    /// Units in live holds (`hunits`).
+    hunits: u64,
 }
 
 impl Bucket {
@@ -146,6 +151,8 @@ struct EventSlot {
 struct Inner {
     events: Mutex<HashMap<EventId, EventSlot>>,
     buckets: RwLock<HashMap<BucketRef, Arc<Mutex<Bucket>>>>,
+    /// The deadline index of buckets with holds (`ss:holds`).
+    hold_index: Mutex<HashMap<BucketRef, i64>>,
 }
 
 /// The in-process store (the embedded default).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Marker, MemoryStore};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{OrderEntry, RequestRecord};
+use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
     BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
@@ -82,6 +82,7 @@ impl Retirement for MemoryStore {
                 .collect(),
             // It never loses a write: every record after the last id is newer.
             read_ms: 0,
+            held: bk.hunits,
         })
     }
 
@@ -120,7 +121,7 @@ impl Retirement for MemoryStore {
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
     ) -> Result<RestoreReply, StoreError> {
-        self.with(b, |bk| {
+        let reply = self.with(b, |bk| {
             if let Err(TransferReply::Fenced { highest }) = bk.fence(token) {
                 return RestoreReply::Fenced { highest };
             }
@@ -129,12 +130,27 @@ impl Retirement for MemoryStore {
             }
             for (oid, entry) in orders {
                 bk.idx.insert(oid.clone(), entry.clone());
+                // A live hold joins the deadline index once (restore.lua).
+                if let (EntryState::Held, Some(pay_by)) = (entry.state, entry.pay_by)
+                    && bk.holds.insert((pay_by, oid.to_string()))
+                {
+                    bk.hunits += u64::from(entry.qty);
+                }
             }
             for (rid, record) in records {
                 bk.reqs.insert(rid.clone(), record.clone());
             }
             RestoreReply::Restored
-        })
+        })?;
+        let first = orders
+            .iter()
+            .filter(|(_, e)| e.state == EntryState::Held)
+            .filter_map(|(_, e)| e.pay_by)
+            .min();
+        if let (RestoreReply::Restored, Some(at)) = (reply, first) {
+            self.announce(b, at);
+        }
+        Ok(reply)
     }
 
     async fn contents(&self, b: &BucketRef) -> Result<BucketContents, StoreError> {

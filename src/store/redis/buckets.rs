@@ -11,6 +11,7 @@ use super::{
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
     Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, PurchaseEntry,
     PurchaseReply, StoreError, TakeArgs, TakeReply,
@@ -68,9 +69,12 @@ impl Buckets for RedisStore {
         now_ms: i64,
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
-        let keys = self.purchase_keys(bucket).to_vec();
+        let mut keys = self.purchase_keys(bucket).to_vec();
         let b = bucket.index;
-        let mut args: Vec<Value> = Vec::with_capacity(3 + 10 * entries.len());
+        // Events with holds: two keys and a pair of arguments per entry more
+        // (purchase.lua's hold branch); without, the call is unchanged.
+        let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
+        let mut args: Vec<Value> = Vec::with_capacity(3 + 12 * entries.len());
         args.extend([
             Value::Integer(now_ms),
             Value::Integer(i64::from(b)),
@@ -92,10 +96,27 @@ impl Buckets for RedisStore {
                 Value::from(e.bought(b).encode()),
             ]);
         }
+        if holds {
+            let k = self.keys(bucket);
+            keys.extend([Key::from(k.holds), Key::from(k.hunits)]);
+            for e in entries {
+                args.extend([
+                    Value::Integer(e.pay_by.unwrap_or(now_ms)),
+                    Value::from(e.hold_entry(b).map(|h| h.data()).unwrap_or_default()),
+                ]);
+            }
+        }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
         self.replicated(bucket).await?;
-        let replies = array_or_stale(bucket, reply)?;
+        let mut replies = array_or_stale(bucket, reply)?;
+        if holds && replies.len() == 2 * entries.len() + 1 {
+            let first = replies.pop().map(|v| num(&v)).transpose()? == Some(1);
+            if first {
+                let at = entries.iter().filter_map(|e| e.pay_by).min();
+                self.announce_first_hold(bucket, at).await;
+            }
+        }
         if replies.len() != 2 * entries.len() {
             return Err(StoreError::Protocol(format!(
                 "{} reply values for {} entries",
@@ -177,8 +198,7 @@ impl Buckets for RedisStore {
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.users, k.reqs, k.idx, k.pend];
-        // ARGV[3]: B (bought), S (sold out), A (abort).
+        let mut keys = vec![k.stock, k.users, k.reqs, k.idx, k.pend];
         let (outcome, oid, from, probes, remaining) = match &a.outcome {
             Finish::Bought {
                 order_id,
@@ -188,7 +208,7 @@ impl Buckets for RedisStore {
             Finish::SoldOut { remaining } => ("S", String::new(), 0, 0, *remaining),
             Finish::Abort => ("A", String::new(), 0, 0, 0),
         };
-        let args = vec![
+        let mut args = vec![
             now_ms.to_string(),
             a.rid.clone(),
             outcome.to_owned(),
@@ -202,12 +222,38 @@ impl Buckets for RedisStore {
             flag(a.limited),
             a.order_id.to_string(),
         ];
+        // ARGV[3]: B (bought), S (sold out), A (abort). A bought saga of an
+        // event with holds is held: finish.lua's hold branch.
+        let hold = match (&a.outcome, a.pay_by) {
+            (Finish::Bought { bucket: from, .. }, Some(pay_by)) => {
+                let record = StreamEntry {
+                    id: StreamId::default(),
+                    kind: RecordKind::Hold,
+                    order_id: a.order_id.to_string(),
+                    user: a.user.to_string(),
+                    qty: u64::from(a.qty),
+                    bucket: *from,
+                    home: bucket.index,
+                    rid: if a.keep { a.rid.clone() } else { String::new() },
+                    at_ms: pay_by,
+                };
+                keys.extend([k.holds, k.hunits, k.orders]);
+                args.extend([pay_by.to_string(), record.data()]);
+                Some(pay_by)
+            }
+            _ => None,
+        };
         let parts = self
             .eval_bucket(bucket, &self.scripts.finish, keys, args)
             .await?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
-            reply::OK => Ok(FinishReply::Done),
+            reply::OK => {
+                if parts.get(1).map(num).transpose()? == Some(1) {
+                    self.announce_first_hold(bucket, hold).await;
+                }
+                Ok(FinishReply::Done)
+            }
             reply::REPLAY => Ok(FinishReply::Already(request_record(arg(&parts, 1)?)?)),
             reply::NO_RECORD => Ok(FinishReply::NoRecord),
             other => Err(unknown("finish", other)),
@@ -256,7 +302,9 @@ impl Buckets for RedisStore {
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.users, k.idx, k.orders, k.adds, k.sealed];
+        let keys = vec![
+            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits,
+        ];
         let args = vec![
             now_ms.to_string(),
             order.to_string(),
@@ -347,7 +395,7 @@ impl Buckets for RedisStore {
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence, k.adds, k.demand];
+        let keys = vec![k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits];
         let parts = self
             .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
             .await?;
@@ -357,6 +405,7 @@ impl Buckets for RedisStore {
             fence: num(arg(&parts, 2)?)?,
             adds: num(arg(&parts, 3)?)?,
             demand: num(arg(&parts, 4)?)?,
+            held: num(arg(&parts, 5)?)?,
         })
     }
 }

@@ -69,6 +69,7 @@ impl Events for RedisStore {
             opt_ms(spec.starts_at),
             opt_ms(spec.ends_at),
             now_ms.to_string(),
+            spec.hold_seconds.map(|s| s.to_string()).unwrap_or_default(),
         ];
         let reply = self.eval(&self.scripts.create_event, keys, args).await?;
         match code(&reply.into_array())?.as_str() {
@@ -258,6 +259,12 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
             max_per_order: num("max_per_order")? as u32,
             starts_at: opt("starts_at")?,
             ends_at: opt("ends_at")?,
+            // Absent in metas written before holds existed.
+            hold_seconds: fields
+                .get("hold")
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().map_err(|_| bad("hold")))
+                .transpose()?,
         },
         status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,
         generation: num("gen")? as u32,

@@ -19,6 +19,7 @@
 mod buckets;
 mod durability;
 mod events;
+mod holds;
 mod leases;
 mod retire;
 mod scripts;

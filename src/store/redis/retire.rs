@@ -9,7 +9,7 @@ use super::scripts::reply;
 use super::{RedisStore, arg, array_or_stale, code, is_stale, num, text, unknown};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{OrderEntry, RequestRecord};
+use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamId};
 use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
 
@@ -57,7 +57,7 @@ impl Retirement for RedisStore {
     async fn audit_bucket(&self, bucket: &BucketRef) -> Result<BucketAudit, StoreError> {
         let k = self.keys(bucket);
         let orders = k.orders.clone();
-        let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed];
+        let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed, k.hunits];
         let args = vec![AUDIT_PAGE.to_string()];
         let reply = self.eval(&self.scripts.audit_bucket, keys, args).await?;
         let mut audit = decode_audit(bucket, array_or_stale(bucket, reply)?)?;
@@ -149,13 +149,22 @@ impl Retirement for RedisStore {
         for (rid, record) in records {
             args.extend([rid.clone(), record.encode()]);
         }
-        let keys = vec![k.users, k.idx, k.reqs, k.fence];
+        let keys = vec![k.users, k.idx, k.reqs, k.fence, k.holds, k.hunits];
         let parts = self
             .eval(&self.scripts.restore, keys, args)
             .await?
             .into_array();
         match code(&parts)?.as_str() {
-            reply::OK => Ok(RestoreReply::Restored),
+            reply::OK => {
+                // Live holds moved here: the sweeper must follow this bucket.
+                let first = orders
+                    .iter()
+                    .filter(|(_, e)| e.state == EntryState::Held)
+                    .filter_map(|(_, e)| e.pay_by)
+                    .min();
+                self.announce_first_hold(bucket, first).await;
+                Ok(RestoreReply::Restored)
+            }
             reply::FENCED => Ok(RestoreReply::Fenced {
                 highest: num(arg(&parts, 1)?)?,
             }),
@@ -253,5 +262,6 @@ fn decode_audit(bucket: &BucketRef, parts: Vec<Value>) -> Result<BucketAudit, St
         applied,
         entries,
         read_ms: num(arg(&parts, 7)?)? as i64,
+        held: parts.get(8).map(num).transpose()?.unwrap_or(0),
     })
 }

@@ -39,6 +39,11 @@ pub(super) mod reply {
     pub const ALREADY_CANCELLED: &str = "AC";
     pub const NOT_FOUND: &str = "NF";
 
+    // confirm.lua
+    pub const ALREADY_CONFIRMED: &str = "AK";
+    pub const HOLD_EXPIRED: &str = "EX";
+    pub const HOLD_CANCELLED: &str = "CX";
+
     // create_event.lua
     pub const EXISTS: &str = "EX";
 
@@ -118,6 +123,10 @@ scripts! {
     counters: [],
     set_empty: [],
     bucket_state: [STALE],
+    // holds.rs
+    confirm: [STALE, OK, ALREADY_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, NOT_FOUND],
+    expire_holds: [STALE, OK],
+    hold_index: [],
     // leases.rs
     lease_acquire: [OK, HELD],
     lease_renew: [],

@@ -4,6 +4,7 @@
 mod admin;
 mod contract;
 mod events;
+mod holds;
 mod ops;
 mod orders;
 mod purchases;

@@ -34,9 +34,10 @@ use shardstock::domain::model::{
 };
 use shardstock::domain::stream::{StreamEntry, StreamId};
 use shardstock::store::{
-    BucketAudit, BucketContents, Buckets, CancelReply, CreateEventReply, EndReshardReply, Events,
-    FinishArgs, FinishReply, Leases, OpenTransfer, PurchaseEntry, PurchaseReply, RestoreReply,
-    Retirement, SeqBump, Store, StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
+    BucketAudit, BucketContents, Buckets, CancelReply, ConfirmReply, CreateEventReply,
+    EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, Leases, OpenTransfer,
+    PurchaseEntry, PurchaseReply, RestoreReply, Retirement, SeqBump, Store, StoreError, Streams,
+    TakeArgs, TakeReply, TransferReply, Transfers,
 };
 
 /// What goes wrong with a step.
@@ -378,6 +379,14 @@ faulty_sections! {
         fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64, left: u64) -> bool;
         fn bump_epoch(bucket: &BucketRef) -> ();
         fn bucket_state(bucket: &BucketRef) -> BucketState;
+    }
+    Holds {
+        fn confirm(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> ConfirmReply;
+        fn expire_holds(bucket: &BucketRef, now_ms: i64, count: u32, void: bool) -> ExpireReply;
+        fn announce_holds(bucket: &BucketRef, at_ms: i64) -> ();
+        fn due_holds(now_ms: i64, count: u32) -> Vec<(BucketRef, i64)>;
+        fn reschedule_holds(bucket: &BucketRef, seen: i64, next: Option<i64>) -> bool;
+        fn next_hold(bucket: &BucketRef) -> Option<i64>;
     }
     Leases {
         fn acquire_leadership(event: &EventId, owner: &str, ttl_ms: u64) -> Option<u64>;

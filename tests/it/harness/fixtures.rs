@@ -27,6 +27,7 @@ pub fn spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
         max_per_order: DEFAULT_MAX_PER_ORDER,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     }
 }
 

@@ -1,0 +1,65 @@
+--[[ expire_holds.lua — expires the held orders of a home bucket whose pay-by
+deadline has passed (the sweeper), or every live hold (a close voids them).
+
+KEYS[1] ss:{e#g#h}:stock   remaining units (expired units come back here)
+KEYS[2] ss:{e#g#h}:users   HASH user -> units held (events with a per-user limit)
+KEYS[3] ss:{e#g#h}:idx     HASH order id -> order entry ("H|…|pay_by" while held)
+KEYS[4] ss:{e#g#h}:orders  STREAM (one expire record "e|…" per expired order)
+KEYS[5] ss:{e#g#h}:adds    addition count, +1 when units came back
+KEYS[6] ss:{e#g#h}:sealed  a sealed bucket answers "ST" unless voiding
+KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
+KEYS[8] ss:{e#g#h}:hunits  units in live holds
+ARGV[1] now ms   ARGV[2] at most this many orders   ARGV[3] h
+ARGV[4] 1 = void every live hold whatever its deadline, sealed or not (a close,
+        which sealed the bucket itself); 0 = only those due (pay_by <= now)
+
+Returns "ST" (no bucket, or sealed and not voiding), else
+{"OK", next, oid, entry, oid, entry, …}: next is the earliest pay-by left in the
+index ('' when none), then each order this call expired with its entry after
+the change ("E…"). Per order, in this one step: out of the index, entry "E…",
+units back in stock, the user's count down, held units down, the expire
+record written — so units return and counts drop exactly once, however many
+sweepers run, die or repeat. An index entry whose order is no longer held
+(cancelled or confirmed in the same step that should have removed it) is
+only dropped.
+]]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'ST'
+end
+local void = ARGV[4] == '1'
+if not void and redis.call('EXISTS', KEYS[6]) == 1 then
+  return 'ST'
+end
+local ids
+if void then
+  ids = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[2]) - 1)
+else
+  ids = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+end
+local out = {'OK', ''}
+local back = 0
+for _, oid in ipairs(ids) do
+  redis.call('ZREM', KEYS[7], oid)
+  local entry = redis.call('HGET', KEYS[3], oid)
+  if entry and string.sub(entry, 1, 1) == 'H' then
+    local user, qty, rid = string.match(entry, '^H|([^|]*)|([^|]*)|[^|]*|([^|]*)|')
+    local expired = 'E' .. string.sub(entry, 2)
+    redis.call('HSET', KEYS[3], oid, expired)
+    if redis.call('HEXISTS', KEYS[2], user) == 1 then
+      redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
+    end
+    redis.call('DECRBY', KEYS[8], qty)
+    back = back + tonumber(qty)
+    redis.call('XADD', KEYS[4], '*', 'd', 'e|' .. oid .. '|' .. user .. '|' .. qty .. '|' ..
+      ARGV[3] .. '|' .. ARGV[3] .. '|' .. rid .. '|' .. ARGV[1])
+    out[#out + 1] = oid
+    out[#out + 1] = expired
+  end
+end
+if back > 0 then
+  redis.call('INCRBY', KEYS[1], back)
+  redis.call('INCR', KEYS[5])
+end
+local next = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+if next[2] then out[2] = next[2] end
+return out

@@ -1,0 +1,196 @@
+//! Held orders on Redis: `confirm.lua`, `expire_holds.lua`, and the
+//! deadline index `ss:holds` (`hold_index.lua` for the sweeper's move).
+
+use fred::prelude::*;
+use fred::types::sorted_sets::Ordering as ZOrdering;
+
+use super::scripts::reply;
+use super::{RedisStore, arg, code, num, order_entry, text, unknown};
+use crate::domain::ids::OrderId;
+use crate::domain::keys::{BucketRef, hold_index_key};
+use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
+
+impl RedisStore {
+    fn hold_index(&self) -> String {
+        hold_index_key(&self.namespace)
+    }
+
+    /// The keys `confirm.lua` and `expire_holds.lua` share, in their order.
+    fn hold_keys(&self, bucket: &BucketRef) -> Vec<String> {
+        let k = self.keys(bucket);
+        vec![
+            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits,
+        ]
+    }
+
+    /// Announces a bucket's first hold; a failure is only logged: the
+    /// sweeper's slow round finds the bucket anyway (`control::sweeper`).
+    pub(super) async fn announce_first_hold(&self, bucket: &BucketRef, at_ms: Option<i64>) {
+        let Some(at_ms) = at_ms else { return };
+        if let Err(e) = self.announce_holds(bucket, at_ms).await {
+            tracing::warn!(bucket = %bucket.name(), error = %e, "announcing a bucket's holds failed");
+        }
+    }
+}
+
+/// A ZSET score as Redis answers it (a string or a double).
+fn score(v: &Value) -> Result<i64, StoreError> {
+    match v {
+        Value::Double(d) => Ok(*d as i64),
+        Value::Integer(i) => Ok(*i),
+        other => text(other)?
+            .parse::<f64>()
+            .map(|d| d as i64)
+            .map_err(|_| StoreError::Protocol(format!("bad score {other:?}"))),
+    }
+}
+
+impl Holds for RedisStore {
+    async fn confirm(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        order: &OrderId,
+    ) -> Result<ConfirmReply, StoreError> {
+        let args = vec![
+            now_ms.to_string(),
+            order.to_string(),
+            bucket.index.to_string(),
+        ];
+        let parts = self
+            .eval_bucket(bucket, &self.scripts.confirm, self.hold_keys(bucket), args)
+            .await?;
+        self.replicated(bucket).await?;
+        let entry = || order_entry(arg(&parts, 1)?);
+        match code(&parts)?.as_str() {
+            reply::OK => Ok(ConfirmReply::Confirmed(entry()?)),
+            reply::ALREADY_CONFIRMED => Ok(ConfirmReply::AlreadyConfirmed(entry()?)),
+            reply::HOLD_EXPIRED => Ok(ConfirmReply::Expired {
+                entry: entry()?,
+                now: num(arg(&parts, 2)?)? == 1,
+            }),
+            reply::HOLD_CANCELLED => Ok(ConfirmReply::Cancelled(entry()?)),
+            reply::NOT_FOUND => Ok(ConfirmReply::NotFound),
+            other => Err(unknown("confirm", other)),
+        }
+    }
+
+    async fn expire_holds(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        count: u32,
+        void: bool,
+    ) -> Result<ExpireReply, StoreError> {
+        let args = vec![
+            now_ms.to_string(),
+            count.max(1).to_string(),
+            bucket.index.to_string(),
+            super::flag(void),
+        ];
+        let parts = self
+            .eval_bucket(
+                bucket,
+                &self.scripts.expire_holds,
+                self.hold_keys(bucket),
+                args,
+            )
+            .await?;
+        match code(&parts)?.as_str() {
+            reply::OK => {}
+            other => return Err(unknown("expire_holds", other)),
+        }
+        let next = match text(arg(&parts, 1)?)?.as_str() {
+            "" => None,
+            s => Some(
+                s.parse::<f64>()
+                    .map_err(|_| StoreError::Protocol(format!("bad next deadline {s:?}")))?
+                    as i64,
+            ),
+        };
+        let expired = parts[2..]
+            .chunks(2)
+            .map(|pair| match pair {
+                [oid, entry] => Ok((OrderId::from_stored(text(oid)?), order_entry(entry)?)),
+                _ => Err(StoreError::Protocol(
+                    "expire_holds reply is cut short".into(),
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ExpireReply { expired, next })
+    }
+
+    async fn announce_holds(&self, bucket: &BucketRef, at_ms: i64) -> Result<(), StoreError> {
+        let key = self.hold_index();
+        let member = bucket.name();
+        self.call(|| {
+            self.client.zadd::<(), _, _>(
+                key.clone(),
+                None,
+                Some(ZOrdering::LessThan),
+                false,
+                false,
+                (at_ms as f64, member.clone()),
+            )
+        })
+        .await
+    }
+
+    async fn due_holds(
+        &self,
+        now_ms: i64,
+        count: u32,
+    ) -> Result<Vec<(BucketRef, i64)>, StoreError> {
+        let key = self.hold_index();
+        let found: Vec<Value> = self
+            .call(|| {
+                self.client.zrangebyscore(
+                    key.clone(),
+                    f64::NEG_INFINITY,
+                    now_ms as f64,
+                    true,
+                    Some((0, i64::from(count))),
+                )
+            })
+            .await?;
+        let mut out = Vec::new();
+        for pair in found.chunks(2) {
+            let [member, s] = pair else { break };
+            let name = text(member)?;
+            match BucketRef::parse_name(&name) {
+                Some(b) => out.push((b, score(s)?)),
+                None => {
+                    self.call(|| self.client.zrem::<(), _, _>(key.clone(), name.clone()))
+                        .await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn reschedule_holds(
+        &self,
+        bucket: &BucketRef,
+        seen: i64,
+        next: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let args = vec![
+            bucket.name(),
+            seen.to_string(),
+            next.map(|n| n.to_string()).unwrap_or_default(),
+        ];
+        self.eval_flag(&self.scripts.hold_index, vec![self.hold_index()], args)
+            .await
+    }
+
+    async fn next_hold(&self, bucket: &BucketRef) -> Result<Option<i64>, StoreError> {
+        let key = self.keys(bucket).holds;
+        let first: Vec<Value> = self
+            .call(|| {
+                self.client
+                    .zrange(key.clone(), 0_i64, 0_i64, None, false, None, true)
+            })
+            .await?;
+        first.get(1).map(score).transpose()
+    }
+}

@@ -1,0 +1,649 @@
+//! Holds (issue 14): purchases on events with `hold_seconds` are held until
+//! confirmed; unpaid ones expire and their units sell again.
+//!
+//! Every test runs on memory, standalone Redis and the 3-master Cluster, each
+//! with a ledger (SQLite for memory, PostgreSQL otherwise), so the audit
+//! checks every scenario. Time is a `ManualClock` moved by hand (no test
+//! waits for a deadline). The deadline index is deployment-wide and a sweep
+//! judges deadlines by its own engine's clock, so each Redis test runs in a
+//! namespace of its own (`on_every_backend!` shares one per suite: a test
+//! that moves its clock an hour on would expire a neighbour's holds).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardstock::control::expiry::{ExpiryOptions, sweep_due};
+use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::lifecycle;
+use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
+use shardstock::domain::ids::{EventId, OrderId, RequestId};
+use shardstock::domain::model::{Order, OrderStatus};
+use shardstock::engine::{ConfirmRefusal, ManualClock, PurchaseRequest, Refusal};
+use shardstock::ledger::Ledger;
+use shardstock::store::Store;
+use shardstock::{Engine, EngineOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::faulty::{Faulty, When};
+use crate::harness::{event_id, pg_url, purchase_final, spec, sqlite_url, user, user_homed_at};
+
+/// `on_every_backend!`'s memory, Redis and Cluster, each test in its own
+/// key namespace (see the module docs).
+macro_rules! on_each_backend_apart {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::harness::memory()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let apart = format!("holds-{:08x}", rand::random::<u32>());
+                    super::$name($crate::harness::standalone(&apart).await).await;
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let apart = format!("holds-{:08x}", rand::random::<u32>());
+                    super::$name($crate::harness::cluster(&apart).await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_backend_apart!(
+    a_hold_answers_its_deadline_and_confirms_once,
+    an_unpaid_hold_expires_once_and_its_units_sell_again,
+    a_cancelled_hold_is_released_at_once_and_cannot_be_confirmed,
+    a_hold_bought_through_the_ring_is_held_at_home,
+    thirty_percent_never_pay_and_their_units_sell_to_later_buyers,
+    confirm_racing_expiry_ends_each_order_one_way,
+    a_sweep_cut_at_any_step_is_finished_by_the_next,
+    holds_survive_a_reshard_and_a_rebalancer_move,
+    a_close_voids_live_holds_and_accounts_for_their_units,
+);
+
+const HOLD_S: u32 = 60;
+
+struct Rig<S: Store> {
+    engine: Arc<Engine<S>>,
+    clock: ManualClock,
+    ledger: Ledger,
+    flusher: Flusher<S>,
+    stop: CancellationToken,
+}
+
+async fn rig<S: Store>(engine: Engine<S>) -> Rig<S> {
+    let url = if engine.store().kind() == "memory" {
+        sqlite_url()
+    } else {
+        pg_url()
+    };
+    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let clock = ManualClock::starting_now();
+    let engine = Arc::new(engine.with_clock(clock.clone().into()));
+    let flusher = Flusher::new(
+        engine.clone(),
+        ledger.clone(),
+        format!("test-{}", rand::random::<u32>()),
+        flush_options(),
+    );
+    Rig {
+        engine,
+        clock,
+        ledger,
+        flusher,
+        stop: CancellationToken::new(),
+    }
+}
+
+fn flush_options() -> FlushOptions {
+    FlushOptions {
+        batch: 500,
+        workers: 2,
+        idle: Duration::from_millis(10),
+        claim_idle_ms: 500,
+    }
+}
+
+impl<S: Store> Rig<S> {
+    /// An event of `stock` units in `buckets`, purchases held `HOLD_S`,
+    /// `limit` units per user.
+    async fn create(&self, prefix: &str, stock: u64, buckets: u32, limit: u32) -> EventId {
+        let id = event_id(prefix);
+        let mut s = spec(&id, stock, buckets);
+        s.hold_seconds = Some(HOLD_S);
+        s.per_user_limit = Some(limit);
+        lifecycle::create(&self.engine, &self.ledger, s)
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn buy(&self, event: &EventId, u: &str, qty: u32) -> Result<Order, Refusal> {
+        let req = PurchaseRequest {
+            event: event.clone(),
+            user: user(u),
+            quantity: qty,
+            request_id: Some(RequestId::parse(format!("r-{u}-{}", rand::random::<u32>())).unwrap()),
+        };
+        purchase_final(&self.engine, &req).await.unwrap().result
+    }
+
+    async fn sweep(&self) -> u64 {
+        sweep_due(&self.engine, &ExpiryOptions::default(), 64)
+            .await
+            .unwrap()
+    }
+
+    /// Past every deadline of holds made so far.
+    fn after_deadlines(&self) {
+        self.clock
+            .advance(Duration::from_secs(u64::from(HOLD_S) + 1));
+    }
+
+    /// Flushes every bucket and checks the audit balances; returns it.
+    async fn audit(&mut self, event: &EventId) -> shardstock::control::audit::Audit {
+        let meta = self.engine.reload(event).await.unwrap();
+        self.flusher
+            .drain(&meta.all_buckets(), &self.stop)
+            .await
+            .unwrap();
+        let audit = shardstock::control::audit::audit(&self.engine, &self.ledger, event)
+            .await
+            .unwrap();
+        assert!(audit.balanced, "{audit:?}");
+        audit
+    }
+
+    async fn status(&self, order: &OrderId) -> OrderStatus {
+        match self.engine.order(order.as_str()).await {
+            Ok(view) => view.status,
+            Err(_) => {
+                let (oid, event, _) = OrderId::parse(order.as_str()).unwrap();
+                self.ledger
+                    .order(&oid, &event)
+                    .await
+                    .unwrap()
+                    .expect("in the ledger")
+                    .status
+            }
+        }
+    }
+}
+
+async fn a_hold_answers_its_deadline_and_confirms_once<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("hold", 10, 2, 4).await;
+    let now = r.clock.now_ms();
+    let order = r.buy(&id, "u-1", 2).await.unwrap();
+    assert_eq!(order.status, Some(OrderStatus::Held));
+    assert_eq!(order.pay_by, Some(now + i64::from(HOLD_S) * 1000));
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held, view.sold), (8, 2, 2));
+    let seen = r.engine.order(order.order_id.as_str()).await.unwrap();
+    assert_eq!(
+        (seen.status, seen.pay_by),
+        (OrderStatus::Held, order.pay_by)
+    );
+
+    r.clock.advance(Duration::from_secs(u64::from(HOLD_S) - 1));
+    let first = r.engine.confirm(order.order_id.as_str()).await.unwrap();
+    assert!(!first.already);
+    assert_eq!(first.result.unwrap().status, OrderStatus::Confirmed);
+    // Idempotent, also after the deadline: a confirmed order stays confirmed.
+    r.after_deadlines();
+    let again = r.engine.confirm(order.order_id.as_str()).await.unwrap();
+    assert!(again.already);
+    assert_eq!(again.result.unwrap().status, OrderStatus::Confirmed);
+    assert_eq!(r.sweep().await, 0, "a confirmed order never expires");
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held, view.sold), (8, 0, 2));
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.held, audit.sold_flushed, audit.released), (0, 2, 0));
+    assert_eq!(r.status(&order.order_id).await, OrderStatus::Confirmed);
+    let (oid, event, _) = OrderId::parse(order.order_id.as_str()).unwrap();
+    let row = r.ledger.order(&oid, &event).await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.pay_by),
+        (OrderStatus::Confirmed, order.pay_by)
+    );
+}
+
+async fn an_unpaid_hold_expires_once_and_its_units_sell_again<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("expire", 2, 1, 2).await;
+    let order = r.buy(&id, "u-1", 2).await.unwrap();
+    assert_eq!(
+        r.buy(&id, "u-2", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
+    assert_eq!(r.sweep().await, 0, "nothing is due before the deadline");
+    r.after_deadlines();
+    assert_eq!(r.sweep().await, 1);
+    assert_eq!(r.sweep().await, 0, "expired once");
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held), (2, 0));
+    assert_eq!(r.status(&order.order_id).await, OrderStatus::Expired);
+    // The buyer's count dropped: the same user may buy the limit again.
+    let again = r.buy(&id, "u-1", 2).await.unwrap();
+    assert_eq!(again.status, Some(OrderStatus::Held));
+    assert_eq!(
+        r.buy(&id, "u-1", 1).await,
+        Err(Refusal::LimitExceeded { limit: 2, held: 2 }),
+        "the count dropped exactly once"
+    );
+    // Confirming the expired order: refused, nothing changes.
+    let late = r.engine.confirm(order.order_id.as_str()).await.unwrap();
+    assert!(
+        matches!(late.result, Err(ConfirmRefusal::Expired(_))),
+        "{late:?}"
+    );
+    let cancel = r.engine.cancel(order.order_id.as_str()).await.unwrap();
+    assert!(cancel.already);
+    assert_eq!(cancel.order.status, OrderStatus::Expired);
+    assert_eq!(r.engine.view(&id).await.unwrap().remaining, 0);
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.held, audit.sold_flushed, audit.released), (2, 4, 2));
+}
+
+async fn a_cancelled_hold_is_released_at_once_and_cannot_be_confirmed<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("cancel", 3, 1, 3).await;
+    let order = r.buy(&id, "u-1", 3).await.unwrap();
+    let cancel = r.engine.cancel(order.order_id.as_str()).await.unwrap();
+    assert!(!cancel.already);
+    assert_eq!(cancel.order.status, OrderStatus::Cancelled);
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held), (3, 0));
+    let confirm = r.engine.confirm(order.order_id.as_str()).await.unwrap();
+    assert!(matches!(confirm.result, Err(ConfirmRefusal::Cancelled(_))));
+    r.after_deadlines();
+    assert_eq!(r.sweep().await, 0, "a cancelled hold never expires");
+    assert_eq!(r.engine.view(&id).await.unwrap().remaining, 3);
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.held, audit.sold_flushed, audit.released), (0, 3, 3));
+    assert_eq!(r.status(&order.order_id).await, OrderStatus::Cancelled);
+}
+
+async fn a_hold_bought_through_the_ring_is_held_at_home<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("ring", 4, 4, 10).await;
+    // Empty bucket 0 (held, confirmed), then a buyer homed there probes the ring.
+    let u0 = user_homed_at(0, 4, "home");
+    let first = r.buy(&id, &u0, 1).await.unwrap();
+    assert_eq!((first.bucket, first.probes), (0, 0));
+    r.engine
+        .confirm(first.order_id.as_str())
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let probed = r.buy(&id, &u0, 1).await.unwrap();
+    assert!(probed.probes > 0, "{probed:?}");
+    assert_eq!(probed.status, Some(OrderStatus::Held));
+    assert!(probed.pay_by.is_some());
+    assert_eq!(r.engine.view(&id).await.unwrap().held, 1);
+    r.after_deadlines();
+    assert_eq!(r.sweep().await, 1);
+    // The units come back at the buyer's home, as a cancel's do.
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!(
+        (view.remaining, view.held, view.buckets[0].remaining),
+        (3, 0, 1)
+    );
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.released, audit.remaining), (1, 3));
+    assert_eq!(r.status(&probed.order_id).await, OrderStatus::Expired);
+}
+
+async fn thirty_percent_never_pay_and_their_units_sell_to_later_buyers<S: Store>(
+    engine: Engine<S>,
+) {
+    let mut r = rig(engine).await;
+    let stock = 200;
+    let id = r.create("unpaid", stock, 8, 1).await;
+    // 200 buyers at once; every tenth in three never pays.
+    let tasks: Vec<_> = (0..stock)
+        .map(|i| {
+            let (engine, id) = (r.engine.clone(), id.clone());
+            tokio::spawn(async move {
+                let req = PurchaseRequest {
+                    event: id,
+                    user: user(format!("first-{i}")),
+                    quantity: 1,
+                    request_id: Some(RequestId::parse(format!("r{i}")).unwrap()),
+                };
+                let order = purchase_final(&engine, &req).await.unwrap().result.unwrap();
+                assert_eq!(order.status, Some(OrderStatus::Held));
+                if i % 10 >= 3 {
+                    let confirmed = engine.confirm(order.order_id.as_str()).await.unwrap();
+                    assert_eq!(confirmed.result.unwrap().status, OrderStatus::Confirmed);
+                }
+                order.order_id
+            })
+        })
+        .collect();
+    let mut first = Vec::new();
+    for t in tasks {
+        first.push(t.await.unwrap());
+    }
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held), (0, 60));
+    assert_eq!(
+        r.buy(&id, "late-early", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
+    r.after_deadlines();
+    // The sweep runs while later buyers arrive: they buy what comes back.
+    let sweeper = {
+        let engine = r.engine.clone();
+        tokio::spawn(async move {
+            sweep_due(&engine, &ExpiryOptions::default(), 64)
+                .await
+                .unwrap()
+        })
+    };
+    let mut later = Vec::new();
+    let mut i = 0;
+    while later.len() < 60 {
+        i += 1;
+        assert!(i < 20_000, "the expired units never came back on sale");
+        match r.buy(&id, &format!("late-{i}"), 1).await {
+            Ok(order) => {
+                let c = r.engine.confirm(order.order_id.as_str()).await.unwrap();
+                assert_eq!(c.result.unwrap().status, OrderStatus::Confirmed);
+                later.push(order.order_id);
+            }
+            Err(Refusal::SoldOut { .. }) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(sweeper.await.unwrap() + r.sweep().await, 60);
+    assert_eq!(
+        r.buy(&id, "late-last", 1).await,
+        Err(Refusal::SoldOut { remaining: 0 })
+    );
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.remaining, audit.held, audit.released), (0, 0, 60));
+    assert_eq!(
+        audit.sold_flushed - audit.released,
+        stock,
+        "confirmed == stock"
+    );
+    // No unit sold twice: every order ends one way, confirmed units == stock.
+    let mut confirmed = 0;
+    let mut ids = HashSet::new();
+    for (i, oid) in first.iter().chain(&later).enumerate() {
+        assert!(ids.insert(oid.clone()), "order {oid} answered twice");
+        let status = r.status(oid).await;
+        let want = if i < first.len() && i % 10 < 3 {
+            OrderStatus::Expired
+        } else {
+            OrderStatus::Confirmed
+        };
+        assert_eq!(status, want, "{oid}");
+        confirmed += u64::from(status == OrderStatus::Confirmed);
+    }
+    assert_eq!(confirmed, stock);
+}
+
+async fn confirm_racing_expiry_ends_each_order_one_way<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let n = 120;
+    let id = r.create("race", n, 4, 1).await;
+    let mut orders = Vec::new();
+    for i in 0..n {
+        orders.push(r.buy(&id, &format!("u-{i}"), 1).await.unwrap());
+    }
+    // The sweeper's clock is past every deadline, the buyers' one short of
+    // it: whichever step reaches an order's bucket first decides it.
+    let sweeper = Arc::new(
+        Engine::new(r.engine.store().clone(), EngineOptions::default())
+            .with_clock(ManualClock::at(r.clock.now_ms() + i64::from(HOLD_S) * 1000 + 1).into()),
+    );
+    r.clock.advance(Duration::from_secs(u64::from(HOLD_S) - 1));
+    let sweeps = {
+        let sweeper = sweeper.clone();
+        tokio::spawn(async move {
+            let opts = ExpiryOptions {
+                per_bucket: 3,
+                ..ExpiryOptions::default()
+            };
+            let mut expired = 0;
+            for _ in 0..200 {
+                expired += sweep_due(&sweeper, &opts, 1).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            expired
+        })
+    };
+    let confirms: Vec<_> = orders
+        .iter()
+        .map(|o| {
+            let (engine, oid) = (r.engine.clone(), o.order_id.clone());
+            tokio::spawn(async move { engine.confirm(oid.as_str()).await.unwrap() })
+        })
+        .collect();
+    let mut confirmed = 0;
+    for (o, c) in orders.iter().zip(confirms) {
+        let answer = c.await.unwrap();
+        let status = r.status(&o.order_id).await;
+        match answer.result {
+            Ok(view) => {
+                assert_eq!(view.status, OrderStatus::Confirmed);
+                assert_eq!(status, OrderStatus::Confirmed, "{}", o.order_id);
+                confirmed += 1;
+            }
+            Err(ConfirmRefusal::Expired(_)) => {
+                assert_eq!(status, OrderStatus::Expired, "{}", o.order_id);
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    let expired = sweeps.await.unwrap()
+        + sweep_due(&sweeper, &ExpiryOptions::default(), 64)
+            .await
+            .unwrap();
+    assert_eq!(confirmed + expired, n, "each order ended exactly one way");
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.held), (expired, 0));
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.released, audit.sold_flushed), (expired, n));
+}
+
+async fn a_sweep_cut_at_any_step_is_finished_by_the_next<S: Store>(engine: Engine<S>) {
+    // A `Faulty` store's steps nest deeper than a debug test thread's 2 MiB
+    // stack allow (as in `faults`): run on large stacks. The store's
+    // connection stays served by this runtime meanwhile.
+    let run = move || {
+        std::thread::Builder::new()
+            .stack_size(64 << 20)
+            .spawn(move || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_stack_size(32 << 20)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(sweeps_cut_at_every_step(engine))
+            })
+            .expect("a thread")
+            .join()
+    };
+    if let Err(panic) = tokio::task::spawn_blocking(run).await.unwrap() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn sweeps_cut_at_every_step<S: Store>(engine: Engine<S>) {
+    let r = rig(engine).await;
+    let steps = [
+        ("due_holds", When::Before),
+        ("expire_holds", When::Before),
+        ("expire_holds", When::After),
+        ("bump_seq", When::After),
+        ("reschedule_holds", When::Before),
+        ("reschedule_holds", When::After),
+    ];
+    for (step, when) in steps {
+        let faulty = Faulty::plain(r.engine.store().clone());
+        let cut = Arc::new(
+            Engine::new(faulty.clone(), EngineOptions::default())
+                .with_clock(r.clock.clone().into()),
+        );
+        let mut fr = Rig {
+            engine: cut.clone(),
+            clock: r.clock.clone(),
+            ledger: r.ledger.clone(),
+            flusher: Flusher::new(
+                cut,
+                r.ledger.clone(),
+                format!("test-{}", rand::random::<u32>()),
+                flush_options(),
+            ),
+            stop: CancellationToken::new(),
+        };
+        let id = fr.create("cut", 6, 2, 3).await;
+        let mut orders = Vec::new();
+        for i in 0..3 {
+            orders.push(fr.buy(&id, &format!("u-{i}"), 2).await.unwrap());
+        }
+        fr.engine
+            .confirm(orders[0].order_id.as_str())
+            .await
+            .unwrap();
+        fr.after_deadlines();
+        faulty.arm(step, faulty.calls(step) + 1, when);
+        // The process dies mid-sweep: the step fails (before it ran, or
+        // after, its reply lost) and the sweep stops there.
+        let cut = sweep_due(&fr.engine, &ExpiryOptions::default(), 64).await;
+        assert!(
+            cut.is_err(),
+            "{step} {when:?}: the armed step failed the sweep"
+        );
+        faulty.heal();
+        // The next sweep (of any instance) finishes the job.
+        fr.sweep().await;
+        assert_eq!(fr.sweep().await, 0, "{step} {when:?}");
+        let view = fr.engine.view(&id).await.unwrap();
+        assert_eq!((view.remaining, view.held), (4, 0), "{step} {when:?}");
+        assert_eq!(fr.status(&orders[0].order_id).await, OrderStatus::Confirmed);
+        for o in &orders[1..] {
+            assert_eq!(fr.status(&o.order_id).await, OrderStatus::Expired, "{step}");
+        }
+        // Units came back and counts dropped once: the limit allows 3 again,
+        // and not a unit more.
+        fr.buy(&id, "u-1", 3).await.unwrap();
+        assert_eq!(
+            fr.buy(&id, "u-1", 1).await,
+            Err(Refusal::LimitExceeded { limit: 3, held: 3 }),
+            "{step} {when:?}"
+        );
+        let audit = fr.audit(&id).await;
+        assert_eq!(
+            (audit.released, audit.sold_flushed, audit.held),
+            (4, 9, 3),
+            "{step} {when:?}: each expiry released once"
+        );
+    }
+}
+
+async fn holds_survive_a_reshard_and_a_rebalancer_move<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("move", 40, 4, 2).await;
+    let mut orders = Vec::new();
+    for i in 0..12 {
+        orders.push(r.buy(&id, &format!("u-{i}"), 2).await.unwrap());
+    }
+    assert_eq!(r.engine.view(&id).await.unwrap().held, 24);
+    let view = shardstock::control::reshard::reshard(&r.engine, &id, 7)
+        .await
+        .unwrap();
+    assert_eq!((view.bucket_count, view.held, view.remaining), (7, 24, 16));
+    let mut rebalancer = Rebalancer::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        flush_options(),
+        RebalanceOptions {
+            interval: Duration::from_millis(10),
+            lease_ttl_ms: 2_000,
+            policy: Policy {
+                horizon_s: 0.05,
+                skew_threshold: 1.0,
+                gather_below: 1.0,
+                max_moves: 8,
+            },
+        },
+    );
+    let meta = r.engine.reload(&id).await.unwrap();
+    let (moves, _) = rebalancer.consolidate_now(&meta).await.unwrap();
+    assert!(!moves.is_empty(), "the rebalancer moved units");
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.held, view.remaining), (24, 16));
+    // Half confirm, half expire, in the new layout.
+    for o in &orders[..6] {
+        let c = r.engine.confirm(o.order_id.as_str()).await.unwrap();
+        assert_eq!(c.result.unwrap().status, OrderStatus::Confirmed);
+    }
+    r.after_deadlines();
+    assert_eq!(r.sweep().await, 6);
+    for o in &orders[6..] {
+        assert_eq!(r.status(&o.order_id).await, OrderStatus::Expired);
+    }
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!((view.held, view.remaining), (0, 28));
+    // Expired buyers' counts dropped in their new home: they buy again.
+    r.buy(&id, "u-11", 2).await.unwrap();
+    let audit = r.audit(&id).await;
+    assert_eq!((audit.released, audit.held), (12, 2));
+}
+
+async fn a_close_voids_live_holds_and_accounts_for_their_units<S: Store>(engine: Engine<S>) {
+    let mut r = rig(engine).await;
+    let id = r.create("close", 10, 2, 3).await;
+    let kept = r.buy(&id, "u-1", 3).await.unwrap();
+    let live = r.buy(&id, "u-2", 3).await.unwrap();
+    r.engine.confirm(kept.order_id.as_str()).await.unwrap();
+    let view = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
+    // The live hold was voided: its units are leftover, with the unsold ones.
+    assert_eq!((view.status, view.leftover), ("closed", Some(7)));
+    assert_eq!(r.status(&kept.order_id).await, OrderStatus::Confirmed);
+    assert_eq!(r.status(&live.order_id).await, OrderStatus::Expired);
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(audit.balanced, "{audit:?}");
+    assert_eq!(
+        (
+            audit.sold_flushed,
+            audit.released,
+            audit.leftover,
+            audit.held
+        ),
+        (6, 3, 7, 0)
+    );
+    let confirm = r.engine.confirm(live.order_id.as_str()).await;
+    assert!(
+        confirm.is_err(),
+        "a closed sale confirms nothing: {confirm:?}"
+    );
+    // Past the deadline the sweeper finds nothing to expire, and drops the
+    // closed event's buckets from its index.
+    r.after_deadlines();
+    assert_eq!(r.sweep().await, 0);
+    let due = r.engine.store().due_holds(i64::MAX, 1024).await.unwrap();
+    assert!(due.iter().all(|(b, _)| b.event != id), "{due:?}");
+}
