@@ -6,6 +6,7 @@ KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users ho
                            here; kept only for events with a per-user limit
 KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
 KEYS[4] ss:{e#g#b}:orders  STREAM of order records, one field d = "o|oid|user|q|b|h|rid|t"
+                           (a held order's ends "|pay_by")
 KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry "C|user|q|b|rid|t"
 KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
 KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer's signal)
@@ -22,10 +23,10 @@ ARGV[3] n, the number of entries; then n groups of 10:
         stream record "o|oid|user|q|b|b|rid|now", the index entry
         "C|user|q|b|rid|now", the pending record "P|q|oid|user|now" and the
         bought record "B|q|oid|b|0"
-        Events with holds (hold_seconds) add, after the n groups, n pairs:
-        pay-by ms, the hold record "h|oid|user|q|b|b|rid|pay_by"; their index
-        entries are "H|user|q|b|rid|now|pay_by" (built by the caller). Without
-        these pairs the script runs as it always did.
+        Events with holds (hold_seconds) add, after the n groups, n pay-by
+        ms; their stream records end "|pay_by" and their index entries are
+        "H|user|q|b|rid|now|pay_by" (built by the caller). Without these
+        values the script runs as it always did.
 
 Returns "ST" when the bucket does not exist or is sealed, else a flat array of
 2n values, two per entry, in order:
@@ -44,10 +45,11 @@ Returns "ST" when the bucket does not exist or is sealed, else a flat array of
                     caller probes the ring
 With holds, one value more at the end: 1 when this call put the first hold
 into a bucket that had none (the caller adds the bucket to the deadline index
-ss:holds), else 0. A bought entry is then also in KEYS[11] (score pay-by), its
-hold record in the stream, its units in KEYS[12] — in this same step, so an
-order is never bought without its deadline, nor a deadline left without an
-order.
+ss:holds), else 0. A bought entry is then also in KEYS[11] (score pay-by; one
+ZADD for the call) and its units in KEYS[12] — in this same step, so an order
+is never bought without its deadline, nor a deadline left without an order.
+Its one stream record carries the deadline: a hold costs the hot path a ZADD
+member and an INCRBY per call, not a second XADD.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -72,7 +74,7 @@ local sold, wanted = 0, 0
 local out = {}
 local hbase = 3 + 10 * n
 local holds = #ARGV > hbase
-local first, hunits = false, 0
+local first, hunits, deadlines = false, 0, {}
 if holds then first = redis.call('ZCARD', KEYS[11]) == 0 end
 for i = 1, n do
   local a = 3 + (i - 1) * 10
@@ -101,8 +103,8 @@ for i = 1, n do
       redis.call('HSET', KEYS[3], rid, ARGV[a + 10])
     end
     if holds then
-      redis.call('ZADD', KEYS[11], ARGV[hbase + 2 * i - 1], ARGV[a + 6])
-      redis.call('XADD', KEYS[4], '*', 'd', ARGV[hbase + 2 * i])
+      deadlines[#deadlines + 1] = ARGV[hbase + i]
+      deadlines[#deadlines + 1] = ARGV[a + 6]
       hunits = hunits + qty
     end
     out[o], out[o + 1] = 'B', stock
@@ -126,7 +128,10 @@ if wanted > 0 then
   redis.call('INCRBY', KEYS[7], wanted)
 end
 if holds then
-  if hunits > 0 then redis.call('INCRBY', KEYS[12], hunits) end
+  if hunits > 0 then
+    redis.call('ZADD', KEYS[11], unpack(deadlines))
+    redis.call('INCRBY', KEYS[12], hunits)
+  end
   out[#out + 1] = (first and hunits > 0) and 1 or 0
 end
 return out

@@ -72,6 +72,9 @@ pub struct NewEvent {
     pub starts_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ends_at: Option<String>,
+    /// Seconds a buyer has to confirm (pay) a purchase; `None`: final at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_seconds: Option<u32>,
 }
 
 /// `POST /v1/events/{id}/purchases`.
@@ -108,6 +111,10 @@ pub struct Event {
     pub ends_at: Option<String>,
     pub generation: u32,
     pub leftover: Option<u64>,
+    pub hold_seconds: Option<u32>,
+    /// Units in live holds (not in `remaining`).
+    #[serde(default)]
+    pub held: u64,
 }
 
 /// The document's `Order`: a purchase's answer.
@@ -119,6 +126,12 @@ pub struct Order {
     pub quantity: u32,
     pub bucket: u32,
     pub probes: u32,
+    /// `held` on an event with holds (confirm before `pay_by`); absent otherwise.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// RFC 3339: the deadline of a held order.
+    #[serde(default)]
+    pub pay_by: Option<String>,
 }
 
 /// The document's `OrderView`: an order looked up or cancelled.
@@ -129,10 +142,13 @@ pub struct OrderInfo {
     pub user_id: String,
     pub quantity: u32,
     pub bucket: u32,
-    /// `confirmed` or `cancelled`.
+    /// `held`, `confirmed`, `expired` or `cancelled`.
     pub status: String,
     pub request_id: Option<String>,
     pub created_at: Option<String>,
+    /// RFC 3339: the deadline of an order taken as a hold.
+    #[serde(default)]
+    pub pay_by: Option<String>,
 }
 
 /// A purchase's answer with the replay header.
@@ -221,6 +237,13 @@ impl Client {
     /// `POST /v1/orders/{id}/cancel`.
     pub async fn cancel(&self, id: &str) -> Result<OrderInfo, ClientError> {
         answer(self.request(Method::POST, &format!("/v1/orders/{id}/cancel"))).await
+    }
+
+    /// `POST /v1/orders/{id}/confirm`: a held order paid for (a confirmed
+    /// one answers as it is). After its `pay_by`: a problem
+    /// `urn:shardstock:hold-expired`; cancelled: `urn:shardstock:order-cancelled`.
+    pub async fn confirm(&self, id: &str) -> Result<OrderInfo, ClientError> {
+        answer(self.request(Method::POST, &format!("/v1/orders/{id}/confirm"))).await
     }
 
     /// `GET /readyz`: whether the store and the database answer.

@@ -18,9 +18,10 @@ pub enum RecordKind {
     Void,
     /// A retired bucket's leftover stock at the end of the sale (`k=l`).
     Leftover,
-    /// An order taken as a hold (`k=h`, in its home bucket's stream, written
-    /// with the order's index entry; `at_ms` is the pay-by deadline). Moves
-    /// no units: the take's own record counts them.
+    /// An order taken as a hold by a saga (`k=h`, in its home bucket's
+    /// stream, written with the order's index entry; `at_ms` is the pay-by
+    /// deadline). Moves no units: the take's own record counts them. (A hold
+    /// bought on the fast path is its order record's `pay_by`.)
     Hold,
     /// A held order confirmed before its deadline (`k=k`). Moves no units.
     Confirm,
@@ -100,13 +101,17 @@ pub struct StreamEntry {
     /// The stored request id (`<user>/<id>`, internal `~…`, or empty).
     pub rid: String,
     pub at_ms: i64,
+    /// An order record of a purchase taken as a hold: its pay-by deadline
+    /// (unix ms). `None` on every other record.
+    pub pay_by: Option<i64>,
 }
 
 impl StreamEntry {
     /// The entry's `d` field as the Lua scripts write it,
-    /// `kind|order id|user|qty|bucket|home|rid|at` (the id is the stream's).
+    /// `kind|order id|user|qty|bucket|home|rid|at`, then `|pay_by` when the
+    /// order is held (the id is the stream's).
     pub fn data(&self) -> String {
-        format!(
+        let mut data = format!(
             "{}|{}|{}|{}|{}|{}|{}|{}",
             self.kind.code(),
             self.order_id,
@@ -116,14 +121,33 @@ impl StreamEntry {
             self.home,
             self.rid,
             self.at_ms
-        )
+        );
+        if let Some(pay_by) = self.pay_by {
+            use std::fmt::Write;
+            let _ = write!(data, "|{pay_by}");
+        }
+        data
     }
 
     /// The entry with stream id `id` whose `d` field is `data`.
     pub fn from_data(id: StreamId, data: &str) -> Option<Self> {
         let f: Vec<&str> = data.split('|').collect();
-        let [kind, order_id, user, qty, bucket, home, rid, at_ms] = f[..] else {
-            return None;
+        let (kind, order_id, user, qty, bucket, home, rid, at_ms, pay_by) = match f[..] {
+            [kind, order_id, user, qty, bucket, home, rid, at_ms] => {
+                (kind, order_id, user, qty, bucket, home, rid, at_ms, None)
+            }
+            [kind, order_id, user, qty, bucket, home, rid, at_ms, pay_by] => (
+                kind,
+                order_id,
+                user,
+                qty,
+                bucket,
+                home,
+                rid,
+                at_ms,
+                Some(pay_by.parse().ok()?),
+            ),
+            _ => return None,
         };
         Some(Self {
             id,
@@ -135,6 +159,7 @@ impl StreamEntry {
             home: home.parse().ok()?,
             rid: rid.to_owned(),
             at_ms: at_ms.parse().ok()?,
+            pay_by,
         })
     }
 }
@@ -155,10 +180,25 @@ mod tests {
             home: 0,
             rid: "u-1/r".into(),
             at_ms: 17,
+            pay_by: None,
         };
         assert_eq!(entry.data(), "v|e.1.2|u-1|3|2|0|u-1/r|17");
-        assert_eq!(StreamEntry::from_data(entry.id, &entry.data()), Some(entry));
+        assert_eq!(
+            StreamEntry::from_data(entry.id, &entry.data()),
+            Some(entry.clone())
+        );
         assert_eq!(StreamEntry::from_data(StreamId::default(), "x|a"), None);
+        let held = StreamEntry {
+            kind: RecordKind::Order,
+            pay_by: Some(900),
+            ..entry
+        };
+        assert_eq!(held.data(), "o|e.1.2|u-1|3|2|0|u-1/r|17|900");
+        assert_eq!(StreamEntry::from_data(held.id, &held.data()), Some(held));
+        assert_eq!(
+            StreamEntry::from_data(StreamId::default(), "o|a|u|1|0|0||5|x"),
+            None
+        );
     }
 
     #[test]

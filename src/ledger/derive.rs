@@ -7,16 +7,16 @@
 //! bucket, then the earliest record — or, while none of its takes is in yet,
 //! its cancel (bucket −1). Its status: voided when that take was given back
 //! (the saga never made it this order), cancelled once a cancel exists, else
-//! confirmed. An order taken as a hold has a hold record (`h`, its `at_ms`
-//! the pay-by deadline): it is held until a confirm (`k`) or an expiry (`e`,
-//! which releases its units like a cancel) comes; an expiry alone stands for
-//! its order until its take comes, as a cancel does. (The SQL view of 0002
-//! knows nothing of holds: it shows a held or expired order as confirmed;
-//! the service reads orders through this derivation.)
+//! confirmed. An order taken as a hold has a deadline — its take's
+//! `pay_by_ms` when it was bought on the fast path, a hold record (`h`, its
+//! `at_ms` the deadline) when a saga bought it: it is held until a confirm
+//! (`k`) or an expiry (`e`, which releases its units like a cancel) comes; an
+//! expiry alone stands for its order until its take comes, as a cancel does.
+//! (The view of migration 0004 says the same in SQL.)
 
 /// The columns of `order_records` a derivation reads, in this order.
 pub(super) const COLUMNS: &str =
-    "order_id, kind, bucket, quantity, user_id, request_id, at_ms, stream_no, ms, seq";
+    "order_id, kind, bucket, quantity, user_id, request_id, at_ms, stream_no, ms, seq, pay_by_ms";
 
 /// One record of an order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub(super) struct Rec {
     pub at_ms: i64,
     /// `(stream_no, ms, seq)`.
     pub key: (i64, i64, i64),
+    /// A take bought as a hold on the fast path: its deadline.
+    pub pay_by: Option<i64>,
 }
 
 impl Rec {
@@ -44,6 +46,7 @@ impl Rec {
             rid: row.try_get(5)?,
             at_ms: row.try_get(6)?,
             key: (row.try_get(7)?, row.try_get(8)?, row.try_get(9)?),
+            pay_by: row.try_get(10)?,
         })
     }
 }
@@ -59,9 +62,14 @@ pub(super) enum Status {
     Expired,
 }
 
-/// The pay-by deadline of an order taken as a hold (its hold record's).
+/// The pay-by deadline of an order taken as a hold: its take's, or its
+/// hold record's.
 pub(super) fn pay_by(records: &[Rec]) -> Option<i64> {
-    records.iter().find(|r| r.kind == "h").map(|r| r.at_ms)
+    records.iter().find_map(|r| match r.kind.as_str() {
+        "h" => Some(r.at_ms),
+        "o" => r.pay_by,
+        _ => None,
+    })
 }
 
 /// The order `records` (all of one order id) make: the record its row shows,
@@ -70,7 +78,7 @@ pub(super) fn derive(records: &[Rec]) -> Option<(&Rec, i64, Status)> {
     let voided = |bucket: i64| records.iter().any(|r| r.kind == "v" && r.bucket == bucket);
     let cancelled = records.iter().any(|r| r.kind == "c");
     let expired = records.iter().any(|r| r.kind == "e");
-    let held = records.iter().any(|r| r.kind == "h") && !records.iter().any(|r| r.kind == "k");
+    let held = pay_by(records).is_some() && !records.iter().any(|r| r.kind == "k");
     let best = records
         .iter()
         .filter(|r| r.kind == "o")
@@ -110,6 +118,7 @@ mod tests {
             rid: String::new(),
             at_ms: seq,
             key: (bucket, 1_000, seq),
+            pay_by: None,
         }
     }
 
@@ -144,6 +153,18 @@ mod tests {
         assert_eq!(derive(&expired).unwrap().2, Status::Expired);
         assert_eq!(derive(&[rec("e", 0, 3)]).unwrap().1, -1);
         assert_eq!(pay_by(&[rec("o", 3, 1)]), None);
+    }
+
+    #[test]
+    fn a_take_bought_as_a_hold_carries_its_own_deadline() {
+        let mut take = rec("o", 3, 1);
+        take.pay_by = Some(60_000);
+        assert_eq!(derive(&[take.clone()]).unwrap().2, Status::Held);
+        assert_eq!(pay_by(&[take.clone()]), Some(60_000));
+        let confirmed = [take.clone(), rec("k", 3, 2)];
+        assert_eq!(derive(&confirmed).unwrap().2, Status::Confirmed);
+        let expired = [rec("e", 3, 2), take];
+        assert_eq!(derive(&expired).unwrap().2, Status::Expired);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! Fast inserts are plain: a duplicate key fails the statement, and the caller
 //! writes the batch again with `careful` set, which skips the records already
 //! there (`ON CONFLICT DO NOTHING`; on PostgreSQL one `INSERT … SELECT FROM
-//! UNNEST(…)` of eleven arrays) and says which were new (`RETURNING`).
+//! UNNEST(…)` of twelve arrays) and says which were new (`RETURNING`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,11 +18,10 @@ use sqlx::{Any, AssertSqlSafe, Postgres, Row, Transaction};
 use super::LedgerError;
 use super::apply::FlushRecord;
 
-/// Rows per multi-row INSERT on SQLite (11 parameters a row).
+/// Rows per multi-row INSERT on SQLite (12 parameters a row).
 const CHUNK: usize = 500;
 
-const COLUMNS: &str =
-    "stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id";
+const COLUMNS: &str = "stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms";
 
 fn placeholders(rows: usize, cols: usize) -> String {
     (0..rows)
@@ -158,7 +157,7 @@ fn copy_data(rows: &[(i64, &FlushRecord)]) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // header extension
     for (no, r) in rows {
         let e = &r.entry;
-        out.extend_from_slice(&11i16.to_be_bytes());
+        out.extend_from_slice(&12i16.to_be_bytes());
         for n in [
             *no,
             e.id.ms as i64,
@@ -179,6 +178,13 @@ fn copy_data(rows: &[(i64, &FlushRecord)]) -> Vec<u8> {
         ] {
             out.extend_from_slice(&(text.len() as i32).to_be_bytes());
             out.extend_from_slice(text.as_bytes());
+        }
+        match e.pay_by {
+            Some(pay_by) => {
+                out.extend_from_slice(&8i32.to_be_bytes());
+                out.extend_from_slice(&pay_by.to_be_bytes());
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()), // NULL
         }
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
@@ -216,6 +222,7 @@ pub(super) async fn insert_pg<'a>(
     let n = rows.len();
     let mut ints: [Vec<i64>; 7] = std::array::from_fn(|_| Vec::with_capacity(n));
     let mut texts: [Vec<&str>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut pay_by: Vec<Option<i64>> = Vec::with_capacity(n);
     for (no, r) in &rows {
         let e = &r.entry;
         let row = [
@@ -239,15 +246,16 @@ pub(super) async fn insert_pg<'a>(
         for (col, v) in texts.iter_mut().zip(row) {
             col.push(v);
         }
+        pay_by.push(e.pay_by);
     }
     let [stream_no, ms, seq, qty, bucket, home, at] = ints;
     let [kind, order, user, rid] = texts;
-    const PLAIN: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
+    const PLAIN: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
          SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-         $8::text[], $9::text[], $10::text[], $11::text[])";
-    const SKIPPING: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
+         $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[])";
+    const SKIPPING: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
          SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-         $8::text[], $9::text[], $10::text[], $11::text[]) \
+         $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[]) \
          ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq";
     let q = sqlx::query(if careful { SKIPPING } else { PLAIN })
         .bind(stream_no)
@@ -260,7 +268,8 @@ pub(super) async fn insert_pg<'a>(
         .bind(kind)
         .bind(order)
         .bind(user)
-        .bind(rid);
+        .bind(rid)
+        .bind(pay_by);
     if !careful {
         q.execute(&mut **tx).await?;
         return Ok(new_ones(rows, None));
@@ -286,7 +295,7 @@ pub(super) async fn insert_any<'a>(
     for chunk in rows.chunks(CHUNK) {
         let mut sql = format!(
             "INSERT INTO order_records ({COLUMNS}) VALUES {}",
-            anonymous(chunk.len(), 11)
+            anonymous(chunk.len(), 12)
         );
         if careful {
             sql.push_str(" ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq");
@@ -305,7 +314,8 @@ pub(super) async fn insert_any<'a>(
                 .bind(e.kind.code())
                 .bind(e.order_id.as_str())
                 .bind(e.user.as_str())
-                .bind(client_request_id(&e.rid));
+                .bind(client_request_id(&e.rid))
+                .bind(e.pay_by);
         }
         match &mut returned {
             None => {

@@ -35,7 +35,8 @@ pub struct PurchaseEntry {
 
 impl PurchaseEntry {
     /// The stream entry a purchase in `bucket` (its home) appends; the stream
-    /// gives it its id.
+    /// gives it its id. A held order's carries its deadline (`pay_by`): the
+    /// one record says both that units were sold and until when they wait.
     pub fn stream_entry(&self, bucket: u32, now_ms: i64) -> StreamEntry {
         StreamEntry {
             id: StreamId::default(),
@@ -47,6 +48,7 @@ impl PurchaseEntry {
             home: bucket,
             rid: self.rid.clone(),
             at_ms: now_ms,
+            pay_by: self.pay_by,
         }
     }
 
@@ -69,17 +71,6 @@ impl PurchaseEntry {
             at_ms: now_ms,
             pay_by: self.pay_by,
         }
-    }
-
-    /// The hold record a held purchase in `bucket` (its home) appends
-    /// (`at_ms` is the deadline); `None` when the order is not held.
-    pub fn hold_entry(&self, bucket: u32) -> Option<StreamEntry> {
-        let pay_by = self.pay_by?;
-        Some(StreamEntry {
-            kind: RecordKind::Hold,
-            at_ms: pay_by,
-            ..self.stream_entry(bucket, pay_by)
-        })
     }
 
     /// The record kept under `rid` when the purchase buys on the fast path.

@@ -443,6 +443,7 @@ fn record(
             home: 0,
             rid: "u-1/r".into(),
             at_ms: 1_000,
+            pay_by: None,
         },
     }
 }
@@ -507,6 +508,77 @@ async fn records_derive_the_same_order_in_any_arrival_order() {
                 .await
                 .unwrap();
         assert_eq!(view, ("cancelled".into(), 0, 2), "{order:?}");
+    }
+}
+
+/// Holds read the same through the service's derivation and through the
+/// `orders` view, on SQLite and PostgreSQL: a fast-path hold is one take
+/// carrying its deadline, a saga's hold a take plus a hold record; each is
+/// held until a confirm or an expiry, and a lone expiry stands for its order.
+#[tokio::test]
+async fn held_orders_read_the_same_through_the_service_and_the_view() {
+    for url in [sqlite_url(), pg_url()] {
+        let id = event_id("held-view");
+        let ledger = Ledger::connect(&url, 2).await.unwrap();
+        ledger.register_event(&spec(&id, 100, 2), 0).await.unwrap();
+        let id_s = id.to_string();
+        let stream = |b: u32| format!("{id_s}#0#{b}");
+        let oid = |n: u64| format!("{id_s}.{n:016x}.{n:016x}");
+        let held = |seq: u64, n: u64| {
+            let mut r = record(&stream(0), &id, seq, RecordKind::Order, &oid(n), 1, 0);
+            r.entry.pay_by = Some(60_000 + n as i64);
+            r
+        };
+        let mut saga_hold = record(&stream(0), &id, 20, RecordKind::Hold, &oid(5), 1, 1);
+        saga_hold.entry.at_ms = 60_005;
+        let batch = [
+            held(1, 1), // stays held
+            held(2, 2),
+            record(&stream(0), &id, 3, RecordKind::Confirm, &oid(2), 1, 0),
+            held(4, 3),
+            record(&stream(0), &id, 5, RecordKind::Expire, &oid(3), 1, 0),
+            record(&stream(0), &id, 6, RecordKind::Expire, &oid(4), 1, 0), // its take not here yet
+            record(&stream(1), &id, 1, RecordKind::Order, &oid(5), 1, 1),  // a saga's take
+            saga_hold,
+            record(&stream(0), &id, 7, RecordKind::Order, &oid(6), 1, 0), // no hold at all
+        ];
+        ledger.apply(&batch, 0).await.unwrap();
+        let want = [
+            (1, OrderStatus::Held, 0, Some(60_001)),
+            (2, OrderStatus::Confirmed, 0, Some(60_002)),
+            (3, OrderStatus::Expired, 0, Some(60_003)),
+            (4, OrderStatus::Expired, -1, None),
+            (5, OrderStatus::Held, 1, Some(60_005)),
+            (6, OrderStatus::Confirmed, 0, None),
+        ];
+        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+        for (n, status, bucket, pay_by) in want {
+            let (o, e, _) = shardstock::domain::ids::OrderId::parse(&oid(n)).unwrap();
+            let row = ledger.order(&o, &e).await.unwrap().unwrap();
+            assert_eq!(
+                (row.status, row.bucket as i64, row.pay_by),
+                (status, bucket.max(0), pay_by),
+                "{url}: order {n} through the service"
+            );
+            let view: (String, i64, Option<i64>) =
+                sqlx::query_as("SELECT status, bucket, pay_by_ms FROM orders WHERE order_id = $1")
+                    .bind(oid(n))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            let name = serde_json::to_value(status).unwrap();
+            assert_eq!(
+                view,
+                (name.as_str().unwrap().to_owned(), bucket, pay_by),
+                "{url}: order {n} through the view"
+            );
+        }
+        let t = ledger.totals(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (t.sold, t.released),
+            (5, 2),
+            "{url}: holds and confirms move no units"
+        );
     }
 }
 

@@ -162,6 +162,7 @@ fn records(event: &EventId, orders: usize, streams: u32) -> Vec<FlushRecord> {
                     home: bucket,
                     rid: format!("{user}/r-{n}"),
                     at_ms: (start_ms + n / u64::from(streams)) as i64,
+                    pay_by: None,
                 },
             }
         })

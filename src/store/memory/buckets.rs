@@ -52,10 +52,9 @@ impl Bucket {
             self.append(e.stream_entry(index, now_ms));
             self.idx
                 .insert(e.order_id.clone(), e.order_entry(index, now_ms));
-            if let (Some(pay_by), Some(record)) = (e.pay_by, e.hold_entry(index)) {
+            if let Some(pay_by) = e.pay_by {
                 self.holds.insert((pay_by, e.order_id.to_string()));
                 self.hunits += qty;
-                self.append(record);
             }
             if e.keep {
                 self.reqs.insert(e.rid.clone(), e.bought(index));
@@ -96,6 +95,7 @@ fn saga_entry(kind: RecordKind, index: u32, now_ms: i64, a: &TakeArgs) -> Stream
         home: a.home,
         rid: a.rid.clone(),
         at_ms: now_ms,
+        pay_by: None,
     }
 }
 
@@ -268,6 +268,7 @@ impl Buckets for MemoryStore {
                             home: b.index,
                             rid,
                             at_ms: pay_by,
+                            pay_by: None,
                         });
                     }
                     Some(RequestRecord::Bought {
@@ -391,6 +392,7 @@ impl Buckets for MemoryStore {
                 home: b.index,
                 rid: String::new(),
                 at_ms: now_ms,
+                pay_by: None,
             });
             CancelReply::Cancelled(before)
         })

@@ -38,6 +38,7 @@ impl Bucket {
             home: index,
             rid: after.request_id.clone(),
             at_ms: now_ms,
+            pay_by: None,
         });
         Some(after)
     }
@@ -91,6 +92,7 @@ impl Holds for MemoryStore {
                     home: b.index,
                     rid: after.request_id.clone(),
                     at_ms: now_ms,
+                    pay_by: None,
                 });
                 return ConfirmReply::Confirmed(after);
             }

@@ -54,6 +54,7 @@ impl Retirement for MemoryStore {
                     home: b.index,
                     rid: String::new(),
                     at_ms: now_ms,
+                    pay_by: None,
                 });
             }
             Some(units)

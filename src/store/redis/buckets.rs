@@ -99,12 +99,11 @@ impl Buckets for RedisStore {
         if holds {
             let k = self.keys(bucket);
             keys.extend([Key::from(k.holds), Key::from(k.hunits)]);
-            for e in entries {
-                args.extend([
-                    Value::Integer(e.pay_by.unwrap_or(now_ms)),
-                    Value::from(e.hold_entry(b).map(|h| h.data()).unwrap_or_default()),
-                ]);
-            }
+            args.extend(
+                entries
+                    .iter()
+                    .map(|e| Value::Integer(e.pay_by.unwrap_or(now_ms))),
+            );
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
@@ -236,6 +235,7 @@ impl Buckets for RedisStore {
                     home: bucket.index,
                     rid: if a.keep { a.rid.clone() } else { String::new() },
                     at_ms: pay_by,
+                    pay_by: None,
                 };
                 keys.extend([k.holds, k.hunits, k.orders]);
                 args.extend([pay_by.to_string(), record.data()]);

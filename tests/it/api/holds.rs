@@ -6,12 +6,15 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use shardstock::client::{NewEvent, NewPurchase};
+
 use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem};
 
 on_memory_and_redis!(
     a_held_purchase_is_confirmed_once_and_a_cancelled_one_refused,
     hold_seconds_out_of_bounds_is_refused,
     an_event_without_holds_answers_as_before,
+    the_typed_client_reads_and_confirms_holds,
 );
 
 async fn a_held_purchase_is_confirmed_once_and_a_cancelled_one_refused(b: Backend) {
@@ -149,4 +152,55 @@ async fn an_event_without_holds_answers_as_before(b: Backend) {
         .post(&format!("/v1/orders/{oid}/confirm"), json!({}))
         .await;
     assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// `shardstock::client` speaks holds: `hold_seconds` on create, `held` and
+/// `pay_by` on the purchase and the order, `confirm`, and the problems of a
+/// cancelled order.
+async fn the_typed_client_reads_and_confirms_holds(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-hold-client");
+    let event = app
+        .api
+        .create_event(&NewEvent {
+            id: id.clone(),
+            stock: 5,
+            buckets: 1,
+            hold_seconds: Some(300),
+            ..NewEvent::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((event.hold_seconds, event.held), (Some(300), 0));
+    let buy = |user: &str| NewPurchase {
+        user_id: user.into(),
+        quantity: 2,
+        request_id: None,
+    };
+    let bought = app.api.purchase(&id, &buy("u-1")).await.unwrap().order;
+    assert_eq!(bought.status.as_deref(), Some("held"));
+    let pay_by = bought.pay_by.clone().expect("a held order has a deadline");
+    let event = app.api.event(&id).await.unwrap();
+    assert_eq!((event.held, event.remaining), (2, 3));
+    let seen = app.api.order(&bought.order_id).await.unwrap();
+    assert_eq!(
+        (seen.status.as_str(), seen.pay_by.as_deref()),
+        ("held", Some(pay_by.as_str()))
+    );
+    for _ in 0..2 {
+        let confirmed = app.api.confirm(&bought.order_id).await.unwrap();
+        assert_eq!(
+            (confirmed.status.as_str(), confirmed.pay_by.as_deref()),
+            ("confirmed", Some(pay_by.as_str()))
+        );
+    }
+    let other = app.api.purchase(&id, &buy("u-2")).await.unwrap().order;
+    assert_eq!(
+        app.api.cancel(&other.order_id).await.unwrap().status,
+        "cancelled"
+    );
+    let refused = app.api.confirm(&other.order_id).await.unwrap_err();
+    assert_eq!(refused.slug(), Some("order-cancelled"), "{refused}");
+    let event = app.api.event(&id).await.unwrap();
+    assert_eq!((event.held, event.sold, event.remaining), (0, 2, 3));
 }
