@@ -12,6 +12,8 @@ KEYS[6] ss:{e#g#h}:sealed  a sealed bucket answers "ST" (closed, or being moved
                            by a reshard: the caller reloads the layout)
 KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
+KEYS[9] ss:{e#g#h}:hq      (unused here: a fast-path hold's queue entry stays
+                           until expire_holds.lua drops it when due)
 ARGV[1] now ms   ARGV[2] order id   ARGV[3] h
 
 Returns:

@@ -9,19 +9,25 @@ KEYS[5] ss:{e#g#h}:adds    addition count, +1 when units came back
 KEYS[6] ss:{e#g#h}:sealed  a sealed bucket answers "ST" unless voiding
 KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
+KEYS[9] ss:{e#g#h}:hq      LIST "pay_by|oid" of fast-path holds in deadline order
+                           (purchase.lua); entries of orders no longer held
+                           stay until due
 ARGV[1] now ms   ARGV[2] at most this many orders   ARGV[3] h
 ARGV[4] 1 = void every live hold whatever its deadline, sealed or not (a close,
         which sealed the bucket itself); 0 = only those due (pay_by <= now)
 
 Returns "ST" (no bucket, or sealed and not voiding), else
 {"OK", next, oid, entry, oid, entry, …}: next is the earliest pay-by left in the
-index ('' when none), then each order this call expired with its entry after
+index or at the queue's head ('' when both are empty), then each order this call expired with its entry after
 the change ("E…"). Per order, in this one step: out of the index, entry "E…",
 units back in stock, the user's count down, held units down, the expire
 record written — so units return and counts drop exactly once, however many
 sweepers run, die or repeat. An index entry whose order is no longer held
 (cancelled or confirmed in the same step that should have removed it) is
-only dropped.
+only dropped. The index is read first, then the queue from its head, up to
+ARGV[2] entries in all; the queue stops at its first entry not due (one
+written by an instance whose clock ran behind waits for the one before it:
+late by that skew, never lost).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -38,8 +44,7 @@ else
 end
 local out = {'OK', ''}
 local back = 0
-for _, oid in ipairs(ids) do
-  redis.call('ZREM', KEYS[7], oid)
+local function expire(oid)
   local entry = redis.call('HGET', KEYS[3], oid)
   if entry and string.sub(entry, 1, 1) == 'H' then
     local user, qty, rid = string.match(entry, '^H|([^|]*)|([^|]*)|[^|]*|([^|]*)|')
@@ -56,10 +61,30 @@ for _, oid in ipairs(ids) do
     out[#out + 1] = expired
   end
 end
+for _, oid in ipairs(ids) do
+  redis.call('ZREM', KEYS[7], oid)
+  expire(oid)
+end
+local room = tonumber(ARGV[2]) - #ids
+if room > 0 then
+  local now, taken = tonumber(ARGV[1]), 0
+  for _, head in ipairs(redis.call('LRANGE', KEYS[9], 0, room - 1)) do
+    local pay_by, oid = string.match(head, '^(%-?%d+)|(.*)$')
+    if not void and tonumber(pay_by) > now then break end
+    taken = taken + 1
+    expire(oid)
+  end
+  if taken > 0 then redis.call('LTRIM', KEYS[9], taken, -1) end
+end
 if back > 0 then
   redis.call('INCRBY', KEYS[1], back)
   redis.call('INCR', KEYS[5])
 end
 local next = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+local head = redis.call('LINDEX', KEYS[9], 0)
+if head then
+  local queued = string.match(head, '^(%-?%d+)|')
+  if not next[2] or tonumber(queued) < tonumber(next[2]) then next[2] = queued end
+end
 if next[2] then out[2] = next[2] end
 return out

@@ -23,10 +23,11 @@ ARGV[3] n, the number of entries; then n groups of 10:
         stream record "o|oid|user|q|b|b|rid|now", the index entry
         "C|user|q|b|rid|now", the pending record "P|q|oid|user|now" and the
         bought record "B|q|oid|b|0"
-        Events with holds (hold_seconds) add, after the n groups, n pay-by
-        ms; their stream records end "|pay_by" and their index entries are
-        "H|user|q|b|rid|now|pay_by" (built by the caller). Without these
-        values the script runs as it always did.
+        Events with holds (hold_seconds) add, after the n groups, n queue
+        entries "pay_by|oid"; their stream records end "|pay_by" and their
+        index entries are "H|user|q|b|rid|now|pay_by" (built by the caller).
+        Without these values (and KEYS[11..13]) the script runs as it always
+        did.
 
 Returns "ST" when the bucket does not exist or is sealed, else a flat array of
 2n values, two per entry, in order:
@@ -44,12 +45,17 @@ Returns "ST" when the bucket does not exist or is sealed, else a flat array of
                     (score now: the sweeper ends it if no driver does); the
                     caller probes the ring
 With holds, one value more at the end: 1 when this call put the first hold
-into a bucket that had none (the caller adds the bucket to the deadline index
-ss:holds), else 0. A bought entry is then also in KEYS[11] (score pay-by; one
-ZADD for the call) and its units in KEYS[12] — in this same step, so an order
+into a bucket that had none (KEYS[11] ss:{e#g#b}:holds and KEYS[13]
+ss:{e#g#b}:hq both empty: the caller adds the bucket to the deadline index
+ss:holds), else 0. A bought entry's queue entry is then appended to KEYS[13]
+(the LIST of fast-path deadlines: one RPUSH for the call; pay-by is now +
+hold_seconds, so the list is in deadline order but for clock skew between
+instances) and its units added to KEYS[12] — in this same step, so an order
 is never bought without its deadline, nor a deadline left without an order.
-Its one stream record carries the deadline: a hold costs the hot path a ZADD
-member and an INCRBY per call, not a second XADD.
+Its one stream record carries the deadline: a hold costs the hot path an
+RPUSH element and an INCRBY per call, not a second XADD nor a ZSET insert.
+A confirm or cancel leaves the queue entry; expire_holds.lua drops it when
+due.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -75,7 +81,9 @@ local out = {}
 local hbase = 3 + 10 * n
 local holds = #ARGV > hbase
 local first, hunits, deadlines = false, 0, {}
-if holds then first = redis.call('ZCARD', KEYS[11]) == 0 end
+if holds then
+  first = redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
+end
 for i = 1, n do
   local a = 3 + (i - 1) * 10
   local user, qty, limit = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -104,7 +112,6 @@ for i = 1, n do
     end
     if holds then
       deadlines[#deadlines + 1] = ARGV[hbase + i]
-      deadlines[#deadlines + 1] = ARGV[a + 6]
       hunits = hunits + qty
     end
     out[o], out[o + 1] = 'B', stock
@@ -129,7 +136,7 @@ if wanted > 0 then
 end
 if holds then
   if hunits > 0 then
-    redis.call('ZADD', KEYS[11], unpack(deadlines))
+    redis.call('RPUSH', KEYS[13], unpack(deadlines))
     redis.call('INCRBY', KEYS[12], hunits)
   end
   out[#out + 1] = (first and hunits > 0) and 1 or 0

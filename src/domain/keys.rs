@@ -25,6 +25,7 @@
 //! ss:{<event>#<gen>#<b>}:epoch   STR   bumped on every bucket when units come back to a sold-out event
 //! ss:{<event>#<gen>#<b>}:holds   ZSET  order ids of live holds of users homed at b -> pay-by ms (the deadline index)
 //! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
+//! ss:{<event>#<gen>#<b>}:hq      LIST  "pay_by|order id" of holds bought on the fast path, in deadline order (the hot path's deadline queue; entries of confirmed or cancelled orders are dropped when due)
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
@@ -126,6 +127,7 @@ impl BucketRef {
             pend: format!("{p}:pend"),
             holds: format!("{p}:holds"),
             hunits: format!("{p}:hunits"),
+            hq: format!("{p}:hq"),
         }
     }
 
@@ -165,11 +167,12 @@ pub struct BucketKeys {
     pub pend: String,
     pub holds: String,
     pub hunits: String,
+    pub hq: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 16] {
+    pub fn all(&self) -> [&str; 17] {
         [
             &self.stock,
             &self.users,
@@ -187,6 +190,7 @@ impl BucketKeys {
             &self.pend,
             &self.holds,
             &self.hunits,
+            &self.hq,
         ]
     }
 }

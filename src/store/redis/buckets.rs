@@ -98,11 +98,11 @@ impl Buckets for RedisStore {
         }
         if holds {
             let k = self.keys(bucket);
-            keys.extend([Key::from(k.holds), Key::from(k.hunits)]);
+            keys.extend([Key::from(k.holds), Key::from(k.hunits), Key::from(k.hq)]);
             args.extend(
                 entries
                     .iter()
-                    .map(|e| Value::Integer(e.pay_by.unwrap_or(now_ms))),
+                    .map(|e| Value::from(format!("{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id))),
             );
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;

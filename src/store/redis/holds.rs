@@ -19,7 +19,7 @@ impl RedisStore {
     fn hold_keys(&self, bucket: &BucketRef) -> Vec<String> {
         let k = self.keys(bucket);
         vec![
-            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits,
+            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits, k.hq,
         ]
     }
 
@@ -184,13 +184,23 @@ impl Holds for RedisStore {
     }
 
     async fn next_hold(&self, bucket: &BucketRef) -> Result<Option<i64>, StoreError> {
-        let key = self.keys(bucket).holds;
+        let k = self.keys(bucket);
         let first: Vec<Value> = self
             .call(|| {
                 self.client
-                    .zrange(key.clone(), 0_i64, 0_i64, None, false, None, true)
+                    .zrange(k.holds.clone(), 0_i64, 0_i64, None, false, None, true)
             })
             .await?;
-        first.get(1).map(score).transpose()
+        let indexed = first.get(1).map(score).transpose()?;
+        // The fast path's queue: its head is its earliest deadline.
+        let head: Option<String> = self.call(|| self.client.lindex(k.hq.clone(), 0)).await?;
+        let queued = head
+            .map(|h| {
+                h.split_once('|')
+                    .and_then(|(at, _)| at.parse::<i64>().ok())
+                    .ok_or_else(|| StoreError::Protocol(format!("bad hold queue entry {h:?}")))
+            })
+            .transpose()?;
+        Ok(indexed.into_iter().chain(queued).min())
     }
 }
