@@ -81,11 +81,19 @@ pub async fn reshard<S: Store>(
             "the mover lease of {event} stayed busy"
         )));
     };
-    // Read under the lease: a close may have come first.
+    // Read under the lease: a close may have come first, or another run
+    // finished this reshard (and maybe began the next one) while this one
+    // waited.
     let meta = engine.reload(event).await?;
     if meta.status != EventStatus::Resharding || meta.reshard_to != Some(target) {
         lease.release(store).await;
-        return Err(not_on_sale(event));
+        return match meta.status {
+            EventStatus::OnSale if meta.spec.buckets == buckets => Ok(engine.view(event).await?),
+            EventStatus::OnSale | EventStatus::Resharding => Err(ControlError::Busy(format!(
+                "{event} changed layout while this reshard waited; try again"
+            ))),
+            _ => Err(not_on_sale(event)),
+        };
     }
     // Kept renewed for as long as the reshard runs, however long that is.
     let keep = lease.keep_alive(store);
@@ -405,7 +413,14 @@ impl<'a, S: Store> Run<'a, S> {
         match reply {
             EndReshardReply::Switched => Ok(()),
             EndReshardReply::LeaseLost => Err(self.lost()),
-            EndReshardReply::NotResharding => Err(not_on_sale(self.event())),
+            // A close came first, or another run switched while this one
+            // stalled: only the first is "not on sale".
+            EndReshardReply::NotResharding => {
+                match self.engine.reload(self.event()).await?.status {
+                    EventStatus::OnSale | EventStatus::Resharding => Err(self.lost()),
+                    _ => Err(not_on_sale(self.event())),
+                }
+            }
         }
     }
 }

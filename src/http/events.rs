@@ -92,6 +92,27 @@ impl<S: Store> AppState<S> {
         }
     }
 
+    /// Runs a long admin operation (a close, a reshard) as its own task: a
+    /// client that goes away or the request timeout must not leave it half
+    /// done. Past [`AppState::admin_wait`] the answer is `503 try-again` while
+    /// the operation goes on; every step is idempotent, so asking again finds
+    /// it done (or joins and finishes it).
+    pub(super) async fn on_its_own<T: Send + 'static>(
+        &self,
+        event: &EventId,
+        what: &str,
+        op: impl Future<Output = Result<T, ControlError>> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let task = tokio::spawn(op);
+        match tokio::time::timeout(self.admin_wait, task).await {
+            Ok(Ok(done)) => done.map_err(|e| self.control_error(event, e)),
+            Ok(Err(e)) => Err(ApiError::Internal(format!("the {what} task failed: {e}"))),
+            Err(_) => Err(ApiError::TryAgain(format!(
+                "the {what} of {event} is still running; ask again to see it finish"
+            ))),
+        }
+    }
+
     /// The event, or its final view once closed.
     pub(super) async fn event_view(&self, event: &EventId) -> Result<EventView, ApiError> {
         match self.engine.view(event).await {
@@ -217,20 +238,15 @@ pub(super) async fn close<S: Store>(
         consumer,
         state.flush.clone(),
     );
-    // The close runs as its own task: a client that goes away or the request
-    // timeout must not leave a sale half closed. A retry finds it done (or
-    // finishes it: every step is idempotent).
-    let task = {
-        let state = state.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            lifecycle::close(&state.engine, &state.ledger, &mut flusher, &id, &state.stop).await
+    let view = state
+        .on_its_own(&id, "close", {
+            let state = state.clone();
+            let id = id.clone();
+            async move {
+                lifecycle::close(&state.engine, &state.ledger, &mut flusher, &id, &state.stop).await
+            }
         })
-    };
-    let view = task
-        .await
-        .map_err(|e| ApiError::Internal(format!("the close task failed: {e}")))?
-        .map_err(|e| state.control_error(&id, e))?;
+        .await?;
     Ok(Json(view))
 }
 
@@ -296,9 +312,13 @@ pub(super) async fn reshard<S: Store>(
 ) -> Result<Json<EventView>, ApiError> {
     state.require_admin(&headers)?;
     let id = event_id(id)?;
-    let view = crate::control::reshard::reshard(&state.engine, &id, body.buckets)
-        .await
-        .map_err(|e| state.control_error(&id, e))?;
+    let view = state
+        .on_its_own(&id, "reshard", {
+            let engine = state.engine.clone();
+            let id = id.clone();
+            async move { crate::control::reshard::reshard(&engine, &id, body.buckets).await }
+        })
+        .await?;
     if let Err(e) = state.ledger.set_buckets(&id, body.buckets).await {
         tracing::warn!(event = %id, error = %e, "the database keeps the old bucket count until the next reshard");
     }

@@ -65,6 +65,11 @@ pub struct AppState<S: Store> {
     pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
     pub stop: CancellationToken,
+    /// How long a long admin operation (a reshard, a close) may take before
+    /// its request answers `503 try-again` while the operation goes on as its
+    /// own task; kept under the request timeout, which would cut the answer
+    /// to an ambiguous "outcome unknown".
+    pub admin_wait: Duration,
 }
 
 impl<S: Store> Clone for AppState<S> {
@@ -80,6 +85,7 @@ impl<S: Store> Clone for AppState<S> {
             flush: self.flush.clone(),
             rebalance: self.rebalance.clone(),
             stop: self.stop.clone(),
+            admin_wait: self.admin_wait,
         }
     }
 }
