@@ -174,6 +174,15 @@ start_bg() {
   local pid=$!
   echo "$pid" >"$RUN_DIR/pids/$name.pid"
   echo "$match" >"$RUN_DIR/pids/$name.match"
+  # Until the child has exec'd, its command line is this script's: wait for
+  # the exec (or its death), or wait_for would take a child still forking on
+  # a loaded machine for one that exited (an empty log, a CI flake).
+  local _
+  for _ in $(seq 200); do
+    pid_matches "$pid" "$match" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
 }
 
 # wait_for WHAT PIDNAME CMD...: retries CMD until it succeeds, failing early
