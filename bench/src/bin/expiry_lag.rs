@@ -151,7 +151,9 @@ async fn main() -> anyhow::Result<()> {
         "{} units, {} buckets, hold {} s, nobody pays, {} buyers, {} s (Redis {}):\n",
         a.stock, a.buckets, a.hold_seconds, a.concurrency, a.seconds, a.redis
     );
-    println!("| holds/s | expired/s | refused/s | lag p50 ms | lag p99 ms | lag max ms | samples |");
+    println!(
+        "| holds/s | expired/s | refused/s | lag p50 ms | lag p99 ms | lag max ms | samples |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
