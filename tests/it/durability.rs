@@ -1,5 +1,7 @@
 //! Nothing lost between Redis and the database, whatever crashes:
 //! - the service killed with SIGKILL mid-sale, then restarted;
+//! - the service killed with SIGKILL while it expires unpaid holds (issue 14):
+//!   the restarted one expires each exactly once;
 //! - the database unreachable for a while (a TCP proxy the test cuts and restores);
 //! - Redis itself killed with SIGKILL and restarted from its append-only file.
 //!
@@ -179,6 +181,117 @@ async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
         answered.len()
     );
     assert_in_ledger_once(&base, &event, &answered).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Holds nobody pays, bought while earlier ones come due: the service is
+/// killed with SIGKILL once its expiry sweeper has started returning units
+/// (while it keeps sweeping and selling), and a new one started on the same
+/// config. Every hold a client got a 201 for expires exactly once: all the
+/// units are back on sale, each order is in the database once with one
+/// expiry record and status `expired`, and the audit balances. (The steps of
+/// one sweep cut one by one are `holds::sweeps_cut_at_every_step`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_service_killed_mid_expiry_expires_each_hold_once() {
+    const STOCK: u64 = 100_000;
+    let port = free_port();
+    let event = eid("killexp");
+    let dir = std::env::temp_dir().join(format!("shardstock-killexp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("shardstock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n\
+             [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
+             [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
+             [[events]]\nid = \"{event}\"\nstock = {STOCK}\nbuckets = 8\nhold_seconds = 1\n",
+            ns = namespace("durability"),
+            db = pg_url(),
+        ),
+    )
+    .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let view = async || -> Value {
+        client
+            .get(format!("{base}/v1/events/{event}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    };
+    let mut service = Service::start(&config, port);
+    let sale = Sale::start(&base, &event, 32);
+    sale.sells(100, "holds before the deadlines").await;
+    // Killed once the sweeper has returned some units and holds are still live.
+    let at_kill = eventually("the first expiries", WAIT, async || {
+        let v = view().await;
+        let held = v["held"].as_u64().unwrap();
+        let answered = sale.count() as u64;
+        (held > 0 && held < answered).then_some((held, answered))
+    })
+    .await;
+    service.child.kill().unwrap(); // SIGKILL: mid-sweep, mid-sale
+    service.child.wait().unwrap();
+    let _restarted = Service::start(&config, port);
+    sale.sells(100, "holds from the restarted service").await;
+    let answered = sale.stop().await;
+    let after = eventually("every hold to expire", WAIT, async || {
+        let v = view().await;
+        (v["held"] == 0).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        after["remaining"], STOCK,
+        "every unit back on sale: {after}"
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&pg_url())
+        .await
+        .unwrap();
+    eventually("the ledger to catch up", WAIT, async || {
+        let audit: Value = client
+            .get(format!("{base}/v1/events/{event}/audit"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (audit["sold_unflushed"] == 0
+            && audit["released_unflushed"] == 0
+            && audit["balanced"] == true)
+            .then_some(())
+    })
+    .await;
+    for oid in &answered {
+        let (takes, expiries): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE kind = 'o'), count(*) FILTER (WHERE kind = 'e') \
+             FROM order_records WHERE order_id = $1",
+        )
+        .bind(oid)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!((takes, expiries), (1, 1), "order {oid}: takes, expiries");
+        let (status,): (String,) = sqlx::query_as("SELECT status FROM orders WHERE order_id = $1")
+            .bind(oid)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "expired", "{oid}");
+    }
+    println!(
+        "{} holds answered, killed with {} of the first {} still held, all expired once",
+        answered.len(),
+        at_kill.0,
+        at_kill.1
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
