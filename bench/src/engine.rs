@@ -60,6 +60,18 @@ pub struct EngineStrategy {
 /// nothing expires mid-run and the books stay comparable.
 const BENCH_HOLD_SECONDS: u32 = 3_600;
 
+/// A store on `opts.url` in a namespace of its own (`prefix` and a random
+/// suffix), so a run never meets an earlier run's keys.
+pub async fn connect_fresh(mut opts: RedisOptions, prefix: &str) -> Result<RedisStore, BenchError> {
+    opts.namespace = format!("{prefix}{:04x}", rand::random::<u16>());
+    RedisStore::connect(&opts).await.map_err(|e| {
+        BenchError::Unavailable(format!(
+            "Redis at {}: {e} (start it: redis-server --daemonize yes --port 6379)",
+            opts.url
+        ))
+    })
+}
+
 impl EngineStrategy {
     /// Closes the Redis connections (before a local Cluster is stopped, so
     /// the client does not log the connections it loses).
@@ -86,11 +98,8 @@ impl EngineStrategy {
         min_replicas: u32,
     ) -> Result<Self, BenchError> {
         let mut opts = RedisOptions::new(url);
-        opts.namespace = format!("bench{:04x}", rand::random::<u16>());
         opts.min_replicas = min_replicas;
-        let store = RedisStore::connect(&opts)
-            .await
-            .map_err(|e| BenchError::Unavailable(format!("Redis at {url}: {e}")))?;
+        let store = connect_fresh(opts, "bench").await?;
         let where_ = if store.kind() == "redis-cluster" {
             "cluster"
         } else {

@@ -13,6 +13,7 @@
 //! server.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -93,6 +94,41 @@ impl Sale {
     }
 }
 
+/// A config for a service the test kills: listening on `port`, the suite's
+/// Redis namespace and PostgreSQL, the background audit off, and one event
+/// `event` whose other keys are `spec`. Returns its directory and path.
+fn kill_config(name: &str, port: u16, event: &str, spec: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("shardstock-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("shardstock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n\
+             [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
+             [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
+             [[events]]\nid = \"{event}\"\n{spec}",
+            ns = namespace("durability"),
+            db = pg_url(),
+        ),
+    )
+    .unwrap();
+    (dir, config)
+}
+
+/// `GET …/audit` of a service at `base`, with the admin token.
+async fn audit_at(base: &str, event: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{base}/v1/events/{event}/audit"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Asserts every answered order is in the database once, and the audit balances.
 async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>) {
     let pool = PgPoolOptions::new()
@@ -100,17 +136,8 @@ async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<Strin
         .connect(&pg_url())
         .await
         .unwrap();
-    let client = reqwest::Client::new();
     let audit = eventually("the ledger to catch up", WAIT, async || {
-        let audit: Value = client
-            .get(format!("{base}/v1/events/{event}/audit"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let audit = audit_at(base, event).await;
         (audit["sold_unflushed"] == 0 && audit["balanced"] == true).then_some(audit)
     })
     .await;
@@ -151,21 +178,7 @@ async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<Strin
 async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
     let port = free_port();
     let event = eid("kill");
-    let dir = std::env::temp_dir().join(format!("shardstock-kill-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("shardstock.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n\
-             [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
-             [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
-             [[events]]\nid = \"{event}\"\nstock = 100000\nbuckets = 8\n",
-            ns = namespace("durability"),
-            db = pg_url(),
-        ),
-    )
-    .unwrap();
+    let (dir, config) = kill_config("kill", port, &event, "stock = 100000\nbuckets = 8\n");
     let base = format!("http://127.0.0.1:{port}");
     let mut service = Service::start(&config, port);
     let sale = Sale::start(&base, &event, 32);
@@ -196,21 +209,12 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
     const STOCK: u64 = 100_000;
     let port = free_port();
     let event = eid("killexp");
-    let dir = std::env::temp_dir().join(format!("shardstock-killexp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("shardstock.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_token = \"{TOKEN}\"\n\
-             [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
-             [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
-             [[events]]\nid = \"{event}\"\nstock = {STOCK}\nbuckets = 8\nhold_seconds = 1\n",
-            ns = namespace("durability"),
-            db = pg_url(),
-        ),
-    )
-    .unwrap();
+    let (dir, config) = kill_config(
+        "killexp",
+        port,
+        &event,
+        &format!("stock = {STOCK}\nbuckets = 8\nhold_seconds = 1\n"),
+    );
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let view = async || -> Value {
@@ -254,15 +258,7 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
         .await
         .unwrap();
     eventually("the ledger to catch up", WAIT, async || {
-        let audit: Value = client
-            .get(format!("{base}/v1/events/{event}/audit"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let audit = audit_at(&base, &event).await;
         (audit["sold_unflushed"] == 0
             && audit["released_unflushed"] == 0
             && audit["balanced"] == true)

@@ -325,14 +325,7 @@ async fn sale_through_a_failover(min_replicas: u32) -> Run {
         .into_iter()
         .map(|o| (o.order_id, o.qty))
         .collect();
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/events/{id}/audit")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let audit: Value = r.json().await.unwrap();
+    let audit = app.audit(&id).await;
     let failovers = current_epoch(cluster.ports()[0]).saturating_sub(epoch_before);
     app.stop().await;
     drop(cluster);

@@ -242,18 +242,6 @@ async fn units_lost(app: &TestApp, event: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-async fn audit(app: &TestApp, event: &str) -> Value {
-    app.client
-        .get(app.url(&format!("/v1/events/{event}/audit")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Stops the sale, gives every request a final answer, closes the event and
 /// checks the books and the 201s.
 async fn close_and_check(run: Run) {
@@ -295,7 +283,7 @@ async fn close_and_check(run: Run) {
     let status = r.status();
     let closed: Value = r.json().await.unwrap();
     assert_eq!(status, StatusCode::OK, "{closed}");
-    let audit = audit(&app, &event).await;
+    let audit = app.audit(&event).await;
     let ledger = ledger_for("redis").await;
     let id = EventId::parse(event.clone()).unwrap();
     let confirmed: HashMap<String, u64> = ledger
@@ -346,7 +334,7 @@ async fn a_redis_back_from_an_aof_missing_its_last_writes_is_repaired_from_the_l
     let run = sale_through_a_partial_loss(LostState::Rebuild).await;
     let (app, event) = (&run.app, &run.event);
     eventually("the loss found and repaired", WAIT, async || {
-        let audit = audit(app, event).await;
+        let audit = app.audit(event).await;
         (units_lost(app, event).await > 0.0 && audit["balanced"] == true).then_some(())
     })
     .await;
@@ -375,7 +363,7 @@ async fn a_redis_back_from_an_aof_missing_its_last_writes_is_refused_until_recov
     );
     let found = units_lost(app, event).await;
     assert!(found > 0.0, "the loss is counted");
-    let audit_before = audit(app, event).await;
+    let audit_before = app.audit(event).await;
     assert_eq!(
         audit_before["discrepancy"].as_f64(),
         Some(found),

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::harness::faulty::{Faulty, When};
 use crate::harness::{
-    Backend, TOKEN, TestApp, connect, event_id, eventually, ledger_for, namespace,
-    on_every_backend, problem, settings_in, spec, standalone, user, user_homed_at,
+    Backend, TestApp, connect, event_id, eventually, ledger_for, namespace, on_every_backend,
+    problem, settings_in, spec, standalone, user, user_homed_at,
 };
 
 on_every_backend!(
@@ -640,14 +640,7 @@ async fn the_apps_sweeper_ends_a_saga_whose_instance_crashed() {
     );
     assert_eq!(held(&crashed, &id, &u, 3).await, 0);
     let audit = eventually("a balanced audit", Duration::from_secs(20), async || {
-        let r = app
-            .client
-            .get(app.url(&format!("/v1/events/{id}/audit")))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        let a: serde_json::Value = r.json().await.unwrap();
+        let a = app.audit(id.as_str()).await;
         (a["balanced"] == true && a["sold_unflushed"] == 0).then_some(a)
     })
     .await;

@@ -30,8 +30,9 @@ use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::EventSpec;
 use shardstock::engine::PurchaseRequest;
 use shardstock::store::Holds;
-use shardstock::store::redis::{RedisOptions, RedisStore};
+use shardstock::store::redis::RedisOptions;
 use shardstock::{Engine, EngineOptions};
+use shardstock_bench::engine::connect_fresh;
 use tokio_util::sync::CancellationToken;
 
 /// How late unpaid holds expire under a full-rate sale.
@@ -62,14 +63,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = <Args as clap::Parser>::parse();
-    let mut opts = RedisOptions::new(&a.redis);
-    opts.namespace = format!("expirylag{:04x}", rand::random::<u16>());
-    let store = RedisStore::connect(&opts).await.map_err(|e| {
-        anyhow::anyhow!(
-            "Redis at {}: {e} (start it: redis-server --daemonize yes --port 6379)",
-            a.redis
-        )
-    })?;
+    let store = connect_fresh(RedisOptions::new(&a.redis), "expirylag").await?;
     let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
     let id = EventId::parse("expiry-lag").map_err(anyhow::Error::msg)?;
     engine

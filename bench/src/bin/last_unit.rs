@@ -28,6 +28,7 @@ use shardstock::domain::model::EventSpec;
 use shardstock::engine::{PurchaseRequest, Refusal};
 use shardstock::store::redis::{RedisOptions, RedisStore};
 use shardstock::{Engine, EngineOptions};
+use shardstock_bench::engine::connect_fresh;
 use tokio::sync::Semaphore;
 
 /// What refusing an order costs when the event cannot serve it.
@@ -86,14 +87,7 @@ async fn used_memory(store: &RedisStore) -> anyhow::Result<i64> {
 }
 
 async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
-    let mut opts = RedisOptions::new(&a.redis);
-    opts.namespace = format!("lastunit{:04x}", rand::random::<u16>());
-    let store = RedisStore::connect(&opts).await.map_err(|e| {
-        anyhow::anyhow!(
-            "Redis at {}: {e} (start it: redis-server --daemonize yes --port 6379)",
-            a.redis
-        )
-    })?;
+    let store = connect_fresh(RedisOptions::new(&a.redis), "lastunit").await?;
     let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
     let id = EventId::parse(format!("last-{buckets}")).map_err(anyhow::Error::msg)?;
     engine

@@ -182,16 +182,7 @@ async fn concurrent_reshards_answer_a_layout_or_try_again(b: Backend) {
     }
     let view = app.view(&id).await;
     assert_eq!(view["remaining"], 1000, "{view}");
-    let audit: Value = app
-        .client
-        .get(app.url(&format!("/v1/events/{id}/audit")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit = app.audit(&id).await;
     assert_eq!(audit["balanced"], true, "{audit}");
 }
 
@@ -264,15 +255,6 @@ async fn a_reshard_slower_than_the_request_answers_try_again_and_finishes(b: Bac
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["bucket_count"], 7);
     checkpoint::clear(&event);
-    let audit: Value = app
-        .client
-        .get(app.url(&format!("/v1/events/{id}/audit")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit = app.audit(&id).await;
     assert_eq!(audit["balanced"], true, "{audit}");
 }

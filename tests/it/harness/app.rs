@@ -130,6 +130,19 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// `GET /v1/events/{id}/audit` with the admin token, as JSON.
+    pub async fn audit(&self, id: &str) -> Value {
+        self.client
+            .get(self.url(&format!("/v1/events/{id}/audit")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn view(&self, id: &str) -> Value {
         let r = self.get(&format!("/v1/events/{id}")).await;
         assert_eq!(r.status(), StatusCode::OK);
