@@ -17,12 +17,13 @@ KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to 
 KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
-ARGV[3] n, the number of entries; then n groups of 10:
+ARGV[3] n, the number of entries; then n groups of 8:
         user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id,
         and, built by the caller so that the script only writes them: the
-        stream record "o|oid|user|q|b|b|rid|now", the index entry
-        "C|user|q|b|rid|now", the pending record "P|q|oid|user|now" and the
-        bought record "B|q|oid|b|0"
+        stream record "o|oid|user|q|b|b|rid|now" and the index entry
+        "C|user|q|b|rid|now". The records kept under rid ("B|q|oid|b|0",
+        "P|q|oid|user|now", "L|…", "S|…") are joined here from the same
+        strings, without formatting a number.
         Events with holds (hold_seconds) add, after the n groups, n queue
         entries "pay_by|oid"; their stream records end "|pay_by" and their
         index entries are "H|user|q|b|rid|now|pay_by" (built by the caller).
@@ -57,6 +58,15 @@ RPUSH element and an INCRBY per call, not a second XADD nor a ZSET insert.
 A confirm or cancel leaves the queue entry; expire_holds.lua drops it when
 due.
 
+What a call costs Redis: a fixed number of commands whatever n is, but one
+XADD per order — the reads in one MGET (stock, sealed, the sold-out mark and
+its epoch), the request records and per-user counts asked for in one HMGET
+each, and every record, index entry, count and pending id written in one
+HSET / ZADD per key at the end. The entries still apply in order with
+single-purchase semantics: an entry sees what the ones before it in the same
+call did (a request id sent twice, a user buying twice) through the tables the
+script keeps, not through Redis.
+
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
 check (oversell, or a user over the limit), or a crash could leave a unit
@@ -64,69 +74,114 @@ deducted with no order record. The stock check and the decrement of all q units
 are one step, so a multi-unit order never drives a bucket negative (the DECRBY
 trap of seed 003).
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
+local v = redis.call('MGET', KEYS[1], KEYS[6], KEYS[8], KEYS[9])
+if not v[1] or v[2] then
   return 'ST'
 end
-local n = tonumber(ARGV[3])
-local stock = tonumber(redis.call('GET', KEYS[1]))
-local empty = redis.call('GET', KEYS[8])
+local stock = tonumber(v[1])
 local soldout, left = false, 0
-if empty then
-  local epoch, l = string.match(empty, '^(%d+)|?(%d*)$')
-  soldout = epoch == (redis.call('GET', KEYS[9]) or '0')
+if v[3] then
+  local epoch, l = string.match(v[3], '^(%d+)|?(%d*)$')
+  soldout = epoch == (v[4] or '0')
   left = tonumber(l) or 0
+end
+local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local W = 8
+-- Every request record and per-user count the call may read, in one HMGET each.
+local rids, users = {}, {}
+for i = 1, n do
+  local a = 3 + (i - 1) * W
+  if ARGV[a + 4] ~= '' then rids[#rids + 1] = ARGV[a + 4] end
+  if ARGV[a + 3] ~= '0' then users[#users + 1] = ARGV[a + 1] end
+end
+local known, held = {}, {}
+if #rids > 0 then
+  local got = redis.call('HMGET', KEYS[3], unpack(rids))
+  for j = 1, #rids do
+    if got[j] then known[rids[j]] = got[j] end
+  end
+end
+if #users > 0 then
+  local got = redis.call('HMGET', KEYS[2], unpack(users))
+  for j = 1, #users do
+    held[users[j]] = tonumber(got[j] or '0')
+  end
+end
+local recs, index, pend, counted = {}, {}, {}, {}
+local function keep_record(rid, rec)
+  known[rid] = rec
+  recs[#recs + 1] = rid
+  recs[#recs + 1] = rec
+end
+local function count(user, qty)
+  if not counted[user] then
+    counted[user] = true
+    counted[#counted + 1] = user
+  end
+  held[user] = held[user] + qty
 end
 local sold, wanted = 0, 0
 local out = {}
-local hbase = 3 + 10 * n
+local hbase = 3 + W * n
 local holds = #ARGV > hbase
 local first, hunits, deadlines = false, 0, {}
 if holds then
   first = redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
 end
 for i = 1, n do
-  local a = 3 + (i - 1) * 10
-  local user, qty, limit = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local rid, keep = ARGV[a + 4], ARGV[a + 5] == '1'
-  local rec = false
-  if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
-  local held = 0
-  if not rec and limit > 0 then held = tonumber(redis.call('HGET', KEYS[2], user) or '0') end
+  local a = 3 + (i - 1) * W
+  local user, qs, ls = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local qty, limit = tonumber(qs), tonumber(ls)
+  local rid, keep, oid = ARGV[a + 4], ARGV[a + 5] == '1', ARGV[a + 6]
+  local rec = rid ~= '' and known[rid]
   local o = 2 * i - 1
   if rec then
     out[o], out[o + 1] = 'R', rec
-  elseif limit > 0 and held + qty > limit then
-    if keep then
-      redis.call('HSET', KEYS[3], rid, 'L|' .. qty .. '|' .. limit .. '|' .. held)
-    end
-    out[o], out[o + 1] = 'L', held
+  elseif limit > 0 and held[user] + qty > limit then
+    if keep then keep_record(rid, 'L|' .. qs .. '|' .. ls .. '|' .. held[user]) end
+    out[o], out[o + 1] = 'L', held[user]
   elseif stock >= qty then
     wanted = wanted + qty
     stock = stock - qty
     sold = sold + qty
-    if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
+    if limit > 0 then count(user, qty) end
     redis.call('XADD', KEYS[4], '*', 'd', ARGV[a + 7])
-    redis.call('HSET', KEYS[5], ARGV[a + 6], ARGV[a + 8])
-    if keep then
-      redis.call('HSET', KEYS[3], rid, ARGV[a + 10])
-    end
+    index[#index + 1] = oid
+    index[#index + 1] = ARGV[a + 8]
+    if keep then keep_record(rid, 'B|' .. qs .. '|' .. oid .. '|' .. b .. '|0') end
     if holds then
       deadlines[#deadlines + 1] = ARGV[hbase + i]
       hunits = hunits + qty
     end
     out[o], out[o + 1] = 'B', stock
   elseif soldout and stock <= left and left < qty then
-    if keep then
-      redis.call('HSET', KEYS[3], rid, 'S|' .. qty .. '|' .. left)
-    end
+    if keep then keep_record(rid, 'S|' .. qs .. '|' .. left) end
     out[o], out[o + 1] = 'S', left
   else
     wanted = wanted + qty
-    if limit > 0 then redis.call('HINCRBY', KEYS[2], user, qty) end
-    redis.call('HSET', KEYS[3], rid, ARGV[a + 9])
-    redis.call('ZADD', KEYS[10], ARGV[1], rid)
+    if limit > 0 then count(user, qty) end
+    keep_record(rid, 'P|' .. qs .. '|' .. oid .. '|' .. user .. '|' .. now)
+    pend[#pend + 1] = now
+    pend[#pend + 1] = rid
     out[o], out[o + 1] = 'P', stock
   end
+end
+if #recs > 0 then
+  redis.call('HSET', KEYS[3], unpack(recs))
+end
+if #index > 0 then
+  redis.call('HSET', KEYS[5], unpack(index))
+end
+if #pend > 0 then
+  redis.call('ZADD', KEYS[10], unpack(pend))
+end
+if #counted > 0 then
+  local counts = {}
+  for j = 1, #counted do
+    counts[2 * j - 1] = counted[j]
+    counts[2 * j] = held[counted[j]]
+  end
+  redis.call('HSET', KEYS[2], unpack(counts))
 end
 if sold > 0 then
   redis.call('DECRBY', KEYS[1], sold)

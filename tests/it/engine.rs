@@ -11,7 +11,9 @@ use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventSpec, Order, SpecError};
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{CrashPoint, ManualClock, PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::store::Store;
+use shardstock::domain::ids::OrderId;
+use shardstock::domain::model::RequestRecord;
+use shardstock::store::{PurchaseEntry, PurchaseReply, Store};
 use shardstock::{Engine, EngineError};
 
 use crate::harness::{event_id, eventually, on_every_backend, spec, user, user_homed_at};
@@ -36,6 +38,8 @@ on_every_backend!(
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
     a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
+    one_home_call_sees_what_its_earlier_entries_did,
+    a_stream_read_hands_out_new_records_once_and_claims_the_idle,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
@@ -691,4 +695,123 @@ async fn a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry<S
             "round {round} (crash after seq: {after_seq}): the returned unit must sell, got {resold:?}"
         );
     }
+}
+
+/// One home-step call carrying several entries applies them in order, each
+/// seeing what the ones before it did: the script reads the request records
+/// and per-user counts once per call and writes them once at its end, so a
+/// request id sent twice in one call, or a user buying twice, must still
+/// replay and count as if the entries had come one by one.
+async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engine<S>) {
+    let id = event_id("onecall");
+    let mut s = spec(&id, 5, 1);
+    s.per_user_limit = Some(3);
+    s.max_per_order = 3;
+    engine.create_event(s).await.unwrap();
+    let b = BucketRef::new(&id, 0, 0);
+    let entry = |u: &str, qty: u32, rid: &str| PurchaseEntry {
+        user: user(u),
+        qty,
+        limit: 3,
+        rid: format!("{u}/{rid}"),
+        keep: true,
+        order_id: OrderId::generate(&id, user_hash(&user(u))),
+        pay_by: None,
+    };
+    let first = entry("u-1", 2, "a");
+    let entries = [
+        first.clone(),
+        // The same request again, in the same call: its record is replayed.
+        PurchaseEntry {
+            order_id: OrderId::generate(&id, 1),
+            ..first.clone()
+        },
+        // The same user over the limit with what the first entry bought.
+        entry("u-1", 2, "b"),
+        // Within it.
+        entry("u-1", 1, "c"),
+        // Another user, more than is left: pending, its quota reserved.
+        entry("u-2", 3, "d"),
+        // That user again: over the limit with the reserved quota.
+        entry("u-2", 1, "e"),
+    ];
+    let replies = engine.store().purchase(&b, 1_000, &entries).await.unwrap();
+    let bought = RequestRecord::Bought {
+        qty: 2,
+        order_id: first.order_id.clone(),
+        bucket: 0,
+        probes: 0,
+    };
+    assert!(
+        matches!(
+            &replies[..],
+            [
+                PurchaseReply::Bought { stock_left: 3 },
+                PurchaseReply::Replay(r),
+                PurchaseReply::LimitExceeded { held: 2 },
+                PurchaseReply::Bought { stock_left: 2 },
+                PurchaseReply::Pending { stock: 2 },
+                PurchaseReply::LimitExceeded { held: 3 },
+            ] if *r == bought
+        ),
+        "{replies:?}"
+    );
+    let store = engine.store();
+    assert_eq!(store.held(&b, &user("u-1")).await.unwrap(), 3);
+    assert_eq!(store.held(&b, &user("u-2")).await.unwrap(), 3);
+    assert_eq!(store.request_record(&b, "u-1/a").await.unwrap(), Some(bought));
+    assert_eq!(
+        store.request_record(&b, "u-1/b").await.unwrap(),
+        Some(RequestRecord::LimitExceeded {
+            qty: 2,
+            limit: 3,
+            held: 2
+        })
+    );
+    assert!(matches!(
+        store.request_record(&b, "u-2/d").await.unwrap(),
+        Some(RequestRecord::Pending { qty: 3, at_ms: 1_000, .. })
+    ));
+    assert!(
+        store
+            .order_entry(&b, &entries[3].order_id)
+            .await
+            .unwrap()
+            .is_some_and(|e| e.qty == 1)
+    );
+    assert_eq!(store.order_entry(&b, &entries[1].order_id).await.unwrap(), None);
+    // The pending saga is listed for the sweeper; what was bought, in the stream.
+    assert_eq!(store.stream_len(&b).await.unwrap(), 2);
+}
+
+/// The flusher's read of a bucket stream: new records go to one consumer
+/// once; a claim hands what a consumer left unacknowledged to another; an
+/// acknowledged record is gone.
+async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
+    engine: Engine<S>,
+) {
+    let id = event_id("streamread");
+    engine.create_event(spec(&id, 10, 1)).await.unwrap();
+    let b = BucketRef::new(&id, 0, 0);
+    let store = engine.store();
+    assert!(store.stream_read(&b, "a", 10, None).await.unwrap().is_empty());
+    for u in ["u-1", "u-2", "u-3"] {
+        buy(&engine, &id, u, 1).await.unwrap();
+    }
+    let first = store.stream_read(&b, "a", 2, None).await.unwrap();
+    let users: Vec<&str> = first.iter().map(|e| e.user.as_str()).collect();
+    assert_eq!(users, ["u-1", "u-2"]);
+    assert!(first[0].id < first[1].id);
+    let rest = store.stream_read(&b, "b", 10, None).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].user, "u-3");
+    assert!(store.stream_read(&b, "a", 10, None).await.unwrap().is_empty());
+    // What "a" read and never acknowledged, "b" claims.
+    let claimed = store.stream_read(&b, "b", 10, Some(0)).await.unwrap();
+    let mut ids: Vec<_> = claimed.iter().map(|e| e.id).collect();
+    ids.sort();
+    assert_eq!(ids, vec![first[0].id, first[1].id, rest[0].id]);
+    store.stream_ack(&b, &ids).await.unwrap();
+    assert_eq!(store.stream_len(&b).await.unwrap(), 0);
+    assert!(store.stream_read(&b, "a", 10, Some(0)).await.unwrap().is_empty());
 }

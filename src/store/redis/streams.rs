@@ -16,6 +16,9 @@ impl Streams for RedisStore {
         count: usize,
         claim_idle_ms: Option<u64>,
     ) -> Result<Vec<StreamEntry>, StoreError> {
+        if claim_idle_ms.is_none() {
+            return self.read_new(bucket, consumer, count).await;
+        }
         let keys = vec![self.keys(bucket).orders];
         let args = vec![
             FLUSH_GROUP.to_owned(),
@@ -38,6 +41,63 @@ impl Streams for RedisStore {
     async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         self.call(|| self.client.xlen(self.keys(bucket).orders))
             .await
+    }
+}
+
+impl RedisStore {
+    /// New entries of a bucket's stream for `consumer` (`XREADGROUP … >`),
+    /// sent as the command itself: most flusher reads claim nothing, and a
+    /// script would copy every entry into Lua and back. A stream or group
+    /// that does not exist yet (`NOGROUP`) has nothing to read.
+    async fn read_new(
+        &self,
+        bucket: &BucketRef,
+        consumer: &str,
+        count: usize,
+    ) -> Result<Vec<StreamEntry>, StoreError> {
+        let key = self.keys(bucket).orders;
+        let read = self
+            .call(|| {
+                self.client.xreadgroup::<Value, _, _, _, _>(
+                    FLUSH_GROUP,
+                    consumer.to_owned(),
+                    Some(count as u64),
+                    None,
+                    false,
+                    key.clone(),
+                    ">",
+                )
+            })
+            .await;
+        let reply = match read {
+            Ok(reply) => reply,
+            Err(StoreError::Protocol(e)) if e.contains("NOGROUP") => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        new_entries(reply)?
+            .into_iter()
+            .map(stream_entry)
+            .collect()
+    }
+}
+
+/// The entries of an `XREADGROUP` reply for one stream: `[[key, [entry, …]]]`
+/// (RESP2; RESP3 answers `{key: [entry, …]}`), or nil when nothing is new.
+fn new_entries(reply: Value) -> Result<Vec<Value>, StoreError> {
+    let stream = match reply {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(streams) => match streams.into_iter().next() {
+            None => return Ok(Vec::new()),
+            Some(Value::Array(pair)) => pair.into_iter().nth(1),
+            Some(other) => return Err(super::protocol("[key, entries]", &other)),
+        },
+        Value::Map(streams) => streams.inner().into_iter().next().map(|(_, v)| v),
+        other => return Err(super::protocol("stream entries", &other)),
+    };
+    match stream {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(entries)) => Ok(entries),
+        Some(other) => Err(super::protocol("stream entries", &other)),
     }
 }
 
