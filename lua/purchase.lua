@@ -17,18 +17,30 @@ KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to 
 KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
-ARGV[3] n, the number of entries; then n groups of 8:
-        user, qty, limit (0 = none), rid, keep (1 = store the outcome), order id,
-        and, built by the caller so that the script only writes them: the
-        stream record "o|oid|user|q|b|b|rid|now" and the index entry
-        "C|user|q|b|rid|now". The records kept under rid ("B|q|oid|b|0",
-        "P|q|oid|user|now", "L|…", "S|…") are joined here from the same
-        strings, without formatting a number.
-        Events with holds (hold_seconds) add, after the n groups, n queue
-        entries "pay_by|oid"; their stream records end "|pay_by" and their
-        index entries are "H|user|q|b|rid|now|pay_by" (built by the caller).
-        Without these values (and KEYS[11..13]) the script runs as it always
-        did.
+ARGV[3] n, the number of entries
+ARGV[4] "1" when every entry keeps its outcome (a client request id), the n
+        request ids are distinct and, with a limit, so are the n users (the
+        caller checks): the call may then buy all n in one pass; else "0"
+ARGV[5] the per-user limit of every entry (0 = none) when ARGV[4] is "1"
+ARGV[6] the n quantities' sum
+then columns of n (i = 1..n), built by the caller so that the script only
+compares and writes them, laid out so that a call that buys everything
+writes each key with one command of consecutive arguments (unpack of a
+range of ARGV: no Lua table, no string built):
+  ARGV[6 + 2i - 1], ARGV[6 + 2i]        request id, and its record if bought
+                                        on the fast path "B|q|oid|b|0"
+  ARGV[6 + 2n + 2i - 1], [6 + 2n + 2i]  order id, and its index entry
+                                        "C|user|q|b|rid|now"
+  ARGV[6 + 4n + i]                      the stream record "o|oid|user|q|b|b|rid|now"
+  ARGV[6 + 5n + i]                      user
+  ARGV[6 + 6n + i]                      qty
+  only when ARGV[4] is "0":
+  ARGV[6 + 7n + i]                      limit (0 = none)
+  ARGV[6 + 8n + i]                      keep (1 = store the outcome)
+Events with holds (hold_seconds) add a last column: n queue entries
+"pay_by|oid"; their stream records end "|pay_by" and their index entries are
+"H|user|q|b|rid|now|pay_by" (built by the caller). Without it (and
+KEYS[11..13]) the script runs as it always did.
 
 Returns "ST" when the bucket does not exist or is sealed, else a flat array of
 2n values, two per entry, in order:
@@ -58,14 +70,17 @@ RPUSH element and an INCRBY per call, not a second XADD nor a ZSET insert.
 A confirm or cancel leaves the queue entry; expire_holds.lua drops it when
 due.
 
-What a call costs Redis: a fixed number of commands whatever n is, but one
-XADD per order — the reads in one MGET (stock, sealed, the sold-out mark and
-its epoch), the request records and per-user counts asked for in one HMGET
-each, and every record, index entry, count and pending id written in one
-HSET / ZADD per key at the end. The entries still apply in order with
-single-purchase semantics: an entry sees what the ones before it in the same
-call did (a request id sent twice, a user buying twice) through the tables the
-script keeps, not through Redis.
+What a call costs Redis. Most calls buy every entry they carry (fresh
+request ids, stock left, limits not reached): after one MGET (stock, sealed,
+the sold-out mark and its epoch) and one HMGET of the request records (and
+one of the per-user counts, with a limit), they write with one XADD per
+order and one HSET / DECRBY / INCRBY per key for the whole call. Any other
+call — a replay, a refusal, a bucket short of stock, entries without request
+ids — runs entry by entry, each seeing what the ones before it did (a
+request id sent twice, a user buying twice), with the records the fast path
+would have written built here ("L|…", "S|…", "P|q|oid|user|now"). Lua
+tables and strings built per entry cost more than the commands they save
+(every allocation feeds the script GC), so the per-entry path uses none.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -78,110 +93,117 @@ local v = redis.call('MGET', KEYS[1], KEYS[6], KEYS[8], KEYS[9])
 if not v[1] or v[2] then
   return 'ST'
 end
+local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local uniform, limit = ARGV[4] == '1', tonumber(ARGV[5])
+local fast = uniform
+local R, O, X, U, Q = 6, 6 + 2 * n, 6 + 4 * n, 6 + 5 * n, 6 + 6 * n
+local L, K = 6 + 7 * n, 6 + 8 * n
+local hbase = uniform and L or 6 + 9 * n
+local holds = #ARGV > hbase
 local stock = tonumber(v[1])
+local out = {}
+
+-- The whole call buys: one read of the request records (and of the counts),
+-- then every write once per key.
+if fast and stock >= tonumber(ARGV[6]) then
+  local got = redis.call('HMGET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
+  for i = 1, 2 * n - 1, 2 do
+    if got[i] then fast = false break end
+  end
+  if fast and limit > 0 then
+    local held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
+    for i = 1, n do
+      if tonumber(held[i] or '0') + tonumber(ARGV[Q + i]) > limit then fast = false break end
+    end
+  end
+  if fast then
+    local first = holds and redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
+    for i = 1, n do
+      redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + i])
+    end
+    redis.call('HSET', KEYS[5], unpack(ARGV, O + 1, O + 2 * n))
+    redis.call('HSET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
+    if limit > 0 then
+      for i = 1, n do
+        redis.call('HINCRBY', KEYS[2], ARGV[U + i], ARGV[Q + i])
+      end
+    end
+    redis.call('DECRBY', KEYS[1], ARGV[6])
+    redis.call('INCRBY', KEYS[7], ARGV[6])
+    for i = 1, n do
+      stock = stock - tonumber(ARGV[Q + i])
+      out[2 * i - 1], out[2 * i] = 'B', stock
+    end
+    if holds then
+      redis.call('RPUSH', KEYS[13], unpack(ARGV, hbase + 1, hbase + n))
+      redis.call('INCRBY', KEYS[12], ARGV[6])
+      out[2 * n + 1] = first and 1 or 0
+    end
+    return out
+  end
+end
+
+-- Entry by entry: replays, refusals, pending sagas, or entries of mixed kinds.
 local soldout, left = false, 0
 if v[3] then
   local epoch, l = string.match(v[3], '^(%d+)|?(%d*)$')
   soldout = epoch == (v[4] or '0')
   left = tonumber(l) or 0
 end
-local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local W = 8
--- Every request record and per-user count the call may read, in one HMGET each.
-local rids, users = {}, {}
-for i = 1, n do
-  local a = 3 + (i - 1) * W
-  if ARGV[a + 4] ~= '' then rids[#rids + 1] = ARGV[a + 4] end
-  if ARGV[a + 3] ~= '0' then users[#users + 1] = ARGV[a + 1] end
-end
-local known, held = {}, {}
-if #rids > 0 then
-  local got = redis.call('HMGET', KEYS[3], unpack(rids))
-  for j = 1, #rids do
-    if got[j] then known[rids[j]] = got[j] end
-  end
-end
-if #users > 0 then
-  local got = redis.call('HMGET', KEYS[2], unpack(users))
-  for j = 1, #users do
-    held[users[j]] = tonumber(got[j] or '0')
-  end
-end
-local recs, index, pend, counted = {}, {}, {}, {}
-local function keep_record(rid, rec)
-  known[rid] = rec
-  recs[#recs + 1] = rid
-  recs[#recs + 1] = rec
-end
-local function count(user, qty)
-  if not counted[user] then
-    counted[user] = true
-    counted[#counted + 1] = user
-  end
-  held[user] = held[user] + qty
-end
 local sold, wanted = 0, 0
-local out = {}
-local hbase = 3 + W * n
-local holds = #ARGV > hbase
 local first, hunits, deadlines = false, 0, {}
 if holds then
   first = redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
 end
 for i = 1, n do
-  local a = 3 + (i - 1) * W
-  local user, qs, ls = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local qty, limit = tonumber(qs), tonumber(ls)
-  local rid, keep, oid = ARGV[a + 4], ARGV[a + 5] == '1', ARGV[a + 6]
-  local rec = rid ~= '' and known[rid]
+  local rid, brec = ARGV[R + 2 * i - 1], ARGV[R + 2 * i]
+  local oid = ARGV[O + 2 * i - 1]
+  local user, qs = ARGV[U + i], ARGV[Q + i]
+  local qty = tonumber(qs)
+  local ls, keep = ARGV[5], true
+  if not uniform then
+    ls, keep = ARGV[L + i], ARGV[K + i] == '1'
+  end
+  local lim = tonumber(ls)
+  local rec = false
+  if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
+  local held = 0
+  if not rec and lim > 0 then held = tonumber(redis.call('HGET', KEYS[2], user) or '0') end
   local o = 2 * i - 1
   if rec then
     out[o], out[o + 1] = 'R', rec
-  elseif limit > 0 and held[user] + qty > limit then
-    if keep then keep_record(rid, 'L|' .. qs .. '|' .. ls .. '|' .. held[user]) end
-    out[o], out[o + 1] = 'L', held[user]
+  elseif lim > 0 and held + qty > lim then
+    if keep then
+      redis.call('HSET', KEYS[3], rid, 'L|' .. qs .. '|' .. ls .. '|' .. held)
+    end
+    out[o], out[o + 1] = 'L', held
   elseif stock >= qty then
     wanted = wanted + qty
     stock = stock - qty
     sold = sold + qty
-    if limit > 0 then count(user, qty) end
-    redis.call('XADD', KEYS[4], '*', 'd', ARGV[a + 7])
-    index[#index + 1] = oid
-    index[#index + 1] = ARGV[a + 8]
-    if keep then keep_record(rid, 'B|' .. qs .. '|' .. oid .. '|' .. b .. '|0') end
+    if lim > 0 then redis.call('HINCRBY', KEYS[2], user, qs) end
+    redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + i])
+    redis.call('HSET', KEYS[5], oid, ARGV[O + 2 * i])
+    if keep then
+      redis.call('HSET', KEYS[3], rid, brec)
+    end
     if holds then
       deadlines[#deadlines + 1] = ARGV[hbase + i]
       hunits = hunits + qty
     end
     out[o], out[o + 1] = 'B', stock
   elseif soldout and stock <= left and left < qty then
-    if keep then keep_record(rid, 'S|' .. qs .. '|' .. left) end
+    if keep then
+      redis.call('HSET', KEYS[3], rid, 'S|' .. qs .. '|' .. left)
+    end
     out[o], out[o + 1] = 'S', left
   else
     wanted = wanted + qty
-    if limit > 0 then count(user, qty) end
-    keep_record(rid, 'P|' .. qs .. '|' .. oid .. '|' .. user .. '|' .. now)
-    pend[#pend + 1] = now
-    pend[#pend + 1] = rid
+    if lim > 0 then redis.call('HINCRBY', KEYS[2], user, qs) end
+    redis.call('HSET', KEYS[3], rid, 'P|' .. qs .. '|' .. oid .. '|' .. user .. '|' .. now)
+    redis.call('ZADD', KEYS[10], now, rid)
     out[o], out[o + 1] = 'P', stock
   end
-end
-if #recs > 0 then
-  redis.call('HSET', KEYS[3], unpack(recs))
-end
-if #index > 0 then
-  redis.call('HSET', KEYS[5], unpack(index))
-end
-if #pend > 0 then
-  redis.call('ZADD', KEYS[10], unpack(pend))
-end
-if #counted > 0 then
-  local counts = {}
-  for j = 1, #counted do
-    counts[2 * j - 1] = counted[j]
-    counts[2 * j] = held[counted[j]]
-  end
-  redis.call('HSET', KEYS[2], unpack(counts))
 end
 if sold > 0 then
   redis.call('DECRBY', KEYS[1], sold)

@@ -114,7 +114,13 @@ impl Application {
         } else {
             LostState::Refuse
         });
-        let engine = Arc::new(Engine::new(store, options::engine(&settings)));
+        let mut engine_options = options::engine(&settings);
+        if store.kind() == "memory" {
+            // Group commit saves round trips; in process there are none, and
+            // the batcher's queue, channel and driver task only cost.
+            engine_options.max_batch = None;
+        }
+        let engine = Arc::new(Engine::new(store, engine_options));
         let (rebuilt, refused) = lifecycle::recover_lost(&engine, &ledger, policy)
             .await
             .context("checking the store against the database")?;

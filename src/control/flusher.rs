@@ -45,6 +45,10 @@ use crate::ledger::{FlushRecord, Ledger, LedgerError};
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
+/// A batch whose write took this long is logged (the database's statement
+/// logging is off: it would print the whole multi-thousand-placeholder text).
+const SLOW_BATCH: Duration = Duration::from_secs(1);
+
 /// Tunables (from `[database]`).
 #[derive(Debug, Clone)]
 pub struct FlushOptions {
@@ -236,7 +240,15 @@ impl<S: Store> Flusher<S> {
             .write(&batch, stop)
             .instrument(tracing::debug_span!("flush_batch", records = batch.len()))
             .await?;
-        metrics::histogram!(m::FLUSH_BATCH_DURATION).record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        metrics::histogram!(m::FLUSH_BATCH_DURATION).record(took.as_secs_f64());
+        if took >= SLOW_BATCH {
+            tracing::warn!(
+                records = batch.len(),
+                seconds = took.as_secs_f64(),
+                "a flush batch was slow"
+            );
+        }
         metrics::counter!(m::ORDERS_FLUSHED).increment(applied as u64);
         for (b, ids) in read {
             if let Err(e) = self.engine.store().stream_ack(&b, &ids).await {

@@ -14,8 +14,15 @@
 //! abandons a saga half way; one that ends anyway (a crash) is ended by the
 //! sweeper (`control::sweeper`).
 
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::slice;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::FutureExt;
 use tracing::Instrument;
 
 use super::saga::{Driver, Saga};
@@ -113,18 +120,27 @@ fn after_home_of(saga: &Saga, e: EngineError) -> EngineError {
 }
 
 impl<S: Store> Engine<S> {
-    /// [`Engine::purchase`] as a task of its own: the caller may go away (its
-    /// future dropped by a client disconnect or a timeout) and the purchase
-    /// still runs to its end, so no saga is left half way by a caller.
+    /// [`Engine::purchase`], run to its end whatever the caller does: the
+    /// caller may go away (its future dropped by a client disconnect or a
+    /// timeout) and the purchase still finishes, so no saga is left half way
+    /// by a caller. It runs in the caller's task, and becomes a task of its
+    /// own only if the caller drops it unfinished ([`Detached`]): a task per
+    /// purchase cost every one a spawn, a schedule and a cross-task wake.
     pub async fn purchase_detached(
         self: &Arc<Self>,
         req: PurchaseRequest,
     ) -> Result<PurchaseOutcome, EngineError> {
         let engine = self.clone();
-        // The task keeps the caller's span (the request's, for traces and logs).
-        tokio::spawn(async move { engine.purchase(&req).await }.in_current_span())
+        // It keeps the caller's span (the request's, for traces and logs),
+        // also when it goes on as a task of its own.
+        Detached::new(async move { engine.purchase(&req).await }.in_current_span())
             .await
-            .unwrap_or_else(|e| Err(EngineError::OutcomeUnknown(format!("purchase task: {e}"))))
+            .unwrap_or_else(|panic| {
+                Err(EngineError::OutcomeUnknown(format!(
+                    "the purchase panicked: {}",
+                    panic_message(&panic)
+                )))
+            })
     }
 
     /// Buys `quantity` units for a user: the fast path when the home bucket
@@ -384,5 +400,101 @@ impl<S: Store> Engine<S> {
             };
         }
         Err(EngineError::OutcomeUnknown(why))
+    }
+}
+
+/// A future that is finished even if it is dropped: polled in place, it moves
+/// to a task of its own (`tokio::spawn`) when dropped before it completed. A
+/// panic inside it is caught and answered, as a task's would be.
+struct Detached<T: Send + 'static> {
+    future: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    fn new(future: impl Future<Output = T> + Send + 'static) -> Self {
+        Self {
+            future: Some(Box::pin(future)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = Result<T, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(future) = self.future.as_mut() else {
+            return Poll::Ready(Err(Box::new("polled after it completed")));
+        };
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll_unpin(cx)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                self.future = None;
+                Poll::Ready(Ok(out))
+            }
+            Err(panic) => {
+                self.future = None;
+                Poll::Ready(Err(panic))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let (Some(future), Ok(runtime)) =
+            (self.future.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(future);
+        }
+    }
+}
+
+/// What a caught panic said.
+fn panic_message(panic: &Box<dyn Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_detached_future_dropped_half_way_still_finishes() {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let call = Detached::new(async move {
+            let _ = wait.await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        // The caller gives up while the future waits.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), call)
+                .await
+                .is_err()
+        );
+        go.send(()).unwrap();
+        for _ in 0..200 {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the dropped future never finished");
+    }
+
+    #[tokio::test]
+    async fn a_detached_future_that_panics_answers_the_panic() {
+        let call = Detached::new(async { panic!("boom") });
+        let panic = call.await.map(|()| ()).unwrap_err();
+        assert_eq!(panic_message(&panic), "boom");
+        assert_eq!(Detached::new(async { 7 }).await.unwrap(), 7);
     }
 }

@@ -22,9 +22,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::ConnectOptions;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Any, AnyPool};
 
 use crate::domain::ids::EventId;
@@ -141,10 +142,15 @@ impl Ledger {
                 (max_connections.saturating_sub(writers).max(1), writers)
             }
         };
+        // sqlx logs every statement slower than 1 s at `warn`, text and all:
+        // a flush of a few hundred records is one statement of thousands of
+        // placeholders, and a slow disk made each such line tens of KiB. The
+        // flusher says itself when a batch was slow (records, seconds).
+        let options: AnyConnectOptions = url.parse()?;
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect(&url)
+            .connect_with(options.disable_statement_logging())
             .await?;
         if kind == DbKind::Sqlite {
             sqlx::query("PRAGMA journal_mode = WAL")
@@ -158,7 +164,9 @@ impl Ledger {
                     PgPoolOptions::new()
                         .max_connections(writers)
                         .acquire_timeout(std::time::Duration::from_secs(5))
-                        .connect_lazy(&url)?,
+                        .connect_lazy_with(
+                            url.parse::<PgConnectOptions>()?.disable_statement_logging(),
+                        ),
                 )
             }
             DbKind::Sqlite => {

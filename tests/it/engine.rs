@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
+use shardstock::domain::ids::OrderId;
 use shardstock::domain::ids::{EventId, RequestId, UserId};
 use shardstock::domain::keys::BucketRef;
+use shardstock::domain::model::RequestRecord;
 use shardstock::domain::model::{EventSpec, Order, SpecError};
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{CrashPoint, ManualClock, PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::domain::ids::OrderId;
-use shardstock::domain::model::RequestRecord;
 use shardstock::store::{PurchaseEntry, PurchaseReply, Store};
 use shardstock::{Engine, EngineError};
 
@@ -759,7 +759,10 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
     let store = engine.store();
     assert_eq!(store.held(&b, &user("u-1")).await.unwrap(), 3);
     assert_eq!(store.held(&b, &user("u-2")).await.unwrap(), 3);
-    assert_eq!(store.request_record(&b, "u-1/a").await.unwrap(), Some(bought));
+    assert_eq!(
+        store.request_record(&b, "u-1/a").await.unwrap(),
+        Some(bought)
+    );
     assert_eq!(
         store.request_record(&b, "u-1/b").await.unwrap(),
         Some(RequestRecord::LimitExceeded {
@@ -770,7 +773,11 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
     );
     assert!(matches!(
         store.request_record(&b, "u-2/d").await.unwrap(),
-        Some(RequestRecord::Pending { qty: 3, at_ms: 1_000, .. })
+        Some(RequestRecord::Pending {
+            qty: 3,
+            at_ms: 1_000,
+            ..
+        })
     ));
     assert!(
         store
@@ -779,7 +786,10 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
             .unwrap()
             .is_some_and(|e| e.qty == 1)
     );
-    assert_eq!(store.order_entry(&b, &entries[1].order_id).await.unwrap(), None);
+    assert_eq!(
+        store.order_entry(&b, &entries[1].order_id).await.unwrap(),
+        None
+    );
     // The pending saga is listed for the sweeper; what was bought, in the stream.
     assert_eq!(store.stream_len(&b).await.unwrap(), 2);
 }
@@ -787,14 +797,18 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
 /// The flusher's read of a bucket stream: new records go to one consumer
 /// once; a claim hands what a consumer left unacknowledged to another; an
 /// acknowledged record is gone.
-async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
-    engine: Engine<S>,
-) {
+async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(engine: Engine<S>) {
     let id = event_id("streamread");
     engine.create_event(spec(&id, 10, 1)).await.unwrap();
     let b = BucketRef::new(&id, 0, 0);
     let store = engine.store();
-    assert!(store.stream_read(&b, "a", 10, None).await.unwrap().is_empty());
+    assert!(
+        store
+            .stream_read(&b, "a", 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     for u in ["u-1", "u-2", "u-3"] {
         buy(&engine, &id, u, 1).await.unwrap();
     }
@@ -805,7 +819,13 @@ async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
     let rest = store.stream_read(&b, "b", 10, None).await.unwrap();
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].user, "u-3");
-    assert!(store.stream_read(&b, "a", 10, None).await.unwrap().is_empty());
+    assert!(
+        store
+            .stream_read(&b, "a", 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // What "a" read and never acknowledged, "b" claims.
     let claimed = store.stream_read(&b, "b", 10, Some(0)).await.unwrap();
     let mut ids: Vec<_> = claimed.iter().map(|e| e.id).collect();
@@ -813,5 +833,11 @@ async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
     assert_eq!(ids, vec![first[0].id, first[1].id, rest[0].id]);
     store.stream_ack(&b, &ids).await.unwrap();
     assert_eq!(store.stream_len(&b).await.unwrap(), 0);
-    assert!(store.stream_read(&b, "a", 10, Some(0)).await.unwrap().is_empty());
+    assert!(
+        store
+            .stream_read(&b, "a", 10, Some(0))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -39,6 +39,64 @@ impl RedisStore {
     }
 }
 
+/// ARGV of `purchase.lua`: a header, then columns of one value per entry in
+/// the order the script writes them (its contract says why). The strings
+/// the script stores are built here, keeping string and number formatting
+/// off the one Redis thread.
+fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
+    let n = entries.len();
+    let limit = entries.first().map_or(0, |e| e.limit);
+    let uniform = entries.iter().all(|e| e.keep && e.limit == limit)
+        && distinct(entries.iter().map(|e| e.rid.as_str()))
+        && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
+    let total: u64 = entries.iter().map(|e| u64::from(e.qty)).sum();
+    let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
+    let columns = if uniform { 7 } else { 9 } + usize::from(holds);
+    let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
+    args.extend([
+        Value::Integer(now_ms),
+        Value::Integer(i64::from(b)),
+        Value::Integer(n as i64),
+        Value::Integer(i64::from(uniform)),
+        Value::Integer(i64::from(limit)),
+        Value::Integer(total as i64),
+    ]);
+    for e in entries {
+        args.push(Value::from(e.rid.as_str()));
+        args.push(Value::from(e.bought(b).encode()));
+    }
+    for e in entries {
+        args.push(Value::from(e.order_id.as_str()));
+        args.push(Value::from(e.order_entry(b, now_ms).encode()));
+    }
+    args.extend(
+        entries
+            .iter()
+            .map(|e| Value::from(e.stream_entry(b, now_ms).data())),
+    );
+    args.extend(entries.iter().map(|e| Value::from(e.user.as_str())));
+    args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
+    if !uniform {
+        args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.limit))));
+        args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.keep))));
+    }
+    if holds {
+        args.extend(
+            entries
+                .iter()
+                .map(|e| Value::from(format!("{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id))),
+        );
+    }
+    args
+}
+
+/// Whether no value comes twice (batches are short: a sort beats hashing).
+fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> bool {
+    let mut v: Vec<&str> = values.collect();
+    v.sort_unstable();
+    v.windows(2).all(|w| w[0] != w[1])
+}
+
 /// ARGV of `take.lua` and `untake.lua`, which share it.
 fn saga_args(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Vec<String> {
     vec![
@@ -71,38 +129,13 @@ impl Buckets for RedisStore {
     ) -> Result<Vec<PurchaseReply>, StoreError> {
         let mut keys = self.purchase_keys(bucket).to_vec();
         let b = bucket.index;
-        // Events with holds: two keys and a pair of arguments per entry more
+        // Events with holds: three keys and a column of arguments more
         // (purchase.lua's hold branch); without, the call is unchanged.
         let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
-        let mut args: Vec<Value> = Vec::with_capacity(3 + 9 * entries.len());
-        args.extend([
-            Value::Integer(now_ms),
-            Value::Integer(i64::from(b)),
-            Value::Integer(entries.len() as i64),
-        ]);
-        for e in entries {
-            // The script only writes the last two; building them here keeps
-            // number formatting off the one Redis thread. (The records kept
-            // under the request id it joins from these same strings.)
-            args.extend([
-                Value::from(e.user.as_str()),
-                Value::Integer(i64::from(e.qty)),
-                Value::Integer(i64::from(e.limit)),
-                Value::from(e.rid.as_str()),
-                Value::Integer(i64::from(e.keep)),
-                Value::from(e.order_id.as_str()),
-                Value::from(e.stream_entry(b, now_ms).data()),
-                Value::from(e.order_entry(b, now_ms).encode()),
-            ]);
-        }
+        let args = purchase_args(b, now_ms, entries);
         if holds {
             let k = self.keys(bucket);
             keys.extend([Key::from(k.holds), Key::from(k.hunits), Key::from(k.hq)]);
-            args.extend(
-                entries
-                    .iter()
-                    .map(|e| Value::from(format!("{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id))),
-            );
         }
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).

@@ -74,10 +74,7 @@ impl RedisStore {
             Err(StoreError::Protocol(e)) if e.contains("NOGROUP") => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        new_entries(reply)?
-            .into_iter()
-            .map(stream_entry)
-            .collect()
+        new_entries(reply)?.into_iter().map(stream_entry).collect()
     }
 }
 
