@@ -70,13 +70,14 @@ RPUSH element and an INCRBY per call, not a second XADD nor a ZSET insert.
 A confirm or cancel leaves the queue entry; expire_holds.lua drops it when
 due.
 
-What a call costs Redis. Most calls buy every entry they carry (fresh
-request ids, stock left, limits not reached): after one MGET (stock, sealed,
-the sold-out mark and its epoch) and one HMGET of the request records (and
-one of the per-user counts, with a limit), they write with one XADD per
-order and one HSET / DECRBY / INCRBY per key for the whole call. Any other
-call — a replay, a refusal, a bucket short of stock, entries without request
-ids — runs entry by entry, each seeing what the ones before it did (a
+What a call costs Redis. Most calls buy every entry they carry, but for
+replays (fresh request ids, stock left, limits not reached): after one MGET
+(stock, sealed, the sold-out mark and its epoch) and one HMGET of the
+request records (and one of the per-user counts, with a limit), they write
+with one XADD per order and one HSET per hash for each run of buyers between
+replays, and one DECRBY / INCRBY for the whole call. Any other call — a
+refusal, a bucket short of stock, entries without request ids — runs entry
+by entry, each seeing what the ones before it did (a
 request id sent twice, a user buying twice), with the records the fast path
 would have written built here ("L|…", "S|…", "P|q|oid|user|now"). Lua
 tables and strings built per entry cost more than the commands they save
@@ -103,40 +104,72 @@ local holds = #ARGV > hbase
 local stock = tonumber(v[1])
 local out = {}
 
--- The whole call buys: one read of the request records (and of the counts),
--- then every write once per key.
-if fast and stock >= tonumber(ARGV[6]) then
+-- Every entry buys or replays: one read of the request records (and of the
+-- counts), then every write once per key (once per run of buyers between
+-- replays).
+if fast then
   local got = redis.call('HMGET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
-  for i = 1, 2 * n - 1, 2 do
-    if got[i] then fast = false break end
+  local want, replays = 0, 0
+  for i = 1, n do
+    if got[2 * i - 1] then
+      replays = replays + 1
+    else
+      want = want + tonumber(ARGV[Q + i])
+    end
   end
-  if fast and limit > 0 then
+  fast = stock >= want
+  if fast and limit > 0 and replays < n then
     local held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
     for i = 1, n do
-      if tonumber(held[i] or '0') + tonumber(ARGV[Q + i]) > limit then fast = false break end
+      if not got[2 * i - 1] and tonumber(held[i] or '0') + tonumber(ARGV[Q + i]) > limit then
+        fast = false
+        break
+      end
     end
   end
   if fast then
-    local first = holds and redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
-    for i = 1, n do
-      redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + i])
-    end
-    redis.call('HSET', KEYS[5], unpack(ARGV, O + 1, O + 2 * n))
-    redis.call('HSET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
-    if limit > 0 then
+    if replays == n then
       for i = 1, n do
-        redis.call('HINCRBY', KEYS[2], ARGV[U + i], ARGV[Q + i])
+        out[2 * i - 1], out[2 * i] = 'R', got[2 * i - 1]
+      end
+      if holds then
+        out[2 * n + 1] = 0
+      end
+      return out
+    end
+    local first = holds and redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
+    local i = 1
+    while i <= n do
+      if got[2 * i - 1] then
+        out[2 * i - 1], out[2 * i] = 'R', got[2 * i - 1]
+        i = i + 1
+      else
+        local j = i
+        while j < n and not got[2 * j + 1] do
+          j = j + 1
+        end
+        for k = i, j do
+          redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + k])
+          stock = stock - tonumber(ARGV[Q + k])
+          out[2 * k - 1], out[2 * k] = 'B', stock
+          if limit > 0 then
+            redis.call('HINCRBY', KEYS[2], ARGV[U + k], ARGV[Q + k])
+          end
+        end
+        redis.call('HSET', KEYS[5], unpack(ARGV, O + 2 * i - 1, O + 2 * j))
+        redis.call('HSET', KEYS[3], unpack(ARGV, R + 2 * i - 1, R + 2 * j))
+        if holds then
+          redis.call('RPUSH', KEYS[13], unpack(ARGV, hbase + i, hbase + j))
+        end
+        i = j + 1
       end
     end
-    redis.call('DECRBY', KEYS[1], ARGV[6])
-    redis.call('INCRBY', KEYS[7], ARGV[6])
-    for i = 1, n do
-      stock = stock - tonumber(ARGV[Q + i])
-      out[2 * i - 1], out[2 * i] = 'B', stock
-    end
+    -- The sum as the caller wrote it, unless replays took some out.
+    local units = replays == 0 and ARGV[6] or want
+    redis.call('DECRBY', KEYS[1], units)
+    redis.call('INCRBY', KEYS[7], units)
     if holds then
-      redis.call('RPUSH', KEYS[13], unpack(ARGV, hbase + 1, hbase + n))
-      redis.call('INCRBY', KEYS[12], ARGV[6])
+      redis.call('INCRBY', KEYS[12], units)
       out[2 * n + 1] = first and 1 or 0
     end
     return out

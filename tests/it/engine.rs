@@ -792,6 +792,30 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
     );
     // The pending saga is listed for the sweeper; what was bought, in the stream.
     assert_eq!(store.stream_len(&b).await.unwrap(), 2);
+
+    // A call of distinct request ids and users buys in one pass, replays
+    // among them answered from their records.
+    let (x, y) = (entry("u-3", 1, "x"), entry("u-4", 1, "y"));
+    let replies = store
+        .purchase(&b, 1_001, &[x.clone(), first.clone(), y.clone()])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &replies[..],
+            [
+                PurchaseReply::Bought { stock_left: 1 },
+                PurchaseReply::Replay(_),
+                PurchaseReply::Bought { stock_left: 0 },
+            ]
+        ),
+        "{replies:?}"
+    );
+    for e in [&x, &y] {
+        assert!(store.order_entry(&b, &e.order_id).await.unwrap().is_some());
+        assert_eq!(store.held(&b, &e.user).await.unwrap(), 1);
+    }
+    assert_eq!(store.stream_len(&b).await.unwrap(), 4);
 }
 
 /// The flusher's read of a bucket stream: new records go to one consumer
