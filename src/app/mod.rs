@@ -138,7 +138,7 @@ impl Application {
             tracing::info!(event = %id, created, "configured event ready");
         }
         let stop = CancellationToken::new();
-        let state = AppState {
+        let state = AppState::new(http::Shared {
             engine: engine.clone(),
             ledger: ledger.clone(),
             admin_token: Some(settings.server.admin_token.as_str())
@@ -153,7 +153,7 @@ impl Application {
             rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
             admin_wait: Duration::from_millis(settings.server.request_timeout_ms * 3 / 4),
-        };
+        });
         let router = http::router(state.clone(), &settings.server);
         let listener = TcpListener::bind(&settings.server.listen)
             .await

@@ -308,10 +308,18 @@ impl RequestRecord {
                 order_id,
                 bucket,
                 probes,
-            } => format!("B|{qty}|{order_id}|{bucket}|{probes}"),
+            } => Self::encode_bought(*qty, order_id, *bucket, *probes),
             Self::LimitExceeded { qty, limit, held } => format!("L|{qty}|{limit}|{held}"),
             Self::SoldOut { qty, remaining } => format!("S|{qty}|{remaining}"),
         }
+    }
+
+    /// [`RequestRecord::Bought`]'s encoding, from borrowed parts.
+    pub fn encode_bought(qty: u32, order_id: &OrderId, bucket: u32, probes: u32) -> String {
+        use std::fmt::Write;
+        let mut s = String::with_capacity(order_id.as_str().len() + 24);
+        let _ = write!(s, "B|{qty}|{order_id}|{bucket}|{probes}");
+        s
     }
 
     pub fn decode(s: &str) -> Option<Self> {
@@ -404,17 +412,36 @@ impl OrderEntry {
 
     /// `S|user|qty|bucket|rid|at`, and `|pay_by` for a hold.
     pub fn encode(&self) -> String {
-        let mut s = format!(
-            "{}|{}|{}|{}|{}|{}",
-            self.state.letter(),
-            self.user,
+        Self::encode_parts(
+            self.state,
+            self.user.as_str(),
             self.qty,
             self.bucket,
-            self.request_id,
-            self.at_ms
+            &self.request_id,
+            self.at_ms,
+            self.pay_by,
+        )
+    }
+
+    /// [`OrderEntry::encode`] from borrowed parts.
+    pub fn encode_parts(
+        state: EntryState,
+        user: &str,
+        qty: u32,
+        bucket: u32,
+        request_id: &str,
+        at_ms: i64,
+        pay_by: Option<i64>,
+    ) -> String {
+        use std::fmt::Write;
+        let mut s = String::with_capacity(user.len() + request_id.len() + 40);
+        let _ = write!(
+            s,
+            "{}|{user}|{qty}|{bucket}|{request_id}|{at_ms}",
+            state.letter()
         );
-        if let Some(p) = self.pay_by {
-            s.push_str(&format!("|{p}"));
+        if let Some(p) = pay_by {
+            let _ = write!(s, "|{p}");
         }
         s
     }

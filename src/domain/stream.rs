@@ -111,44 +111,61 @@ impl StreamEntry {
     /// `kind|order id|user|qty|bucket|home|rid|at`, then `|pay_by` when the
     /// order is held (the id is the stream's).
     pub fn data(&self) -> String {
-        let mut data = format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}",
-            self.kind.code(),
-            self.order_id,
-            self.user,
+        Self::encode(
+            self.kind,
+            &self.order_id,
+            &self.user,
             self.qty,
             self.bucket,
             self.home,
-            self.rid,
-            self.at_ms
+            &self.rid,
+            self.at_ms,
+            self.pay_by,
+        )
+    }
+
+    /// [`StreamEntry::data`] from borrowed parts (the hot path builds a
+    /// purchase's record without an entry to hold copies of them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode(
+        kind: RecordKind,
+        order_id: &str,
+        user: &str,
+        qty: u64,
+        bucket: u32,
+        home: u32,
+        rid: &str,
+        at_ms: i64,
+        pay_by: Option<i64>,
+    ) -> String {
+        use std::fmt::Write;
+        let mut data = String::with_capacity(order_id.len() + user.len() + rid.len() + 48);
+        let _ = write!(
+            data,
+            "{}|{order_id}|{user}|{qty}|{bucket}|{home}|{rid}|{at_ms}",
+            kind.code()
         );
-        if let Some(pay_by) = self.pay_by {
-            use std::fmt::Write;
+        if let Some(pay_by) = pay_by {
             let _ = write!(data, "|{pay_by}");
         }
         data
     }
 
-    /// The entry with stream id `id` whose `d` field is `data`.
+    /// The entry with stream id `id` whose `d` field is `data` (the flusher
+    /// decodes every record it writes: fields are read in place, no list of
+    /// them is built).
     pub fn from_data(id: StreamId, data: &str) -> Option<Self> {
-        let f: Vec<&str> = data.split('|').collect();
-        let (kind, order_id, user, qty, bucket, home, rid, at_ms, pay_by) = match f[..] {
-            [kind, order_id, user, qty, bucket, home, rid, at_ms] => {
-                (kind, order_id, user, qty, bucket, home, rid, at_ms, None)
-            }
-            [kind, order_id, user, qty, bucket, home, rid, at_ms, pay_by] => (
-                kind,
-                order_id,
-                user,
-                qty,
-                bucket,
-                home,
-                rid,
-                at_ms,
-                Some(pay_by.parse().ok()?),
-            ),
-            _ => return None,
+        let mut f = data.split('|');
+        let mut next = || f.next();
+        let (kind, order_id, user) = (next()?, next()?, next()?);
+        let (qty, bucket, home, rid, at_ms) = (next()?, next()?, next()?, next()?, next()?);
+        let pay_by = match next() {
+            None => None,
+            Some(p) => Some(p.parse().ok()?),
         };
+        if next().is_some() {
+            return None;
+        }
         Some(Self {
             id,
             kind: RecordKind::parse(kind)?,

@@ -493,7 +493,7 @@ mod tests {
     #[tokio::test]
     async fn a_detached_future_that_panics_answers_the_panic() {
         let call = Detached::new(async { panic!("boom") });
-        let panic = call.await.map(|()| ()).unwrap_err();
+        let panic = call.await.unwrap_err();
         assert_eq!(panic_message(&panic), "boom");
         assert_eq!(Detached::new(async { 7 }).await.unwrap(), 7);
     }

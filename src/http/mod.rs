@@ -50,8 +50,12 @@ use guard::RateLimits;
 pub use held::{Held, Hold};
 pub use meters::Meters;
 
-/// What every handler can reach. Cheap to clone: everything is behind `Arc`.
-pub struct AppState<S: Store> {
+/// What every handler can reach: one `Arc`, so the clone axum makes for
+/// every request is one reference count (it was one per field: a dozen).
+pub struct AppState<S: Store>(Arc<Shared<S>>);
+
+/// The fields of [`AppState`], reached through it (`state.engine`).
+pub struct Shared<S: Store> {
     pub engine: Arc<Engine<S>>,
     pub ledger: Ledger,
     pub admin_token: Option<Arc<str>>,
@@ -72,21 +76,23 @@ pub struct AppState<S: Store> {
     pub admin_wait: Duration,
 }
 
+impl<S: Store> AppState<S> {
+    pub fn new(shared: Shared<S>) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
 impl<S: Store> Clone for AppState<S> {
     fn clone(&self) -> Self {
-        Self {
-            engine: self.engine.clone(),
-            ledger: self.ledger.clone(),
-            admin_token: self.admin_token.clone(),
-            limits: self.limits.clone(),
-            metrics: self.metrics.clone(),
-            meters: self.meters.clone(),
-            held: self.held.clone(),
-            flush: self.flush.clone(),
-            rebalance: self.rebalance.clone(),
-            stop: self.stop.clone(),
-            admin_wait: self.admin_wait,
-        }
+        Self(self.0.clone())
+    }
+}
+
+impl<S: Store> std::ops::Deref for AppState<S> {
+    type Target = Shared<S>;
+
+    fn deref(&self) -> &Shared<S> {
+        &self.0
     }
 }
 

@@ -52,6 +52,39 @@ impl PurchaseEntry {
         }
     }
 
+    /// [`PurchaseEntry::stream_entry`]'s `d` field, built from this entry's
+    /// strings without copying them into a [`StreamEntry`] first.
+    pub fn stream_data(&self, bucket: u32, now_ms: i64) -> String {
+        StreamEntry::encode(
+            RecordKind::Order,
+            self.order_id.as_str(),
+            self.user.as_str(),
+            u64::from(self.qty),
+            bucket,
+            bucket,
+            &self.rid,
+            now_ms,
+            self.pay_by,
+        )
+    }
+
+    /// [`PurchaseEntry::order_entry`] encoded, likewise.
+    pub fn index_data(&self, bucket: u32, now_ms: i64) -> String {
+        OrderEntry::encode_parts(
+            if self.pay_by.is_some() {
+                EntryState::Held
+            } else {
+                EntryState::Confirmed
+            },
+            self.user.as_str(),
+            self.qty,
+            bucket,
+            if self.keep { &self.rid } else { "" },
+            now_ms,
+            self.pay_by,
+        )
+    }
+
     /// The order's entry in its home bucket's index.
     pub fn order_entry(&self, bucket: u32, now_ms: i64) -> OrderEntry {
         OrderEntry {
@@ -316,4 +349,32 @@ pub trait Buckets {
         &self,
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<BucketState, StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::EventId;
+
+    #[test]
+    fn the_hot_paths_encodings_are_the_entries() {
+        let event = EventId::parse("e1").unwrap();
+        for (keep, pay_by) in [(true, None), (false, Some(9_000)), (true, Some(9_000))] {
+            let e = PurchaseEntry {
+                user: UserId::parse("u-1").unwrap(),
+                qty: 2,
+                limit: 0,
+                rid: if keep { "u-1/r".into() } else { "~0a".into() },
+                keep,
+                order_id: OrderId::generate(&event, 7),
+                pay_by,
+            };
+            assert_eq!(e.stream_data(3, 5), e.stream_entry(3, 5).data());
+            assert_eq!(e.index_data(3, 5), e.order_entry(3, 5).encode());
+            assert_eq!(
+                RequestRecord::encode_bought(e.qty, &e.order_id, 3, 0),
+                e.bought(3).encode()
+            );
+        }
+    }
 }

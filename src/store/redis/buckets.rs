@@ -63,16 +63,21 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
     ]);
     for e in entries {
         args.push(Value::from(e.rid.as_str()));
-        args.push(Value::from(e.bought(b).encode()));
+        args.push(Value::from(RequestRecord::encode_bought(
+            e.qty,
+            &e.order_id,
+            b,
+            0,
+        )));
     }
     for e in entries {
         args.push(Value::from(e.order_id.as_str()));
-        args.push(Value::from(e.order_entry(b, now_ms).encode()));
+        args.push(Value::from(e.index_data(b, now_ms)));
     }
     args.extend(
         entries
             .iter()
-            .map(|e| Value::from(e.stream_entry(b, now_ms).data())),
+            .map(|e| Value::from(e.stream_data(b, now_ms))),
     );
     args.extend(entries.iter().map(|e| Value::from(e.user.as_str())));
     args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));

@@ -186,22 +186,22 @@ impl RedisStore {
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<Value, StoreError> {
-        self.call(|| {
-            let (keys, args) = (keys.clone(), args.clone());
-            async move {
-                match script
-                    .evalsha(&self.client, keys.clone(), args.clone())
-                    .await
-                {
-                    Err(e) if e.details().starts_with("NOSCRIPT") => {
-                        let lua = script
-                            .lua()
-                            .cloned()
-                            .expect("scripts are built from their Lua");
-                        self.client.eval(lua, keys, args).await
-                    }
-                    other => other,
+        let (keys, args) = (&keys, &args);
+        self.call(|| async move {
+            // fred takes its arguments by value: one copy per attempt (the
+            // values are reference-counted buffers), a second only on NOSCRIPT.
+            match script
+                .evalsha(&self.client, keys.clone(), args.clone())
+                .await
+            {
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
+                    let lua = script
+                        .lua()
+                        .cloned()
+                        .expect("scripts are built from their Lua");
+                    self.client.eval(lua, keys.clone(), args.clone()).await
                 }
+                other => other,
             }
         })
         .await

@@ -3,7 +3,7 @@
 
 use fred::prelude::*;
 
-use super::{RedisStore, arg, num, text};
+use super::{RedisStore, num};
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::{StreamEntry, StreamId};
 use crate::store::{FLUSH_GROUP, StoreError, Streams};
@@ -98,17 +98,32 @@ fn new_entries(reply: Value) -> Result<Vec<Value>, StoreError> {
     }
 }
 
-/// `{id, {"d", data, …}}` from XREADGROUP / XAUTOCLAIM.
+/// `{id, {"d", data, …}}` from XREADGROUP / XAUTOCLAIM. The flusher decodes
+/// every record it carries to the ledger: the id and the data are read from
+/// the reply's own buffers, not copied out first.
 pub(super) fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
-    let parts = v.into_array();
-    let raw_id = text(arg(&parts, 0)?)?;
+    let Value::Array(parts) = v else {
+        return Err(super::protocol("[id, fields]", &v));
+    };
+    let mut parts = parts.into_iter();
+    let (Some(raw_id), Some(fields)) = (parts.next(), parts.next()) else {
+        return Err(StoreError::Protocol(
+            "stream entry: [id, fields] expected".into(),
+        ));
+    };
+    let raw_id = raw_id
+        .as_str()
+        .ok_or_else(|| super::protocol("a stream id", &raw_id))?;
     let id = StreamId::parse(&raw_id)
         .ok_or_else(|| StoreError::Protocol(format!("bad stream id {raw_id:?}")))?;
-    let fields = arg(&parts, 1)?.clone().into_array();
+    let fields = match fields {
+        Value::Array(fields) => fields,
+        other => other.into_array(),
+    };
     let data = fields
         .chunks(2)
         .find_map(|pair| match pair {
-            [k, v] if k.as_str().as_deref() == Some("d") => text(v).ok(),
+            [k, v] if k.as_str().as_deref() == Some("d") => v.as_str(),
             _ => None,
         })
         .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id} has no d field")))?;
