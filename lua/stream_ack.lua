@@ -1,16 +1,45 @@
---[[ stream_ack.lua — acknowledges and deletes flushed entries.
+--[[ stream_ack.lua — acknowledges flushed entries and drops what no consumer
+still needs from the head of the stream.
 
 KEYS[1] ss:{e#g#b}:orders   ARGV[1] group   ARGV[2…] entry ids
-Returns the number of entries deleted. Called only after the database
-committed them; the stream then holds exactly the records not yet in the
-database, so its length is the flush lag of the bucket.
+Returns the number of entries trimmed. Called only after the database
+committed the entries.
+
+The stream keeps every entry a consumer may still need: those pending
+(delivered, not acknowledged: a flusher that dies before its commit loses
+nothing, they are claimed again) and those not delivered yet. Everything
+before the oldest of them — the group's oldest pending entry, else the entry
+after its last delivered one — was delivered and acknowledged, and is
+trimmed (XTRIM MINID, which drops whole nodes). XDEL of each acknowledged id
+cost Redis as much as the read and the XACK together (it finds every entry
+inside its node). So the stream holds the records not yet in the database,
+and, until the entries before them are acknowledged too, the acknowledged
+ones after a pending entry of another consumer: its length is the flush lag,
+or a little more, and the audit counts a record both in the stream and in
+the ledger once.
 ]]
-local ids = {}
-for i = 2, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
-if #ids == 0 then
+if #ARGV < 2 or redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-return redis.call('XDEL', KEYS[1], unpack(ids))
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+local oldest = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
+if not oldest then
+  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local name, last
+    for i = 1, #group, 2 do
+      if group[i] == 'name' then
+        name = group[i + 1]
+      elseif group[i] == 'last-delivered-id' then
+        last = group[i + 1]
+      end
+    end
+    if name == ARGV[1] then
+      local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+      oldest = ms .. '-' .. (tonumber(seq) + 1)
+    end
+  end
+end
+if not oldest then
+  return 0
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', oldest)

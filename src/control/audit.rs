@@ -16,7 +16,8 @@
 //! "in transfer". Every layout that may hold units is read — during a reshard
 //! the old, the new and the retired ones. The ledger is then read in one snapshot, leaving out
 //! records written after the buckets were read (by stream id) and skipping the
-//! stream records it already has (committed, not yet deleted from Redis).
+//! stream records it already has (committed, not yet trimmed from Redis: an
+//! acknowledged record stays while an older one of its stream is pending).
 //!
 //! A partial loss — Redis back from an AOF missing its last second, or a
 //! replica promoted without the last writes its master acknowledged — shows

@@ -7,7 +7,8 @@
 //! scans the stream's pending list, too costly for every read). A round reads up to
 //! a batch from the buckets (starting at a rotating bucket, so none starves),
 //! writes it in one transaction (`Ledger::apply`: idempotent by stream id, with
-//! the final guard), and only then acknowledges and deletes the records. When
+//! the final guard), and only then acknowledges the records (and trims the
+//! head of the stream no consumer still needs: `Streams::stream_ack`). When
 //! the database is down the batch is kept and retried with backoff; nothing is
 //! read meanwhile, so the streams — and the lag gauge — grow, and drain when the
 //! database is back.

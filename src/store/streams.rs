@@ -28,16 +28,19 @@ pub trait Streams {
         claim_idle_ms: Option<u64>,
     ) -> impl Future<Output = Result<Vec<StreamEntry>, StoreError>> + Send;
 
-    /// Acknowledges and deletes entries the database has committed
-    /// (`lua/stream_ack.lua`).
+    /// Acknowledges entries the database has committed and drops the head
+    /// of the stream no consumer still needs (`lua/stream_ack.lua`): what is
+    /// left is every entry pending or not delivered yet, and the acknowledged
+    /// ones after the oldest of those. Returns the entries dropped.
     fn stream_ack(
         &self,
         bucket: &BucketRef,
         ids: &[StreamId],
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Entries not yet flushed (and deleted) from the bucket's stream; 0 for a
-    /// bucket that does not exist.
+    /// Entries still in the bucket's stream: those not flushed yet, and
+    /// flushed ones after the oldest that is not (see `stream_ack`); 0 once
+    /// everything is flushed, and for a bucket that does not exist.
     fn stream_len(
         &self,
         bucket: &BucketRef,

@@ -864,4 +864,26 @@ async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
             .unwrap()
             .is_empty()
     );
+
+    // An acknowledged record after one still pending stays until that one is
+    // acknowledged too (the head is trimmed, not each record deleted); it is
+    // never handed out again; a record never delivered is never trimmed.
+    for u in ["u-4", "u-5", "u-6"] {
+        buy(&engine, &id, u, 1).await.unwrap();
+    }
+    let older = store.stream_read(&b, "a", 1, None).await.unwrap();
+    let newer = store.stream_read(&b, "b", 1, None).await.unwrap();
+    assert_eq!((older.len(), newer.len()), (1, 1));
+    store.stream_ack(&b, &[newer[0].id]).await.unwrap();
+    assert_eq!(store.stream_len(&b).await.unwrap(), 3);
+    let again = store.stream_read(&b, "c", 10, Some(0)).await.unwrap();
+    let users: Vec<&str> = again.iter().map(|e| e.user.as_str()).collect();
+    assert_eq!(
+        users,
+        ["u-4", "u-6"],
+        "the pending one claimed, the new one read"
+    );
+    let ids: Vec<_> = again.iter().map(|e| e.id).collect();
+    store.stream_ack(&b, &ids).await.unwrap();
+    assert_eq!(store.stream_len(&b).await.unwrap(), 0);
 }

@@ -27,11 +27,13 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, OrderEntry, RequestRecord};
 use crate::domain::stream::{StreamEntry, StreamId};
 
-/// A stream entry and, once delivered to a flusher, to whom and when.
+/// A stream entry and, once delivered to a flusher, when (a claim goes by
+/// how long it has been pending, not by whom), and whether acknowledged.
 #[derive(Debug, Clone)]
 struct Slot {
     entry: StreamEntry,
-    delivered: Option<(String, Instant)>,
+    delivered: Option<Instant>,
+    acked: bool,
 }
 
 /// A saga's decision in a bucket, per (rid, pass): take.lua's marker.
@@ -100,6 +102,7 @@ impl Bucket {
         self.stream.push_back(Slot {
             entry,
             delivered: None,
+            acked: false,
         });
     }
 
