@@ -1,0 +1,55 @@
+"""Drives purchase.lua with a fixed workload, for script_cost.sh.
+
+    python3 script_cost.py setup|run PORT SCRIPT FORMAT CALLS N [LIMIT]
+
+FORMAT is the argument layout of the script under test: `columns` (today's
+purchase.lua) or `rows` (the layout before issue 12: ten values per entry,
+e.g. `git show 8fc5f01:lua/purchase.lua`). `setup` fills one bucket as a sale
+leaves it (hashes past their listpack size); `run` sends CALLS calls of N
+one-unit purchases by random users with fresh request ids, pipelined. The
+same seed gives the same calls, so two scripts get the same work.
+"""
+import random
+import sys
+
+import redis
+
+mode = sys.argv[1]
+port, script, fmt = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+calls, n = int(sys.argv[5]), int(sys.argv[6])
+limit = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+r = redis.Redis(port=port)
+sha = r.script_load(open(script).read())
+tag = "{ev#0#0}"
+keys = [f"ss:{tag}:{k}" for k in
+        ["stock", "users", "reqs", "orders", "idx", "sealed", "demand", "empty", "epoch", "pend"]]
+if mode == "setup":
+    r.set(keys[0], 10**12)
+    for k in (keys[1], keys[2], keys[4]):
+        r.hset(k, mapping={f"pre-{i}": "x" * 20 for i in range(1000)})
+    sys.exit(0)
+rnd = random.Random(7 if mode == "run" else 11)
+now = 1700000000000
+p = r.pipeline(transaction=False)
+for c in range(calls):
+    entries = []
+    for i in range(n):
+        u = f"u-{rnd.randrange(10**6)}"
+        rid = f"{u}/req-{mode}-{c}-{i}"
+        oid = f"ev.{rnd.getrandbits(64):016x}.{rnd.getrandbits(64):016x}"
+        entries.append((u, rid, oid, f"o|{oid}|{u}|1|0|0|{rid}|{now}", f"C|{u}|1|0|{rid}|{now}"))
+    if fmt == "rows":
+        args = [now, 0, n]
+        for u, rid, oid, srec, ientry in entries:
+            args += [u, 1, limit, rid, 1, oid, srec, ientry, f"P|1|{oid}|{u}|{now}", f"B|1|{oid}|0|0"]
+    else:
+        args = [now, 0, n, 1, limit, n]
+        for u, rid, oid, _, _ in entries:
+            args += [rid, f"B|1|{oid}|0|0"]
+        for u, rid, oid, _, ientry in entries:
+            args += [oid, ientry]
+        args += [e[3] for e in entries] + [e[0] for e in entries] + [1] * n
+    p.evalsha(sha, len(keys), *keys, *args)
+    if c % 100 == 99:
+        assert all(isinstance(x, list) for x in p.execute())
+assert all(isinstance(x, list) for x in p.execute())
