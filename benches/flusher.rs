@@ -88,6 +88,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        auto_buckets: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec)
         .await

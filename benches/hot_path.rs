@@ -53,6 +53,7 @@ fn memory_purchase(c: &mut Criterion) {
             starts_at: None,
             ends_at: None,
             hold_seconds: None,
+            auto_buckets: None,
         };
         rt.block_on(engine.create_event(spec)).unwrap();
         let users: Vec<UserId> = (0..1024)

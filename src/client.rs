@@ -115,6 +115,9 @@ pub struct Event {
     /// Units in live holds (not in `remaining`).
     #[serde(default)]
     pub held: u64,
+    /// The bounds of an adaptive bucket count (absent: fixed).
+    #[serde(default)]
+    pub auto_buckets: Option<crate::domain::model::BucketRange>,
 }
 
 /// The document's `Order`: a purchase's answer.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::domain::ids::EventId;
-use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
 
 /// What to do with an event the ledger has on sale but the store lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -259,6 +259,15 @@ pub struct RebalancerSettings {
     pub max_moves_per_round: u32,
     /// A bucket should hold this long of its own buyers' demand.
     pub horizon_ms: u64,
+    /// Adaptive events (`buckets = "auto"` or `{ min, max }`) grow when their
+    /// demand per bucket is above this (units/s) ...
+    pub grow_above_per_bucket: f64,
+    /// ... to about this much per bucket (at least double).
+    pub grow_target_per_bucket: f64,
+    /// They shrink when fewer than this many full orders per bucket are left.
+    pub shrink_orders_per_bucket: u64,
+    /// At least this long between two automatic reshards of one event.
+    pub resize_interval_ms: u64,
 }
 
 impl Default for RebalancerSettings {
@@ -271,6 +280,10 @@ impl Default for RebalancerSettings {
             gather_below: 0.1,
             max_moves_per_round: 8,
             horizon_ms: 1_000,
+            grow_above_per_bucket: 20_000.0,
+            grow_target_per_bucket: 10_000.0,
+            shrink_orders_per_bucket: 8,
+            resize_interval_ms: 2_000,
         }
     }
 }
@@ -305,7 +318,8 @@ impl Default for BatchSettings {
 pub struct EventSettings {
     pub id: String,
     pub stock: u64,
-    pub buckets: u32,
+    /// A count, `"auto"`, or `{ min = 1, max = 256 }`.
+    pub buckets: BucketsSetting,
     pub per_user_limit: Option<u32>,
     pub max_per_order: Option<u32>,
     /// RFC 3339.
@@ -314,6 +328,25 @@ pub struct EventSettings {
     pub ends_at: Option<String>,
     /// Purchases are holds to confirm within this many seconds (1..=86400).
     pub hold_seconds: Option<u32>,
+}
+
+/// `buckets` in `[[events]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum BucketsSetting {
+    Count(u32),
+    Named(String),
+    Range { min: u32, max: u32 },
+}
+
+impl BucketsSetting {
+    fn buckets(&self) -> Option<Buckets> {
+        match self {
+            Self::Count(n) => Some(Buckets::Fixed(*n)),
+            Self::Named(s) => Buckets::named(s),
+            &Self::Range { min, max } => Some(Buckets::Auto(BucketRange { min, max })),
+        }
+    }
 }
 
 impl EventSettings {
@@ -326,10 +359,17 @@ impl EventSettings {
                 .transpose()
                 .map_err(|e| invalid(field(f), e))
         };
+        let buckets = self.buckets.buckets().ok_or_else(|| {
+            invalid(
+                field("buckets"),
+                "a count, \"auto\" or { min = .., max = .. }",
+            )
+        })?;
         let spec = EventSpec {
             id: EventId::parse(self.id.clone()).map_err(|e| invalid(field("id"), e))?,
             stock: self.stock,
-            buckets: self.buckets,
+            buckets: buckets.initial(),
+            auto_buckets: buckets.range(),
             per_user_limit: self.per_user_limit,
             max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
             starts_at: time("starts_at", &self.starts_at)?,
@@ -339,7 +379,7 @@ impl EventSettings {
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;
             let f = match e {
-                Buckets(_) => "buckets",
+                Buckets(_) | BucketRange { .. } => "buckets",
                 Stock(_) => "stock",
                 MaxPerOrder(_) => "max_per_order",
                 PerUserLimit(_) => "per_user_limit",
@@ -454,6 +494,20 @@ impl Settings {
                 "must be at least 1",
             ));
         }
+        let r = &self.rebalancer;
+        if !(r.grow_target_per_bucket > 0.0 && r.grow_above_per_bucket >= r.grow_target_per_bucket)
+        {
+            return Err(invalid(
+                "rebalancer.grow_above_per_bucket",
+                "must be at least grow_target_per_bucket, which must be above 0",
+            ));
+        }
+        if r.shrink_orders_per_bucket == 0 {
+            return Err(invalid(
+                "rebalancer.shrink_orders_per_bucket",
+                "must be at least 1",
+            ));
+        }
         let e = &self.engine;
         if e.max_passes == 0 {
             return Err(invalid("engine.max_passes", "must be at least 1"));
@@ -556,6 +610,20 @@ mod tests {
         assert_eq!(held.events[0].spec(0).unwrap().hold_seconds, Some(600));
         let twice = "[[events]]\nid = \"a\"\nstock = 5\nbuckets = 2\n[[events]]\nid = \"a\"\nstock = 1\nbuckets = 1\n";
         assert_eq!(field_of(parse(twice).unwrap_err()), "events[1].id");
+        let auto = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = \"auto\"\n").unwrap();
+        let spec = auto.events[0].spec(0).unwrap();
+        assert_eq!((spec.buckets, spec.auto_buckets), (1, Some(BucketRange::AUTO)));
+        let range =
+            parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = { min = 2, max = 8 }\n").unwrap();
+        let spec = range.events[0].spec(0).unwrap();
+        assert_eq!(
+            (spec.buckets, spec.auto_buckets),
+            (2, Some(BucketRange { min: 2, max: 8 }))
+        );
+        for bad in ["\"many\"", "{ min = 0, max = 4 }", "{ min = 8, max = 2 }", "{ min = 1, max = 2000 }"] {
+            let text = format!("[[events]]\nid = \"a\"\nstock = 5\nbuckets = {bad}\n");
+            assert_eq!(field_of(parse(&text).unwrap_err()), "events[0].buckets", "{bad}");
+        }
     }
 
     #[test]

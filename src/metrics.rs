@@ -56,7 +56,8 @@ pub const LEADER_CHANGES: &str = "shardstock_leader_changes_total";
 pub const LEADER: &str = "shardstock_rebalancer_leader";
 /// counter {event}: transfer steps a bucket refused (stale token).
 pub const FENCING_REJECTIONS: &str = "shardstock_fencing_rejections_total";
-/// counter {event}: reshards completed.
+/// counter {event, reason}: reshards completed; reason: manual, config,
+/// resumed, or the adaptive policy's hot, spread, drain.
 pub const RESHARDS: &str = "shardstock_reshards_total";
 
 // ---- durable orders ----

@@ -41,6 +41,7 @@ pub(crate) fn spec(id: &EventId, w: &Workload, buckets: u32) -> EventSpec {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        auto_buckets: None,
     }
 }
 

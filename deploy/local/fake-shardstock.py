@@ -222,7 +222,8 @@ class World:
                 out.append(f"{M['LEADER_CHANGES']}{label_str(ev)} {s.leader_changes}")
                 out.append(f"{M['LEADER']}{label_str(ev)} {s.leader}")
                 out.append(f"{M['FENCING_REJECTIONS']}{label_str(ev)} 0")
-                out.append(f"{M['RESHARDS']}{label_str(ev)} 0")
+                for reason in ("manual", "config", "resumed", "hot", "spread", "drain"):
+                    out.append(f"{M['RESHARDS']}{label_str({**ev, 'reason': reason})} 0")
                 out.append(f"{M['DB_GUARD_VIOLATIONS']}{label_str(ev)} 0")
                 out.append(f"{M['AUDIT_BALANCED']}{label_str(ev)} 1")
             for p, h in self.purchase_hist.items():

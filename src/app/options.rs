@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{DatabaseSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
-use crate::control::rebalancer::{Policy, RebalanceOptions};
+use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
 use crate::control::sweeper::SweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
@@ -58,6 +58,12 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
             skew_threshold: r.skew_threshold,
             gather_below: r.gather_below,
             max_moves: r.max_moves_per_round as usize,
+        },
+        resizing: Resizing {
+            grow_above: r.grow_above_per_bucket,
+            target: r.grow_target_per_bucket,
+            shrink_orders: r.shrink_orders_per_bucket,
+            min_interval: Duration::from_millis(r.resize_interval_ms),
         },
     }
 }

@@ -63,10 +63,12 @@ pub fn initialise(event: &EventId) {
         m::REBALANCE_TRANSFERS,
         m::LEADER_CHANGES,
         m::FENCING_REJECTIONS,
-        m::RESHARDS,
         m::DB_GUARD_VIOLATIONS,
     ] {
         metrics::counter!(name, "event" => e.clone()).increment(0);
+    }
+    for reason in crate::control::reshard::Why::ALL {
+        metrics::counter!(m::RESHARDS, "event" => e.clone(), "reason" => reason).increment(0);
     }
     metrics::gauge!(m::LEADER, "event" => e).set(0.0);
 }

@@ -78,10 +78,25 @@ pub async fn ensure<S: Store>(
         ledger
             .register_event(&meta.spec, engine.clock().now_ms())
             .await?;
-        if meta.spec.buckets != spec.buckets && meta.status != EventStatus::Closed {
-            tracing::info!(event = %spec.id, from = meta.spec.buckets, to = spec.buckets, "bucket count changed in the configuration: resharding");
-            crate::control::reshard::reshard(engine, &spec.id, spec.buckets).await?;
-            ledger.set_buckets(&spec.id, spec.buckets).await?;
+        if meta.spec.auto_buckets != spec.auto_buckets {
+            tracing::warn!(event = %spec.id, "whether the bucket count adapts, and its bounds, are set when an event is created: the configuration's change is not applied");
+        }
+        // An adaptive count is the leader's to change.
+        let to = match (meta.spec.auto_buckets, spec.auto_buckets) {
+            (Some(range), _) => range.clamp(meta.spec.buckets),
+            (None, Some(_)) => meta.spec.buckets,
+            (None, None) => spec.buckets,
+        };
+        if meta.spec.buckets != to && meta.status != EventStatus::Closed {
+            tracing::info!(event = %spec.id, from = meta.spec.buckets, to, "bucket count changed in the configuration: resharding");
+            crate::control::reshard::reshard_because(
+                engine,
+                &spec.id,
+                to,
+                crate::control::reshard::Why::Config,
+            )
+            .await?;
+            ledger.set_buckets(&spec.id, to).await?;
         }
         return Ok(false);
     }

@@ -52,6 +52,42 @@ pub async fn reshard<S: Store>(
     event: &EventId,
     buckets: u32,
 ) -> Result<EventView, ControlError> {
+    reshard_because(engine, event, buckets, Why::Manual).await
+}
+
+/// Why a reshard runs: the `reason` label of `shardstock_reshards_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// `PUT /v1/events/{id}/buckets`.
+    Manual,
+    /// The configured count changed.
+    Config,
+    /// The leader resumed one that stalled.
+    Resumed,
+    /// The adaptive policy (`rebalancer::resize`).
+    Auto(crate::control::rebalancer::resize::Reason),
+}
+
+impl Why {
+    pub const ALL: [&'static str; 6] = ["manual", "config", "resumed", "hot", "spread", "drain"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Manual => "manual",
+            Self::Config => "config",
+            Self::Resumed => "resumed",
+            Self::Auto(r) => r.as_str(),
+        }
+    }
+}
+
+/// [`reshard`], counted under `why`.
+pub async fn reshard_because<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    buckets: u32,
+    why: Why,
+) -> Result<EventView, ControlError> {
     if !(1..=MAX_BUCKETS).contains(&buckets) {
         return Err(EngineError::Spec(SpecError::Buckets(buckets)).into());
     }
@@ -101,9 +137,10 @@ pub async fn reshard<S: Store>(
     drop(keep);
     lease.release(store).await;
     result?;
-    metrics::counter!(crate::metrics::RESHARDS, "event" => event.to_string()).increment(1);
+    metrics::counter!(crate::metrics::RESHARDS, "event" => event.to_string(), "reason" => why.as_str())
+        .increment(1);
     engine.forget(event);
-    tracing::info!(%event, from = meta.spec.buckets, to = buckets, "resharded");
+    tracing::info!(%event, from = meta.spec.buckets, to = buckets, reason = why.as_str(), "resharded");
     Ok(engine.view(event).await?)
 }
 

@@ -35,6 +35,73 @@ pub struct EventSpec {
     /// Purchases are holds the buyer must confirm within this many seconds
     /// (1..=86400); `None`: purchases are confirmed at once.
     pub hold_seconds: Option<u32>,
+    /// The bucket count adapts to the sale within these bounds (the
+    /// rebalancer's leader reshards it, `control::rebalancer::policy::resize`);
+    /// `None`: `buckets` stays as set. `buckets` is the current count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_buckets: Option<BucketRange>,
+}
+
+/// Bounds of an adaptive bucket count (`buckets = "auto"` or `{ min, max }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BucketRange {
+    #[schema(minimum = 1, maximum = 1024)]
+    pub min: u32,
+    #[schema(minimum = 1, maximum = 1024)]
+    pub max: u32,
+}
+
+impl BucketRange {
+    /// What `"auto"` means: from one bucket up to 256.
+    pub const AUTO: Self = Self { min: 1, max: 256 };
+
+    pub fn clamp(self, n: u32) -> u32 {
+        n.clamp(self.min, self.max)
+    }
+
+    /// `min-max`, as the Redis meta keeps it.
+    pub fn encode(self) -> String {
+        format!("{}-{}", self.min, self.max)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let (min, max) = s.split_once('-')?;
+        Some(Self {
+            min: min.parse().ok()?,
+            max: max.parse().ok()?,
+        })
+    }
+}
+
+/// A bucket count as asked for at creation: a number, `"auto"`, or
+/// `{ min, max }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buckets {
+    Fixed(u32),
+    Auto(BucketRange),
+}
+
+impl Buckets {
+    /// Parses the named form (`"auto"`).
+    pub fn named(s: &str) -> Option<Self> {
+        (s == "auto").then_some(Self::Auto(BucketRange::AUTO))
+    }
+
+    /// The count the event starts with (an adaptive one starts at its
+    /// minimum and grows with its demand).
+    pub fn initial(self) -> u32 {
+        match self {
+            Self::Fixed(n) => n,
+            Self::Auto(r) => r.min,
+        }
+    }
+
+    pub fn range(self) -> Option<BucketRange> {
+        match self {
+            Self::Fixed(_) => None,
+            Self::Auto(r) => Some(r),
+        }
+    }
 }
 
 impl EventSpec {
@@ -60,6 +127,8 @@ pub enum SpecError {
     Window,
     #[error("hold_seconds must be between 1 and {MAX_HOLD_SECONDS}, got {0}")]
     HoldSeconds(u32),
+    #[error("buckets {{min = {min}, max = {max}}}: need 1 <= min <= max <= {MAX_BUCKETS}")]
+    BucketRange { min: u32, max: u32 },
 }
 
 impl EventSpec {
@@ -67,6 +136,14 @@ impl EventSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         if !(1..=MAX_BUCKETS).contains(&self.buckets) {
             return Err(SpecError::Buckets(self.buckets));
+        }
+        if let Some(r) = self.auto_buckets
+            && !(1 <= r.min && r.min <= r.max && r.max <= MAX_BUCKETS)
+        {
+            return Err(SpecError::BucketRange {
+                min: r.min,
+                max: r.max,
+            });
         }
         if self.stock > MAX_STOCK {
             return Err(SpecError::Stock(self.stock));
@@ -589,6 +666,7 @@ mod tests {
             starts_at: None,
             ends_at: None,
             hold_seconds: None,
+            auto_buckets: None,
         }
     }
 

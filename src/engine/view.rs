@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, EventMeta, EventStatus};
+use crate::domain::model::{BucketRange, BucketState, EventMeta, EventStatus};
 use crate::store::{Store, StoreError};
 
 /// One bucket of an event view.
@@ -55,6 +55,11 @@ pub struct EventView {
     /// Purchases are holds confirmed within this many seconds (absent: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_seconds: Option<u32>,
+    /// The bounds of an adaptive bucket count (created with `"auto"` or
+    /// `{min, max}`; absent: the count stays as set); `bucket_count` is where
+    /// it is now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_buckets: Option<BucketRange>,
 }
 
 /// Max ÷ mean of the buckets' remaining units; 1.0 when all are empty.
@@ -104,6 +109,7 @@ impl EventView {
             generation: meta.generation,
             leftover: None,
             hold_seconds: spec.hold_seconds,
+            auto_buckets: spec.auto_buckets,
         }
     }
 }

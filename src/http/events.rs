@@ -12,7 +12,7 @@ use crate::control::audit::Audit;
 use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::domain::ids::EventId;
-use crate::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{EngineError, EventView};
 use crate::store::Store;
 
@@ -35,9 +35,13 @@ pub(super) struct CreateEvent {
     #[serde(deserialize_with = "super::whole::u64")]
     #[schema(maximum = 9007199254740992_u64)]
     stock: u64,
-    #[serde(deserialize_with = "super::whole::u32")]
-    #[schema(minimum = 1, maximum = 1024)]
-    buckets: u32,
+    /// A count (1..=1024), or an adaptive count: `"auto"` (1 to 256) or
+    /// `{"min": .., "max": ..}`; the event starts at the minimum and the
+    /// rebalancer's leader reshards it within the bounds as demand and
+    /// stock change.
+    #[serde(deserialize_with = "super::whole::buckets")]
+    #[schema(value_type = BucketsDoc)]
+    buckets: Buckets,
     /// Units one user may hold at most; absent: no limit.
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
     #[schema(minimum = 1)]
@@ -60,6 +64,44 @@ pub(super) struct CreateEvent {
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
     #[schema(minimum = 1, maximum = 86400)]
     hold_seconds: Option<u32>,
+}
+
+/// How the published document describes `buckets` (parsed by
+/// `whole::buckets`, whose errors name the field): one of a count, `"auto"`,
+/// or a [`BucketRange`].
+pub(super) struct BucketsDoc;
+
+impl utoipa::PartialSchema for BucketsDoc {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::domain::model::MAX_BUCKETS;
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Ref, Type};
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(MAX_BUCKETS)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["auto"])),
+            )
+            .item(Ref::from_schema_name("BucketRange"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for BucketsDoc {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::PartialSchema;
+        schemas.push(("BucketRange".into(), BucketRange::schema()));
+    }
 }
 
 /// Parses an event id from the path (a bad charset can never name an event).
@@ -153,7 +195,8 @@ pub(super) async fn create<S: Store>(
     let spec = EventSpec {
         id: event_id(body.id)?,
         stock: body.stock,
-        buckets: body.buckets,
+        buckets: body.buckets.initial(),
+        auto_buckets: body.buckets.range(),
         per_user_limit: body.per_user_limit,
         max_per_order: body.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
         starts_at: body.starts_at,

@@ -319,7 +319,11 @@ mod tests {
         // The bounds written as literals in the attributes are the domain's.
         use crate::domain::model::{MAX_BUCKETS, MAX_PER_ORDER_CAP, MAX_STOCK};
         let create = &doc["components"]["schemas"]["CreateEvent"]["properties"];
-        assert_eq!(create["buckets"]["maximum"], MAX_BUCKETS);
+        let counts = &doc["components"]["schemas"]["BucketsDoc"]["oneOf"];
+        assert_eq!(counts[0]["maximum"], MAX_BUCKETS);
+        let range = &doc["components"]["schemas"]["BucketRange"]["properties"];
+        assert_eq!(range["max"]["maximum"], MAX_BUCKETS);
+        assert_eq!(create["buckets"]["$ref"], "#/components/schemas/BucketsDoc");
         assert_eq!(create["stock"]["maximum"], MAX_STOCK);
         assert_eq!(create["max_per_order"]["maximum"], MAX_PER_ORDER_CAP);
         let reshard = &doc["components"]["schemas"]["Reshard"]["properties"];

@@ -11,20 +11,64 @@
 use serde::Deserialize;
 use serde::de::{Deserializer, Error};
 
+use crate::domain::model::{BucketRange, Buckets};
+
 /// Largest float that is still an exact integer.
 const EXACT: f64 = 9_007_199_254_740_992.0;
 
 fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = serde_json::Number::deserialize(d)?;
+    exact(&serde_json::Number::deserialize(d)?).map_err(D::Error::custom)
+}
+
+fn exact(n: &serde_json::Number) -> Result<u64, String> {
     if let Some(v) = n.as_u64() {
         return Ok(v);
     }
     match n.as_f64() {
         Some(f) if f.fract() == 0.0 && (0.0..=EXACT).contains(&f) => Ok(f as u64),
-        _ => Err(D::Error::custom(format!(
-            "invalid value: {n}, expected a whole number ≥ 0"
-        ))),
+        _ => Err(format!("invalid value: {n}, expected a whole number ≥ 0")),
     }
+}
+
+fn exact_u32(n: &serde_json::Number) -> Result<u32, String> {
+    let v = exact(n)?;
+    std::primitive::u32::try_from(v).map_err(|_| {
+        format!(
+            "invalid value: {v}, expected at most {}",
+            std::primitive::u32::MAX
+        )
+    })
+}
+
+/// A bucket count: a whole number, `"auto"`, or `{"min": .., "max": ..}`
+/// (the bounds are checked with the rest of the spec).
+pub fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
+    use serde_json::Value;
+    const EXPECTED: &str = r#"expected a whole number, "auto" or {"min": .., "max": ..}"#;
+    match Value::deserialize(d)? {
+        Value::Number(n) => exact_u32(&n).map(Buckets::Fixed),
+        Value::String(s) => {
+            Buckets::named(&s).ok_or_else(|| format!("invalid value: {s:?}, {EXPECTED}"))
+        }
+        Value::Object(fields) => {
+            if let Some(k) = fields.keys().find(|k| !matches!(k.as_str(), "min" | "max")) {
+                return Err(D::Error::custom(format!(
+                    "unknown field `{k}` in buckets, expected `min` or `max`"
+                )));
+            }
+            let bound = |k: &str| match fields.get(k) {
+                Some(Value::Number(n)) => exact_u32(n),
+                Some(other) => Err(format!("invalid value: {other} for buckets.{k}, expected a whole number")),
+                None => Err(format!("missing field `{k}` in buckets")),
+            };
+            Ok(Buckets::Auto(BucketRange {
+                min: bound("min").map_err(D::Error::custom)?,
+                max: bound("max").map_err(D::Error::custom)?,
+            }))
+        }
+        other => Err(format!("invalid value: {other}, {EXPECTED}")),
+    }
+    .map_err(D::Error::custom)
 }
 
 /// A `u64` count.
@@ -34,13 +78,7 @@ pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 /// A `u32` count.
 pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    let v = whole(d)?;
-    std::primitive::u32::try_from(v).map_err(|_| {
-        D::Error::custom(format!(
-            "invalid value: {v}, expected at most {}",
-            std::primitive::u32::MAX
-        ))
-    })
+    exact_u32(&serde_json::Number::deserialize(d)?).map_err(D::Error::custom)
 }
 
 /// An optional `u32` count (`null` or absent: `None`; use with `#[serde(default)]`).
@@ -90,6 +128,36 @@ mod tests {
             r#"{"n": 1, "big": 18014398509481984.0}"#,
         ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct Create {
+        #[serde(deserialize_with = "super::buckets")]
+        buckets: crate::domain::model::Buckets,
+    }
+
+    #[test]
+    fn buckets_are_a_count_auto_or_bounds() {
+        use crate::domain::model::{BucketRange, Buckets};
+        let b = |json: &str| serde_json::from_str::<Create>(json).map(|c| c.buckets).map_err(|e| e.to_string());
+        assert_eq!(b(r#"{"buckets": 16}"#), Ok(Buckets::Fixed(16)));
+        assert_eq!(b(r#"{"buckets": 16.0}"#), Ok(Buckets::Fixed(16)));
+        assert_eq!(b(r#"{"buckets": "auto"}"#), Ok(Buckets::Auto(BucketRange::AUTO)));
+        assert_eq!(
+            b(r#"{"buckets": {"min": 2, "max": 64.0}}"#),
+            Ok(Buckets::Auto(BucketRange { min: 2, max: 64 }))
+        );
+        for (bad, says) in [
+            (r#"{"buckets": "many"}"#, "\"many\""),
+            (r#"{"buckets": {"min": 2}}"#, "missing field `max`"),
+            (r#"{"buckets": {"min": 2, "max": 4, "step": 2}}"#, "unknown field `step`"),
+            (r#"{"buckets": {"min": 1.5, "max": 4}}"#, "1.5"),
+            (r#"{"buckets": [4]}"#, "expected a whole number"),
+            (r#"{"buckets": -1}"#, "-1"),
+        ] {
+            let e = b(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

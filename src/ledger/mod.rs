@@ -196,8 +196,8 @@ impl Ledger {
     pub async fn register_event(&self, spec: &EventSpec, now_ms: i64) -> Result<(), LedgerError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9) ON CONFLICT (event_id) DO NOTHING",
+            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds, buckets_min, buckets_max) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9, $10, $11) ON CONFLICT (event_id) DO NOTHING",
         )
         .bind(spec.id.as_str())
         .bind(spec.stock as i64)
@@ -208,6 +208,8 @@ impl Ledger {
         .bind(spec.ends_at)
         .bind(now_ms)
         .bind(spec.hold_seconds.map(i64::from))
+        .bind(spec.auto_buckets.map(|r| i64::from(r.min)))
+        .bind(spec.auto_buckets.map(|r| i64::from(r.max)))
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO event_totals (event_id, stock) VALUES ($1, $2) ON CONFLICT (event_id) DO NOTHING")

@@ -9,7 +9,7 @@ use sqlx::{Row, any::AnyRow};
 use super::derive::{self, Rec, Status};
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::ids::{EventId, OrderId, UserId};
-use crate::domain::model::{EventSpec, OrderStatus, OrderView};
+use crate::domain::model::{BucketRange, EventSpec, OrderStatus, OrderView};
 use crate::domain::stream::StreamId;
 
 /// An event as the ledger has it.
@@ -105,12 +105,22 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
             starts_at: row.try_get(5)?,
             ends_at: row.try_get(6)?,
             hold_seconds: row.try_get::<Option<i64>, _>(8)?.map(|s| s as u32),
+            auto_buckets: match (
+                row.try_get::<Option<i64>, _>(9)?,
+                row.try_get::<Option<i64>, _>(10)?,
+            ) {
+                (Some(min), Some(max)) => Some(BucketRange {
+                    min: min as u32,
+                    max: max as u32,
+                }),
+                _ => None,
+            },
         },
         closed: row.try_get::<String, _>(7)? == "closed",
     })
 }
 
-const EVENT_COLUMNS: &str = "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, hold_seconds";
+const EVENT_COLUMNS: &str = "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, hold_seconds, buckets_min, buckets_max";
 
 impl Ledger {
     pub async fn event(&self, id: &EventId) -> Result<Option<DbEvent>, LedgerError> {

@@ -42,6 +42,8 @@ pub mod transfers;
 
 use std::future::Future;
 
+use crate::domain::ids::EventId;
+
 pub use buckets::{
     Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, TakeArgs,
     TakeReply,
@@ -102,4 +104,12 @@ pub trait Store:
 
     /// Does the backend answer?
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The fewest buckets of `event`'s layout `generation` (at most `max`)
+    /// that land on every master the store has: 1 off a Cluster. An adaptive
+    /// event grows to at least this while it is hot, so its load spreads.
+    fn spread(&self, event: &EventId, generation: u32, max: u32) -> u32 {
+        let _ = (event, generation, max);
+        1
+    }
 }

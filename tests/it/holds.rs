@@ -576,6 +576,7 @@ async fn holds_survive_a_reshard_and_a_rebalancer_move<S: Store>(engine: Engine<
         r.ledger.clone(),
         flush_options(),
         RebalanceOptions {
+            resizing: Default::default(),
             interval: Duration::from_millis(10),
             lease_ttl_ms: 2_000,
             policy: Policy {

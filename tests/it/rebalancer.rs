@@ -36,6 +36,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn options(lease_ttl_ms: u64) -> RebalanceOptions {
     RebalanceOptions {
+        resizing: Default::default(),
         interval: Duration::from_millis(10),
         lease_ttl_ms,
         policy: Policy {

@@ -312,6 +312,7 @@ async fn a_reshard_crashed_at_every_step_resumes_whole<S: Store>(engine: Engine<
 
 fn leader<S: Store>(engine: &Arc<Engine<S>>, ledger: &Ledger) -> Rebalancer<S> {
     let options = RebalanceOptions {
+        resizing: Default::default(),
         interval: Duration::from_millis(10),
         lease_ttl_ms: 5_000,
         policy: Policy {

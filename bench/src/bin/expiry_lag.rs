@@ -76,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
             starts_at: None,
             ends_at: None,
             hold_seconds: Some(a.hold_seconds),
+            auto_buckets: None,
         })
         .await?;
     let generation = engine.reload(&id).await?.generation;

@@ -100,6 +100,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
             starts_at: None,
             ends_at: None,
             hold_seconds: None,
+            auto_buckets: None,
         })
         .await?;
     let calls_before = redis_calls(&store).await?;

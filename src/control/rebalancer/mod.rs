@@ -20,6 +20,7 @@
 //! `plan` and `execute` are separate so a test can pause a leader between them.
 
 pub mod policy;
+pub mod resize;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
@@ -41,6 +42,7 @@ use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
 pub use policy::{Move, Policy};
+pub use resize::Resizing;
 
 /// Tunables (from `[rebalancer]`).
 #[derive(Debug, Clone)]
@@ -48,6 +50,8 @@ pub struct RebalanceOptions {
     pub interval: Duration,
     pub lease_ttl_ms: u64,
     pub policy: Policy,
+    /// When adaptive events change their bucket count.
+    pub resizing: Resizing,
 }
 
 /// How long a close must look abandoned (status `closed`, the ledger not
@@ -62,6 +66,10 @@ struct Led {
     demand: Vec<u64>,
     rates: Vec<f64>,
     at: Option<Instant>,
+    /// Units in the buckets at the last round's plan.
+    remaining: u64,
+    /// When this leader last resized the event.
+    resized: Option<Instant>,
 }
 
 /// A round's moves, planned under a mover token.
@@ -159,7 +167,16 @@ impl<S: Store> Rebalancer<S> {
             {
                 // Nobody holds the mover lease: the reshard stalled. Resume it.
                 tracing::warn!(%event, buckets, "resuming a stalled reshard");
-                crate::control::reshard::reshard(&self.engine, event, buckets).await?;
+                crate::control::reshard::reshard_because(
+                    &self.engine,
+                    event,
+                    buckets,
+                    crate::control::reshard::Why::Resumed,
+                )
+                .await?;
+                if let Err(e) = self.ledger.set_buckets(event, buckets).await {
+                    tracing::warn!(%event, error = %e, "the database keeps the old bucket count until the next reshard");
+                }
             }
             return Ok(None);
         }
@@ -173,6 +190,9 @@ impl<S: Store> Rebalancer<S> {
             return Ok(None);
         }
         self.prune_retired(&meta).await?;
+        if meta.spec.auto_buckets.is_some() && self.resize(&meta).await? {
+            return Ok(None);
+        }
         let Some(planned) = self.plan(&meta).await? else {
             return Ok(None);
         };
@@ -223,6 +243,64 @@ impl<S: Store> Rebalancer<S> {
         Ok(())
     }
 
+    /// An adaptive event: reshards it when `resize::resize` says so, from
+    /// the rates and stock of the last round. Returns whether it did.
+    async fn resize(&mut self, meta: &EventMeta) -> Result<bool, ControlError> {
+        let (Some(range), EventStatus::OnSale) = (meta.spec.auto_buckets, meta.status) else {
+            return Ok(false);
+        };
+        let event = &meta.spec.id;
+        let Some(led) = self.led.get(event) else {
+            return Ok(false);
+        };
+        let r = &self.opts.resizing;
+        if led.generation != meta.generation
+            || led.rates.len() != meta.spec.buckets as usize
+            || led.resized.is_some_and(|at| at.elapsed() < r.min_interval)
+        {
+            return Ok(false);
+        }
+        let store = self.engine.store();
+        let signals = resize::Signals {
+            buckets: meta.spec.buckets,
+            range,
+            demand: led.rates.iter().sum(),
+            remaining: led.remaining,
+            order_size: u64::from(meta.spec.max_per_order),
+            spread: store.spread(event, meta.generation + 1, range.max),
+        };
+        let Some((to, reason)) = resize::resize(&signals, r) else {
+            return Ok(false);
+        };
+        tracing::info!(
+            %event,
+            from = meta.spec.buckets,
+            to,
+            reason = reason.as_str(),
+            demand = signals.demand.round(),
+            remaining = signals.remaining,
+            "adapting the bucket count"
+        );
+        if let Some(led) = self.led.get_mut(event) {
+            led.resized = Some(Instant::now());
+        }
+        let why = crate::control::reshard::Why::Auto(reason);
+        match crate::control::reshard::reshard_because(&self.engine, event, to, why).await {
+            Ok(_) => {}
+            // Another mover, a close, or a manual reshard came first: the
+            // next round looks again.
+            Err(ControlError::Busy(why)) => {
+                tracing::info!(%event, to, %why, "the automatic reshard waits");
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
+        }
+        if let Err(e) = self.ledger.set_buckets(event, to).await {
+            tracing::warn!(%event, error = %e, "the database keeps the old bucket count until the next reshard");
+        }
+        Ok(true)
+    }
+
     /// Takes the mover lease, fences every bucket, completes open transfers
     /// and plans the round's moves. `None` when another mover holds the lease.
     pub async fn plan(&mut self, meta: &EventMeta) -> Result<Option<Planned>, ControlError> {
@@ -244,6 +322,10 @@ impl<S: Store> Rebalancer<S> {
             let states = engine.bucket_states(meta).await?;
             let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
             let rates = self.rates(meta, states.iter().map(|s| s.demand).collect());
+            if let Some(led) = self.led.get_mut(event) {
+                led.remaining = stocks.iter().sum::<u64>()
+                    + states.iter().map(|s| s.in_transfer).sum::<u64>();
+            }
             let order_size = u64::from(meta.spec.max_per_order);
             let moves = policy::plan(
                 &stocks,

@@ -10,7 +10,7 @@ use fred::types::scripts::Script;
 use super::scripts::reply;
 use super::{RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
-use crate::domain::model::{EventMeta, EventSpec, EventStatus, SoldOutMark};
+use crate::domain::model::{BucketRange, EventMeta, EventSpec, EventStatus, SoldOutMark};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
@@ -70,6 +70,7 @@ impl Events for RedisStore {
             opt_ms(spec.ends_at),
             now_ms.to_string(),
             spec.hold_seconds.map(|s| s.to_string()).unwrap_or_default(),
+            spec.auto_buckets.map(BucketRange::encode).unwrap_or_default(),
         ];
         let reply = self.eval(&self.scripts.create_event, keys, args).await?;
         match code(&reply.into_array())?.as_str() {
@@ -264,6 +265,12 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
                 .get("hold")
                 .filter(|s| !s.is_empty())
                 .map(|s| s.parse().map_err(|_| bad("hold")))
+                .transpose()?,
+            // Absent in metas written before adaptive counts existed.
+            auto_buckets: fields
+                .get("auto")
+                .filter(|s| !s.is_empty())
+                .map(|s| BucketRange::decode(s).ok_or_else(|| bad("auto")))
                 .transpose()?,
         },
         status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,

@@ -256,6 +256,25 @@ impl Store for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.call(|| self.client.ping::<()>(None)).await
     }
+
+    fn spread(&self, event: &EventId, generation: u32, max: u32) -> u32 {
+        use fred::interfaces::ClusterInterface;
+        let Some(routing) = self.client.cached_cluster_state() else {
+            return 1;
+        };
+        let masters = routing.unique_primary_nodes().len();
+        let mut seen = std::collections::HashSet::new();
+        for b in 0..max {
+            let tag = BucketRef::new(event, generation, b).tag();
+            if let Some(server) = routing.get_server(crate::domain::keys::slot(&tag)) {
+                seen.insert(server.clone());
+            }
+            if seen.len() >= masters {
+                return b + 1;
+            }
+        }
+        max.max(1)
+    }
 }
 
 // ---- errors and reply decoding shared by the sections ----

@@ -38,6 +38,7 @@ pub fn rebalancer<S: Store>(
     ledger: &Ledger,
 ) -> Rebalancer<Faulty<S>> {
     let opts = RebalanceOptions {
+        resizing: Default::default(),
         interval: Duration::from_millis(10),
         lease_ttl_ms: 1_000,
         policy: Policy {

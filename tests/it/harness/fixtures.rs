@@ -28,6 +28,7 @@ pub fn spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        auto_buckets: None,
     }
 }
 

@@ -1,0 +1,232 @@
+//! The adaptive bucket count (issue 17): when the leader reshards an event
+//! created with `buckets = "auto"` or `{ min, max }`, and to how many.
+//!
+//! A pure function of what the leader measures each round, unit-tested here;
+//! `Rebalancer::resize` acts on it with the reshard protocol
+//! (`control::reshard`), which is fault-safe at every step.
+//!
+//! - **Grow** (`hot`) while the buckets are contended: the event's demand
+//!   (units asked for per second, the rebalancer's smoothed per-bucket rates
+//!   summed) over `grow_above` per bucket. The new count gives each bucket
+//!   about `target` units/s and is at least twice the old one (the demand a
+//!   saturated layout shows is capped by that layout), and on a Redis
+//!   Cluster at least the count that lands a bucket on every master.
+//! - **Spread** (`spread`): on a Cluster, an event carrying at least one
+//!   bucket's `target` on fewer buckets than it takes to reach every master
+//!   grows to that many.
+//! - **Shrink** (`drain`) as the sale drains: when fewer than
+//!   `shrink_orders` full orders (`max_per_order` units) per bucket are left,
+//!   to at most half the count and to as many buckets as the remaining stock
+//!   fills with that many orders each, so the tail is served by a few
+//!   buckets and refusing an order the event cannot serve stays cheap.
+//! - **Hysteresis:** a grown layout is never so wide that it would drain at
+//!   once (it keeps `2 × shrink_orders` orders a bucket); a change is a
+//!   doubling or a halving at least; at least `min_interval` between two
+//!   resizes of one event (the first of a sale is not held back). Nothing
+//!   changes a sold-out event: its sold-out mark already answers refusals in
+//!   one step.
+//!
+//! It cannot see demand that never reaches the store (requests refused by
+//! admission control), nor foresee a surge: it follows the demand of the last
+//! rounds, so a layout lags a change of demand by a round or two and the time
+//! a reshard takes (a fraction of a second at a sale's start, when few buyers
+//! have records to move).
+
+use std::time::Duration;
+
+use crate::domain::model::BucketRange;
+
+/// The thresholds (from `[rebalancer]`; measured on the 2-core machine, see
+/// docs/DESIGN.md).
+#[derive(Debug, Clone)]
+pub struct Resizing {
+    /// Grow when the demand per bucket is above this (units/s).
+    pub grow_above: f64,
+    /// A grown layout gets about this much demand per bucket (units/s).
+    pub target: f64,
+    /// Shrink when fewer than this many full orders per bucket are left.
+    pub shrink_orders: u64,
+    /// At least this long between two resizes of one event.
+    pub min_interval: Duration,
+}
+
+impl Default for Resizing {
+    fn default() -> Self {
+        Self {
+            grow_above: 20_000.0,
+            target: 10_000.0,
+            shrink_orders: 8,
+            min_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the leader knows of an adaptive event this round.
+#[derive(Debug, Clone, Copy)]
+pub struct Signals {
+    pub buckets: u32,
+    pub range: BucketRange,
+    /// Units asked for per second, the whole event.
+    pub demand: f64,
+    pub remaining: u64,
+    /// `max_per_order`.
+    pub order_size: u64,
+    /// The fewest buckets that land on every master (1 off a Cluster).
+    pub spread: u32,
+}
+
+/// Why the count changes (the `reason` label of `shardstock_reshards_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Hot,
+    Spread,
+    Drain,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hot => "hot",
+            Self::Spread => "spread",
+            Self::Drain => "drain",
+        }
+    }
+}
+
+/// The count to reshard to, and why; `None`: keep the layout.
+pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
+    if s.remaining == 0 {
+        return None;
+    }
+    let n = s.buckets.max(1);
+    let per_bucket = r.shrink_orders.max(1) * s.order_size.max(1);
+    // Buckets the remaining stock fills with `shrink_orders` orders each.
+    let fills = u32::try_from(s.remaining / per_bucket).unwrap_or(u32::MAX);
+    if n > s.range.min && fills < n {
+        let to = s.range.clamp(fills.min(n / 2).max(1));
+        return (to < n).then_some((to, Reason::Drain));
+    }
+    // Never wider than the stock keeps at twice the drain mark.
+    let widest = (fills / 2).max(1);
+    let demand = if s.demand.is_finite() { s.demand } else { 0.0 };
+    if demand / f64::from(n) > r.grow_above {
+        let want = ((demand / r.target).ceil() as u32)
+            .max(n.saturating_mul(2))
+            .max(s.spread);
+        let to = s.range.clamp(want.min(widest));
+        if to > n {
+            return Some((to, Reason::Hot));
+        }
+    }
+    if n < s.spread && demand >= r.target {
+        let to = s.range.clamp(s.spread.min(widest));
+        if to > n {
+            return Some((to, Reason::Spread));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signals(buckets: u32, demand: f64, remaining: u64) -> Signals {
+        Signals {
+            buckets,
+            range: BucketRange { min: 1, max: 64 },
+            demand,
+            remaining,
+            order_size: 2,
+            spread: 1,
+        }
+    }
+
+    fn r() -> Resizing {
+        Resizing {
+            grow_above: 1000.0,
+            target: 500.0,
+            shrink_orders: 8,
+            min_interval: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_contended_event_grows_to_its_target_at_least_doubling() {
+        // 5,000 units/s on one bucket: 10 buckets of 500.
+        assert_eq!(
+            resize(&signals(1, 5000.0, 1_000_000), &r()),
+            Some((10, Reason::Hot))
+        );
+        // Just over the mark on 4 buckets: the demand says 9, at least 8.
+        assert_eq!(
+            resize(&signals(4, 4100.0, 1_000_000), &r()),
+            Some((9, Reason::Hot))
+        );
+        // Under the mark per bucket: kept.
+        assert_eq!(resize(&signals(4, 2100.0, 1_000_000), &r()), None);
+        // Bounded by the range.
+        assert_eq!(
+            resize(&signals(32, 1e9, u64::MAX / 4), &r()),
+            Some((64, Reason::Hot))
+        );
+        assert_eq!(resize(&signals(64, 1e9, u64::MAX / 4), &r()), None);
+    }
+
+    #[test]
+    fn growth_never_makes_a_layout_the_stock_would_drain_at_once() {
+        // 400 units left, 16 per bucket at the drain mark: 25 buckets fill,
+        // 12 keep twice the mark.
+        assert_eq!(
+            resize(&signals(1, 1e6, 400), &r()),
+            Some((12, Reason::Hot))
+        );
+        // Then 12 buckets do not drain.
+        assert_eq!(resize(&signals(12, 0.0, 400), &r()), None);
+        // Too little stock to spread at all.
+        assert_eq!(resize(&signals(1, 1e6, 20), &r()), None);
+    }
+
+    #[test]
+    fn a_draining_event_shrinks_to_what_its_stock_fills_at_least_halving() {
+        // 64 buckets, 100 units: 6 buckets fill 8 orders of 2.
+        assert_eq!(
+            resize(&signals(64, 1e6, 100), &r()),
+            Some((6, Reason::Drain))
+        );
+        // 16 buckets, 250 units: 15 would fill; at least halved.
+        assert_eq!(
+            resize(&signals(16, 0.0, 250), &r()),
+            Some((8, Reason::Drain))
+        );
+        // Down to the minimum, never below.
+        let mut s = signals(4, 0.0, 3);
+        s.range.min = 2;
+        assert_eq!(resize(&s, &r()), Some((2, Reason::Drain)));
+        s.buckets = 2;
+        assert_eq!(resize(&s, &r()), None);
+        // Sold out: the mark answers refusals; nothing to move.
+        assert_eq!(resize(&signals(64, 1e6, 0), &r()), None);
+    }
+
+    #[test]
+    fn on_a_cluster_a_hot_event_reaches_every_master() {
+        let mut s = signals(1, 600.0, 1_000_000);
+        s.spread = 5;
+        assert_eq!(resize(&s, &r()), Some((5, Reason::Spread)));
+        // Growing for demand goes at least that far too.
+        s.demand = 1500.0;
+        assert_eq!(resize(&s, &r()), Some((5, Reason::Hot)));
+        // An event with little demand stays where it is.
+        s.demand = 100.0;
+        assert_eq!(resize(&s, &r()), None);
+    }
+
+    #[test]
+    fn a_layout_in_balance_is_kept() {
+        for n in [1, 2, 7, 64] {
+            assert_eq!(resize(&signals(n, 400.0 * f64::from(n), 1_000_000), &r()), None);
+        }
+        assert_eq!(resize(&signals(4, f64::NAN, 1_000_000), &r()), None);
+    }
+}
