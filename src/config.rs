@@ -612,7 +612,10 @@ mod tests {
         assert_eq!(field_of(parse(twice).unwrap_err()), "events[1].id");
         let auto = parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = \"auto\"\n").unwrap();
         let spec = auto.events[0].spec(0).unwrap();
-        assert_eq!((spec.buckets, spec.auto_buckets), (1, Some(BucketRange::AUTO)));
+        assert_eq!(
+            (spec.buckets, spec.auto_buckets),
+            (1, Some(BucketRange::AUTO))
+        );
         let range =
             parse("[[events]]\nid = \"a\"\nstock = 5\nbuckets = { min = 2, max = 8 }\n").unwrap();
         let spec = range.events[0].spec(0).unwrap();
@@ -620,9 +623,18 @@ mod tests {
             (spec.buckets, spec.auto_buckets),
             (2, Some(BucketRange { min: 2, max: 8 }))
         );
-        for bad in ["\"many\"", "{ min = 0, max = 4 }", "{ min = 8, max = 2 }", "{ min = 1, max = 2000 }"] {
+        for bad in [
+            "\"many\"",
+            "{ min = 0, max = 4 }",
+            "{ min = 8, max = 2 }",
+            "{ min = 1, max = 2000 }",
+        ] {
             let text = format!("[[events]]\nid = \"a\"\nstock = 5\nbuckets = {bad}\n");
-            assert_eq!(field_of(parse(&text).unwrap_err()), "events[0].buckets", "{bad}");
+            assert_eq!(
+                field_of(parse(&text).unwrap_err()),
+                "events[0].buckets",
+                "{bad}"
+            );
         }
     }
 

@@ -58,7 +58,9 @@ pub fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
             }
             let bound = |k: &str| match fields.get(k) {
                 Some(Value::Number(n)) => exact_u32(n),
-                Some(other) => Err(format!("invalid value: {other} for buckets.{k}, expected a whole number")),
+                Some(other) => Err(format!(
+                    "invalid value: {other} for buckets.{k}, expected a whole number"
+                )),
                 None => Err(format!("missing field `{k}` in buckets")),
             };
             Ok(Buckets::Auto(BucketRange {
@@ -140,10 +142,17 @@ mod tests {
     #[test]
     fn buckets_are_a_count_auto_or_bounds() {
         use crate::domain::model::{BucketRange, Buckets};
-        let b = |json: &str| serde_json::from_str::<Create>(json).map(|c| c.buckets).map_err(|e| e.to_string());
+        let b = |json: &str| {
+            serde_json::from_str::<Create>(json)
+                .map(|c| c.buckets)
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(b(r#"{"buckets": 16}"#), Ok(Buckets::Fixed(16)));
         assert_eq!(b(r#"{"buckets": 16.0}"#), Ok(Buckets::Fixed(16)));
-        assert_eq!(b(r#"{"buckets": "auto"}"#), Ok(Buckets::Auto(BucketRange::AUTO)));
+        assert_eq!(
+            b(r#"{"buckets": "auto"}"#),
+            Ok(Buckets::Auto(BucketRange::AUTO))
+        );
         assert_eq!(
             b(r#"{"buckets": {"min": 2, "max": 64.0}}"#),
             Ok(Buckets::Auto(BucketRange { min: 2, max: 64 }))
@@ -151,7 +160,10 @@ mod tests {
         for (bad, says) in [
             (r#"{"buckets": "many"}"#, "\"many\""),
             (r#"{"buckets": {"min": 2}}"#, "missing field `max`"),
-            (r#"{"buckets": {"min": 2, "max": 4, "step": 2}}"#, "unknown field `step`"),
+            (
+                r#"{"buckets": {"min": 2, "max": 4, "step": 2}}"#,
+                "unknown field `step`",
+            ),
             (r#"{"buckets": {"min": 1.5, "max": 4}}"#, "1.5"),
             (r#"{"buckets": [4]}"#, "expected a whole number"),
             (r#"{"buckets": -1}"#, "-1"),

@@ -19,6 +19,9 @@
 //!   database once.
 //! - `rebalancer`: fencing, crash recovery, skew control, live resharding,
 //!   the end of a sale window.
+//! - `adaptive`: an adaptive bucket count grown from one bucket and shrunk
+//!   back mid-sale by the leader; the leader dying at every step of an
+//!   automatic reshard (issue 17).
 //! - `reshard`: reshards and closes crashed, stalled and raced at named
 //!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
@@ -53,6 +56,7 @@
 
 mod harness;
 
+mod adaptive;
 mod api;
 mod concurrency;
 mod deploy_local;

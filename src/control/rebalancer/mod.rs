@@ -323,8 +323,8 @@ impl<S: Store> Rebalancer<S> {
             let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
             let rates = self.rates(meta, states.iter().map(|s| s.demand).collect());
             if let Some(led) = self.led.get_mut(event) {
-                led.remaining = stocks.iter().sum::<u64>()
-                    + states.iter().map(|s| s.in_transfer).sum::<u64>();
+                led.remaining =
+                    stocks.iter().sum::<u64>() + states.iter().map(|s| s.in_transfer).sum::<u64>();
             }
             let order_size = u64::from(meta.spec.max_per_order);
             let moves = policy::plan(

@@ -177,10 +177,7 @@ mod tests {
     fn growth_never_makes_a_layout_the_stock_would_drain_at_once() {
         // 400 units left, 16 per bucket at the drain mark: 25 buckets fill,
         // 12 keep twice the mark.
-        assert_eq!(
-            resize(&signals(1, 1e6, 400), &r()),
-            Some((12, Reason::Hot))
-        );
+        assert_eq!(resize(&signals(1, 1e6, 400), &r()), Some((12, Reason::Hot)));
         // Then 12 buckets do not drain.
         assert_eq!(resize(&signals(12, 0.0, 400), &r()), None);
         // Too little stock to spread at all.
@@ -225,7 +222,10 @@ mod tests {
     #[test]
     fn a_layout_in_balance_is_kept() {
         for n in [1, 2, 7, 64] {
-            assert_eq!(resize(&signals(n, 400.0 * f64::from(n), 1_000_000), &r()), None);
+            assert_eq!(
+                resize(&signals(n, 400.0 * f64::from(n), 1_000_000), &r()),
+                None
+            );
         }
         assert_eq!(resize(&signals(4, f64::NAN, 1_000_000), &r()), None);
     }

@@ -70,7 +70,9 @@ impl Events for RedisStore {
             opt_ms(spec.ends_at),
             now_ms.to_string(),
             spec.hold_seconds.map(|s| s.to_string()).unwrap_or_default(),
-            spec.auto_buckets.map(BucketRange::encode).unwrap_or_default(),
+            spec.auto_buckets
+                .map(BucketRange::encode)
+                .unwrap_or_default(),
         ];
         let reply = self.eval(&self.scripts.create_event, keys, args).await?;
         match code(&reply.into_array())?.as_str() {
