@@ -4,6 +4,8 @@ KEYS[1] ss:{e}:meta   KEYS[2] ss:{e}:lease (the mover lease, "owner|token")
 ARGV[1] generation   ARGV[2] bucket count
 ARGV[3] retired layouts still holding records ("gen:count,…")
 ARGV[4] the reshard's lease owner   ARGV[5] its fencing token
+ARGV[6] now ms   ARGV[7] why (manual, config, resumed, hot, spread, drain)
+ARGV[8] layouts the history keeps (the oldest are dropped)
 
 Returns:
   {"OK"}    switched: the new layout, status "on_sale", seq + 1
@@ -25,7 +27,15 @@ end
 if redis.call('GET', KEYS[2]) ~= ARGV[4] .. '|' .. ARGV[5] then
   return {'F'}
 end
+-- The layout history: this one appended, the oldest dropped past the cap.
+local history = {}
+for entry in string.gmatch(redis.call('HGET', KEYS[1], 'history') or '', '[^,]+') do
+  history[#history + 1] = entry
+end
+history[#history + 1] = ARGV[1] .. ':' .. ARGV[2] .. ':' .. ARGV[6] .. ':' .. ARGV[7]
+local cap = tonumber(ARGV[8])
+local first = math.max(1, #history - cap + 1)
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'buckets', ARGV[2], 'retired', ARGV[3],
-  'status', 'on_sale', 'reshard_to', '')
+  'status', 'on_sale', 'reshard_to', '', 'history', table.concat(history, ',', first))
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
 return {'OK'}

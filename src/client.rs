@@ -118,6 +118,18 @@ pub struct Event {
     /// The bounds of an adaptive bucket count (absent: fixed).
     #[serde(default)]
     pub auto_buckets: Option<crate::domain::model::BucketRange>,
+    /// The layouts over time, the current one last.
+    #[serde(default)]
+    pub bucket_history: Vec<Layout>,
+}
+
+/// One entry of [`Event::bucket_history`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Layout {
+    pub generation: u32,
+    pub buckets: u32,
+    pub at: Option<String>,
+    pub reason: String,
 }
 
 /// The document's `Order`: a purchase's answer.

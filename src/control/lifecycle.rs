@@ -259,6 +259,7 @@ pub async fn final_view<S: Store>(
                     created_ms: 0,
                     retired: Vec::new(),
                     reshard_to: None,
+                    history: Vec::new(),
                 },
                 &[],
                 engine.clock().now_ms(),

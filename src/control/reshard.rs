@@ -38,7 +38,7 @@ use crate::control::ControlError;
 use crate::control::checkpoint::{self, Checkpoint};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, MAX_BUCKETS, SpecError, split_even};
+use crate::domain::model::{EventMeta, EventStatus, LayoutChange, MAX_BUCKETS, SpecError, split_even};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, KeepAlive, Lease};
@@ -133,7 +133,7 @@ pub async fn reshard_because<S: Store>(
     }
     // Kept renewed for as long as the reshard runs, however long that is.
     let keep = lease.keep_alive(store);
-    let result = Run::new(engine, &meta, &lease, &keep, target).go().await;
+    let result = Run::new(engine, &meta, &lease, &keep, target, why).go().await;
     drop(keep);
     lease.release(store).await;
     result?;
@@ -179,6 +179,7 @@ struct Run<'a, S: Store> {
     new: Vec<BucketRef>,
     /// Transfers this run has made (for the checkpoints).
     transfers: u32,
+    why: Why,
 }
 
 impl<'a, S: Store> Run<'a, S> {
@@ -188,6 +189,7 @@ impl<'a, S: Store> Run<'a, S> {
         lease: &'a Lease,
         keep: &'a KeepAlive,
         (generation, buckets): (u32, u32),
+        why: Why,
     ) -> Self {
         let event = &meta.spec.id;
         Self {
@@ -203,6 +205,7 @@ impl<'a, S: Store> Run<'a, S> {
                 .map(|b| BucketRef::new(event, generation, b))
                 .collect(),
             transfers: 0,
+            why,
         }
     }
 
@@ -445,6 +448,12 @@ impl<'a, S: Store> Run<'a, S> {
                 &retired,
                 self.lease.owner_id(),
                 self.token(),
+                &LayoutChange {
+                    generation: self.generation,
+                    buckets: self.new.len() as u32,
+                    at_ms: self.engine.clock().now_ms(),
+                    reason: self.why.as_str().into(),
+                },
             )
             .await?;
         match reply {

@@ -235,6 +235,48 @@ pub struct EventMeta {
     pub retired: Vec<(u32, u32)>,
     /// While resharding: the layout `(generation, buckets)` being filled.
     pub reshard_to: Option<(u32, u32)>,
+    /// The event's layouts, oldest first, the current one last (the last
+    /// [`HISTORY_CAP`]; empty in metas written before it was kept).
+    pub history: Vec<LayoutChange>,
+}
+
+/// Layouts an event's meta remembers.
+pub const HISTORY_CAP: usize = 32;
+
+/// A layout an event moved to: at creation (`reason` "created") or by a
+/// reshard (its `reason`: manual, config, resumed, hot, spread, drain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutChange {
+    pub generation: u32,
+    pub buckets: u32,
+    pub at_ms: i64,
+    pub reason: String,
+}
+
+impl LayoutChange {
+    /// `gen:buckets:ms:reason,…`, as the Redis meta keeps it.
+    pub fn encode_all(history: &[Self]) -> String {
+        history
+            .iter()
+            .map(|c| format!("{}:{}:{}:{}", c.generation, c.buckets, c.at_ms, c.reason))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn decode_all(s: &str) -> Option<Vec<Self>> {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let mut f = p.splitn(4, ':');
+                Some(Self {
+                    generation: f.next()?.parse().ok()?,
+                    buckets: f.next()?.parse().ok()?,
+                    at_ms: f.next()?.parse().ok()?,
+                    reason: f.next()?.to_owned(),
+                })
+            })
+            .collect()
+    }
 }
 
 impl EventMeta {

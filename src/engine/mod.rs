@@ -45,7 +45,7 @@ pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
-pub use view::{BucketView, EventView, skew};
+pub use view::{BucketView, EventView, LayoutView, skew};
 
 /// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).
 #[derive(Debug, thiserror::Error)]

@@ -60,6 +60,24 @@ pub struct EventView {
     /// it is now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_buckets: Option<BucketRange>,
+    /// The event's layouts over time, oldest first, the current one last
+    /// (the last 32: creation, then each reshard with its reason).
+    pub bucket_history: Vec<LayoutView>,
+}
+
+/// One layout of an event's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct LayoutView {
+    pub generation: u32,
+    pub buckets: u32,
+    /// When the event moved to it (RFC 3339).
+    #[serde(with = "crate::domain::model::rfc3339_ms")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub at: Option<i64>,
+    /// `created`, or the reshard's: `manual`, `config`, `resumed` (a stalled
+    /// reshard finished by the leader), or the adaptive policy's `hot`,
+    /// `spread`, `drain`.
+    pub reason: String,
 }
 
 /// Max ÷ mean of the buckets' remaining units; 1.0 when all are empty.
@@ -110,6 +128,16 @@ impl EventView {
             leftover: None,
             hold_seconds: spec.hold_seconds,
             auto_buckets: spec.auto_buckets,
+            bucket_history: meta
+                .history
+                .iter()
+                .map(|c| LayoutView {
+                    generation: c.generation,
+                    buckets: c.buckets,
+                    at: Some(c.at_ms),
+                    reason: c.reason.clone(),
+                })
+                .collect(),
         }
     }
 }

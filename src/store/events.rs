@@ -13,7 +13,7 @@ use std::future::Future;
 
 use super::StoreError;
 use crate::domain::ids::EventId;
-use crate::domain::model::{EventMeta, EventSpec, EventStatus};
+use crate::domain::model::{EventMeta, EventSpec, EventStatus, LayoutChange};
 
 /// Whether `create_event` wrote the meta.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,5 +157,6 @@ pub trait Events {
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
+        change: &LayoutChange,
     ) -> impl Future<Output = Result<EndReshardReply, StoreError>> + Send;
 }

@@ -3,7 +3,9 @@
 use super::leases::LeaseSlot;
 use super::{EventSlot, MemoryStore};
 use crate::domain::ids::EventId;
-use crate::domain::model::{EventMeta, EventSpec, EventStatus, SoldOutMark};
+use crate::domain::model::{
+    EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
+};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl Events for MemoryStore {
@@ -26,6 +28,12 @@ impl Events for MemoryStore {
             created_ms: now_ms,
             retired: Vec::new(),
             reshard_to: None,
+            history: vec![LayoutChange {
+                generation: 0,
+                buckets: spec.buckets,
+                at_ms: now_ms,
+                reason: "created".into(),
+            }],
         };
         events.insert(
             spec.id.clone(),
@@ -196,6 +204,7 @@ impl Events for MemoryStore {
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
+        change: &LayoutChange,
     ) -> Result<EndReshardReply, StoreError> {
         let reply = self.with_event(event, |s| {
             if s.meta.status != EventStatus::Resharding
@@ -212,6 +221,9 @@ impl Events for MemoryStore {
             s.meta.status = EventStatus::OnSale;
             s.meta.reshard_to = None;
             s.meta.seq += 1;
+            s.meta.history.push(change.clone());
+            let over = s.meta.history.len().saturating_sub(HISTORY_CAP);
+            s.meta.history.drain(..over);
             EndReshardReply::Switched
         });
         Ok(reply.unwrap_or(EndReshardReply::NotResharding))

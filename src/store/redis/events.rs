@@ -10,7 +10,9 @@ use fred::types::scripts::Script;
 use super::scripts::reply;
 use super::{RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
-use crate::domain::model::{BucketRange, EventMeta, EventSpec, EventStatus, SoldOutMark};
+use crate::domain::model::{
+    BucketRange, EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
+};
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
@@ -216,10 +218,17 @@ impl Events for RedisStore {
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
+        change: &LayoutChange,
     ) -> Result<EndReshardReply, StoreError> {
         let k = self.event_keys(event);
         let mut args = layout_args(generation, buckets, retired);
-        args.extend([owner.to_owned(), token.to_string()]);
+        args.extend([
+            owner.to_owned(),
+            token.to_string(),
+            change.at_ms.to_string(),
+            change.reason.clone(),
+            HISTORY_CAP.to_string(),
+        ]);
         let reply = self
             .eval(&self.scripts.end_reshard, vec![k.meta, k.lease], args)
             .await?;
@@ -286,5 +295,7 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
             .ok_or_else(|| bad("reshard_to"))?
             .first()
             .copied(),
+        history: LayoutChange::decode_all(fields.get("history").map_or("", String::as_str))
+            .ok_or_else(|| bad("history"))?,
     })
 }

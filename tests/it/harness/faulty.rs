@@ -30,7 +30,7 @@ use std::time::Duration;
 use shardstock::domain::ids::{EventId, OrderId, UserId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{
-    BucketState, EventMeta, EventSpec, EventStatus, OrderEntry, RequestRecord,
+    BucketState, EventMeta, EventSpec, EventStatus, LayoutChange, OrderEntry, RequestRecord,
 };
 use shardstock::domain::stream::{StreamEntry, StreamId};
 use shardstock::store::{
@@ -361,7 +361,7 @@ faulty_sections! {
         fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64, left: u64) -> bool;
         fn begin_reshard(event: &EventId, generation: u32, buckets: u32) -> bool;
         fn set_retired(event: &EventId, generation: u32, retired: &[(u32, u32)]) -> bool;
-        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64) -> EndReshardReply;
+        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64, change: &LayoutChange) -> EndReshardReply;
     }
     Buckets {
         fn init_bucket(bucket: &BucketRef, stock: u64) -> ();
