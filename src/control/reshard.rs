@@ -38,7 +38,9 @@ use crate::control::ControlError;
 use crate::control::checkpoint::{self, Checkpoint};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, LayoutChange, MAX_BUCKETS, SpecError, split_even};
+use crate::domain::model::{
+    EventMeta, EventStatus, LayoutChange, MAX_BUCKETS, SpecError, split_even,
+};
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, KeepAlive, Lease};
@@ -133,7 +135,9 @@ pub async fn reshard_because<S: Store>(
     }
     // Kept renewed for as long as the reshard runs, however long that is.
     let keep = lease.keep_alive(store);
-    let result = Run::new(engine, &meta, &lease, &keep, target, why).go().await;
+    let result = Run::new(engine, &meta, &lease, &keep, target, why)
+        .go()
+        .await;
     drop(keep);
     lease.release(store).await;
     result?;

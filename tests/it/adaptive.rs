@@ -358,7 +358,14 @@ async fn a_sale_grows_from_one_bucket_and_shrinks_back_while_selling<S: Store>(e
     leading.await.unwrap();
     watching.await.unwrap();
     // The leader's last round may have switched a layout after the watcher stopped.
-    let now = engine.store().load_meta(&id).await.unwrap().unwrap().spec.buckets;
+    let now = engine
+        .store()
+        .load_meta(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .spec
+        .buckets;
     let mut counts = counts.lock().unwrap().clone();
     if counts.last() != Some(&now) {
         counts.push(now);
@@ -374,8 +381,10 @@ async fn a_sale_grows_from_one_bucket_and_shrinks_back_while_selling<S: Store>(e
     // The view's history is the sale's: created with one bucket, grown for
     // demand, shrunk as it drained, one layout per generation.
     let history = engine.view(&id).await.unwrap().bucket_history;
-    let said: Vec<(u32, u32, &str)> =
-        history.iter().map(|l| (l.generation, l.buckets, l.reason.as_str())).collect();
+    let said: Vec<(u32, u32, &str)> = history
+        .iter()
+        .map(|l| (l.generation, l.buckets, l.reason.as_str()))
+        .collect();
     assert_eq!(said[0], (0, 1, "created"), "{said:?}");
     assert!(said.windows(2).all(|w| w[1].0 == w[0].0 + 1), "{said:?}");
     assert!(matches!(said[1].2, "hot" | "spread"), "{said:?}");
@@ -451,7 +460,11 @@ async fn a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next<S: Store>(
         };
         assert_eq!((meta.spec.buckets, meta.generation), (to, 1), "{step:?}");
         let last = meta.history.last().unwrap();
-        assert_eq!((last.buckets, last.reason.as_str()), (to, "resumed"), "{step:?}");
+        assert_eq!(
+            (last.buckets, last.reason.as_str()),
+            (to, "resumed"),
+            "{step:?}"
+        );
         // Nothing stranded in the old layout.
         match engine
             .store()

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::harness::{Backend, TestApp, eid, settings_in};
+use crate::harness::{Backend, TOKEN, TestApp, eid, settings_in};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -69,8 +69,61 @@ async fn the_live_page_shows_the_events_numbers() {
     for i in 0..7 {
         app.buy(&held_id, &format!("h-{i}"), 1, None).await;
     }
+    // An adaptive event resharded twice shows its bucket count over time.
+    let auto_id = eid("live-auto");
+    app.create(
+        &auto_id,
+        5_000,
+        2,
+        json!({"buckets": {"min": 2, "max": 64}}),
+    )
+    .await;
+    for (i, to) in [8, 4].into_iter().enumerate() {
+        app.buy(&auto_id, &format!("a-{i}"), 1, None).await;
+        let r = app
+            .client
+            .put(format!("{}/v1/events/{auto_id}/buckets", app.base))
+            .bearer_auth(TOKEN)
+            .json(&json!({"buckets": to}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    let auto_view = app.view(&auto_id).await;
+    let layouts: Vec<(u64, &str)> = auto_view["bucket_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["buckets"].as_u64().unwrap(),
+                l["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(layouts, [(2, "created"), (8, "manual"), (4, "manual")]);
+    assert_eq!(auto_view["auto_buckets"], json!({"min": 2, "max": 64}));
     let view = app.view(&id).await;
     let dom = chromium(&["--dump-dom", &format!("{}/ui", app.base)]);
+    assert_eq!(
+        shown(&dom, &auto_id, "bucket-history").replace("&gt;", ">"),
+        "2 → 8 → 4",
+        "the bucket count over time"
+    );
+    assert_eq!(shown(&dom, &auto_id, "reasons"), "(manual manual)");
+    assert_eq!(shown(&dom, &auto_id, "buckets"), "4");
+    let auto_card = dom
+        .split(&format!("data-event=\"{auto_id}\""))
+        .nth(1)
+        .unwrap()
+        .split("</section>")
+        .next()
+        .unwrap();
+    assert!(
+        auto_card.contains("auto 2–64") && auto_card.contains("<path d=\"M0 "),
+        "{auto_card}"
+    );
     assert_eq!(shown(&dom, &held_id, "held"), "7", "held units");
     assert!(
         !dom.split(&format!("data-event=\"{id}\""))
