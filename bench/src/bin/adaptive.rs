@@ -1,0 +1,335 @@
+//! `adaptive`: a whole sale, from its first purchase to its last unit, with
+//! an adaptive bucket count against fixed ones (issue 17).
+//!
+//! For each layout asked for (`auto` = `{ min = 1, max = 256 }`, or a fixed
+//! N), a fresh event on the same Redis (standalone, or with `--cluster` a
+//! throwaway 3-master Cluster), the rebalancer's leader running in-process
+//! with the shipped `[rebalancer]` defaults (so `auto` resizes as a service
+//! would), and the same three phases:
+//!
+//! 1. **Hot:** `--concurrency` buyers, closed loop, one unit each by random
+//!    users with fresh request ids, through the batched engine, until 99% of
+//!    the stock is sold. Purchases/s per 250 ms window are kept.
+//! 2. **Drain:** a pause (the leader acts), then one buyer sells down to the
+//!    last unit, then another pause.
+//! 3. **Tail refusal:** `--refusals` orders of 2 units by distinct users,
+//!    64 at a time, each of which the event cannot serve (one unit left);
+//!    then the last unit sells (the refusals were true).
+//!
+//! Printed: the hot phase's purchases/s (median window from 0.5 s on), when
+//! `auto` first reached 0.9× the best fixed N's (a 500 ms rolling rate), the
+//! refusal p50/p99, and the whole sale's p99 (phases 1 and 2).
+//!
+//! `cargo run --release -p shardstock-bench --bin adaptive -- [--redis URL |
+//! --cluster] [--layouts auto,1,4,16,64] [--stock 400000] [--concurrency 256]`
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fred::interfaces::ClientLike;
+use hdrhistogram::Histogram;
+use shardstock::config::RebalancerSettings;
+use shardstock::control::flusher::FlushOptions;
+use shardstock::control::rebalancer::Rebalancer;
+use shardstock::domain::ids::{EventId, RequestId, UserId};
+use shardstock::domain::model::{BucketRange, EventSpec};
+use shardstock::engine::{PurchaseRequest, Refusal};
+use shardstock::ledger::Ledger;
+use shardstock::store::redis::RedisOptions;
+use shardstock::{Engine, EngineOptions};
+use shardstock_bench::cluster::{LocalCluster, scratch_dir};
+use shardstock_bench::engine::connect_fresh;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// A whole sale, adaptive against fixed bucket counts.
+#[derive(clap::Parser)]
+struct Args {
+    /// The Redis to run on (ignored with --cluster).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Run on a throwaway 3-master Redis Cluster instead.
+    #[arg(long)]
+    cluster: bool,
+    /// Layouts, each a fresh event: `auto` or a bucket count.
+    #[arg(long, value_delimiter = ',', default_value = "auto,1,4,16,64")]
+    layouts: Vec<String>,
+    #[arg(long, default_value_t = 400_000)]
+    stock: u64,
+    /// Buyers in the hot phase.
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+    /// Orders the tail refuses.
+    #[arg(long, default_value_t = 400)]
+    refusals: usize,
+    /// Runs of every layout (the figures are each run's; alternate them).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+}
+
+const WINDOW: Duration = Duration::from_millis(250);
+
+/// One layout's figures.
+struct Row {
+    layout: String,
+    windows: Vec<f64>,
+    hot_rate: f64,
+    hot_s: f64,
+    final_buckets: u32,
+    history: String,
+    sale_p50_ms: f64,
+    sale_p99_ms: f64,
+    refusal_p50_ms: f64,
+    refusal_p99_ms: f64,
+}
+
+fn layout(s: &str) -> anyhow::Result<(u32, Option<BucketRange>)> {
+    Ok(match s {
+        "auto" => (BucketRange::AUTO.min, Some(BucketRange::AUTO)),
+        n => (n.parse()?, None),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<Row> {
+    let (buckets, auto) = layout(name)?;
+    let store = connect_fresh(RedisOptions::new(url), "adapt").await?;
+    let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
+    let dir = scratch_dir("adaptive");
+    let ledger = Ledger::connect(&format!("sqlite://{}/ledger.db", dir.display()), 2).await?;
+    let id = EventId::parse(format!("sale-{name}-{run_no}")).map_err(anyhow::Error::msg)?;
+    engine
+        .create_event(EventSpec {
+            id: id.clone(),
+            stock: a.stock,
+            buckets,
+            per_user_limit: None,
+            max_per_order: 2,
+            starts_at: None,
+            ends_at: None,
+            hold_seconds: None,
+            auto_buckets: auto,
+        })
+        .await?;
+    // The leader, as a service runs it.
+    let stop = CancellationToken::new();
+    let settings = RebalancerSettings::default();
+    let leading = tokio::spawn({
+        let opts = shardstock::app::options::rebalance(&settings);
+        let interval = opts.interval;
+        let flush = FlushOptions {
+            batch: 500,
+            workers: 1,
+            idle: Duration::from_millis(200),
+            claim_idle_ms: 10_000,
+        };
+        let mut rb = Rebalancer::new(engine.clone(), ledger.clone(), flush, opts);
+        let (id, stop) = (id.clone(), stop.clone());
+        async move {
+            while !stop.is_cancelled() {
+                if let Err(e) = rb.lead(&id, &stop).await {
+                    eprintln!("leader: {e}");
+                }
+                tokio::time::sleep(interval).await;
+            }
+        }
+    });
+    // 1. Hot, until 99% sold.
+    let sold = Arc::new(AtomicU64::new(0));
+    let goal = a.stock - a.stock / 100;
+    let started = Instant::now();
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..4096).map(|_| AtomicU64::new(0)).collect());
+    let latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let tasks: Vec<_> = (0..a.concurrency)
+        .map(|t| {
+            let (engine, id, sold, counts, latency) =
+                (engine.clone(), id.clone(), sold.clone(), counts.clone(), latency.clone());
+            tokio::spawn(async move {
+                let mut mine = Histogram::<u64>::new(3).expect("a histogram");
+                let mut i = 0u64;
+                while sold.load(Ordering::Relaxed) < goal {
+                    i += 1;
+                    let req = PurchaseRequest {
+                        event: id.clone(),
+                        user: UserId::parse(format!("u{}", rand::random::<u32>())).expect("an id"),
+                        quantity: 1,
+                        request_id: Some(RequestId::parse(format!("r{t}-{i}")).expect("an id")),
+                    };
+                    let sent = Instant::now();
+                    match engine.purchase(&req).await {
+                        Ok(out) if out.result.is_ok() => {
+                            let _ = mine.record(sent.elapsed().as_micros() as u64);
+                            sold.fetch_add(1, Ordering::Relaxed);
+                            let w = (started.elapsed().as_nanos() / WINDOW.as_nanos()) as usize;
+                            counts[w.min(counts.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(out) => panic!("a purchase before 99% sold: {out:?}"),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                latency.lock().await.add(&mine).expect("same bounds");
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await?;
+    }
+    let hot_s = started.elapsed().as_secs_f64();
+    let n_windows = ((hot_s / WINDOW.as_secs_f64()) as usize).max(1);
+    let windows: Vec<f64> = counts[..n_windows]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed) as f64 / WINDOW.as_secs_f64())
+        .collect();
+    let hot_rate = median(windows.iter().skip(2).copied().collect());
+    // 2. Drain to the last unit, one buyer.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut left = a.stock - sold.load(Ordering::Relaxed);
+    let mut hist = latency.lock().await.clone();
+    let mut i = 0;
+    while left > 1 {
+        i += 1;
+        let req = PurchaseRequest {
+            event: id.clone(),
+            user: UserId::parse(format!("d{i}")).map_err(anyhow::Error::msg)?,
+            quantity: 1,
+            request_id: Some(RequestId::parse(format!("d{i}")).map_err(anyhow::Error::msg)?),
+        };
+        let sent = Instant::now();
+        match engine.purchase(&req).await {
+            Ok(out) if out.result.is_ok() => {
+                hist.record(sent.elapsed().as_micros() as u64)?;
+                left -= 1;
+            }
+            Ok(out) => anyhow::bail!("{name}: {left} left, a unit was refused: {out:?}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // 3. Orders of 2 the event cannot serve.
+    let gate = Arc::new(tokio::sync::Semaphore::new(64));
+    let refusals: Vec<_> = (0..a.refusals)
+        .map(|i| {
+            let (engine, gate, id) = (engine.clone(), gate.clone(), id.clone());
+            tokio::spawn(async move {
+                let _permit = gate.acquire_owned().await.expect("open");
+                let req = PurchaseRequest {
+                    event: id,
+                    user: UserId::parse(format!("t{i}")).expect("an id"),
+                    quantity: 2,
+                    request_id: Some(RequestId::parse(format!("t{i}")).expect("an id")),
+                };
+                let sent = Instant::now();
+                let out = engine.purchase(&req).await;
+                (sent.elapsed(), out)
+            })
+        })
+        .collect();
+    let mut refusal = Histogram::<u64>::new(3)?;
+    for t in refusals {
+        let (took, out) = t.await?;
+        match out?.result {
+            Err(Refusal::SoldOut { remaining: 1 }) => refusal.record(took.as_micros() as u64)?,
+            other => anyhow::bail!("{name}: an order of 2 with 1 left was answered {other:?}"),
+        }
+    }
+    let last = engine
+        .purchase(&PurchaseRequest {
+            event: id.clone(),
+            user: UserId::parse("the-last").map_err(anyhow::Error::msg)?,
+            quantity: 1,
+            request_id: None,
+        })
+        .await?;
+    anyhow::ensure!(last.result.is_ok(), "{name}: the last unit did not sell: {last:?}");
+    stop.cancel();
+    leading.await?;
+    let view = engine.view(&id).await?;
+    let history = view
+        .bucket_history
+        .iter()
+        .map(|l| format!("{}@{:.1}s", l.buckets, (l.at.unwrap_or(0) - view.bucket_history[0].at.unwrap_or(0)) as f64 / 1e3))
+        .collect::<Vec<_>>()
+        .join(" → ");
+    let _ = store.client().quit().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let ms = |h: &Histogram<u64>, q| h.value_at_quantile(q) as f64 / 1e3;
+    eprintln!("{name}: hot {hot_s:.1} s at {hot_rate:.0}/s; layouts {history}");
+    Ok(Row {
+        layout: name.to_string(),
+        windows,
+        hot_rate,
+        hot_s,
+        final_buckets: view.bucket_count,
+        history,
+        sale_p50_ms: ms(&hist, 0.5),
+        sale_p99_ms: ms(&hist, 0.99),
+        refusal_p50_ms: ms(&refusal, 0.5),
+        refusal_p99_ms: ms(&refusal, 0.99),
+    })
+}
+
+/// When a 500 ms rolling rate first reached `rate` (end of the window).
+fn reached(windows: &[f64], rate: f64) -> Option<f64> {
+    windows
+        .windows(2)
+        .position(|w| (w[0] + w[1]) / 2.0 >= rate)
+        .map(|i| (i + 2) as f64 * WINDOW.as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = <Args as clap::Parser>::parse();
+    anyhow::ensure!(a.stock >= 10_000 && !a.layouts.is_empty(), "nothing to run");
+    let cluster = if a.cluster { Some(LocalCluster::start()?) } else { None };
+    let url = cluster.as_ref().map_or(a.redis.clone(), LocalCluster::url);
+    let mut rows = Vec::new();
+    for r in 0..a.runs {
+        for name in &a.layouts {
+            rows.push(run(&a, &url, name, r).await?);
+        }
+    }
+    println!(
+        "A sale of {} units, {} buyers, one unit each, then {} orders of 2 refused with 1 left ({}):\n",
+        a.stock,
+        a.concurrency,
+        a.refusals,
+        if a.cluster { "3-master Cluster" } else { "standalone Redis" }
+    );
+    println!(
+        "| layout | hot purchases/s | 0.9× best fixed reached at | hot phase s | sale p50 ms | sale p99 ms | refusal p50 ms | refusal p99 ms | buckets at the end | layouts over the sale |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let best = rows
+        .iter()
+        .filter(|r| r.layout != "auto")
+        .map(|r| r.hot_rate)
+        .fold(0.0, f64::max);
+    for r in &rows {
+        let at = reached(&r.windows, 0.9 * best)
+            .map_or("never".to_string(), |s| format!("{s:.2} s"));
+        println!(
+            "| {} | {:.0} ({:.2}×) | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            r.layout,
+            r.hot_rate,
+            r.hot_rate / best,
+            at,
+            r.hot_s,
+            r.sale_p50_ms,
+            r.sale_p99_ms,
+            r.refusal_p50_ms,
+            r.refusal_p99_ms,
+            r.final_buckets,
+            r.history
+        );
+    }
+    drop(cluster);
+    Ok(())
+}
