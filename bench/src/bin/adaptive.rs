@@ -11,7 +11,7 @@
 //!    users with fresh request ids, through the batched engine, until 99% of
 //!    the stock is sold. Purchases/s per 250 ms window are kept.
 //! 2. **Drain:** a pause (the leader acts), then one buyer sells down to the
-//!    last unit, then another pause.
+//!    last unit; then the leader settles (the layout unchanged for 3 s).
 //! 3. **Tail refusal:** `--refusals` orders of 2 units by distinct users,
 //!    64 at a time, each of which the event cannot serve (one unit left);
 //!    then the last unit sells (the refusals were true).
@@ -36,6 +36,7 @@ use shardstock::domain::ids::{EventId, RequestId, UserId};
 use shardstock::domain::model::{BucketRange, EventSpec};
 use shardstock::engine::{PurchaseRequest, Refusal};
 use shardstock::ledger::Ledger;
+use shardstock::store::Events;
 use shardstock::store::redis::RedisOptions;
 use shardstock::{Engine, EngineOptions};
 use shardstock_bench::cluster::{LocalCluster, scratch_dir};
@@ -212,7 +213,26 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
             Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
         }
     }
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // The leader settles the tail's layout (a shrink moves every buyer's
+    // records, seconds after a big sale): on sale, the same count for 3 s.
+    let mut last = (0, Instant::now());
+    let settle = Instant::now();
+    loop {
+        let meta = store.load_meta(&id).await?.ok_or_else(|| anyhow::anyhow!("gone"))?;
+        let key = if meta.status == shardstock::domain::model::EventStatus::OnSale {
+            meta.generation + 1
+        } else {
+            0
+        };
+        if key != last.0 {
+            last = (key, Instant::now());
+        }
+        if key != 0 && last.1.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+        anyhow::ensure!(settle.elapsed() < Duration::from_secs(120), "{name}: the tail never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // 3. Orders of 2 the event cannot serve.
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
     let refusals: Vec<_> = (0..a.refusals)

@@ -68,6 +68,8 @@ struct Led {
     at: Option<Instant>,
     /// Units in the buckets at the last round's plan.
     remaining: u64,
+    /// `rates` hold a measurement (not the zeros of a fresh layout).
+    measured: bool,
     /// When this leader last resized the event.
     resized: Option<Instant>,
 }
@@ -438,7 +440,10 @@ impl<S: Store> Rebalancer<S> {
         Ok(round)
     }
 
-    /// Demand per bucket and second, smoothed (EWMA) across rounds.
+    /// Demand per bucket and second, smoothed (EWMA) across rounds; the
+    /// first measurement of a layout is taken as it is (averaging it with
+    /// the zeros before would halve it, and an adaptive event would grow a
+    /// round later).
     fn rates(&mut self, meta: &EventMeta, demand: Vec<u64>) -> Vec<f64> {
         let led = self.led.entry(meta.spec.id.clone()).or_default();
         let now = Instant::now();
@@ -451,12 +456,14 @@ impl<S: Store> Rebalancer<S> {
                     .zip(&led.demand)
                     .zip(led.rates.iter().chain(std::iter::repeat(&0.0)))
                     .map(|((d, before), old)| {
-                        0.5 * old + 0.5 * (d.saturating_sub(*before) as f64 / dt)
+                        let now = d.saturating_sub(*before) as f64 / dt;
+                        if led.measured { 0.5 * old + 0.5 * now } else { now }
                     })
                     .collect()
             }
             _ => vec![0.0; demand.len()],
         };
+        led.measured = led.at.is_some() && !fresh;
         led.generation = meta.generation;
         led.demand = demand;
         led.rates = rates.clone();
