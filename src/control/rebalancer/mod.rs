@@ -192,13 +192,15 @@ impl<S: Store> Rebalancer<S> {
             return Ok(None);
         }
         self.prune_retired(&meta).await?;
-        if meta.spec.auto_buckets.is_some() && self.resize(&meta).await? {
-            return Ok(None);
-        }
-        let Some(planned) = self.plan(&meta).await? else {
-            return Ok(None);
+        let round = match self.plan(&meta).await? {
+            Some(planned) => Some(self.execute(&meta, planned).await?),
+            None => None,
         };
-        Ok(Some(self.execute(&meta, planned).await?))
+        // After the plan, which measured the demand this round.
+        if meta.spec.auto_buckets.is_some() {
+            self.resize(&meta).await?;
+        }
+        Ok(round)
     }
 
     /// Closes `event` (idempotent: also finishes a close cut off mid-way).
@@ -246,7 +248,7 @@ impl<S: Store> Rebalancer<S> {
     }
 
     /// An adaptive event: reshards it when `resize::resize` says so, from
-    /// the rates and stock of the last round. Returns whether it did.
+    /// the rates and stock this round's plan read. Returns whether it did.
     async fn resize(&mut self, meta: &EventMeta) -> Result<bool, ControlError> {
         let (Some(range), EventStatus::OnSale) = (meta.spec.auto_buckets, meta.status) else {
             return Ok(false);
@@ -480,6 +482,21 @@ impl<S: Store> Rebalancer<S> {
         let store = self.engine.store();
         let mut keep = Vec::new();
         for &(generation, n) in &meta.retired {
+            // A stream not flushed yet is the common case right after a
+            // reshard: one XLEN says so, where the audit's read would copy
+            // every entry, every round, until the flusher is done.
+            let mut flushed = true;
+            for b in 0..n {
+                let bucket = BucketRef::new(&meta.spec.id, generation, b);
+                if stale_ok(store.stream_len(&bucket).await)? > 0 {
+                    flushed = false;
+                    break;
+                }
+            }
+            if !flushed {
+                keep.push((generation, n));
+                continue;
+            }
             let mut empty = true;
             for b in 0..n {
                 let bucket = BucketRef::new(&meta.spec.id, generation, b);
@@ -508,5 +525,13 @@ impl<S: Store> Rebalancer<S> {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// A bucket of a layout already gone counts as empty.
+fn stale_ok(r: Result<u64, StoreError>) -> Result<u64, StoreError> {
+    match r {
+        Err(StoreError::Stale(_)) => Ok(0),
+        other => other,
     }
 }
