@@ -447,17 +447,15 @@ impl<'a, S: Store> Run<'a, S> {
         let reply = store
             .end_reshard(
                 self.event(),
-                self.generation,
-                self.new.len() as u32,
-                &retired,
-                self.lease.owner_id(),
-                self.token(),
                 &LayoutChange {
                     generation: self.generation,
                     buckets: self.new.len() as u32,
                     at_ms: self.engine.clock().now_ms(),
                     reason: self.why.as_str().into(),
                 },
+                &retired,
+                self.lease.owner_id(),
+                self.token(),
             )
             .await?;
         match reply {

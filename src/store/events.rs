@@ -20,7 +20,7 @@ use crate::domain::model::{EventMeta, EventSpec, EventStatus, LayoutChange};
 pub enum CreateEventReply {
     Created,
     /// The event exists: nothing was written; this is its meta.
-    Exists(EventMeta),
+    Exists(Box<EventMeta>),
 }
 
 /// What bumping an event's seq found.
@@ -152,11 +152,9 @@ pub trait Events {
     fn end_reshard(
         &self,
         event: &EventId,
-        generation: u32,
-        buckets: u32,
+        change: &LayoutChange,
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
-        change: &LayoutChange,
     ) -> impl Future<Output = Result<EndReshardReply, StoreError>> + Send;
 }

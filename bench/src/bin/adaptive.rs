@@ -151,8 +151,13 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     let latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let tasks: Vec<_> = (0..a.concurrency)
         .map(|t| {
-            let (engine, id, sold, counts, latency) =
-                (engine.clone(), id.clone(), sold.clone(), counts.clone(), latency.clone());
+            let (engine, id, sold, counts, latency) = (
+                engine.clone(),
+                id.clone(),
+                sold.clone(),
+                counts.clone(),
+                latency.clone(),
+            );
             tokio::spawn(async move {
                 let mut mine = Histogram::<u64>::new(3).expect("a histogram");
                 let mut i = 0u64;
@@ -218,7 +223,10 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     let mut last = (0, Instant::now());
     let settle = Instant::now();
     loop {
-        let meta = store.load_meta(&id).await?.ok_or_else(|| anyhow::anyhow!("gone"))?;
+        let meta = store
+            .load_meta(&id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("gone"))?;
         let key = if meta.status == shardstock::domain::model::EventStatus::OnSale {
             meta.generation + 1
         } else {
@@ -230,7 +238,10 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
         if key != 0 && last.1.elapsed() >= Duration::from_secs(3) {
             break;
         }
-        anyhow::ensure!(settle.elapsed() < Duration::from_secs(120), "{name}: the tail never settled");
+        anyhow::ensure!(
+            settle.elapsed() < Duration::from_secs(120),
+            "{name}: the tail never settled"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // 3. Orders of 2 the event cannot serve.
@@ -268,14 +279,23 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
             request_id: None,
         })
         .await?;
-    anyhow::ensure!(last.result.is_ok(), "{name}: the last unit did not sell: {last:?}");
+    anyhow::ensure!(
+        last.result.is_ok(),
+        "{name}: the last unit did not sell: {last:?}"
+    );
     stop.cancel();
     leading.await?;
     let view = engine.view(&id).await?;
     let history = view
         .bucket_history
         .iter()
-        .map(|l| format!("{}@{:.1}s", l.buckets, (l.at.unwrap_or(0) - view.bucket_history[0].at.unwrap_or(0)) as f64 / 1e3))
+        .map(|l| {
+            format!(
+                "{}@{:.1}s",
+                l.buckets,
+                (l.at.unwrap_or(0) - view.bucket_history[0].at.unwrap_or(0)) as f64 / 1e3
+            )
+        })
         .collect::<Vec<_>>()
         .join(" → ");
     let _ = store.client().quit().await;
@@ -308,7 +328,11 @@ fn reached(windows: &[f64], rate: f64) -> Option<f64> {
 async fn main() -> anyhow::Result<()> {
     let a = <Args as clap::Parser>::parse();
     anyhow::ensure!(a.stock >= 10_000 && !a.layouts.is_empty(), "nothing to run");
-    let cluster = if a.cluster { Some(LocalCluster::start()?) } else { None };
+    let cluster = if a.cluster {
+        Some(LocalCluster::start()?)
+    } else {
+        None
+    };
     let url = cluster.as_ref().map_or(a.redis.clone(), LocalCluster::url);
     let mut rows = Vec::new();
     for r in 0..a.runs {
@@ -321,7 +345,11 @@ async fn main() -> anyhow::Result<()> {
         a.stock,
         a.concurrency,
         a.refusals,
-        if a.cluster { "3-master Cluster" } else { "standalone Redis" }
+        if a.cluster {
+            "3-master Cluster"
+        } else {
+            "standalone Redis"
+        }
     );
     println!(
         "| layout | hot purchases/s | 0.9× best fixed reached at | hot phase s | sale p50 ms | sale p99 ms | refusal p50 ms | refusal p99 ms | buckets at the end | layouts over the sale |"
@@ -333,8 +361,8 @@ async fn main() -> anyhow::Result<()> {
         .map(|r| r.hot_rate)
         .fold(0.0, f64::max);
     for r in &rows {
-        let at = reached(&r.windows, 0.9 * best)
-            .map_or("never".to_string(), |s| format!("{s:.2} s"));
+        let at =
+            reached(&r.windows, 0.9 * best).map_or("never".to_string(), |s| format!("{s:.2} s"));
         println!(
             "| {} | {:.0} ({:.2}×) | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
             r.layout,

@@ -459,7 +459,11 @@ impl<S: Store> Rebalancer<S> {
                     .zip(led.rates.iter().chain(std::iter::repeat(&0.0)))
                     .map(|((d, before), old)| {
                         let now = d.saturating_sub(*before) as f64 / dt;
-                        if led.measured { 0.5 * old + 0.5 * now } else { now }
+                        if led.measured {
+                            0.5 * old + 0.5 * now
+                        } else {
+                            now
+                        }
                     })
                     .collect()
             }

@@ -17,7 +17,7 @@ impl Events for MemoryStore {
     ) -> Result<CreateEventReply, StoreError> {
         let mut events = self.inner.events.lock().expect("event map poisoned");
         if let Some(slot) = events.get(&spec.id) {
-            return Ok(CreateEventReply::Exists(slot.meta.clone()));
+            return Ok(CreateEventReply::Exists(Box::new(slot.meta.clone())));
         }
         let meta = EventMeta {
             spec: spec.clone(),
@@ -199,13 +199,12 @@ impl Events for MemoryStore {
     async fn end_reshard(
         &self,
         event: &EventId,
-        generation: u32,
-        buckets: u32,
+        change: &LayoutChange,
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
-        change: &LayoutChange,
     ) -> Result<EndReshardReply, StoreError> {
+        let (generation, buckets) = (change.generation, change.buckets);
         let reply = self.with_event(event, |s| {
             if s.meta.status != EventStatus::Resharding
                 || s.meta.reshard_to != Some((generation, buckets))

@@ -80,7 +80,7 @@ impl Events for RedisStore {
         match code(&reply.into_array())?.as_str() {
             reply::OK => Ok(CreateEventReply::Created),
             reply::EXISTS => match self.load_meta(&spec.id).await? {
-                Some(meta) => Ok(CreateEventReply::Exists(meta)),
+                Some(meta) => Ok(CreateEventReply::Exists(Box::new(meta))),
                 None => Err(StoreError::Protocol("event vanished during create".into())),
             },
             other => Err(unknown("create_event", other)),
@@ -213,15 +213,13 @@ impl Events for RedisStore {
     async fn end_reshard(
         &self,
         event: &EventId,
-        generation: u32,
-        buckets: u32,
+        change: &LayoutChange,
         retired: &[(u32, u32)],
         owner: &str,
         token: u64,
-        change: &LayoutChange,
     ) -> Result<EndReshardReply, StoreError> {
         let k = self.event_keys(event);
-        let mut args = layout_args(generation, buckets, retired);
+        let mut args = layout_args(change.generation, change.buckets, retired);
         args.extend([
             owner.to_owned(),
             token.to_string(),

@@ -361,7 +361,7 @@ faulty_sections! {
         fn mark_sold_out(event: &EventId, seq: u64, now_ms: i64, left: u64) -> bool;
         fn begin_reshard(event: &EventId, generation: u32, buckets: u32) -> bool;
         fn set_retired(event: &EventId, generation: u32, retired: &[(u32, u32)]) -> bool;
-        fn end_reshard(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)], owner: &str, token: u64, change: &LayoutChange) -> EndReshardReply;
+        fn end_reshard(event: &EventId, change: &LayoutChange, retired: &[(u32, u32)], owner: &str, token: u64) -> EndReshardReply;
     }
     Buckets {
         fn init_bucket(bucket: &BucketRef, stock: u64) -> ();
