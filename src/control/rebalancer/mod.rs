@@ -11,7 +11,9 @@
 //! closes an event whose sale window has ended, finishes a close that was cut
 //! off mid-way (status `closed`, the ledger not closed, the mover lease free
 //! for [`ABANDONED_CLOSE`]), resumes a reshard that stalled, and retires the
-//! keys of old layouts once their streams are flushed.
+//! keys of old layouts once their streams are flushed. An adaptive event
+//! (`buckets = "auto"` or `{ min, max }`) is resharded by its leader when
+//! `resize::resize` says so, after the round's plan has measured its demand.
 //!
 //! Which events the loop visits follows activity (`schedule`): the events this
 //! process sells, every round; the others one per round, and led only when
