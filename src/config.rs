@@ -268,6 +268,9 @@ pub struct RebalancerSettings {
     pub shrink_orders_per_bucket: u64,
     /// At least this long between two automatic reshards of one event.
     pub resize_interval_ms: u64,
+    /// No automatic reshard once an event has sold more units than this (a
+    /// reshard moves every buyer's records while purchases wait).
+    pub resize_max_sold: u64,
 }
 
 impl Default for RebalancerSettings {
@@ -284,6 +287,7 @@ impl Default for RebalancerSettings {
             grow_target_per_bucket: 10_000.0,
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
+            resize_max_sold: 100_000,
         }
     }
 }

@@ -64,6 +64,7 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
             target: r.grow_target_per_bucket,
             shrink_orders: r.shrink_orders_per_bucket,
             min_interval: Duration::from_millis(r.resize_interval_ms),
+            max_moved: r.resize_max_sold,
         },
     }
 }

@@ -54,6 +54,7 @@ fn leader<S: Store>(
             target: grow_above / 2.0,
             shrink_orders: 8,
             min_interval: Duration::from_millis(50),
+            max_moved: 1_000_000,
         },
     };
     let flush = FlushOptions {

@@ -272,6 +272,7 @@ impl<S: Store> Rebalancer<S> {
             range,
             demand: led.rates.iter().sum(),
             remaining: led.remaining,
+            sold: meta.spec.stock.saturating_sub(led.remaining),
             order_size: u64::from(meta.spec.max_per_order),
             spread: store.spread(event, meta.generation + 1, range.max),
         };

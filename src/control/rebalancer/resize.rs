@@ -8,12 +8,19 @@
 //! - **Grow** (`hot`) while the buckets are contended: the event's demand
 //!   (units asked for per second, the rebalancer's smoothed per-bucket rates
 //!   summed) over `grow_above` per bucket. The new count gives each bucket
-//!   about `target` units/s and is at least twice the old one (the demand a
-//!   saturated layout shows is capped by that layout), and on a Redis
+//!   about `target` units/s and is at least four times the old one (the
+//!   demand a saturated layout shows is capped by that layout), and on a Redis
 //!   Cluster at least the count that lands a bucket on every master.
 //! - **Spread** (`spread`): on a Cluster, an event carrying at least one
 //!   bucket's `target` on fewer buckets than it takes to reach every master
 //!   grows to that many.
+//! - **Not past `max_moved`:** a reshard moves every buyer's records
+//!   (holdings, order index, request ids) to their new home while the
+//!   event's purchases wait, so its cost grows with the units sold: ~17 µs a
+//!   record on this machine, seconds after a few hundred thousand buyers.
+//!   Once more than `max_moved` units are sold the layout stays (a sale that
+//!   grew early keeps its layout; a big sale's tail is served by it, with the
+//!   sold-out mark and the rebalancer's gathering of fragments).
 //! - **Shrink** (`drain`) as the sale drains: when fewer than
 //!   `shrink_orders` full orders (`max_per_order` units) per bucket are left,
 //!   to at most half the count and to as many buckets as the remaining stock
@@ -21,7 +28,9 @@
 //!   buckets and refusing an order the event cannot serve stays cheap.
 //! - **Hysteresis:** a grown layout is never so wide that it would drain at
 //!   once (it keeps `2 × shrink_orders` orders a bucket); a change is a
-//!   doubling or a halving at least; at least `min_interval` between two
+//!   doubling or a halving at least (growing from a saturated layout is at
+//!   least fourfold: the demand it shows is capped by its lanes, and a second
+//!   growth later in the sale would cost more); at least `min_interval` between two
 //!   resizes of one event (the first of a sale is not held back). Nothing
 //!   changes a sold-out event: its sold-out mark already answers refusals in
 //!   one step.
@@ -48,6 +57,9 @@ pub struct Resizing {
     pub shrink_orders: u64,
     /// At least this long between two resizes of one event.
     pub min_interval: Duration,
+    /// No resize once more than this many units are sold (a reshard moves
+    /// every buyer's records while purchases wait).
+    pub max_moved: u64,
 }
 
 impl Default for Resizing {
@@ -57,6 +69,7 @@ impl Default for Resizing {
             target: 10_000.0,
             shrink_orders: 8,
             min_interval: Duration::from_secs(2),
+            max_moved: 100_000,
         }
     }
 }
@@ -69,6 +82,8 @@ pub struct Signals {
     /// Units asked for per second, the whole event.
     pub demand: f64,
     pub remaining: u64,
+    /// Units sold so far (the records a reshard would move, at most).
+    pub sold: u64,
     /// `max_per_order`.
     pub order_size: u64,
     /// The fewest buckets that land on every master (1 off a Cluster).
@@ -95,7 +110,7 @@ impl Reason {
 
 /// The count to reshard to, and why; `None`: keep the layout.
 pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
-    if s.remaining == 0 {
+    if s.remaining == 0 || s.sold > r.max_moved {
         return None;
     }
     let n = s.buckets.max(1);
@@ -111,7 +126,7 @@ pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
     let demand = if s.demand.is_finite() { s.demand } else { 0.0 };
     if demand / f64::from(n) > r.grow_above {
         let want = ((demand / r.target).ceil() as u32)
-            .max(n.saturating_mul(2))
+            .max(n.saturating_mul(4))
             .max(s.spread);
         let to = s.range.clamp(want.min(widest));
         if to > n {
@@ -137,6 +152,7 @@ mod tests {
             range: BucketRange { min: 1, max: 64 },
             demand,
             remaining,
+            sold: 0,
             order_size: 2,
             spread: 1,
         }
@@ -148,20 +164,27 @@ mod tests {
             target: 500.0,
             shrink_orders: 8,
             min_interval: Duration::ZERO,
+            max_moved: 10_000,
         }
     }
 
     #[test]
-    fn a_contended_event_grows_to_its_target_at_least_doubling() {
+    fn a_contended_event_grows_to_its_target_at_least_fourfold() {
         // 5,000 units/s on one bucket: 10 buckets of 500.
         assert_eq!(
             resize(&signals(1, 5000.0, 1_000_000), &r()),
             Some((10, Reason::Hot))
         );
-        // Just over the mark on 4 buckets: the demand says 9, at least 8.
+        // Just over the mark on 4 buckets: the demand says 9, at least 16.
         assert_eq!(
             resize(&signals(4, 4100.0, 1_000_000), &r()),
-            Some((9, Reason::Hot))
+            Some((16, Reason::Hot))
+        );
+        // 50,000 units/s: 100 buckets, more than fourfold.
+        assert_eq!(
+            resize(&signals(4, 50_000.0, 1_000_000), &r()),
+            Some((64, Reason::Hot)),
+            "(clamped to the range's 64)"
         );
         // Under the mark per bucket: kept.
         assert_eq!(resize(&signals(4, 2100.0, 1_000_000), &r()), None);
@@ -217,6 +240,18 @@ mod tests {
         // An event with little demand stays where it is.
         s.demand = 100.0;
         assert_eq!(resize(&s, &r()), None);
+    }
+
+    #[test]
+    fn past_max_moved_units_sold_the_layout_stays() {
+        let mut s = signals(1, 5000.0, 1_000_000);
+        s.sold = 10_001;
+        assert_eq!(resize(&s, &r()), None, "no growth");
+        let mut s = signals(64, 0.0, 100);
+        s.sold = 10_001;
+        assert_eq!(resize(&s, &r()), None, "no shrink");
+        s.sold = 10_000;
+        assert_eq!(resize(&s, &r()), Some((6, Reason::Drain)));
     }
 
     #[test]
