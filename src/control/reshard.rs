@@ -33,13 +33,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use futures::{FutureExt, StreamExt, stream};
 
 use crate::control::ControlError;
 use crate::control::checkpoint::{self, Checkpoint};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{
-    EventMeta, EventStatus, LayoutChange, MAX_BUCKETS, SpecError, split_even,
+    EventMeta, EventStatus, LayoutChange, MAX_BUCKETS, OrderEntry, RequestRecord, SpecError,
+    split_even,
 };
 use crate::domain::routing::{home, user_hash};
 use crate::engine::mover::{self, MoverError};
@@ -93,6 +95,7 @@ pub async fn reshard_because<S: Store>(
     if !(1..=MAX_BUCKETS).contains(&buckets) {
         return Err(EngineError::Spec(SpecError::Buckets(buckets)).into());
     }
+    let started = std::time::Instant::now();
     let store = engine.store();
     let meta = engine.reload(event).await?;
     let target = match (meta.status, meta.reshard_to) {
@@ -144,7 +147,14 @@ pub async fn reshard_because<S: Store>(
     metrics::counter!(crate::metrics::RESHARDS, "event" => event.to_string(), "reason" => why.as_str())
         .increment(1);
     engine.forget(event);
-    tracing::info!(%event, from = meta.spec.buckets, to = buckets, reason = why.as_str(), "resharded");
+    tracing::info!(
+        %event,
+        from = meta.spec.buckets,
+        to = buckets,
+        reason = why.as_str(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "resharded"
+    );
     Ok(engine.view(event).await?)
 }
 
@@ -280,12 +290,22 @@ impl<'a, S: Store> Run<'a, S> {
         self.switch().await
     }
 
-    /// Everything the old buckets remember about users, into the users' new homes.
+    /// Everything the old buckets remember about users, into the users' new
+    /// homes. The old buckets are read at once and the new ones written at
+    /// once, up to [`RESTORES_IN_FLIGHT`] chunks at a time: the event's
+    /// purchases wait for this step, and on a Cluster the buckets' masters
+    /// work in parallel.
     async fn move_contents(&self) -> Result<(), ControlError> {
         let buckets = self.new.len() as u32;
+        let store = self.store();
+        let contents = try_join_all(
+            self.old
+                .iter()
+                .map(|b| async move { stale_ok(store.contents(b).await) }),
+        )
+        .await?;
         let mut moved: HashMap<u32, BucketContents> = HashMap::new();
-        for b in &self.old {
-            let c = stale_ok(self.store().contents(b).await)?;
+        for c in contents {
             for (user, units) in c.holdings {
                 moved
                     .entry(home(user_hash(&user), buckets))
@@ -311,35 +331,50 @@ impl<'a, S: Store> Run<'a, S> {
                     .push((rid, record));
             }
         }
-        for (h, c) in moved {
-            self.write_contents(&self.new[h as usize], c).await?;
+        let mut writes = Vec::new();
+        for (h, c) in &moved {
+            let bucket = &self.new[*h as usize];
+            writes.extend(
+                c.holdings
+                    .chunks(CHUNK)
+                    .map(|chunk| (bucket, Chunk::Holdings(chunk))),
+            );
+            writes.extend(
+                c.orders
+                    .chunks(CHUNK)
+                    .map(|chunk| (bucket, Chunk::Orders(chunk))),
+            );
+            writes.extend(
+                c.records
+                    .chunks(CHUNK)
+                    .map(|chunk| (bucket, Chunk::Records(chunk))),
+            );
+        }
+        // Boxed: a stream of borrowing futures is otherwise not provably
+        // `Send` in the rebalancer's spawned task (rust-lang/rust#102211).
+        let writes: Vec<_> = writes
+            .into_iter()
+            .map(|(bucket, chunk)| self.restore(bucket, chunk).boxed())
+            .collect();
+        let mut replies = stream::iter(writes).buffer_unordered(RESTORES_IN_FLIGHT);
+        while let Some(reply) = replies.next().await {
+            reply?;
         }
         Ok(())
     }
 
-    async fn write_contents(
-        &self,
-        bucket: &BucketRef,
-        c: BucketContents,
-    ) -> Result<(), ControlError> {
-        let store = self.store();
-        let token = self.token();
-        let mut replies = Vec::new();
-        for chunk in c.holdings.chunks(CHUNK) {
-            self.step(Checkpoint::ReshardRestore).await?;
-            replies.push(store.restore(bucket, token, chunk, &[], &[]).await?);
-        }
-        for chunk in c.orders.chunks(CHUNK) {
-            self.step(Checkpoint::ReshardRestore).await?;
-            replies.push(store.restore(bucket, token, &[], chunk, &[]).await?);
-        }
-        for chunk in c.records.chunks(CHUNK) {
-            self.step(Checkpoint::ReshardRestore).await?;
-            replies.push(store.restore(bucket, token, &[], &[], chunk).await?);
-        }
-        match replies.into_iter().find(|r| *r != RestoreReply::Restored) {
-            Some(RestoreReply::Fenced { highest }) => Err(self.fenced(bucket, highest)),
-            _ => Ok(()),
+    /// One chunk of a bucket's contents, fenced by this run's token.
+    async fn restore(&self, bucket: &BucketRef, chunk: Chunk<'_>) -> Result<(), ControlError> {
+        self.step(Checkpoint::ReshardRestore).await?;
+        let (store, token) = (self.store(), self.token());
+        let reply = match chunk {
+            Chunk::Holdings(c) => store.restore(bucket, token, c, &[], &[]).await?,
+            Chunk::Orders(c) => store.restore(bucket, token, &[], c, &[]).await?,
+            Chunk::Records(c) => store.restore(bucket, token, &[], &[], c).await?,
+        };
+        match reply {
+            RestoreReply::Fenced { highest } => Err(self.fenced(bucket, highest)),
+            RestoreReply::Restored => Ok(()),
         }
     }
 
@@ -475,6 +510,15 @@ impl<'a, S: Store> Run<'a, S> {
 
 /// Restore writes per call.
 const CHUNK: usize = 500;
+/// Restore calls in flight at once while a reshard moves users' records.
+const RESTORES_IN_FLIGHT: usize = 8;
+
+/// A slice of what moves to one new bucket: one kind of record per call.
+enum Chunk<'a> {
+    Holdings(&'a [(UserId, u64)]),
+    Orders(&'a [(OrderId, OrderEntry)]),
+    Records(&'a [(String, RequestRecord)]),
+}
 
 /// How many units each new bucket should still get, given what the old
 /// buckets hold (`from`) and the new ones already have (`have`): an even

@@ -38,14 +38,19 @@ fn chromium(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The markup of the event's card.
+fn card<'a>(dom: &'a str, event: &str) -> &'a str {
+    dom.split(&format!("data-event=\"{event}\""))
+        .nth(1)
+        .expect("the event's card")
+        .split("</section>")
+        .next()
+        .unwrap()
+}
+
 /// The text of the element with `data-testid=id` inside the event's card.
 fn shown(dom: &str, event: &str, id: &str) -> String {
-    let card = dom
-        .split(&format!("data-event=\"{event}\""))
-        .nth(1)
-        .expect("the event's card");
-    let card = card.split("</section>").next().unwrap();
-    let after = card
+    let after = card(dom, event)
         .split(&format!("data-testid=\"{id}\">"))
         .nth(1)
         .expect(id);
@@ -113,26 +118,14 @@ async fn the_live_page_shows_the_events_numbers() {
     );
     assert_eq!(shown(&dom, &auto_id, "reasons"), "(manual manual)");
     assert_eq!(shown(&dom, &auto_id, "buckets"), "4");
-    let auto_card = dom
-        .split(&format!("data-event=\"{auto_id}\""))
-        .nth(1)
-        .unwrap()
-        .split("</section>")
-        .next()
-        .unwrap();
+    let auto_card = card(&dom, &auto_id);
     assert!(
         auto_card.contains("auto 2–64") && auto_card.contains("<path d=\"M0 "),
         "{auto_card}"
     );
     assert_eq!(shown(&dom, &held_id, "held"), "7", "held units");
     assert!(
-        !dom.split(&format!("data-event=\"{id}\""))
-            .nth(1)
-            .unwrap()
-            .split("</section>")
-            .next()
-            .unwrap()
-            .contains("data-testid=\"held\""),
+        !card(&dom, &id).contains("data-testid=\"held\""),
         "an event without holds shows no held count"
     );
     assert!(
@@ -147,14 +140,7 @@ async fn the_live_page_shows_the_events_numbers() {
         shown(&dom, &id, "skew"),
         format!("{:.2}", view["skew"].as_f64().unwrap())
     );
-    let card = dom
-        .split(&format!("data-event=\"{id}\""))
-        .nth(1)
-        .unwrap()
-        .split("</section>")
-        .next()
-        .unwrap();
-    let bars = card.matches("data-bucket=").count();
+    let bars = card(&dom, &id).matches("data-bucket=").count();
     assert_eq!(bars, 12, "a bar per bucket");
     let first: Vec<u64> = view["buckets"]
         .as_array()

@@ -327,6 +327,13 @@ fn reached(windows: &[f64], rate: f64) -> Option<f64> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = <Args as clap::Parser>::parse();
+    // The leader's decisions and reshards, on stderr when RUST_LOG asks.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     anyhow::ensure!(a.stock >= 10_000 && !a.layouts.is_empty(), "nothing to run");
     let cluster = if a.cluster {
         Some(LocalCluster::start()?)

@@ -250,21 +250,21 @@ impl<S: Store> Rebalancer<S> {
     }
 
     /// An adaptive event: reshards it when `resize::resize` says so, from
-    /// the rates and stock this round's plan read. Returns whether it did.
-    async fn resize(&mut self, meta: &EventMeta) -> Result<bool, ControlError> {
+    /// the rates and stock this round's plan read.
+    async fn resize(&mut self, meta: &EventMeta) -> Result<(), ControlError> {
         let (Some(range), EventStatus::OnSale) = (meta.spec.auto_buckets, meta.status) else {
-            return Ok(false);
+            return Ok(());
         };
         let event = &meta.spec.id;
         let Some(led) = self.led.get(event) else {
-            return Ok(false);
+            return Ok(());
         };
         let r = &self.opts.resizing;
         if led.generation != meta.generation
             || led.rates.len() != meta.spec.buckets as usize
             || led.resized.is_some_and(|at| at.elapsed() < r.min_interval)
         {
-            return Ok(false);
+            return Ok(());
         }
         let store = self.engine.store();
         let signals = resize::Signals {
@@ -277,7 +277,7 @@ impl<S: Store> Rebalancer<S> {
             spread: store.spread(event, meta.generation + 1, range.max),
         };
         let Some((to, reason)) = resize::resize(&signals, r) else {
-            return Ok(false);
+            return Ok(());
         };
         tracing::info!(
             %event,
@@ -298,14 +298,14 @@ impl<S: Store> Rebalancer<S> {
             // next round looks again.
             Err(ControlError::Busy(why)) => {
                 tracing::info!(%event, to, %why, "the automatic reshard waits");
-                return Ok(true);
+                return Ok(());
             }
             Err(e) => return Err(e),
         }
         if let Err(e) = self.ledger.set_buckets(event, to).await {
             tracing::warn!(%event, error = %e, "the database keeps the old bucket count until the next reshard");
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Takes the mover lease, fences every bucket, completes open transfers
