@@ -19,12 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sqlx::postgres::PgPoolOptions;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::{
-    Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_url,
-    problem, sample, settings_in,
+    Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_pool,
+    pg_url, problem, sample, settings_in,
 };
 
 /// How long a step may take: a sale to move on, the ledger to catch up.
@@ -131,11 +130,7 @@ async fn audit_at(base: &str, event: &str) -> Value {
 
 /// Asserts every answered order is in the database once, and the audit balances.
 async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>) {
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .unwrap();
+    let pool = pg_pool().await;
     let audit = eventually("the ledger to catch up", WAIT, async || {
         let audit = audit_at(base, event).await;
         (audit["sold_unflushed"] == 0 && audit["balanced"] == true).then_some(audit)
@@ -252,11 +247,7 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
         after["remaining"], STOCK,
         "every unit back on sale: {after}"
     );
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .unwrap();
+    let pool = pg_pool().await;
     eventually("the ledger to catch up", WAIT, async || {
         let audit = audit_at(&base, &event).await;
         (audit["sold_unflushed"] == 0

@@ -157,6 +157,19 @@ pub fn pg_url() -> String {
     .clone()
 }
 
+/// A pool on this process's PostgreSQL database for a test's own queries,
+/// connected without JIT as the ledger connects (`ledger::prepare_url`): the
+/// `orders` view's subplans otherwise make the planner compile every order
+/// lookup, ~0.5 s each once the database holds a few thousand records
+/// (durability's checks of every acknowledged order ran for minutes).
+pub async fn pg_pool() -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&format!("{}?options=-c%20jit%3Doff", pg_url()))
+        .await
+        .expect("connect to this process's PostgreSQL database")
+}
+
 /// A fresh SQLite file for one app or ledger.
 pub fn sqlite_url() -> String {
     format!("sqlite://{}/ledger.db", scratch_dir("sqlite").display())

@@ -26,8 +26,8 @@ pub(crate) use app::on_memory_and_redis;
 pub use app::{Backend, TOKEN, TestApp, eid, problem, sample, settings, settings_in};
 pub(crate) use backends::on_every_backend;
 pub use backends::{
-    START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_url, sqlite_url, standalone,
-    suite_of, unbatched,
+    START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_pool, pg_url, sqlite_url,
+    standalone, suite_of, unbatched,
 };
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
 pub use replicated::ReplicatedCluster;
