@@ -5,11 +5,11 @@
 //! event cannot serve used to walk all of them (256 round trips, p99 215 ms).
 //! The first driver of a saga reads every bucket's state at once instead (one
 //! round trip, pipelined); when the whole event holds fewer units than asked,
-//! the saga's double collect makes it a consistent snapshot, the sold-out marks are set, and the order is
-//! refused without a probe and without a marker left behind. This began on
-//! layouts of 8 buckets or more, on the thought that a short ring probes as
-//! cheaply; but the first wave of a crowd at the last unit probes one saga
-//! each, so 400 orders of 2 with one unit left cost a refusal p99 of 13.5 ms
+//! the saga's double collect makes it a consistent snapshot, the sold-out
+//! marks are set, and the order is refused without a probe and without a
+//! marker left behind. This began on layouts of 8 buckets or more, on the
+//! thought that a short ring probes as cheaply; but the first wave of a crowd
+//! at the last unit probes one saga each, so 400 orders of 2 with one unit left cost a refusal p99 of 13.5 ms
 //! and 6.9 Redis calls a refusal on one bucket (23 ms, 17 calls on four),
 //! against 8.6–10.3 ms and 3.4 calls (6–9 ms, 4 calls) with the shared read
 //! (`last_unit --buckets 1,4`).
