@@ -9,10 +9,10 @@
 //! marks are set, and the order is refused without a probe and without a
 //! marker left behind. This began on layouts of 8 buckets or more, on the
 //! thought that a short ring probes as cheaply; but the first wave of a crowd
-//! at the last unit probes one saga each, so 400 orders of 2 with one unit left cost a refusal p99 of 13.5 ms
-//! and 6.9 Redis calls a refusal on one bucket (23 ms, 17 calls on four),
-//! against 8.6–10.3 ms and 3.4 calls (6–9 ms, 4 calls) with the shared read
-//! (`last_unit --buckets 1,4`).
+//! at the last unit probes one saga each, so 400 orders of 2 with one unit
+//! left cost a refusal p99 of 13.5 ms and 6.9 Redis calls a refusal on one
+//! bucket (23 ms, 17 calls on four), against 8.6–10.3 ms and 3.4 calls
+//! (6–9 ms, 4 calls) with the shared read (`last_unit --buckets 1,4`).
 //!
 //! Two things keep it cheap. Sagas of one event in this process share one
 //! read at a time: a saga that finds another's read in flight waits for it
