@@ -149,17 +149,22 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     let started = Instant::now();
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..4096).map(|_| AtomicU64::new(0)).collect());
     let latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    // The hot phase's purchases sent in its first second, apart: where an
+    // adaptive layout's top percent comes from (stderr only).
+    let first_second = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let tasks: Vec<_> = (0..a.concurrency)
         .map(|t| {
-            let (engine, id, sold, counts, latency) = (
+            let (engine, id, sold, counts, latency, first_second) = (
                 engine.clone(),
                 id.clone(),
                 sold.clone(),
                 counts.clone(),
                 latency.clone(),
+                first_second.clone(),
             );
             tokio::spawn(async move {
                 let mut mine = Histogram::<u64>::new(3).expect("a histogram");
+                let mut early = Histogram::<u64>::new(3).expect("a histogram");
                 let mut i = 0u64;
                 while sold.load(Ordering::Relaxed) < goal {
                     i += 1;
@@ -172,7 +177,11 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
                     let sent = Instant::now();
                     match engine.purchase(&req).await {
                         Ok(out) if out.result.is_ok() => {
-                            let _ = mine.record(sent.elapsed().as_micros() as u64);
+                            let took = sent.elapsed().as_micros() as u64;
+                            let _ = mine.record(took);
+                            if sent.duration_since(started) < Duration::from_secs(1) {
+                                let _ = early.record(took);
+                            }
                             sold.fetch_add(1, Ordering::Relaxed);
                             let w = (started.elapsed().as_nanos() / WINDOW.as_nanos()) as usize;
                             counts[w.min(counts.len() - 1)].fetch_add(1, Ordering::Relaxed);
@@ -182,6 +191,7 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
                     }
                 }
                 latency.lock().await.add(&mine).expect("same bounds");
+                first_second.lock().await.add(&early).expect("same bounds");
             })
         })
         .collect();
@@ -301,7 +311,15 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     let _ = store.client().quit().await;
     let _ = std::fs::remove_dir_all(&dir);
     let ms = |h: &Histogram<u64>, q| h.value_at_quantile(q) as f64 / 1e3;
-    eprintln!("{name}: hot {hot_s:.1} s at {hot_rate:.0}/s; layouts {history}");
+    let early = first_second.lock().await.clone();
+    let mut later = hist.clone();
+    later.subtract(&early)?;
+    eprintln!(
+        "{name}: hot {hot_s:.1} s at {hot_rate:.0}/s; layouts {history}; first second {} purchases p99 {:.2} ms, the rest p99 {:.2} ms",
+        early.len(),
+        ms(&early, 0.99),
+        ms(&later, 0.99)
+    );
     Ok(Row {
         layout: name.to_string(),
         windows,
