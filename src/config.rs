@@ -284,7 +284,7 @@ impl Default for RebalancerSettings {
             max_moves_per_round: 8,
             horizon_ms: 1_000,
             grow_above_per_bucket: 20_000.0,
-            grow_target_per_bucket: 10_000.0,
+            grow_target_per_bucket: 15_000.0,
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
             resize_max_sold: 100_000,

@@ -7,12 +7,18 @@
 //! (a dead instance's last orders, another replica's events) is found by the
 //! slow sweeps those loops keep, so nothing is missed, only found later.
 //!
+//! An event's first write after [`QUIET`] without any (a sale starting, or
+//! resuming) also wakes the rebalancer (`take_woken`), so an adaptive event is
+//! measured from its first purchases rather than from the next round.
+//!
 //! One short critical section per store write; a write step runs once per
 //! batch of purchases, not once per purchase.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
@@ -22,7 +28,14 @@ use crate::domain::keys::BucketRef;
 pub struct Activity {
     dirty: Mutex<HashSet<BucketRef>>,
     events: Mutex<HashMap<EventId, Instant>>,
+    /// Events whose traffic began after a quiet spell, not yet taken.
+    woken: Mutex<Vec<EventId>>,
+    wake: Notify,
 }
+
+/// How long an event goes without a write before its next one counts as the
+/// start of a burst.
+pub const QUIET: Duration = Duration::from_secs(1);
 
 impl Activity {
     /// A write step ran on `bucket` (its stock or its order stream may have changed).
@@ -34,13 +47,38 @@ impl Activity {
             }
         }
         let now = Instant::now();
-        let mut events = self.events.lock().expect("activity poisoned");
-        match events.get_mut(&bucket.event) {
-            Some(at) => *at = now,
-            None => {
-                events.insert(bucket.event.clone(), now);
+        let woke = {
+            let mut events = self.events.lock().expect("activity poisoned");
+            match events.get_mut(&bucket.event) {
+                Some(at) => std::mem::replace(at, now) + QUIET < now,
+                None => {
+                    events.insert(bucket.event.clone(), now);
+                    true
+                }
             }
+        };
+        if woke {
+            let mut woken = self.woken.lock().expect("activity poisoned");
+            if !woken.contains(&bucket.event) {
+                woken.push(bucket.event.clone());
+            }
+            drop(woken);
+            self.wake.notify_one();
         }
+    }
+
+    /// Waits until an event's traffic begins after a quiet spell (at once if
+    /// one did since the last [`Activity::take_woken`]).
+    pub async fn woken(&self) {
+        if !self.woken.lock().expect("activity poisoned").is_empty() {
+            return;
+        }
+        self.wake.notified().await;
+    }
+
+    /// The events whose traffic began after a quiet spell, since the last call.
+    pub fn take_woken(&self) -> Vec<EventId> {
+        std::mem::take(&mut *self.woken.lock().expect("activity poisoned"))
     }
 
     /// The buckets written since the last call (the caller flushes them, and
@@ -96,6 +134,10 @@ mod tests {
         assert_eq!(dirty.iter().map(|b| b.index).collect::<Vec<_>>(), [1, 2]);
         assert!(a.take_dirty().is_empty());
         assert_eq!(a.events_since(start), vec![e.clone()]);
+        // The first write woke the rebalancer once; the next ones, close
+        // behind it, do not.
+        assert_eq!(a.take_woken(), vec![e.clone()]);
+        assert!(a.take_woken().is_empty());
         a.forget(&e);
         assert!(a.events_since(start).is_empty());
     }

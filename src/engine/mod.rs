@@ -28,7 +28,7 @@ mod view;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -123,6 +123,9 @@ impl Default for EngineOptions {
     }
 }
 
+/// How often the purchase that waits for a reshard's end reads the meta.
+const SETTLE_POLL: Duration = Duration::from_millis(5);
+
 /// Where a test can make the engine "crash" (return without finishing).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +152,8 @@ pub struct Engine<S: Store> {
     activity: Arc<Activity>,
     /// The event-wide checks of sagas, one at a time per event.
     prechecks: precheck::Prechecks,
+    /// Per event, the one purchase at a time that polls a reshard's end.
+    settling: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -166,6 +171,7 @@ impl<S: Store> Engine<S> {
             crash: AtomicU8::new(CrashPoint::None as u8),
             clock: Clock::system(),
             prechecks: precheck::Prechecks::default(),
+            settling: Mutex::default(),
         }
     }
 
@@ -310,17 +316,39 @@ impl<S: Store> Engine<S> {
             b.forget(event);
         }
         self.prechecks.forget(event);
+        self.settling
+            .lock()
+            .expect("settling gates poisoned")
+            .remove(event);
     }
 
     /// Reloads until the event is out of `resharding` (or the wait is over).
+    ///
+    /// One purchase per event and process polls the store at a time; the
+    /// others wait for it and find the new layout in the cache it refreshed.
+    /// (Every waiting purchase polling on its own read the meta tens of
+    /// thousands of times a second in a reshard under a crowd, slowing the
+    /// reshard it waited for.)
     async fn settled(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
         let deadline = tokio::time::Instant::now() + self.opts.reshard_wait;
+        let gate = self
+            .settling
+            .lock()
+            .expect("settling gates poisoned")
+            .entry(event.clone())
+            .or_default()
+            .clone();
+        let _turn = gate.lock().await;
+        let cached = self.meta(event).await?;
+        if cached.status != EventStatus::Resharding {
+            return Ok(cached);
+        }
         loop {
             let meta = self.reload(event).await?;
             if meta.status != EventStatus::Resharding || tokio::time::Instant::now() >= deadline {
                 return Ok(meta);
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(SETTLE_POLL).await;
         }
     }
 

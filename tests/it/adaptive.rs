@@ -28,6 +28,7 @@ use crate::harness::{event_id, ledger_for, on_every_backend, spec, user};
 on_every_backend!(
     a_sale_grows_from_one_bucket_and_shrinks_back_while_selling,
     a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next,
+    a_quiet_event_turning_hot_wakes_the_leader,
 );
 
 const LIMIT: u32 = 4;
@@ -40,8 +41,25 @@ fn leader<S: Store>(
     lease_ttl_ms: u64,
     grow_above: f64,
 ) -> Rebalancer<S> {
+    leader_every(
+        engine,
+        ledger,
+        lease_ttl_ms,
+        grow_above,
+        Duration::from_millis(20),
+    )
+}
+
+/// [`leader`], its rounds `interval` apart.
+fn leader_every<S: Store>(
+    engine: &Arc<Engine<S>>,
+    ledger: &Ledger,
+    lease_ttl_ms: u64,
+    grow_above: f64,
+    interval: Duration,
+) -> Rebalancer<S> {
     let options = RebalanceOptions {
-        interval: Duration::from_millis(20),
+        interval,
         lease_ttl_ms,
         policy: Policy {
             horizon_s: 0.05,
@@ -391,6 +409,62 @@ async fn a_sale_grows_from_one_bucket_and_shrinks_back_while_selling<S: Store>(e
     assert!(matches!(said[1].2, "hot" | "spread"), "{said:?}");
     assert_eq!(said.last().unwrap().1, last, "{said:?}");
     assert!(said.iter().any(|l| l.2 == "drain"), "{said:?}");
+    sale_promises(&engine, &ledger, &id, STOCK, &log).await;
+}
+
+/// The leader's loop, with rounds a minute apart: only the wake of a sale's
+/// first purchases (`Activity::take_woken`) and the quick round after it can
+/// grow the event, which it must, and the sale keeps every promise after.
+async fn a_quiet_event_turning_hot_wakes_the_leader<S: Store>(engine: Engine<S>) {
+    const STOCK: u64 = 3_000;
+    let engine = Arc::new(engine);
+    let range = BucketRange { min: 1, max: 16 };
+    let (ledger, id) = setup(&engine, "wake", STOCK, range).await;
+    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_secs(60));
+    let stop = CancellationToken::new();
+    let leading = tokio::spawn(rb.run(stop.clone()));
+    // The loop's first round, before any traffic: nothing to lead.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log: Log = Arc::default();
+    let gate = CancellationToken::new();
+    let buying = {
+        let (engine, id, log, gate) = (engine.clone(), id.clone(), log.clone(), gate.clone());
+        tokio::spawn(async move {
+            buyers(
+                &engine,
+                &id,
+                &log,
+                "hot",
+                16,
+                Duration::from_millis(10),
+                move |_| gate.is_cancelled(),
+            )
+            .await
+        })
+    };
+    let started = Instant::now();
+    let buckets = loop {
+        let meta = engine.store().load_meta(&id).await.unwrap().unwrap();
+        if meta.spec.buckets > 1 && meta.status == EventStatus::OnSale {
+            break meta.spec.buckets;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20) && sold(&log) < STOCK - 300,
+            "not grown after {:?} ({} sold), rounds a minute apart: the wake did not come",
+            started.elapsed(),
+            sold(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(buckets >= 4, "grown fourfold at least: {buckets}");
+    gate.cancel();
+    buying.await.unwrap();
+    stop.cancel();
+    leading.await.unwrap();
+    let history = engine.view(&id).await.unwrap().bucket_history;
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[1].reason, "hot", "{history:?}");
+    buyers(&engine, &id, &log, "rest", 4, Duration::ZERO, |_| false).await;
     sale_promises(&engine, &ledger, &id, STOCK, &log).await;
 }
 

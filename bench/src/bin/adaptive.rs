@@ -123,26 +123,17 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     // The leader, as a service runs it.
     let stop = CancellationToken::new();
     let settings = RebalancerSettings::default();
-    let leading = tokio::spawn({
+    let leading = {
         let opts = shardstock::app::options::rebalance(&settings);
-        let interval = opts.interval;
         let flush = FlushOptions {
             batch: 500,
             workers: 1,
             idle: Duration::from_millis(200),
             claim_idle_ms: 10_000,
         };
-        let mut rb = Rebalancer::new(engine.clone(), ledger.clone(), flush, opts);
-        let (id, stop) = (id.clone(), stop.clone());
-        async move {
-            while !stop.is_cancelled() {
-                if let Err(e) = rb.lead(&id, &stop).await {
-                    eprintln!("leader: {e}");
-                }
-                tokio::time::sleep(interval).await;
-            }
-        }
-    });
+        let rb = Rebalancer::new(engine.clone(), ledger.clone(), flush, opts);
+        tokio::spawn(rb.run(stop.clone()))
+    };
     // 1. Hot, until 99% sold.
     let sold = Arc::new(AtomicU64::new(0));
     let goal = a.stock - a.stock / 100;

@@ -445,6 +445,16 @@ impl<S: Store> Rebalancer<S> {
         Ok(round)
     }
 
+    /// Forgets what the leader measured of `event`'s demand (its traffic
+    /// began after a quiet spell): the next round takes a baseline, the one
+    /// after measures the new traffic as it is, not averaged with the quiet.
+    fn remeasure(&mut self, event: &EventId) {
+        if let Some(led) = self.led.get_mut(event) {
+            led.at = None;
+            led.measured = false;
+        }
+    }
+
     /// Demand per bucket and second, smoothed (EWMA) across rounds; the
     /// first measurement of a layout is taken as it is (averaging it with
     /// the zeros before would halve it, and an adaptive event would grow a

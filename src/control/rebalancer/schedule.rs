@@ -14,6 +14,12 @@
 //!   merely look at it.
 //! - **Retired** events (closed and flushed) never: they are not in the open set.
 //!
+//! An event whose traffic begins after a quiet spell (`Activity::take_woken`)
+//! is visited at once and again [`QUICK`] later, the demand measured afresh
+//! between the two: an adaptive event sized for a quiet sale grows within
+//! tens of milliseconds of its start, while few buyers have records for the
+//! reshard to move.
+//!
 //! An event this rebalancer led and no longer visits is let go (its
 //! leadership released, the `shardstock_leader` gauge back to 0).
 
@@ -27,6 +33,9 @@ use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventStatus};
 use crate::metrics as m;
 use crate::store::Store;
+
+/// How soon after a wake the round that measures the new traffic comes.
+pub const QUICK: Duration = Duration::from_millis(50);
 
 /// The round-robin over the open events (pure, unit-tested).
 #[derive(Debug, Default)]
@@ -69,56 +78,77 @@ impl<S: Store> Rebalancer<S> {
     }
 
     /// The loop: every interval, a round for the events the schedule picks
-    /// (see the module docs), until `stop`.
+    /// (see the module docs), until `stop`. An event whose traffic begins
+    /// after a quiet spell wakes it at once: that round takes a fresh
+    /// baseline of the event's demand and the next one, [`QUICK`] later,
+    /// measures it (so an adaptive event grows from its first purchases).
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.opts.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let engine = self.engine.clone();
+        let mut due = tokio::time::Instant::now();
         let mut schedule = Schedule::default();
         loop {
-            tokio::select! {
+            let woke = tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            let open = match self.engine.store().list_open_events().await {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::warn!(error = %e, "rebalancer: listing events failed");
-                    continue;
-                }
-            };
-            let since = Instant::now().checked_sub(self.hold());
-            let mut busy: Vec<EventId> = match since {
-                Some(since) => self.engine.activity().events_since(since),
-                None => self
-                    .engine
-                    .activity()
-                    .events_since(Instant::now() - self.opts.interval),
-            };
-            busy.retain(|e| open.contains(e));
-            for event in &open {
-                if !busy.contains(event) && self.window_over(event).await {
-                    busy.push(event.clone());
-                }
-            }
-            let mut visited: HashSet<EventId> = busy.iter().cloned().collect();
-            for event in &busy {
-                self.round(event, &stop).await;
-            }
-            if let Some(other) = schedule.next_other(&open, &busy) {
-                let now_ms = self.engine.clock().now_ms();
-                match self.engine.reload(&other).await {
-                    Ok(meta) if needs_leader(&meta, now_ms) => {
-                        self.round(&other, &stop).await;
-                        visited.insert(other);
+                _ = tokio::time::sleep_until(due) => false,
+                _ = engine.activity().woken() => {
+                    let woken = engine.activity().take_woken();
+                    if woken.is_empty() {
+                        continue; // a wake already taken
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(event = %other, error = %e, "rebalancer: no meta"),
+                    for event in &woken {
+                        self.remeasure(event);
+                    }
+                    true
                 }
-            }
-            self.let_go(&visited).await;
+            };
+            let started = tokio::time::Instant::now();
+            self.round_all(&mut schedule, &stop).await;
+            let pause = if woke { QUICK } else { self.opts.interval };
+            due = started + pause.min(self.opts.interval);
         }
         let all = HashSet::new();
         self.let_go(&all).await;
+    }
+
+    /// One round of every event the schedule picks.
+    async fn round_all(&mut self, schedule: &mut Schedule, stop: &CancellationToken) {
+        let open = match self.engine.store().list_open_events().await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "rebalancer: listing events failed");
+                return;
+            }
+        };
+        let since = Instant::now().checked_sub(self.hold());
+        let mut busy: Vec<EventId> = match since {
+            Some(since) => self.engine.activity().events_since(since),
+            None => self
+                .engine
+                .activity()
+                .events_since(Instant::now() - self.opts.interval),
+        };
+        busy.retain(|e| open.contains(e));
+        for event in &open {
+            if !busy.contains(event) && self.window_over(event).await {
+                busy.push(event.clone());
+            }
+        }
+        let mut visited: HashSet<EventId> = busy.iter().cloned().collect();
+        for event in &busy {
+            self.round(event, stop).await;
+        }
+        if let Some(other) = schedule.next_other(&open, &busy) {
+            let now_ms = self.engine.clock().now_ms();
+            match self.engine.reload(&other).await {
+                Ok(meta) if needs_leader(&meta, now_ms) => {
+                    self.round(&other, stop).await;
+                    visited.insert(other);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(event = %other, error = %e, "rebalancer: no meta"),
+            }
+        }
+        self.let_go(&visited).await;
     }
 
     /// One `lead`, logged and counted if it fails.
