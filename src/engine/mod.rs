@@ -331,6 +331,7 @@ impl<S: Store> Engine<S> {
     /// reshard it waited for.)
     async fn settled(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
         let deadline = tokio::time::Instant::now() + self.opts.reshard_wait;
+        let before = self.meta(event).await?;
         let gate = self
             .settling
             .lock()
@@ -339,8 +340,10 @@ impl<S: Store> Engine<S> {
             .or_default()
             .clone();
         let _turn = gate.lock().await;
+        // Another purchase polled while this one waited its turn: its read
+        // is fresh. (The meta this one had is not: it is why it is here.)
         let cached = self.meta(event).await?;
-        if cached.status != EventStatus::Resharding {
+        if !Arc::ptr_eq(&before, &cached) && cached.status != EventStatus::Resharding {
             return Ok(cached);
         }
         loop {
