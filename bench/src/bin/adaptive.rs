@@ -18,7 +18,8 @@
 //!
 //! Printed: the hot phase's purchases/s (median window from 0.5 s on), when
 //! `auto` first reached 0.9× the best fixed N's (a 500 ms rolling rate), the
-//! refusal p50/p99, and the whole sale's p99 (phases 1 and 2).
+//! refusal p50/p99, and the whole sale's p99 (phases 1 and 2). With `--runs`,
+//! each run's layouts are compared with the best fixed N of the same run.
 //!
 //! `cargo run --release -p shardstock-bench --bin adaptive -- [--redis URL |
 //! --cluster] [--layouts auto,1,4,16,64] [--stock 400000] [--concurrency 256]`
@@ -371,28 +372,32 @@ async fn main() -> anyhow::Result<()> {
         "| layout | hot purchases/s | 0.9× best fixed reached at | hot phase s | sale p50 ms | sale p99 ms | refusal p50 ms | refusal p99 ms | buckets at the end | layouts over the sale |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-    let best = rows
-        .iter()
-        .filter(|r| r.layout != "auto")
-        .map(|r| r.hot_rate)
-        .fold(0.0, f64::max);
-    for r in &rows {
-        let at =
-            reached(&r.windows, 0.9 * best).map_or("never".to_string(), |s| format!("{s:.2} s"));
-        println!(
-            "| {} | {:.0} ({:.2}×) | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
-            r.layout,
-            r.hot_rate,
-            r.hot_rate / best,
-            at,
-            r.hot_s,
-            r.sale_p50_ms,
-            r.sale_p99_ms,
-            r.refusal_p50_ms,
-            r.refusal_p99_ms,
-            r.final_buckets,
-            r.history
-        );
+    // Each run of every layout against the best fixed layout of the same run
+    // (`--runs`: the machine drifts between runs more than layouts differ).
+    for run in rows.chunks(a.layouts.len()) {
+        let best = run
+            .iter()
+            .filter(|r| r.layout != "auto")
+            .map(|r| r.hot_rate)
+            .fold(0.0, f64::max);
+        for r in run {
+            let at = reached(&r.windows, 0.9 * best)
+                .map_or("never".to_string(), |s| format!("{s:.2} s"));
+            println!(
+                "| {} | {:.0} ({:.2}×) | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                r.layout,
+                r.hot_rate,
+                r.hot_rate / best,
+                at,
+                r.hot_s,
+                r.sale_p50_ms,
+                r.sale_p99_ms,
+                r.refusal_p50_ms,
+                r.refusal_p99_ms,
+                r.final_buckets,
+                r.history
+            );
+        }
     }
     drop(cluster);
     Ok(())
