@@ -142,22 +142,34 @@ impl EventView {
     }
 }
 
+/// How many times a view reads the buckets again when a transfer moved
+/// between its reads.
+const MOVED_RETRIES: u32 = 8;
+
 impl<S: Store> Engine<S> {
     /// A transfer cut off after its IN (a mover that died before CLEAR) is
     /// still open in its source's journal while its units are already in the
     /// target's stock: count them once, as the audit does, until a mover
     /// completes it. Only buckets with units in transfer cost a read.
+    ///
+    /// `false` when a transfer the snapshot saw open was cleared before its
+    /// journal was read: its units may be in the target's stock as read too
+    /// (a live transfer between the two reads), so the caller reads again.
     async fn count_delivered_once(
         &self,
         meta: &EventMeta,
         states: &mut [BucketState],
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         for (b, state) in states.iter_mut().enumerate() {
             if state.in_transfer == 0 {
                 continue;
             }
             let source = Self::bucket(meta, b as u32);
-            for t in self.store.open_transfers(&source).await? {
+            let open = self.store.open_transfers(&source).await?;
+            if open.iter().map(|t| t.units).sum::<u64>() < state.in_transfer {
+                return Ok(false);
+            }
+            for t in open {
                 let generation = super::mover::target_generation(&t.xid, meta.generation);
                 let target = BucketRef::new(&meta.spec.id, generation, t.target);
                 if self.store.delivered(&target, &t.xid).await? {
@@ -165,7 +177,7 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Every bucket's state under the event's current layout.
@@ -180,17 +192,25 @@ impl<S: Store> Engine<S> {
     /// The event with its buckets, read now.
     pub async fn view(&self, event: &EventId) -> Result<EventView, EngineError> {
         let mut meta = self.meta(event).await?;
-        for _ in 0..3 {
+        let mut moved = 0;
+        let mut tries = 0;
+        while tries < 3 {
             let states = match self.bucket_states(&meta).await {
                 Ok(mut states) => self
                     .count_delivered_once(&meta, &mut states)
                     .await
-                    .map(|()| states),
+                    .map(|once| (once, states)),
                 Err(e) => Err(e),
             };
             match states {
-                Ok(states) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
-                Err(StoreError::Stale(_)) => meta = self.settled(event).await?,
+                // A transfer moved while the buckets were read: again (a
+                // mover's step is short; past a few, the read stands).
+                Ok((false, _)) if moved < MOVED_RETRIES => moved += 1,
+                Ok((_, states)) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
+                Err(StoreError::Stale(_)) => {
+                    meta = self.settled(event).await?;
+                    tries += 1;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
