@@ -61,6 +61,20 @@ fn up() -> Topology {
     )
     .unwrap();
     let port = |_: u8| free_port().to_string();
+    // up.sh starts its Redis servers on consecutive ports from the base, each
+    // with a bus port 10000 above: all of them must be free, not only the
+    // first (CI once lost the second to another process).
+    let free_run = |n: u16| loop {
+        let base = free_port();
+        let all_free = (0..n).all(|i| {
+            [base + i, base + i + 10_000]
+                .iter()
+                .all(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        });
+        if base < 55_000 - n && all_free {
+            break base;
+        }
+    };
     let out = Command::new("bash")
         .arg(Path::new(REPO).join("deploy/local/up.sh"))
         .envs([
@@ -76,7 +90,7 @@ fn up() -> Topology {
             ),
             ("RESET_DB", "1".to_owned()),
             ("BASE_PORT", port(0)),
-            ("REDIS_BASE_PORT", port(1)),
+            ("REDIS_BASE_PORT", free_run(8).to_string()),
             ("PROM_PORT", port(2)),
         ])
         .output()
