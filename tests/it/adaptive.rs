@@ -171,6 +171,25 @@ async fn buyers<S: Store>(
 }
 
 /// Units the answers in `log` sold.
+/// [`buyers`] in a task of their own, until the returned gate is cancelled.
+fn gated_buyers<S: Store>(
+    engine: &Arc<Engine<S>>,
+    id: &EventId,
+    log: &Log,
+    tag: String,
+    pause: Duration,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let gate = CancellationToken::new();
+    let (engine, id, log, until) = (engine.clone(), id.clone(), log.clone(), gate.clone());
+    let buying = tokio::spawn(async move {
+        buyers(&engine, &id, &log, &tag, 16, pause, move |_| {
+            until.is_cancelled()
+        })
+        .await
+    });
+    (gate, buying)
+}
+
 fn sold(log: &Log) -> u64 {
     log.lock()
         .unwrap()
@@ -313,22 +332,7 @@ async fn a_sale_grows_from_one_bucket_and_shrinks_back_while_selling<S: Store>(e
         move || counts.lock().unwrap().iter().copied().max().unwrap_or(1)
     };
     for (pause, done) in [(Duration::from_millis(10), 0u8), (Duration::ZERO, 1)] {
-        let gate = CancellationToken::new();
-        let buying = {
-            let (engine, id, log, gate) = (engine.clone(), id.clone(), log.clone(), gate.clone());
-            tokio::spawn(async move {
-                buyers(
-                    &engine,
-                    &id,
-                    &log,
-                    &format!("hot{done}"),
-                    16,
-                    pause,
-                    move |_| gate.is_cancelled(),
-                )
-                .await
-            })
-        };
+        let (gate, buying) = gated_buyers(&engine, &id, &log, format!("hot{done}"), pause);
         let started = Instant::now();
         loop {
             // From the answers: the view counts units in flight between
@@ -426,22 +430,7 @@ async fn a_quiet_event_turning_hot_wakes_the_leader<S: Store>(engine: Engine<S>)
     // The loop's first round, before any traffic: nothing to lead.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log: Log = Arc::default();
-    let gate = CancellationToken::new();
-    let buying = {
-        let (engine, id, log, gate) = (engine.clone(), id.clone(), log.clone(), gate.clone());
-        tokio::spawn(async move {
-            buyers(
-                &engine,
-                &id,
-                &log,
-                "hot",
-                16,
-                Duration::from_millis(10),
-                move |_| gate.is_cancelled(),
-            )
-            .await
-        })
-    };
+    let (gate, buying) = gated_buyers(&engine, &id, &log, "hot".into(), Duration::from_millis(10));
     let started = Instant::now();
     let buckets = loop {
         let meta = engine.store().load_meta(&id).await.unwrap().unwrap();
