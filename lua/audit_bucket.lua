@@ -10,7 +10,8 @@ Returns "ST" (no bucket) or
 {stock, adds, sealed (0/1), last generated stream id ('0-0' if none),
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
- {id, kind, qty, …} the first ARGV[1] records still in the stream (not yet flushed),
+ {id, kind, qty, …} the first ARGV[1] entries still in the stream (not yet flushed;
+   a purchase call's entry of many orders is one, kind o, qty their sum),
  the server's clock at the read, in ms,
  units in live holds}
 Atomic so that a purchase, cancel or take (which change the stock and the
@@ -47,7 +48,18 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     if info[i] == 'last-generated-id' then last = info[i + 1] end
   end
   for _, entry in ipairs(redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', tonumber(ARGV[1]))) do
-    local kind, qty = string.match(entry[2][2] or '', '^(%a)|[^|]*|[^|]*|([^|]*)|')
+    local f = entry[2]
+    local kind, qty
+    if f[1] == 'd' then
+      kind, qty = string.match(f[2] or '', '^(%a)|[^|]*|[^|]*|([^|]*)|')
+    else
+      -- A purchase call's orders: order id -> index entry "S|user|qty|…".
+      kind, qty = 'o', 0
+      for i = 2, #f, 2 do
+        qty = qty + (tonumber(string.match(f[i], '^%a|[^|]*|(%d+)|')) or 0)
+      end
+      qty = tostring(qty)
+    end
     -- Never a nil in the table (it would shift every later record).
     records[#records + 1] = entry[1]
     records[#records + 1] = kind or '?'

@@ -5,8 +5,11 @@ KEYS[1] ss:{e#g#b}:stock   remaining units (string integer); missing = no such b
 KEYS[2] ss:{e#g#b}:users   HASH user -> units held (bought + reserved), users homed
                            here; kept only for events with a per-user limit
 KEYS[3] ss:{e#g#b}:reqs    HASH request id -> outcome record
-KEYS[4] ss:{e#g#b}:orders  STREAM of order records, one field d = "o|oid|user|q|b|h|rid|t"
-                           (a held order's ends "|pay_by")
+KEYS[4] ss:{e#g#b}:orders  STREAM of order records: what this script buys, one entry
+                           per call (per run of buyers between replays) with a
+                           field per order, its order id = its index entry
+                           (domain::stream: the flusher reads them as records
+                           of kind o, home and bucket b)
 KEYS[5] ss:{e#g#b}:idx     HASH order id -> order entry "C|user|q|b|rid|t"
 KEYS[6] ss:{e#g#b}:sealed  exists once the bucket is sealed (closed, resharded)
 KEYS[7] ss:{e#g#b}:demand  units asked for by buyers homed here (the rebalancer's signal)
@@ -31,14 +34,15 @@ range of ARGV: no Lua table, no string built):
                                         on the fast path "B|q|oid|b|0"
   ARGV[6 + 2n + 2i - 1], [6 + 2n + 2i]  order id, and its index entry
                                         "C|user|q|b|rid|now"
-  ARGV[6 + 4n + i]                      the stream record "o|oid|user|q|b|b|rid|now"
-  ARGV[6 + 5n + i]                      user
-  ARGV[6 + 6n + i]                      qty
+                                        (its stream record too: the pair is
+                                        the order's field in the stream entry)
+  ARGV[6 + 4n + i]                      user
+  ARGV[6 + 5n + i]                      qty
   only when ARGV[4] is "0":
-  ARGV[6 + 7n + i]                      limit (0 = none)
-  ARGV[6 + 8n + i]                      keep (1 = store the outcome)
+  ARGV[6 + 6n + i]                      limit (0 = none)
+  ARGV[6 + 7n + i]                      keep (1 = store the outcome)
 Events with holds (hold_seconds) add a last column: n queue entries
-"pay_by|oid"; their stream records end "|pay_by" and their index entries are
+"pay_by|oid"; their index entries (and so their stream records) are
 "H|user|q|b|rid|now|pay_by" (built by the caller). Without it (and
 KEYS[11..13]) the script runs as it always did.
 
@@ -74,8 +78,9 @@ What a call costs Redis. Most calls buy every entry they carry, but for
 replays (fresh request ids, stock left, limits not reached): after one MGET
 (stock, sealed, the sold-out mark and its epoch) and one HMGET of the
 request records (and one of the per-user counts, with a limit), they write
-with one XADD per order and one HSET per hash for each run of buyers between
-replays, and one DECRBY / INCRBY for the whole call. Any other call — a
+with one XADD (an entry holding every order of the run: field order id,
+value its index entry, the same arguments as the index's HSET) and one HSET
+per hash for each run of buyers between replays, and one DECRBY / INCRBY for the whole call. Any other call — a
 refusal, a bucket short of stock, entries without request ids — runs entry
 by entry, each seeing what the ones before it did (a
 request id sent twice, a user buying twice), with the records the fast path
@@ -97,9 +102,9 @@ end
 local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local uniform, limit = ARGV[4] == '1', tonumber(ARGV[5])
 local fast = uniform
-local R, O, X, U, Q = 6, 6 + 2 * n, 6 + 4 * n, 6 + 5 * n, 6 + 6 * n
-local L, K = 6 + 7 * n, 6 + 8 * n
-local hbase = uniform and L or 6 + 9 * n
+local R, O, U, Q = 6, 6 + 2 * n, 6 + 4 * n, 6 + 5 * n
+local L, K = 6 + 6 * n, 6 + 7 * n
+local hbase = uniform and L or 6 + 8 * n
 local holds = #ARGV > hbase
 local stock = tonumber(v[1])
 local out = {}
@@ -148,8 +153,8 @@ if fast then
         while j < n and not got[2 * j + 1] do
           j = j + 1
         end
+        redis.call('XADD', KEYS[4], '*', unpack(ARGV, O + 2 * i - 1, O + 2 * j))
         for k = i, j do
-          redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + k])
           stock = stock - tonumber(ARGV[Q + k])
           out[2 * k - 1], out[2 * k] = 'B', stock
           if limit > 0 then
@@ -215,7 +220,7 @@ for i = 1, n do
     stock = stock - qty
     sold = sold + qty
     if lim > 0 then redis.call('HINCRBY', KEYS[2], user, qs) end
-    redis.call('XADD', KEYS[4], '*', 'd', ARGV[X + i])
+    redis.call('XADD', KEYS[4], '*', oid, ARGV[O + 2 * i])
     redis.call('HSET', KEYS[5], oid, ARGV[O + 2 * i])
     if keep then
       redis.call('HSET', KEYS[3], rid, brec)

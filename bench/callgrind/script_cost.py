@@ -2,9 +2,12 @@
 
     python3 script_cost.py setup|run PORT SCRIPT FORMAT CALLS N [LIMIT]
 
-FORMAT is the argument layout of the script under test: `columns` (today's
-purchase.lua) or `rows` (the layout before issue 12: ten values per entry,
-e.g. `git show 8fc5f01:lua/purchase.lua`). `setup` fills one bucket as a sale
+FORMAT is the argument layout of the script under test: `orders` (today's
+purchase.lua: one stream entry per call, its fields the index's order id and
+entry pairs), `columns` (before the orders of a call shared an entry: a
+column of stream records, `git show 89f010d:lua/purchase.lua`) or `rows`
+(the layout before issue 12: ten values per entry, e.g.
+`git show 8fc5f01:lua/purchase.lua`). `setup` fills one bucket as a sale
 leaves it (hashes past their listpack size); `run` sends CALLS calls of N
 one-unit purchases by random users with fresh request ids, pipelined. The
 same seed gives the same calls, so two scripts get the same work.
@@ -48,7 +51,9 @@ for c in range(calls):
             args += [rid, f"B|1|{oid}|0|0"]
         for u, rid, oid, _, ientry in entries:
             args += [oid, ientry]
-        args += [e[3] for e in entries] + [e[0] for e in entries] + [1] * n
+        if fmt == "columns":
+            args += [e[3] for e in entries]
+        args += [e[0] for e in entries] + [1] * n
     p.evalsha(sha, len(keys), *keys, *args)
     if c % 100 == 99:
         assert all(isinstance(x, list) for x in p.execute())

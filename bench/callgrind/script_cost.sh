@@ -3,7 +3,9 @@
 # (repeatable whatever else the machine does, unlike time):
 #
 #   bench/callgrind/script_cost.sh SCRIPT FORMAT CALLS N [LIMIT]
-#   bench/callgrind/script_cost.sh lua/purchase.lua columns 800 2
+#   bench/callgrind/script_cost.sh lua/purchase.lua orders 800 2
+#   git show 89f010d:lua/purchase.lua > /tmp/columns.lua
+#   bench/callgrind/script_cost.sh /tmp/columns.lua columns 800 2
 #   git show 8fc5f01:lua/purchase.lua > /tmp/old.lua
 #   bench/callgrind/script_cost.sh /tmp/old.lua rows 800 2
 #

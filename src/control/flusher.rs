@@ -192,7 +192,7 @@ impl<S: Store> Flusher<S> {
         let n = buckets.len();
         for i in 0..n {
             let b = &buckets[(self.cursor + i) % n];
-            let left = self.opts.batch - batch.len();
+            let left = self.opts.batch.saturating_sub(batch.len());
             if left == 0 {
                 unfinished.push(b.clone());
                 continue;
@@ -217,11 +217,15 @@ impl<S: Store> Flusher<S> {
             if entries.is_empty() {
                 continue;
             }
-            if entries.len() == left {
+            // The stream's entries: a purchase call's orders share one (its
+            // parts, which come together), and a read counts entries.
+            let mut ids: Vec<StreamId> = entries.iter().map(|e| e.id).collect();
+            ids.dedup();
+            if ids.len() >= left {
                 unfinished.push(b.clone());
             }
-            self.lag.read(b, entries.len() as u64);
-            read.push((b.clone(), entries.iter().map(|e| e.id).collect()));
+            self.lag.read(b, ids.len() as u64);
+            read.push((b.clone(), ids));
             let stream = b.name();
             batch.extend(entries.into_iter().map(|entry| FlushRecord {
                 stream: stream.clone(),

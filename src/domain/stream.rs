@@ -3,9 +3,13 @@
 //! Every step that changes who owns units (a purchase, a saga's take or its
 //! undo, a cancel, a closed bucket's leftover) appends one entry to the bucket's
 //! stream in the same atomic step. The flusher carries the entries to the ledger,
-//! the audit counts the ones not flushed yet. In Redis an entry is a stream
-//! record with one field `d` holding [`StreamEntry::data`]; the memory store
-//! keeps the decoded value.
+//! the audit counts the ones not flushed yet. In Redis a record is either a
+//! stream entry with one field `d` holding [`StreamEntry::data`], or — the
+//! orders a purchase call buys at home — one entry holding them all, a field
+//! per order: its order id, valued with its index entry
+//! ([`StreamEntry::from_order`]). Such an entry's orders are its *parts*,
+//! numbered from 0 in field order; a record is keyed by its entry's id and
+//! its part. The memory store keeps the decoded values.
 
 /// What a stream entry says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,6 +108,9 @@ pub struct StreamEntry {
     /// An order record of a purchase taken as a hold: its pay-by deadline
     /// (unix ms). `None` on every other record.
     pub pay_by: Option<i64>,
+    /// Its place among the orders of one stream entry (0 for a `d` record):
+    /// with [`StreamEntry::id`], the record's key in the ledger.
+    pub part: u32,
 }
 
 impl StreamEntry {
@@ -111,41 +118,22 @@ impl StreamEntry {
     /// `kind|order id|user|qty|bucket|home|rid|at`, then `|pay_by` when the
     /// order is held (the id is the stream's).
     pub fn data(&self) -> String {
-        Self::encode(
-            self.kind,
-            &self.order_id,
-            &self.user,
+        use std::fmt::Write;
+        let mut data =
+            String::with_capacity(self.order_id.len() + self.user.len() + self.rid.len() + 48);
+        let _ = write!(
+            data,
+            "{}|{}|{}|{}|{}|{}|{}|{}",
+            self.kind.code(),
+            self.order_id,
+            self.user,
             self.qty,
             self.bucket,
             self.home,
-            &self.rid,
-            self.at_ms,
-            self.pay_by,
-        )
-    }
-
-    /// [`StreamEntry::data`] from borrowed parts (the hot path builds a
-    /// purchase's record without an entry to hold copies of them).
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode(
-        kind: RecordKind,
-        order_id: &str,
-        user: &str,
-        qty: u64,
-        bucket: u32,
-        home: u32,
-        rid: &str,
-        at_ms: i64,
-        pay_by: Option<i64>,
-    ) -> String {
-        use std::fmt::Write;
-        let mut data = String::with_capacity(order_id.len() + user.len() + rid.len() + 48);
-        let _ = write!(
-            data,
-            "{}|{order_id}|{user}|{qty}|{bucket}|{home}|{rid}|{at_ms}",
-            kind.code()
+            self.rid,
+            self.at_ms
         );
-        if let Some(pay_by) = pay_by {
+        if let Some(pay_by) = self.pay_by {
             let _ = write!(data, "|{pay_by}");
         }
         data
@@ -177,6 +165,42 @@ impl StreamEntry {
             rid: rid.to_owned(),
             at_ms: at_ms.parse().ok()?,
             pay_by,
+            part: 0,
+        })
+    }
+
+    /// Order `part` of a purchase call's entry `id`: a field named by the
+    /// order id, whose value is the order's index entry as its home bucket
+    /// keeps it, `S|user|qty|bucket|rid|at` (`S` = `C`, or `H` and
+    /// `|pay_by` for a hold; see `OrderEntry`). An order bought at home:
+    /// its home is its bucket, its rid the client's (empty for an internal
+    /// one, which the ledger does not keep).
+    pub fn from_order(id: StreamId, part: u32, order_id: &str, entry: &str) -> Option<Self> {
+        let mut f = entry.split('|');
+        let mut next = || f.next();
+        let (state, user, qty, bucket, rid, at_ms) =
+            (next()?, next()?, next()?, next()?, next()?, next()?);
+        let pay_by = match (state, next()) {
+            ("C", None) => None,
+            ("H", Some(p)) => Some(p.parse().ok()?),
+            _ => return None,
+        };
+        if next().is_some() {
+            return None;
+        }
+        let bucket = bucket.parse().ok()?;
+        Some(Self {
+            id,
+            kind: RecordKind::Order,
+            order_id: order_id.to_owned(),
+            user: user.to_owned(),
+            qty: qty.parse().ok()?,
+            bucket,
+            home: bucket,
+            rid: rid.to_owned(),
+            at_ms: at_ms.parse().ok()?,
+            pay_by,
+            part,
         })
     }
 }
@@ -198,6 +222,7 @@ mod tests {
             rid: "u-1/r".into(),
             at_ms: 17,
             pay_by: None,
+            part: 0,
         };
         assert_eq!(entry.data(), "v|e.1.2|u-1|3|2|0|u-1/r|17");
         assert_eq!(
@@ -216,6 +241,39 @@ mod tests {
             StreamEntry::from_data(StreamId::default(), "o|a|u|1|0|0||5|x"),
             None
         );
+    }
+
+    #[test]
+    fn an_order_of_a_purchase_call_is_read_from_its_index_entry() {
+        let id = StreamId { ms: 9, seq: 2 };
+        let order = StreamEntry::from_order(id, 3, "e.1.2", "C|u-1|2|5|u-1/r|17").unwrap();
+        assert_eq!(
+            order,
+            StreamEntry {
+                id,
+                kind: RecordKind::Order,
+                order_id: "e.1.2".into(),
+                user: "u-1".into(),
+                qty: 2,
+                bucket: 5,
+                home: 5,
+                rid: "u-1/r".into(),
+                at_ms: 17,
+                pay_by: None,
+                part: 3,
+            }
+        );
+        let held = StreamEntry::from_order(id, 0, "e.1.3", "H|u-1|1|5||17|900").unwrap();
+        assert_eq!((held.pay_by, held.rid.as_str()), (Some(900), ""));
+        for bad in [
+            "C|u-1|2|5|u-1/r|17|900",
+            "H|u-1|2|5|u-1/r|17",
+            "X|u-1|2|5|u-1/r|17",
+            "C|u-1|two|5|u-1/r|17",
+            "C|u-1|2|5",
+        ] {
+            assert_eq!(StreamEntry::from_order(id, 0, "e.1.2", bad), None, "{bad}");
+        }
     }
 
     #[test]

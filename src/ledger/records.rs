@@ -3,13 +3,14 @@
 //! A record is one row of `order_records`, keyed by its stream id — the
 //! stream named by its number in `ledger_streams` (given once per stream, on
 //! its first batch, and remembered by the `Ledger` after that commit), the
-//! entry by `<ms>-<seq>`. On PostgreSQL a batch is one binary `COPY`; on
+//! entry by `<ms>-<seq>` — and its part (its place among the orders of one
+//! purchase call's entry, 0 for any other). On PostgreSQL a batch is one binary `COPY`; on
 //! SQLite multi-row `VALUES` (the portable path).
 //!
 //! Fast inserts are plain: a duplicate key fails the statement, and the caller
 //! writes the batch again with `careful` set, which skips the records already
 //! there (`ON CONFLICT DO NOTHING`; on PostgreSQL one `INSERT … SELECT FROM
-//! UNNEST(…)` of twelve arrays) and says which were new (`RETURNING`).
+//! UNNEST(…)` of thirteen arrays) and says which were new (`RETURNING`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +19,7 @@ use sqlx::{Any, AssertSqlSafe, Postgres, Row, Transaction};
 use super::LedgerError;
 use super::apply::FlushRecord;
 
-/// Rows per multi-row INSERT on SQLite (12 parameters a row), largest
+/// Rows per multi-row INSERT on SQLite (13 parameters a row), largest
 /// first. A batch is cut into statements of these sizes only, so every
 /// statement is one of five texts the connection has prepared before: cut
 /// into "whatever was left" instead, nearly every batch had a statement of
@@ -39,7 +40,7 @@ fn chunked<T>(mut rows: &[T]) -> Vec<&[T]> {
     out
 }
 
-const COLUMNS: &str = "stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms";
+const COLUMNS: &str = "stream_no, ms, seq, part, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms";
 
 fn placeholders(rows: usize, cols: usize) -> String {
     (0..rows)
@@ -144,15 +145,20 @@ fn keyed<'a>(
                 .ok_or_else(|| LedgerError::Data(format!("stream {} has no number", r.stream)))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    out.sort_unstable_by_key(|(n, r)| (*n, r.entry.id));
+    out.sort_unstable_by_key(|(n, r)| (*n, r.entry.id, r.entry.part));
     Ok(out)
 }
 
-/// A record's key as `RETURNING stream_no, ms, seq` gives it.
-type Key = (i64, i64, i64);
+/// A record's key as `RETURNING stream_no, ms, seq, part` gives it.
+type Key = (i64, i64, i64, i64);
 
 fn key_of(n: i64, r: &FlushRecord) -> Key {
-    (n, r.entry.id.ms as i64, r.entry.id.seq as i64)
+    (
+        n,
+        r.entry.id.ms as i64,
+        r.entry.id.seq as i64,
+        i64::from(r.entry.part),
+    )
 }
 
 /// The records of `rows` whose keys `returned` lists (all of them when `None`).
@@ -175,11 +181,12 @@ fn copy_data(rows: &[(i64, &FlushRecord)]) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // header extension
     for (no, r) in rows {
         let e = &r.entry;
-        out.extend_from_slice(&12i16.to_be_bytes());
+        out.extend_from_slice(&13i16.to_be_bytes());
         for n in [
             *no,
             e.id.ms as i64,
             e.id.seq as i64,
+            i64::from(e.part),
             e.qty as i64,
             i64::from(e.bucket),
             i64::from(e.home),
@@ -238,7 +245,7 @@ pub(super) async fn insert_pg<'a>(
         return Ok(new_ones(rows, None));
     }
     let n = rows.len();
-    let mut ints: [Vec<i64>; 7] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut ints: [Vec<i64>; 8] = std::array::from_fn(|_| Vec::with_capacity(n));
     let mut texts: [Vec<&str>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
     let mut pay_by: Vec<Option<i64>> = Vec::with_capacity(n);
     for (no, r) in &rows {
@@ -247,6 +254,7 @@ pub(super) async fn insert_pg<'a>(
             *no,
             e.id.ms as i64,
             e.id.seq as i64,
+            i64::from(e.part),
             e.qty as i64,
             i64::from(e.bucket),
             i64::from(e.home),
@@ -266,19 +274,20 @@ pub(super) async fn insert_pg<'a>(
         }
         pay_by.push(e.pay_by);
     }
-    let [stream_no, ms, seq, qty, bucket, home, at] = ints;
+    let [stream_no, ms, seq, part, qty, bucket, home, at] = ints;
     let [kind, order, user, rid] = texts;
-    const PLAIN: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
-         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-         $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[])";
-    const SKIPPING: &str = "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
-         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
-         $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[]) \
-         ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq";
+    const PLAIN: &str = "INSERT INTO order_records (stream_no, ms, seq, part, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
+         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], \
+         $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[])";
+    const SKIPPING: &str = "INSERT INTO order_records (stream_no, ms, seq, part, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id, pay_by_ms) \
+         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], \
+         $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]) \
+         ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq, part";
     let q = sqlx::query(if careful { SKIPPING } else { PLAIN })
         .bind(stream_no)
         .bind(ms)
         .bind(seq)
+        .bind(part)
         .bind(qty)
         .bind(bucket)
         .bind(home)
@@ -296,7 +305,14 @@ pub(super) async fn insert_pg<'a>(
         .fetch_all(&mut **tx)
         .await?
         .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .map(|row| {
+            Ok((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+            ))
+        })
         .collect::<Result<HashSet<Key>, sqlx::Error>>()?;
     Ok(new_ones(rows, Some(returned)))
 }
@@ -313,10 +329,10 @@ pub(super) async fn insert_any<'a>(
     for chunk in chunked(&rows) {
         let mut sql = format!(
             "INSERT INTO order_records ({COLUMNS}) VALUES {}",
-            anonymous(chunk.len(), 12)
+            anonymous(chunk.len(), 13)
         );
         if careful {
-            sql.push_str(" ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq");
+            sql.push_str(" ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq, part");
         }
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for (no, r) in chunk {
@@ -325,6 +341,7 @@ pub(super) async fn insert_any<'a>(
                 .bind(*no)
                 .bind(e.id.ms as i64)
                 .bind(e.id.seq as i64)
+                .bind(i64::from(e.part))
                 .bind(e.qty as i64)
                 .bind(i64::from(e.bucket))
                 .bind(i64::from(e.home))
@@ -341,7 +358,12 @@ pub(super) async fn insert_any<'a>(
             }
             Some(keys) => {
                 for row in q.fetch_all(&mut **tx).await? {
-                    keys.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                    keys.insert((
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                    ));
                 }
             }
         }

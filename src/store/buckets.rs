@@ -37,6 +37,8 @@ impl PurchaseEntry {
     /// The stream entry a purchase in `bucket` (its home) appends; the stream
     /// gives it its id. A held order's carries its deadline (`pay_by`): the
     /// one record says both that units were sold and until when they wait.
+    /// Its rid is the client's only (an internal one is not kept: the
+    /// ledger has no use for it, and Redis's record is the index entry).
     pub fn stream_entry(&self, bucket: u32, now_ms: i64) -> StreamEntry {
         StreamEntry {
             id: StreamId::default(),
@@ -46,29 +48,20 @@ impl PurchaseEntry {
             qty: u64::from(self.qty),
             bucket,
             home: bucket,
-            rid: self.rid.clone(),
+            rid: if self.keep {
+                self.rid.clone()
+            } else {
+                String::new()
+            },
             at_ms: now_ms,
             pay_by: self.pay_by,
+            part: 0,
         }
     }
 
-    /// [`PurchaseEntry::stream_entry`]'s `d` field, built from this entry's
-    /// strings without copying them into a [`StreamEntry`] first.
-    pub fn stream_data(&self, bucket: u32, now_ms: i64) -> String {
-        StreamEntry::encode(
-            RecordKind::Order,
-            self.order_id.as_str(),
-            self.user.as_str(),
-            u64::from(self.qty),
-            bucket,
-            bucket,
-            &self.rid,
-            now_ms,
-            self.pay_by,
-        )
-    }
-
-    /// [`PurchaseEntry::order_entry`] encoded, likewise.
+    /// [`PurchaseEntry::order_entry`] encoded from this entry's strings
+    /// without copying them into an [`OrderEntry`] first. On Redis it is
+    /// the order's stream record too (`domain::stream`).
     pub fn index_data(&self, bucket: u32, now_ms: i64) -> String {
         OrderEntry::encode_parts(
             if self.pay_by.is_some() {
@@ -369,7 +362,17 @@ mod tests {
                 order_id: OrderId::generate(&event, 7),
                 pay_by,
             };
-            assert_eq!(e.stream_data(3, 5), e.stream_entry(3, 5).data());
+            // What Redis's stream holds for the order is what the memory
+            // store keeps.
+            assert_eq!(
+                StreamEntry::from_order(
+                    StreamId::default(),
+                    0,
+                    e.order_id.as_str(),
+                    &e.index_data(3, 5)
+                ),
+                Some(e.stream_entry(3, 5))
+            );
             assert_eq!(e.index_data(3, 5), e.order_entry(3, 5).encode());
             assert_eq!(
                 RequestRecord::encode_bought(e.qty, &e.order_id, 3, 0),

@@ -163,6 +163,7 @@ fn records(event: &EventId, orders: usize, streams: u32) -> Vec<FlushRecord> {
                     rid: format!("{user}/r-{n}"),
                     at_ms: (start_ms + n / u64::from(streams)) as i64,
                     pay_by: None,
+                    part: 0,
                 },
             }
         })

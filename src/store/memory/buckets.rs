@@ -96,6 +96,7 @@ fn saga_entry(kind: RecordKind, index: u32, now_ms: i64, a: &TakeArgs) -> Stream
         rid: a.rid.clone(),
         at_ms: now_ms,
         pay_by: None,
+        part: 0,
     }
 }
 
@@ -269,6 +270,7 @@ impl Buckets for MemoryStore {
                             rid,
                             at_ms: pay_by,
                             pay_by: None,
+                            part: 0,
                         });
                     }
                     Some(RequestRecord::Bought {
@@ -393,6 +395,7 @@ impl Buckets for MemoryStore {
                 rid: String::new(),
                 at_ms: now_ms,
                 pay_by: None,
+                part: 0,
             });
             CancelReply::Cancelled(before)
         })

@@ -39,6 +39,7 @@ impl Bucket {
             rid: after.request_id.clone(),
             at_ms: now_ms,
             pay_by: None,
+            part: 0,
         });
         Some(after)
     }
@@ -93,6 +94,7 @@ impl Holds for MemoryStore {
                     rid: after.request_id.clone(),
                     at_ms: now_ms,
                     pay_by: None,
+                    part: 0,
                 });
                 return ConfirmReply::Confirmed(after);
             }

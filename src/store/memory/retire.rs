@@ -55,6 +55,7 @@ impl Retirement for MemoryStore {
                     rid: String::new(),
                     at_ms: now_ms,
                     pay_by: None,
+                    part: 0,
                 });
             }
             Some(units)

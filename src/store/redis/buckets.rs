@@ -51,7 +51,7 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
     let total: u64 = entries.iter().map(|e| u64::from(e.qty)).sum();
     let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
-    let columns = if uniform { 7 } else { 9 } + usize::from(holds);
+    let columns = if uniform { 6 } else { 8 } + usize::from(holds);
     let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
     args.extend([
         Value::Integer(now_ms),
@@ -74,11 +74,6 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
         args.push(Value::from(e.order_id.as_str()));
         args.push(Value::from(e.index_data(b, now_ms)));
     }
-    args.extend(
-        entries
-            .iter()
-            .map(|e| Value::from(e.stream_data(b, now_ms))),
-    );
     args.extend(entries.iter().map(|e| Value::from(e.user.as_str())));
     args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
     if !uniform {
@@ -273,6 +268,7 @@ impl Buckets for RedisStore {
                     rid: if a.keep { a.rid.clone() } else { String::new() },
                     at_ms: pay_by,
                     pay_by: None,
+                    part: 0,
                 };
                 keys.extend([k.holds, k.hunits, k.orders]);
                 args.extend([pay_by.to_string(), record.data()]);

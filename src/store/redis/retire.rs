@@ -81,12 +81,12 @@ impl Retirement for RedisStore {
                     )
                 })
                 .await?;
-            let more = raw
-                .into_array()
-                .into_iter()
-                .map(super::streams::stream_entry)
-                .collect::<Result<Vec<_>, _>>()?;
-            page = more.len();
+            let raw = raw.into_array();
+            page = raw.len();
+            let mut more = Vec::with_capacity(page);
+            for entry in raw {
+                super::streams::stream_entry(entry, &mut more)?;
+            }
             audit
                 .entries
                 .extend(more.into_iter().map(|e| (e.id, e.kind, e.qty)));

@@ -27,7 +27,11 @@ impl Streams for RedisStore {
             claim_idle_ms.map_or_else(String::new, |ms| ms.to_string()),
         ];
         let v = self.eval(&self.scripts.stream_read, keys, args).await?;
-        v.into_array().into_iter().map(stream_entry).collect()
+        let mut out = Vec::new();
+        for entry in v.into_array() {
+            stream_entry(entry, &mut out)?;
+        }
+        Ok(out)
     }
 
     async fn stream_ack(&self, bucket: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
@@ -74,7 +78,11 @@ impl RedisStore {
             Err(StoreError::Protocol(e)) if e.contains("NOGROUP") => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        new_entries(reply)?.into_iter().map(stream_entry).collect()
+        let mut out = Vec::new();
+        for entry in new_entries(reply)? {
+            stream_entry(entry, &mut out)?;
+        }
+        Ok(out)
     }
 }
 
@@ -98,10 +106,12 @@ fn new_entries(reply: Value) -> Result<Vec<Value>, StoreError> {
     }
 }
 
-/// `{id, {"d", data, …}}` from XREADGROUP / XAUTOCLAIM. The flusher decodes
-/// every record it carries to the ledger: the id and the data are read from
-/// the reply's own buffers, not copied out first.
-pub(super) fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
+/// The records of `{id, fields}` from XREADGROUP / XAUTOCLAIM / XRANGE,
+/// appended to `out`: one for a `{"d", data}` entry, one per order for a
+/// purchase call's `{order id, index entry, …}` (see `domain::stream`). The
+/// flusher decodes every record it carries to the ledger: the id and the
+/// fields are read from the reply's own buffers, not copied out first.
+pub(super) fn stream_entry(v: Value, out: &mut Vec<StreamEntry>) -> Result<(), StoreError> {
     let Value::Array(parts) = v else {
         return Err(super::protocol("[id, fields]", &v));
     };
@@ -120,13 +130,30 @@ pub(super) fn stream_entry(v: Value) -> Result<StreamEntry, StoreError> {
         Value::Array(fields) => fields,
         other => other.into_array(),
     };
-    let data = fields
-        .chunks(2)
-        .find_map(|pair| match pair {
-            [k, v] if k.as_str().as_deref() == Some("d") => v.as_str(),
-            _ => None,
-        })
-        .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id} has no d field")))?;
-    StreamEntry::from_data(id, &data)
-        .ok_or_else(|| StoreError::Protocol(format!("stream entry {raw_id}: {data:?}")))
+    let bad = |what: &str| StoreError::Protocol(format!("stream entry {raw_id}: {what}"));
+    if fields.len() % 2 != 0 || fields.is_empty() {
+        return Err(bad("fields expected in pairs"));
+    }
+    if field(&fields[0], &bad)? == "d" {
+        let data = field(&fields[1], &bad)?;
+        out.push(StreamEntry::from_data(id, &data).ok_or_else(|| bad(&format!("{data:?}")))?);
+        return Ok(());
+    }
+    for (part, pair) in fields.chunks(2).enumerate() {
+        let (order, entry) = (field(&pair[0], &bad)?, field(&pair[1], &bad)?);
+        out.push(
+            StreamEntry::from_order(id, part as u32, &order, &entry)
+                .ok_or_else(|| bad(&format!("order {order:?}: {entry:?}")))?,
+        );
+    }
+    Ok(())
+}
+
+/// A field of a stream entry, as text.
+fn field<'a>(
+    v: &'a Value,
+    bad: &impl Fn(&str) -> StoreError,
+) -> Result<std::borrow::Cow<'a, str>, StoreError> {
+    v.as_str()
+        .ok_or_else(|| bad("a field that is not a string"))
 }
