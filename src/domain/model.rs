@@ -374,6 +374,9 @@ pub struct BucketState {
     pub demand: u64,
     /// Units in live holds of buyers homed here (taken: not in `stock`).
     pub held: u64,
+    /// Sealed (by a reshard or a close): its units, if any are left, are not
+    /// for sale here, so a read of it under an on-sale layout is stale.
+    pub sealed: bool,
 }
 
 /// The outcome of a request id, stored in the home bucket so a retry gets the same answer.

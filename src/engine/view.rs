@@ -180,13 +180,23 @@ impl<S: Store> Engine<S> {
         Ok(true)
     }
 
-    /// Every bucket's state under the event's current layout.
+    /// Every bucket's state under the event's current layout. `Stale` when
+    /// the layout is on sale but a bucket of it is sealed: the meta was read
+    /// before a reshard retired that layout (its units are in the new one;
+    /// counted here they would read as sold).
     pub async fn bucket_states(&self, meta: &EventMeta) -> Result<Vec<BucketState>, StoreError> {
-        try_join_all((0..meta.spec.buckets).map(|b| {
+        let states = try_join_all((0..meta.spec.buckets).map(|b| {
             let bucket = Self::bucket(meta, b);
             async move { self.store.bucket_state(&bucket).await }
         }))
-        .await
+        .await?;
+        if meta.status == EventStatus::OnSale && states.iter().any(|s| s.sealed) {
+            return Err(StoreError::Stale(format!(
+                "layout {} of {}",
+                meta.generation, meta.spec.id
+            )));
+        }
+        Ok(states)
     }
 
     /// The event with its buckets, read now.

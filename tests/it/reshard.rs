@@ -37,6 +37,7 @@ on_every_backend!(
     a_close_racing_the_start_of_a_reshard_ends_closed,
     a_close_cut_off_mid_way_is_finished_by_the_leader,
     a_reshard_during_the_leaders_prune_keeps_its_layout,
+    a_view_from_a_layout_another_instance_retired_reads_the_new_one,
 );
 
 /// An event of `stock` units in `buckets` buckets, in the ledger and the store.
@@ -466,4 +467,21 @@ async fn a_reshard_during_the_leaders_prune_keeps_its_layout<S: Store>(engine: E
     );
     assert_eq!(sell_the_rest(&engine, &id).await, 40);
     assert_balanced(&engine, &ledger, &id).await;
+}
+
+/// An instance that cached the event's meta before another instance
+/// resharded it reads the old layout's buckets: sealed, their units moved.
+/// Its view must not count them as sold (CI once saw `remaining` 0 of 270
+/// in `adaptive::cluster::a_leader_dying…`): it reads the new layout.
+async fn a_view_from_a_layout_another_instance_retired_reads_the_new_one<S: Store>(
+    engine: Engine<S>,
+) {
+    let (engine, _ledger, id) = setup(engine, "view-retired", 40, 1, None).await;
+    buy(&engine, &id, "u-1", 3, "r-1").await;
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 37);
+    let other = Engine::new(engine.store().clone(), engine.options().clone());
+    let view = reshard(&other, &id, 4).await.unwrap();
+    assert_eq!((view.buckets.len(), view.remaining), (4, 37));
+    let stale = engine.view(&id).await.unwrap();
+    assert_eq!((stale.buckets.len(), stale.remaining), (4, 37), "{stale:?}");
 }

@@ -457,6 +457,7 @@ impl Buckets for MemoryStore {
             adds: bk.adds,
             demand: bk.demand,
             held: bk.hunits,
+            sealed: bk.sealed,
         })
     }
 }

@@ -428,7 +428,9 @@ impl Buckets for RedisStore {
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
         let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits];
+        let keys = vec![
+            k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits, k.sealed,
+        ];
         let parts = self
             .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
             .await?;
@@ -439,6 +441,7 @@ impl Buckets for RedisStore {
             adds: num(arg(&parts, 3)?)?,
             demand: num(arg(&parts, 4)?)?,
             held: num(arg(&parts, 5)?)?,
+            sealed: num(arg(&parts, 6)?)? == 1,
         })
     }
 }
