@@ -7,8 +7,8 @@ Returns "ST" when the bucket does not exist, else {stock, units journaled out by
 open transfers, highest fencing token accepted, addition count, units asked
 for by buyers homed here, units in live holds of users homed here, 1 when
 sealed else 0}: one atomic read, so they belong to the same instant. A sealed
-bucket is still read (a reshard reads the stock it moves out); a reader of the
-selling layout takes it as a sign that its layout is stale.
+bucket is still read (a reshard reads the stock it moves out); the engine's
+view takes it as a sign to check that its cached layout is still current.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'

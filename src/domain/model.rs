@@ -374,8 +374,8 @@ pub struct BucketState {
     pub demand: u64,
     /// Units in live holds of buyers homed here (taken: not in `stock`).
     pub held: u64,
-    /// Sealed (by a reshard or a close): its units, if any are left, are not
-    /// for sale here, so a read of it under an on-sale layout is stale.
+    /// Sealed (by a reshard, a close or a partial loss): nothing sells here;
+    /// the view then checks that the layout it read is still current.
     pub sealed: bool,
 }
 

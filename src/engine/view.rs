@@ -180,23 +180,13 @@ impl<S: Store> Engine<S> {
         Ok(true)
     }
 
-    /// Every bucket's state under the event's current layout. `Stale` when
-    /// the layout is on sale but a bucket of it is sealed: the meta was read
-    /// before a reshard retired that layout (its units are in the new one;
-    /// counted here they would read as sold).
+    /// Every bucket's state under the event's current layout.
     pub async fn bucket_states(&self, meta: &EventMeta) -> Result<Vec<BucketState>, StoreError> {
-        let states = try_join_all((0..meta.spec.buckets).map(|b| {
+        try_join_all((0..meta.spec.buckets).map(|b| {
             let bucket = Self::bucket(meta, b);
             async move { self.store.bucket_state(&bucket).await }
         }))
-        .await?;
-        if meta.status == EventStatus::OnSale && states.iter().any(|s| s.sealed) {
-            return Err(StoreError::Stale(format!(
-                "layout {} of {}",
-                meta.generation, meta.spec.id
-            )));
-        }
-        Ok(states)
+        .await
     }
 
     /// The event with its buckets, read now.
@@ -204,6 +194,7 @@ impl<S: Store> Engine<S> {
         let mut meta = self.meta(event).await?;
         let mut moved = 0;
         let mut tries = 0;
+        let mut checked = false;
         while tries < 3 {
             let states = match self.bucket_states(&meta).await {
                 Ok(mut states) => self
@@ -216,6 +207,19 @@ impl<S: Store> Engine<S> {
                 // A transfer moved while the buckets were read: again (a
                 // mover's step is short; past a few, the read stands).
                 Ok((false, _)) if moved < MOVED_RETRIES => moved += 1,
+                // A sealed bucket: a layout another instance resharded away
+                // since this one cached it (its units are in the new layout;
+                // counted here they would read as sold), or one sealed in
+                // place (a partial loss). The stored meta tells which.
+                Ok((_, states)) if !checked && states.iter().any(|s| s.sealed) => {
+                    checked = true;
+                    let now = self.reload(event).await?;
+                    if now.generation != meta.generation || now.status != meta.status {
+                        meta = now;
+                    } else {
+                        return Ok(EventView::new(&meta, &states, self.clock.now_ms()));
+                    }
+                }
                 Ok((_, states)) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
                 Err(StoreError::Stale(_)) => {
                     meta = self.settled(event).await?;
