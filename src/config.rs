@@ -304,6 +304,11 @@ pub struct BatchSettings {
     /// at once; the only wait is for a call already in flight). The timer's
     /// granularity is a millisecond.
     pub max_wait_us: u64,
+    /// On a standalone Redis, how many lanes the buckets share: bucket `b`
+    /// queues in lane `b % shared_lanes`, and a call carries every bucket of
+    /// its lane (`purchase_groups.lua`). Fewer lanes, fuller calls; more,
+    /// more calls in flight. A Cluster keeps a lane per bucket.
+    pub shared_lanes: usize,
 }
 
 impl Default for BatchSettings {
@@ -312,6 +317,7 @@ impl Default for BatchSettings {
             enabled: true,
             max_batch: 64,
             max_wait_us: 0,
+            shared_lanes: 2,
         }
     }
 }
@@ -537,6 +543,12 @@ impl Settings {
         if self.batching.max_batch == 0 || self.batching.max_batch > 1_000 {
             return Err(invalid("batching.max_batch", "must be between 1 and 1000"));
         }
+        if self.batching.shared_lanes == 0 || self.batching.shared_lanes > 256 {
+            return Err(invalid(
+                "batching.shared_lanes",
+                "must be between 1 and 256",
+            ));
+        }
         if self.batching.max_wait_us > 100_000 {
             return Err(invalid(
                 "batching.max_wait_us",
@@ -659,6 +671,17 @@ mod tests {
         assert_eq!(
             field_of(parse("[batching]\nmax_wait_us = 1000000\n").unwrap_err()),
             "batching.max_wait_us"
+        );
+        assert_eq!(
+            field_of(parse("[batching]\nshared_lanes = 0\n").unwrap_err()),
+            "batching.shared_lanes"
+        );
+        assert_eq!(
+            parse("[batching]\nshared_lanes = 4\n")
+                .unwrap()
+                .batching
+                .shared_lanes,
+            4
         );
         assert_eq!(
             parse("[batching]\nmax_wait_us = 500\n")

@@ -7,11 +7,15 @@ purchase.lua: one stream entry per call, its fields the index's order id and
 entry pairs), `columns` (before the orders of a call shared an entry: a
 column of stream records, `git show 89f010d:lua/purchase.lua`) or `rows`
 (the layout before issue 12: ten values per entry, e.g.
-`git show 8fc5f01:lua/purchase.lua`). `setup` fills one bucket as a sale
+`git show 8fc5f01:lua/purchase.lua`), or `groups` (purchase_groups.lua:
+PER_CALL buckets a call, each a group of N entries in the `orders` layout;
+SCRIPT is then lua/purchase_groups.lua, purchase.lua read beside it).
+`setup` fills each bucket as a sale
 leaves it (hashes past their listpack size); `run` sends CALLS calls of N
 one-unit purchases by random users with fresh request ids, pipelined. The
 same seed gives the same calls, so two scripts get the same work.
 """
+import os
 import random
 import sys
 
@@ -21,20 +25,56 @@ mode = sys.argv[1]
 port, script, fmt = int(sys.argv[2]), sys.argv[3], sys.argv[4]
 calls, n = int(sys.argv[5]), int(sys.argv[6])
 limit = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+groups = int(os.environ.get("PER_CALL", "1")) if fmt == "groups" else 1
 r = redis.Redis(port=port)
-sha = r.script_load(open(script).read())
-tag = "{ev#0#0}"
-keys = [f"ss:{tag}:{k}" for k in
-        ["stock", "users", "reqs", "orders", "idx", "sealed", "demand", "empty", "epoch", "pend"]]
+text = open(script).read()
+if fmt == "groups":
+    own = open(os.path.join(os.path.dirname(script), "purchase.lua")).read()
+    text = text.replace("--#include purchase.lua", own, 1)
+sha = r.script_load(text)
+
+
+def bucket_keys(b):
+    tag = "{ev#0#%d}" % b
+    return [f"ss:{tag}:{k}" for k in
+            ["stock", "users", "reqs", "orders", "idx", "sealed", "demand", "empty", "epoch", "pend"]]
+
+
+keys = bucket_keys(0)
 if mode == "setup":
-    r.set(keys[0], 10**12)
-    for k in (keys[1], keys[2], keys[4]):
-        r.hset(k, mapping={f"pre-{i}": "x" * 20 for i in range(1000)})
+    for b in range(groups):
+        ks = bucket_keys(b)
+        r.set(ks[0], 10**12)
+        for k in (ks[1], ks[2], ks[4]):
+            r.hset(k, mapping={f"pre-{i}": "x" * 20 for i in range(1000)})
     sys.exit(0)
 rnd = random.Random(7 if mode == "run" else 11)
 now = 1700000000000
 p = r.pipeline(transaction=False)
 for c in range(calls):
+    if fmt == "groups":
+        gkeys, gargs, head = [], [], [groups]
+        for b in range(groups):
+            ga = [now, b, n, 1, limit, n]
+            es = []
+            for i in range(n):
+                u = f"u-{rnd.randrange(10**6)}"
+                rid = f"{u}/req-{mode}-{c}-{b}-{i}"
+                oid = f"ev.{rnd.getrandbits(64):016x}.{rnd.getrandbits(64):016x}"
+                es.append((u, rid, oid, f"C|{u}|1|{b}|{rid}|{now}"))
+            for u, rid, oid, _ in es:
+                ga += [rid, f"B|1|{oid}|{b}|0"]
+            for u, rid, oid, ientry in es:
+                ga += [oid, ientry]
+            ga += [e[0] for e in es] + [1] * n
+            ks = bucket_keys(b)
+            head += [len(ks), len(ga)]
+            gkeys += ks
+            gargs += ga
+        p.evalsha(sha, len(gkeys), *gkeys, *head, *gargs)
+        if c % 100 == 99:
+            assert all(isinstance(x, list) for x in p.execute())
+        continue
     entries = []
     for i in range(n):
         u = f"u-{rnd.randrange(10**6)}"

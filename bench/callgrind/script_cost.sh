@@ -8,6 +8,7 @@
 #   bench/callgrind/script_cost.sh /tmp/columns.lua columns 800 2
 #   git show 8fc5f01:lua/purchase.lua > /tmp/old.lua
 #   bench/callgrind/script_cost.sh /tmp/old.lua rows 800 2
+#   PER_CALL=8 bench/callgrind/script_cost.sh lua/purchase_groups.lua groups 100 2
 #
 # Needs valgrind, python3 with the `redis` package (pip install redis) and
 # redis-server (REDIS=/path/to/redis-server to use another build, e.g. one
@@ -29,6 +30,7 @@ callgrind_control -i off "$vg" >/dev/null 2>&1
 redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 wait "$vg" 2>/dev/null || true
 total=$(grep -h '^totals' "$dir"/cg.out* | awk '{print $2}')
-echo "$(basename "$1") $2 n=$4 limit=${5:-0}: $((total / ($3 * $4))) instructions per purchase"
+g=${PER_CALL:-1}
+echo "$(basename "$1") $2 groups=$g n=$4 limit=${5:-0}: $((total / ($3 * $4 * g))) instructions per purchase"
 [ -n "${KEEP:-}" ] && cp "$dir"/cg.out* "$KEEP"/
 rm -rf "$dir"

@@ -24,6 +24,7 @@ pub fn engine(settings: &Settings) -> EngineOptions {
         gather_wait: Duration::from_millis(e.gather_wait_ms),
         max_batch: b.enabled.then_some(b.max_batch),
         batch_wait: Duration::from_micros(b.max_wait_us),
+        shared_lanes: b.shared_lanes,
         marker_ttl: Duration::from_millis(e.marker_ttl_ms),
     }
 }

@@ -102,6 +102,9 @@ pub struct EngineOptions {
     pub max_batch: Option<usize>,
     /// How long a partial batch may wait for more (zero: it never waits).
     pub batch_wait: Duration,
+    /// On a store that serves several buckets in one call (one Redis
+    /// server), how many lanes the buckets share (`engine::batch`).
+    pub shared_lanes: usize,
     /// Lifetime of a saga's probe markers (PX): the saga's end deletes them
     /// sooner, except a take that stands. A driver stops probing past half of
     /// it (the sweeper ends such a saga long before).
@@ -118,6 +121,7 @@ impl Default for EngineOptions {
             gather_wait: Duration::from_secs(2),
             max_batch: Some(64),
             batch_wait: Duration::ZERO,
+            shared_lanes: 2,
             marker_ttl: Duration::from_secs(3600),
         }
     }
@@ -160,9 +164,15 @@ impl<S: Store> Engine<S> {
     pub fn new(store: S, opts: EngineOptions) -> Self {
         let activity = Arc::new(Activity::default());
         Self {
-            batcher: opts
-                .max_batch
-                .map(|n| batch::Batcher::new(store.clone(), n, opts.batch_wait, activity.clone())),
+            batcher: opts.max_batch.map(|n| {
+                batch::Batcher::new(
+                    store.clone(),
+                    n,
+                    opts.batch_wait,
+                    opts.shared_lanes,
+                    activity.clone(),
+                )
+            }),
             activity,
             store,
             opts,

@@ -234,6 +234,22 @@ pub trait Buckets {
         entries: &[PurchaseEntry],
     ) -> impl Future<Output = Result<Vec<PurchaseReply>, StoreError>> + Send;
 
+    /// Home steps on several buckets at once: each group exactly as
+    /// [`Buckets::purchase`] of its entries, one result a group, in order.
+    /// Where [`Buckets::groups_buckets`] says so the groups go in one atomic
+    /// call (one Redis server: `lua/purchase_groups.lua`); else one call each.
+    fn purchase_groups(
+        &self,
+        now_ms: i64,
+        groups: &[(BucketRef, Vec<PurchaseEntry>)],
+    ) -> impl Future<Output = Vec<Result<Vec<PurchaseReply>, StoreError>>> + Send;
+
+    /// Whether [`Buckets::purchase_groups`] serves several buckets in one
+    /// call, so that the engine's batcher gains by letting buckets share a
+    /// lane (a standalone Redis: yes; a Cluster, where each bucket has a slot
+    /// of its own, and the memory store, which has no calls to save: no).
+    fn groups_buckets(&self) -> bool;
+
     /// One probe of the ring (`lua/take.lua`).
     fn take(
         &self,

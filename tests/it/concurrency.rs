@@ -28,6 +28,19 @@ async fn lingering_batches_keep_every_invariant_on_redis() {
     a_sale_under_real_concurrency_keeps_every_invariant(Engine::new(store, opts)).await;
 }
 
+/// Every bucket in one shared lane (`batching.shared_lanes = 1`): a call
+/// carries all 16 buckets' purchases in flight, one group each
+/// (`purchase_groups.lua`), and every invariant holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_lane_for_every_bucket_keeps_every_invariant_on_redis() {
+    let store = standalone("concurrency").await.store().clone();
+    let opts = shardstock::EngineOptions {
+        shared_lanes: 1,
+        ..shardstock::EngineOptions::default()
+    };
+    a_sale_under_real_concurrency_keeps_every_invariant(Engine::new(store, opts)).await;
+}
+
 const TASKS: usize = 64;
 const ATTEMPTS: usize = 5_000;
 const STOCK: u64 = 1_500;

@@ -39,6 +39,7 @@ on_every_backend!(
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
     a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
     one_home_call_sees_what_its_earlier_entries_did,
+    one_call_for_several_buckets_answers_each_as_its_own_call,
     a_stream_read_hands_out_new_records_once_and_claims_the_idle,
 );
 
@@ -695,6 +696,79 @@ async fn a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry<S
             "round {round} (crash after seq: {after_seq}): the returned unit must sell, got {resold:?}"
         );
     }
+}
+
+/// `purchase_groups` (one `purchase_groups.lua` call on a standalone Redis,
+/// one call a group elsewhere) answers each group exactly as a `purchase` of
+/// its own: a sealed bucket's group is stale and the others still buy, a
+/// request id twice in one group replays, a short bucket leaves its saga
+/// pending, and each bucket's stock moves by its own group only.
+async fn one_call_for_several_buckets_answers_each_as_its_own_call<S: Store>(engine: Engine<S>) {
+    use shardstock::store::StoreError;
+    let id = event_id("groups");
+    engine.create_event(spec(&id, 12, 4)).await.unwrap();
+    let store = engine.store();
+    let bucket = |b| BucketRef::new(&id, 0, b);
+    store.seal(&bucket(3)).await.unwrap();
+    let entry = |u: &str, qty: u32, rid: &str| PurchaseEntry {
+        user: user(u),
+        qty,
+        limit: 0,
+        rid: format!("{u}/{rid}"),
+        keep: true,
+        order_id: OrderId::generate(&id, user_hash(&user(u))),
+        pay_by: None,
+    };
+    let groups = vec![
+        (bucket(0), vec![entry("a", 1, "r1"), entry("b", 2, "r1")]),
+        (bucket(3), vec![entry("c", 1, "r1")]),
+        (bucket(1), vec![entry("d", 1, "r1"), entry("d", 1, "r1")]),
+        (bucket(2), vec![entry("e", 3, "r1"), entry("f", 1, "r1")]),
+    ];
+    let now = ManualClock::starting_now().now_ms();
+    let results = store.purchase_groups(now, &groups).await;
+    assert_eq!(results.len(), 4, "one result a group");
+    assert_eq!(
+        results[0].as_ref().unwrap(),
+        &vec![
+            PurchaseReply::Bought { stock_left: 2 },
+            PurchaseReply::Bought { stock_left: 0 },
+        ]
+    );
+    assert!(
+        matches!(results[1], Err(StoreError::Stale(_))),
+        "the sealed bucket's group: {:?}",
+        results[1]
+    );
+    let d = results[2].as_ref().unwrap();
+    assert_eq!(d[0], PurchaseReply::Bought { stock_left: 2 });
+    assert!(
+        matches!(d[1], PurchaseReply::Replay(_)),
+        "the same request id again in one group replays: {d:?}"
+    );
+    assert_eq!(
+        results[3].as_ref().unwrap(),
+        &vec![
+            PurchaseReply::Bought { stock_left: 0 },
+            PurchaseReply::Pending { stock: 0 },
+        ]
+    );
+    // Each bucket moved by its own group only (bucket 3 sealed, untouched).
+    let mut stocks = Vec::new();
+    for b in 0..3 {
+        stocks.push(store.bucket_state(&bucket(b)).await.unwrap().stock);
+    }
+    assert_eq!(stocks, vec![0, 2, 0]);
+    // The replies are each group's own call's: the same groups again replay.
+    let again = store.purchase_groups(now, &groups[..1]).await;
+    assert!(
+        again[0]
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|r| matches!(r, PurchaseReply::Replay(_))),
+        "{again:?}"
+    );
 }
 
 /// One home-step call carrying several entries applies them in order, each

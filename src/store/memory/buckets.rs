@@ -113,6 +113,23 @@ impl Buckets for MemoryStore {
         Ok(())
     }
 
+    /// One [`Buckets::purchase`] a group: the memory store has no calls to save.
+    async fn purchase_groups(
+        &self,
+        now_ms: i64,
+        groups: &[(BucketRef, Vec<PurchaseEntry>)],
+    ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
+        let mut out = Vec::with_capacity(groups.len());
+        for (bucket, entries) in groups {
+            out.push(self.purchase(bucket, now_ms, entries).await);
+        }
+        out
+    }
+
+    fn groups_buckets(&self) -> bool {
+        false
+    }
+
     /// Mirrors `lua/purchase.lua`.
     async fn purchase(
         &self,

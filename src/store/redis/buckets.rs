@@ -39,6 +39,69 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket.
+    fn purchase_call(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[PurchaseEntry],
+    ) -> (Vec<Key>, Vec<Value>) {
+        let mut keys = self.purchase_keys(bucket).to_vec();
+        // Events with holds: three keys and a column of arguments more
+        // (purchase.lua's hold branch); without, the call is unchanged.
+        if entries.first().is_some_and(|e| e.pay_by.is_some()) {
+            let k = self.keys(bucket);
+            keys.extend([Key::from(k.holds), Key::from(k.hunits), Key::from(k.hq)]);
+        }
+        (keys, purchase_args(bucket.index, now_ms, entries))
+    }
+
+    /// Decodes `purchase.lua`'s reply to a batch on one bucket (announcing
+    /// the bucket's first hold, when the call put it there).
+    async fn purchase_replies(
+        &self,
+        bucket: &BucketRef,
+        entries: &[PurchaseEntry],
+        reply: Value,
+    ) -> Result<Vec<PurchaseReply>, StoreError> {
+        let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
+        let mut replies = array_or_stale(bucket, reply)?;
+        if holds && replies.len() == 2 * entries.len() + 1 {
+            let first = replies.pop().map(|v| num(&v)).transpose()? == Some(1);
+            if first {
+                let at = entries.iter().filter_map(|e| e.pay_by).min();
+                self.announce_first_hold(bucket, at).await;
+            }
+        }
+        if replies.len() != 2 * entries.len() {
+            return Err(StoreError::Protocol(format!(
+                "{} reply values for {} entries",
+                replies.len(),
+                entries.len()
+            )));
+        }
+        replies
+            .chunks(2)
+            .map(|pair| {
+                let value = &pair[1];
+                Ok(match text(&pair[0])?.as_str() {
+                    reply::BOUGHT => PurchaseReply::Bought {
+                        stock_left: num(value)?,
+                    },
+                    reply::REPLAY => PurchaseReply::Replay(request_record(value)?),
+                    reply::LIMIT => PurchaseReply::LimitExceeded { held: num(value)? },
+                    reply::PENDING => PurchaseReply::Pending { stock: num(value)? },
+                    reply::SOLD_OUT => PurchaseReply::SoldOut {
+                        remaining: num(value)?,
+                    },
+                    other => return Err(unknown("purchase", other)),
+                })
+            })
+            .collect()
+    }
+}
+
 /// ARGV of `purchase.lua`: a header, then columns of one value per entry in
 /// the order the script writes them (its contract says why). The strings
 /// the script stores are built here, keeping string and number formatting
@@ -127,52 +190,61 @@ impl Buckets for RedisStore {
         now_ms: i64,
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
-        let mut keys = self.purchase_keys(bucket).to_vec();
-        let b = bucket.index;
-        // Events with holds: three keys and a column of arguments more
-        // (purchase.lua's hold branch); without, the call is unchanged.
-        let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
-        let args = purchase_args(b, now_ms, entries);
-        if holds {
-            let k = self.keys(bucket);
-            keys.extend([Key::from(k.holds), Key::from(k.hunits), Key::from(k.hq)]);
-        }
+        let (keys, args) = self.purchase_call(bucket, now_ms, entries);
         let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
         self.replicated(bucket).await?;
-        let mut replies = array_or_stale(bucket, reply)?;
-        if holds && replies.len() == 2 * entries.len() + 1 {
-            let first = replies.pop().map(|v| num(&v)).transpose()? == Some(1);
-            if first {
-                let at = entries.iter().filter_map(|e| e.pay_by).min();
-                self.announce_first_hold(bucket, at).await;
+        self.purchase_replies(bucket, entries, reply).await
+    }
+
+    async fn purchase_groups(
+        &self,
+        now_ms: i64,
+        groups: &[(BucketRef, Vec<PurchaseEntry>)],
+    ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
+        if !self.groups_buckets() || groups.len() == 1 {
+            let calls = groups
+                .iter()
+                .map(|(bucket, entries)| self.purchase(bucket, now_ms, entries));
+            return futures::future::join_all(calls).await;
+        }
+        // One server holds every bucket: one call, `purchase_groups.lua`.
+        let mut keys = Vec::with_capacity(groups.len() * 10);
+        let mut args = Vec::with_capacity(1 + 2 * groups.len());
+        args.push(Value::Integer(groups.len() as i64));
+        let mut tail = Vec::new();
+        for (bucket, entries) in groups {
+            let (k, a) = self.purchase_call(bucket, now_ms, entries);
+            args.push(Value::Integer(k.len() as i64));
+            args.push(Value::Integer(a.len() as i64));
+            keys.extend(k);
+            tail.extend(a);
+        }
+        args.extend(tail);
+        let replies = match self
+            .eval_raw(&self.scripts.purchase_groups, keys, args)
+            .await
+        {
+            Ok(Value::Array(replies)) if replies.len() == groups.len() => replies,
+            Ok(other) => {
+                let e = StoreError::Protocol(format!("{} groups answered {other:?}", groups.len()));
+                return groups.iter().map(|_| Err(e.clone())).collect();
             }
+            Err(e) => return groups.iter().map(|_| Err(e.clone())).collect(),
+        };
+        // One server: one WAIT covers every group.
+        if let Err(e) = self.replicated(&groups[0].0).await {
+            return groups.iter().map(|_| Err(e.clone())).collect();
         }
-        if replies.len() != 2 * entries.len() {
-            return Err(StoreError::Protocol(format!(
-                "{} reply values for {} entries",
-                replies.len(),
-                entries.len()
-            )));
+        let mut out = Vec::with_capacity(groups.len());
+        for ((bucket, entries), reply) in groups.iter().zip(replies) {
+            out.push(self.purchase_replies(bucket, entries, reply).await);
         }
-        replies
-            .chunks(2)
-            .map(|pair| {
-                let value = &pair[1];
-                Ok(match text(&pair[0])?.as_str() {
-                    reply::BOUGHT => PurchaseReply::Bought {
-                        stock_left: num(value)?,
-                    },
-                    reply::REPLAY => PurchaseReply::Replay(request_record(value)?),
-                    reply::LIMIT => PurchaseReply::LimitExceeded { held: num(value)? },
-                    reply::PENDING => PurchaseReply::Pending { stock: num(value)? },
-                    reply::SOLD_OUT => PurchaseReply::SoldOut {
-                        remaining: num(value)?,
-                    },
-                    other => return Err(unknown("purchase", other)),
-                })
-            })
-            .collect()
+        out
+    }
+
+    fn groups_buckets(&self) -> bool {
+        !self.client.is_clustered()
     }
 
     async fn take(

@@ -71,6 +71,16 @@ macro_rules! lua {
     };
 }
 
+/// The line of a script that another script's text takes the place of
+/// (`purchase_groups.lua` runs `purchase.lua` as a function).
+const INCLUDE: &str = "--#include purchase.lua";
+
+/// A script's text as it is loaded: with `purchase.lua` in place of its
+/// include line, if it has one.
+fn compose(lua: &'static str) -> String {
+    lua.replacen(INCLUDE, lua!(purchase), 1)
+}
+
 /// Declares every script once: `name: [reply codes its decoder reads]`.
 macro_rules! scripts {
     ($($name:ident: [$($code:ident),*],)*) => {
@@ -82,7 +92,7 @@ macro_rules! scripts {
         impl Scripts {
             pub(super) fn new() -> Self {
                 Self {
-                    $($name: Script::from_lua(lua!($name)),)*
+                    $($name: Script::from_lua(compose(lua!($name))),)*
                 }
             }
 
@@ -114,6 +124,7 @@ scripts! {
     // buckets.rs
     init_bucket: [],
     purchase: [STALE, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
+    purchase_groups: [],
     take: [STALE, TAKEN, SHORT],
     untake: [STALE, OK, NO_TAKE],
     finish: [STALE, OK, REPLAY, NO_RECORD],
@@ -192,6 +203,24 @@ mod tests {
                 "{name}.lua does not open with its own name and contract"
             );
         }
+    }
+
+    #[test]
+    fn purchase_groups_runs_purchase_lua_as_its_home_function() {
+        let lua = compose(lua!(purchase_groups));
+        assert!(!lua.contains(INCLUDE), "the include line is replaced");
+        let (_, body) = lua
+            .split_once("local function home(KEYS, ARGV)\n")
+            .expect("home");
+        assert!(
+            body.starts_with(lua!(purchase)),
+            "purchase.lua is home's body"
+        );
+        assert_eq!(
+            compose(lua!(purchase)),
+            lua!(purchase),
+            "other scripts are as written"
+        );
     }
 
     #[test]

@@ -330,7 +330,7 @@ fn known(step: &str) {
 macro_rules! faulty_sections {
     ($($section:ident {
         $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*
-    })*) => {
+    } $([$($extra:item)*])?)*) => {
         /// Every step a `Faulty` can fail, named like its script.
         pub const STEPS: &[&str] = &[$($(stringify!($name),)*)* "ping"];
 
@@ -341,6 +341,7 @@ macro_rules! faulty_sections {
                         self.step(stringify!($name), self.inner.$name($($arg),*)).await
                     }
                 )*
+                $($($extra)*)?
             }
         )*
     };
@@ -379,7 +380,26 @@ faulty_sections! {
         fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64, left: u64) -> bool;
         fn bump_epoch(bucket: &BucketRef) -> ();
         fn bucket_state(bucket: &BucketRef) -> BucketState;
-    }
+    } [
+        /// One `purchase` step a group, each failing as the schedule says
+        /// (the faults are the steps', not the call's).
+        async fn purchase_groups(
+            &self,
+            now_ms: i64,
+            groups: &[(BucketRef, Vec<PurchaseEntry>)],
+        ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
+            let mut out = Vec::with_capacity(groups.len());
+            for (bucket, entries) in groups {
+                out.push(Buckets::purchase(self, bucket, now_ms, entries).await);
+            }
+            out
+        }
+
+        /// No: every purchase goes through the faulty `purchase` step.
+        fn groups_buckets(&self) -> bool {
+            false
+        }
+    ]
     Holds {
         fn confirm(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> ConfirmReply;
         fn expire_holds(bucket: &BucketRef, now_ms: i64, count: u32, void: bool) -> ExpireReply;
