@@ -14,14 +14,19 @@
 //! off by default). No lock is held across an `.await`.
 //!
 //! **Shared lanes.** On a store that serves several buckets in one call (one
-//! Redis server: [`groups_buckets`](crate::store::Buckets::groups_buckets)) a lane is not a bucket's own:
-//! bucket `b` queues in lane `b % lanes` of the engine's `shared_lanes`, and
-//! a driver sends what it took as one group per bucket (in arrival order
-//! within each) in one `purchase_groups` call. Every call costs Redis a fixed
-//! part beside its entries, and with a lane per bucket a sale of 16 buckets
-//! on one server ran ~2 purchases a call; sharing, the same load fills calls
-//! several times fuller. A bucket's entries still go in order, each group
-//! exactly a `purchase.lua` batch. On a Cluster each bucket keeps its lane.
+//! Redis server:
+//! [`Buckets::groups_buckets`](crate::store::Buckets::groups_buckets)) a lane
+//! is not a bucket's own: bucket `b` queues in lane `b % shared_lanes` (the
+//! engine's option), and a driver sends what it took as one group per bucket
+//! (in arrival order within each) in one `purchase_groups` call. Every call
+//! costs a fixed part beside its entries (the command's trip through the
+//! client, both kernels and Redis's event loop), and with a lane per bucket a
+//! sale of 16 buckets on one server ran ~2 purchases a call; sharing, the same
+//! load fills calls several times fuller. A bucket's entries still go in
+//! order, one call in flight at a time, each group exactly a `purchase.lua`
+//! batch. A failed call fails every group of it: each caller answers as of
+//! unknown outcome, as for a bucket's own call (groups before the failure may
+//! have applied). On a Cluster each bucket keeps its lane.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
