@@ -37,9 +37,7 @@ impl RedisStore {
         cache.insert(bucket.clone(), keys.clone());
         keys
     }
-}
 
-impl RedisStore {
     /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket.
     fn purchase_call(
         &self,
