@@ -57,6 +57,14 @@ async fn a_probing_purchase_is_one_trace_under_the_callers_trace_id(b: Backend) 
     app.create(&id, 2, 2, json!({})).await;
     let first = app.buy(&id, &user_homed_at(0, 2, "tr-a"), 1, None).await;
     assert_eq!(first.status(), StatusCode::CREATED);
+    // `tracing` caches each callsite's interest across every live
+    // dispatcher. A callsite first registered by another test's thread while
+    // this test's subscriber was being registered can keep the interest it
+    // computed without it (`never`, for a `debug_span!` under a warn-level
+    // subscriber): CI once saw the trace without its `home` span. The first
+    // purchase has registered the engine's callsites; computing every
+    // interest again now, with this subscriber live, closes that window.
+    tracing::callsite::rebuild_interest_cache();
     let r = app
         .client
         .post(app.url(&format!("/v1/events/{id}/purchases")))
