@@ -215,6 +215,21 @@ pub enum CancelReply {
     NotFound,
 }
 
+/// [`Buckets::purchase_groups`] as one `purchase` a group, one after another:
+/// for stores that have no calls to save, or that must see every step (the
+/// tests' fault-injecting store).
+pub async fn purchase_each<B: Buckets + Sync + ?Sized>(
+    store: &B,
+    now_ms: i64,
+    groups: &[(BucketRef, Vec<PurchaseEntry>)],
+) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
+    let mut out = Vec::with_capacity(groups.len());
+    for (bucket, entries) in groups {
+        out.push(store.purchase(bucket, now_ms, entries).await);
+    }
+    out
+}
+
 /// Steps on one bucket: selling, the saga, cancels, reads.
 pub trait Buckets {
     /// Creates the bucket with `stock` units unless it exists (idempotent)

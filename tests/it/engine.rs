@@ -698,6 +698,20 @@ async fn a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry<S
     }
 }
 
+/// A home-step entry with a client request id (`<user>/<rid>`), as the
+/// engine builds it.
+fn client_entry(id: &EventId, u: &str, qty: u32, limit: u32, rid: &str) -> PurchaseEntry {
+    PurchaseEntry {
+        user: user(u),
+        qty,
+        limit,
+        rid: format!("{u}/{rid}"),
+        keep: true,
+        order_id: OrderId::generate(id, user_hash(&user(u))),
+        pay_by: None,
+    }
+}
+
 /// `purchase_groups` (one `purchase_groups.lua` call on a standalone Redis,
 /// one call a group elsewhere) answers each group exactly as a `purchase` of
 /// its own: a sealed bucket's group is stale and the others still buy, a
@@ -710,15 +724,7 @@ async fn one_call_for_several_buckets_answers_each_as_its_own_call<S: Store>(eng
     let store = engine.store();
     let bucket = |b| BucketRef::new(&id, 0, b);
     store.seal(&bucket(3)).await.unwrap();
-    let entry = |u: &str, qty: u32, rid: &str| PurchaseEntry {
-        user: user(u),
-        qty,
-        limit: 0,
-        rid: format!("{u}/{rid}"),
-        keep: true,
-        order_id: OrderId::generate(&id, user_hash(&user(u))),
-        pay_by: None,
-    };
+    let entry = |u: &str, qty: u32, rid: &str| client_entry(&id, u, qty, 0, rid);
     let groups = vec![
         (bucket(0), vec![entry("a", 1, "r1"), entry("b", 2, "r1")]),
         (bucket(3), vec![entry("c", 1, "r1")]),
@@ -783,15 +789,7 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
     s.max_per_order = 3;
     engine.create_event(s).await.unwrap();
     let b = BucketRef::new(&id, 0, 0);
-    let entry = |u: &str, qty: u32, rid: &str| PurchaseEntry {
-        user: user(u),
-        qty,
-        limit: 3,
-        rid: format!("{u}/{rid}"),
-        keep: true,
-        order_id: OrderId::generate(&id, user_hash(&user(u))),
-        pay_by: None,
-    };
+    let entry = |u: &str, qty: u32, rid: &str| client_entry(&id, u, qty, 3, rid);
     let first = entry("u-1", 2, "a");
     let entries = [
         first.clone(),

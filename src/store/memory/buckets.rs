@@ -119,11 +119,7 @@ impl Buckets for MemoryStore {
         now_ms: i64,
         groups: &[(BucketRef, Vec<PurchaseEntry>)],
     ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
-        let mut out = Vec::with_capacity(groups.len());
-        for (bucket, entries) in groups {
-            out.push(self.purchase(bucket, now_ms, entries).await);
-        }
-        out
+        crate::store::buckets::purchase_each(self, now_ms, groups).await
     }
 
     fn groups_buckets(&self) -> bool {

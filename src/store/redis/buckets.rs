@@ -207,18 +207,17 @@ impl Buckets for RedisStore {
             return futures::future::join_all(calls).await;
         }
         // One server holds every bucket: one call, `purchase_groups.lua`.
+        // The header (g, then each group's key and argument counts) is
+        // filled in as the groups' arguments are appended after it.
         let mut keys = Vec::with_capacity(groups.len() * 10);
-        let mut args = Vec::with_capacity(1 + 2 * groups.len());
-        args.push(Value::Integer(groups.len() as i64));
-        let mut tail = Vec::new();
-        for (bucket, entries) in groups {
+        let mut args = vec![Value::Integer(groups.len() as i64); 1 + 2 * groups.len()];
+        for (i, (bucket, entries)) in groups.iter().enumerate() {
             let (k, a) = self.purchase_call(bucket, now_ms, entries);
-            args.push(Value::Integer(k.len() as i64));
-            args.push(Value::Integer(a.len() as i64));
+            args[1 + 2 * i] = Value::Integer(k.len() as i64);
+            args[2 + 2 * i] = Value::Integer(a.len() as i64);
             keys.extend(k);
-            tail.extend(a);
+            args.extend(a);
         }
-        args.extend(tail);
         let replies = match self
             .eval_raw(&self.scripts.purchase_groups, keys, args)
             .await

@@ -388,11 +388,7 @@ faulty_sections! {
             now_ms: i64,
             groups: &[(BucketRef, Vec<PurchaseEntry>)],
         ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
-            let mut out = Vec::with_capacity(groups.len());
-            for (bucket, entries) in groups {
-                out.push(Buckets::purchase(self, bucket, now_ms, entries).await);
-            }
-            out
+            shardstock::store::buckets::purchase_each(self, now_ms, groups).await
         }
 
         /// No: every purchase goes through the faulty `purchase` step.
