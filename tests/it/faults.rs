@@ -253,6 +253,14 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     let engines: Vec<_> = (0..ENGINES)
         .map(|i| {
             let faulty = Faulty::new(store.clone(), seed.wrapping_mul(31).wrapping_add(i as u64));
+            // The last engine sends several buckets' purchases in one call
+            // where the store can (standalone Redis), as a service does; its
+            // faults then strike the whole call (`purchase_groups`).
+            let faulty = if i == ENGINES - 1 {
+                faulty.grouping()
+            } else {
+                faulty
+            };
             plan.rules(&faulty);
             Arc::new(Engine::new(faulty, Plan::engine_options(i)))
         })
@@ -331,6 +339,90 @@ fn random_schedules_keep_every_promise_on_cluster() {
         let store = cluster(suite_of(module_path!())).await.store().clone();
         schedules(store, ledger_for("redis-cluster").await).await;
     });
+}
+
+/// One call carrying several buckets' purchases (`purchase_groups.lua` on a
+/// standalone Redis) that applied and whose reply was lost: every buyer in it
+/// gets its own order, read back from what the call wrote in its home bucket
+/// (`resolve`), and a retry with the same request id replays it. Failed
+/// before it applied, the same call leaves every buyer "outcome unknown" and
+/// deducts nothing; the retries buy afresh. Either way nothing is bought twice
+/// or lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grouped_call_that_failed_answers_each_buyer_from_its_own_bucket() {
+    use shardstock::domain::ids::RequestId;
+    use shardstock::domain::routing::{home, user_hash};
+    use shardstock::engine::{PurchaseOutcome, PurchaseRequest};
+    use shardstock::{EngineError, EngineOptions};
+
+    const BUYERS: usize = 12;
+    const BUCKETS: u32 = 8;
+    let store = standalone(suite_of(module_path!())).await.store().clone();
+    for when in [When::After, When::Before] {
+        let faulty = Faulty::plain(store.clone()).grouping();
+        // One lane for every bucket, and a driver that waits for company: the
+        // buyers below land in one call, one group a home bucket.
+        let opts = EngineOptions {
+            shared_lanes: 1,
+            batch_wait: Duration::from_millis(200),
+            ..EngineOptions::default()
+        };
+        let engine = Arc::new(Engine::new(faulty.clone(), opts));
+        let id = event_id("grouped");
+        engine.create_event(spec(&id, 100, BUCKETS)).await.unwrap();
+        let req = |u: usize| PurchaseRequest {
+            event: id.clone(),
+            user: crate::harness::user(format!("g-{u}")),
+            quantity: 1 + (u % 2) as u32,
+            request_id: Some(RequestId::parse(format!("g-{u}")).unwrap()),
+        };
+        let homes: std::collections::HashSet<u32> = (0..BUYERS)
+            .map(|u| home(user_hash(&req(u).user), BUCKETS))
+            .collect();
+        assert!(homes.len() > 2, "the buyers' homes span buckets: {homes:?}");
+        let all = || {
+            futures::future::join_all((0..BUYERS).map(|u| {
+                let (engine, req) = (engine.clone(), req(u));
+                async move { engine.purchase(&req).await }
+            }))
+        };
+        faulty.arm("purchase_groups", 1, when);
+        let first = all().await;
+        assert_eq!(faulty.calls("purchase"), 0, "no call of one bucket");
+        assert_eq!(faulty.calls("purchase_groups"), 1, "one call for all");
+        // The retries with the same request ids, on a store that works again.
+        let retries = all().await;
+        let mut units = 0;
+        let mut orders = std::collections::HashSet::new();
+        for (u, (first, retry)) in first.iter().zip(&retries).enumerate() {
+            let retry = retry.as_ref().unwrap();
+            let order = retry.result.as_ref().expect("the retry's order");
+            assert_eq!(order.quantity, req(u).quantity);
+            assert_eq!(order.bucket, home(user_hash(&req(u).user), BUCKETS));
+            match when {
+                When::After => {
+                    let first: &PurchaseOutcome = first
+                        .as_ref()
+                        .unwrap_or_else(|e| panic!("buyer {u}: the call applied, yet {e}"));
+                    assert!(!first.replayed, "{first:?}");
+                    assert_eq!(first.result, retry.result, "buyer {u}: the same order");
+                    assert!(retry.replayed, "buyer {u}'s retry: {retry:?}");
+                }
+                When::Before => {
+                    assert!(
+                        matches!(first, Err(EngineError::OutcomeUnknown(_))),
+                        "buyer {u}: {first:?}"
+                    );
+                    assert!(!retry.replayed, "buyer {u} buys on the retry: {retry:?}");
+                }
+            }
+            assert!(orders.insert(order.order_id.to_string()), "one order each");
+            units += u64::from(order.quantity);
+        }
+        let view = engine.view(&id).await.unwrap();
+        assert_eq!(view.sold, units, "{when:?}: every buyer's units sold once");
+        assert_eq!(view.sold + view.remaining, 100);
+    }
 }
 
 // The wrapper itself: what it injects is what it says.

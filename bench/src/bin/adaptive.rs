@@ -40,7 +40,7 @@ use shardstock::ledger::Ledger;
 use shardstock::store::Events;
 use shardstock::store::redis::RedisOptions;
 use shardstock::{Engine, EngineOptions};
-use shardstock_bench::cluster::{LocalCluster, scratch_dir};
+use shardstock_bench::cluster::{LocalCluster, redis_cli, scratch_dir};
 use shardstock_bench::engine::connect_fresh;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +68,10 @@ struct Args {
     /// Runs of every layout (the figures are each run's; alternate them).
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Print, per Redis node, the commands the tail's refusals cost (calls
+    /// and µs per refusal, from `INFO commandstats` reset before the phase).
+    #[arg(long)]
+    commandstats: bool,
 }
 
 const WINDOW: Duration = Duration::from_millis(250);
@@ -101,7 +105,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<Row> {
+async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> anyhow::Result<Row> {
     let (buckets, auto) = layout(name)?;
     let store = connect_fresh(RedisOptions::new(url), "adapt").await?;
     let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
@@ -247,6 +251,11 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // 3. Orders of 2 the event cannot serve.
+    if a.commandstats {
+        for &p in ports {
+            redis_cli(p, &["CONFIG", "RESETSTAT"]);
+        }
+    }
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
     let refusals: Vec<_> = (0..a.refusals)
         .map(|i| {
@@ -271,6 +280,14 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
         match out?.result {
             Err(Refusal::SoldOut { remaining: 1 }) => refusal.record(took.as_micros() as u64)?,
             other => anyhow::bail!("{name}: an order of 2 with 1 left was answered {other:?}"),
+        }
+    }
+    if a.commandstats {
+        for &p in ports {
+            eprintln!(
+                "{name}: node {p}, per refusal: {}",
+                per_refusal(&redis_cli(p, &["INFO", "commandstats"]), a.refusals)
+            );
         }
     }
     let last = engine
@@ -326,6 +343,30 @@ async fn run(a: &Args, url: &str, name: &str, run_no: usize) -> anyhow::Result<R
     })
 }
 
+/// `INFO commandstats` as `command calls×/µs` per refusal, busiest first.
+fn per_refusal(info: &str, refusals: usize) -> String {
+    let mut rows: Vec<(String, f64, f64)> = info
+        .lines()
+        .filter_map(|l| {
+            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |k: &str| -> Option<f64> {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            let n = refusals as f64;
+            Some((cmd.to_string(), field("calls")? / n, field("usec")? / n))
+        })
+        .filter(|(cmd, ..)| cmd != "config" && cmd != "info")
+        .collect();
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    rows.iter()
+        .map(|(c, n, us)| format!("{c} {n:.2}×/{us:.1} µs"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// When a 500 ms rolling rate first reached `rate` (end of the window).
 fn reached(windows: &[f64], rate: f64) -> Option<f64> {
     windows
@@ -351,10 +392,20 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let url = cluster.as_ref().map_or(a.redis.clone(), LocalCluster::url);
+    let ports = match &cluster {
+        Some(c) => c.ports.clone(),
+        None => vec![
+            a.redis
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.trim_end_matches('/').parse().ok())
+                .unwrap_or(6379),
+        ],
+    };
     let mut rows = Vec::new();
     for r in 0..a.runs {
         for name in &a.layouts {
-            rows.push(run(&a, &url, name, r).await?);
+            rows.push(run(&a, &url, &ports, name, r).await?);
         }
     }
     println!(

@@ -108,6 +108,10 @@ struct State {
 pub struct Faulty<S> {
     inner: S,
     state: Arc<Mutex<State>>,
+    /// Whether a call of several buckets' purchases goes to the store as one
+    /// `purchase_groups` step (where the store groups them) instead of one
+    /// `purchase` step a bucket: see [`Faulty::grouping`].
+    grouping: bool,
 }
 
 /// At most this many injected faults are remembered for a report.
@@ -143,7 +147,18 @@ impl<S: Store> Faulty<S> {
                 seed,
                 ..State::default()
             })),
+            grouping: false,
         }
+    }
+
+    /// Lets the engine send several buckets' purchases in one call where the
+    /// store can (a standalone Redis: `purchase_groups.lua`), as it does in
+    /// production, and fails that call as one step, `purchase_groups`: a
+    /// fault after it applied loses every group's reply at once. Without it
+    /// every purchase is a `purchase` step of its own bucket.
+    pub fn grouping(mut self) -> Self {
+        self.grouping = true;
+        self
     }
 
     /// A wrapper that injects nothing (until told to).
@@ -332,7 +347,7 @@ macro_rules! faulty_sections {
         $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*
     } $([$($extra:item)*])?)*) => {
         /// Every step a `Faulty` can fail, named like its script.
-        pub const STEPS: &[&str] = &[$($(stringify!($name),)*)* "ping"];
+        pub const STEPS: &[&str] = &[$($(stringify!($name),)*)* "purchase_groups", "ping"];
 
         $(
             impl<S: Store> $section for Faulty<S> {
@@ -381,19 +396,27 @@ faulty_sections! {
         fn bump_epoch(bucket: &BucketRef) -> ();
         fn bucket_state(bucket: &BucketRef) -> BucketState;
     } [
-        /// One `purchase` step a group, each failing as the schedule says
-        /// (the faults are the steps', not the call's).
+        /// With [`Faulty::grouping`] on a store that groups: one
+        /// `purchase_groups` step, whose fault is every group's. Else one
+        /// `purchase` step a group, each failing as the schedule says.
         async fn purchase_groups(
             &self,
             now_ms: i64,
             groups: &[(BucketRef, Vec<PurchaseEntry>)],
         ) -> Vec<Result<Vec<PurchaseReply>, StoreError>> {
-            shardstock::store::buckets::purchase_each(self, now_ms, groups).await
+            if !self.groups_buckets() {
+                return shardstock::store::buckets::purchase_each(self, now_ms, groups).await;
+            }
+            let call = async { Ok(self.inner.purchase_groups(now_ms, groups).await) };
+            match self.step("purchase_groups", call).await {
+                Ok(results) => results,
+                Err(e) => groups.iter().map(|_| Err(e.clone())).collect(),
+            }
         }
 
-        /// No: every purchase goes through the faulty `purchase` step.
+        /// Only with [`Faulty::grouping`], where the store groups.
         fn groups_buckets(&self) -> bool {
-            false
+            self.grouping && self.inner.groups_buckets()
         }
     ]
     Holds {
