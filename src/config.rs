@@ -155,6 +155,8 @@ pub struct DatabaseSettings {
     /// Order records per insert batch.
     pub flush_batch: usize,
     /// Flush workers per instance, each writing its own batches concurrently.
+    /// On SQLite (one writer at a time) one worker writes batches of
+    /// `flush_batch × flush_workers` records (at most 10,000) instead.
     pub flush_workers: usize,
     /// How long a flush worker waits after a round that found less than a
     /// batch (or nothing) before it reads again: the flush lag when idle, and

@@ -98,6 +98,11 @@ pub struct BenchArgs {
     /// Measured requests per --http-cost row (after a warm-up of a tenth).
     #[arg(long, default_value_t = 100_000)]
     pub cost_requests: u64,
+    /// Which rows --http-cost runs (default: all, peers first), e.g.
+    /// `--cost-rows bare,embedded` to compare the embedded service with
+    /// the bare endpoint only.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub cost_rows: Vec<RowName>,
     /// Also run the Redis + PostgreSQL row of --http-cost for this many
     /// seconds, comparing its last 10 s with its first.
     #[arg(long)]
@@ -108,6 +113,28 @@ pub struct BenchArgs {
     /// Where --serve-peer listens.
     #[arg(long, hide = true, default_value = "127.0.0.1:0")]
     pub listen: String,
+}
+
+/// A row of --http-cost, for clap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RowName {
+    Bare,
+    Lua,
+    LuaXadd,
+    Embedded,
+    RedisPg,
+}
+
+impl From<RowName> for Row {
+    fn from(r: RowName) -> Self {
+        match r {
+            RowName::Bare => Row::Peer(Peer::Bare),
+            RowName::Lua => Row::Peer(Peer::Lua),
+            RowName::LuaXadd => Row::Peer(Peer::LuaXadd),
+            RowName::Embedded => Row::Embedded,
+            RowName::RedisPg => Row::RedisPg,
+        }
+    }
 }
 
 /// A quantity mix for clap.
@@ -171,7 +198,11 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
             pg: a.pg.clone(),
             service: service()?,
             bench: std::env::current_exe()?,
-            rows: Row::ALL.to_vec(),
+            rows: if a.cost_rows.is_empty() {
+                Row::ALL.to_vec()
+            } else {
+                a.cost_rows.iter().map(|&r| r.into()).collect()
+            },
             sustained: a.cost_duration.map(std::time::Duration::from_secs),
         };
         let cost = http_cost(&opts).await?;

@@ -149,7 +149,7 @@ impl Application {
             // After the recorder is installed: the handles are its series.
             meters: Arc::new(http::Meters::default()),
             held: Arc::new(Held::lost(refused)),
-            flush: options::flush(db),
+            flush: options::flush(db, ledger.kind()),
             rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
             admin_wait: Duration::from_millis(settings.server.request_timeout_ms * 3 / 4),
@@ -170,7 +170,7 @@ impl Application {
             engine.clone(),
             ledger.clone(),
             engine.instance().to_owned(),
-            options::flush(db),
+            options::flush(db, ledger.kind()),
         )
         .with_sweep(db.flush_sweep_buckets_per_s);
         let (flush_stop, flush_deadline) = (stop.clone(), deadline.clone());
@@ -184,7 +184,7 @@ impl Application {
             let rebalancer = Rebalancer::new(
                 engine.clone(),
                 ledger.clone(),
-                options::flush(db),
+                options::flush(db, ledger.kind()),
                 options::rebalance(&settings.rebalancer),
             );
             tasks.spawn(quietly(rebalancer.run(stop.clone())));

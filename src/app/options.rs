@@ -11,6 +11,7 @@ use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
 use crate::control::sweeper::SweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
+use crate::ledger::DbKind;
 use crate::store::redis::RedisOptions;
 
 /// The engine's tunables and group commit.
@@ -39,15 +40,29 @@ pub fn sweep(settings: &Settings) -> SweepOptions {
     }
 }
 
-/// The flusher's batches and pacing.
-pub fn flush(db: &DatabaseSettings) -> FlushOptions {
+/// The flusher's batches and pacing. SQLite takes one writer at a time, so
+/// there the workers' batches are one worker's: `flush_workers` rounds of
+/// `flush_batch` records become one round of all of them (at most 10,000),
+/// one commit instead of several. A commit's cost there grows with the pages
+/// it dirties, and the order id index's random keys dirty pages all over it:
+/// the same 150,000 orders cost 20.5 µs each in commits of 1,000 and 14.3 in
+/// commits of 3,000 (`ledger_cost --sqlite`, BENCHMARKS.md "The ledger").
+pub fn flush(db: &DatabaseSettings, kind: DbKind) -> FlushOptions {
+    let workers = db.flush_workers.max(1);
+    let (batch, workers) = match kind {
+        DbKind::Postgres => (db.flush_batch, workers),
+        DbKind::Sqlite => ((db.flush_batch * workers).min(SQLITE_MAX_BATCH), 1),
+    };
     FlushOptions {
-        batch: db.flush_batch,
-        workers: db.flush_workers.max(1),
+        batch,
+        workers,
         idle: Duration::from_millis(db.flush_block_ms),
         claim_idle_ms: db.claim_idle_ms,
     }
 }
+
+/// The largest round of one SQLite flush worker (`flush_batch`'s own bound).
+const SQLITE_MAX_BATCH: usize = 10_000;
 
 /// The rebalancer's rounds and policy.
 pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {

@@ -20,9 +20,12 @@
 //! `auto` first reached 0.9× the best fixed N's (a 500 ms rolling rate), the
 //! refusal p50/p99, and the whole sale's p99 (phases 1 and 2). With `--runs`,
 //! each run's layouts are compared with the best fixed N of the same run.
+//! With `--commandstats`, each Redis node's `INFO commandstats` is reset
+//! before the tail refusals and printed after, as calls and µs per refusal.
 //!
 //! `cargo run --release -p shardstock-bench --bin adaptive -- [--redis URL |
-//! --cluster] [--layouts auto,1,4,16,64] [--stock 400000] [--concurrency 256]`
+//! --cluster] [--layouts auto,1,4,16,64] [--stock 400000] [--concurrency 256]
+//! [--refusals 2000] [--runs R] [--commandstats]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -17,8 +17,12 @@
 //! flusher's rounds do. The program uses only `Ledger::connect`,
 //! `register_event` and `apply`, so the same file measures any revision.
 //!
+//! With `--sqlite DIR` the same records go into a fresh SQLite file in DIR
+//! instead, and the CPU is this process's own (SQLite runs inside it, as in
+//! the embedded service; the records are made before the first reading).
+//!
 //! `cargo run --release -p shardstock-bench --bin ledger_cost -- [--orders N]
-//! [--batches 100,500,2000] [--workers W] [--pg postgres://…]`
+//! [--batches 100,500,2000] [--workers W] [--pg postgres://… | --sqlite DIR]`
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +42,7 @@ struct Args {
     workers: usize,
     streams: u32,
     pg: String,
+    sqlite: Option<std::path::PathBuf>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -47,6 +52,7 @@ fn args() -> anyhow::Result<Args> {
         workers: 1,
         streams: 16,
         pg: "postgres://postgres@127.0.0.1:5432".into(),
+        sqlite: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,9 +71,10 @@ fn args() -> anyhow::Result<Args> {
             "--workers" => a.workers = value()?.parse()?,
             "--streams" => a.streams = value()?.parse()?,
             "--pg" => a.pg = value()?.trim_end_matches('/').to_owned(),
+            "--sqlite" => a.sqlite = Some(value()?.into()),
             "-h" | "--help" => {
                 println!(
-                    "ledger_cost [--orders N] [--batches 100,500,2000] [--workers W] [--streams S] [--pg URL]"
+                    "ledger_cost [--orders N] [--batches 100,500,2000] [--workers W] [--streams S] [--pg URL | --sqlite DIR]"
                 );
                 std::process::exit(0);
             }
@@ -112,6 +119,19 @@ fn postgres_cpu() -> HashMap<u32, (u64, String)> {
         }
     }
     out
+}
+
+/// CPU ticks (utime + stime) of this process.
+fn own_cpu() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    fields
+        .get(11)
+        .zip(fields.get(12))
+        .and_then(|(u, s)| Some(u.parse::<u64>().ok()? + s.parse::<u64>().ok()?))
+        .unwrap_or(0)
 }
 
 /// CPU seconds spent between two readings: (this database's backends, all).
@@ -179,12 +199,23 @@ struct Row {
 
 async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
     let db = format!("shardstock_ledger_cost_{}_{batch}", std::process::id());
-    let admin = format!("{}/postgres", a.pg);
-    let mut conn = PgConnection::connect(&admin).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db}")))
-        .execute(&mut conn)
-        .await?;
-    let url = format!("{}/{db}", a.pg);
+    let (url, mut conn) = match &a.sqlite {
+        Some(dir) => {
+            let file = dir.join(format!("{db}.db"));
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+            (format!("sqlite://{}", file.display()), None)
+        }
+        None => {
+            let admin = format!("{}/postgres", a.pg);
+            let mut conn = PgConnection::connect(&admin).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db}")))
+                .execute(&mut conn)
+                .await?;
+            (format!("{}/{db}", a.pg), Some(conn))
+        }
+    };
     let ledger = Ledger::connect(&url, a.workers as u32).await?;
     let event = EventId::parse("ledger-cost".to_owned())?;
     let spec = EventSpec {
@@ -205,6 +236,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         Arc::new(all.chunks(batch).map(<[FlushRecord]>::to_vec).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let before = postgres_cpu();
+    let own_before = own_cpu();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..a.workers {
@@ -224,6 +256,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
     }
     let secs = started.elapsed().as_secs_f64();
     let after = postgres_cpu();
+    let own = (own_cpu() - own_before) as f64 / 100.0;
     let totals = ledger.totals(&event).await?.expect("the event's totals");
     anyhow::ensure!(
         totals.sold == a.orders as u64,
@@ -232,14 +265,22 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         a.orders
     );
     drop(ledger);
+    let n = a.orders as f64;
+    let Some(conn) = conn.as_mut() else {
+        return Ok(Row {
+            batch,
+            backend_us: own * 1e6 / n,
+            all_us: own * 1e6 / n,
+            per_sec: n / secs,
+        });
+    };
     let (mine, every) = spent(&before, &after, &db);
     // Dropping waits for the pool's backends to leave.
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {db} WITH (FORCE)"
     )))
-    .execute(&mut conn)
+    .execute(conn)
     .await?;
-    let n = a.orders as f64;
     Ok(Row {
         batch,
         backend_us: mine * 1e6 / n,
@@ -251,11 +292,25 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = args()?;
-    println!(
-        "ledger_cost: {} orders, {} streams, {} worker(s), PostgreSQL {}",
-        a.orders, a.streams, a.workers, a.pg
-    );
-    println!("| batch | PG backend CPU µs/order | all postgres CPU µs/order | orders/s |");
+    match &a.sqlite {
+        Some(dir) => {
+            println!(
+                "ledger_cost: {} orders, {} streams, {} worker(s), SQLite in {}",
+                a.orders,
+                a.streams,
+                a.workers,
+                dir.display()
+            );
+            println!("| batch | this process's CPU µs/order | (same) | orders/s |");
+        }
+        None => {
+            println!(
+                "ledger_cost: {} orders, {} streams, {} worker(s), PostgreSQL {}",
+                a.orders, a.streams, a.workers, a.pg
+            );
+            println!("| batch | PG backend CPU µs/order | all postgres CPU µs/order | orders/s |");
+        }
+    }
     println!("|---:|---:|---:|---:|");
     for &batch in &a.batches {
         let r = one(&a, batch).await?;
