@@ -116,4 +116,17 @@ mod tests {
         assert_eq!(engine(&Settings::default()), EngineOptions::default());
         assert_eq!(sweep(&Settings::default()), SweepOptions::default());
     }
+
+    #[test]
+    fn sqlite_flushes_the_workers_batches_with_one_worker() {
+        let mut db = Settings::default().database;
+        (db.flush_batch, db.flush_workers) = (1_000, 4);
+        let pg = flush(&db, DbKind::Postgres);
+        assert_eq!((pg.batch, pg.workers), (1_000, 4));
+        let sqlite = flush(&db, DbKind::Sqlite);
+        assert_eq!((sqlite.batch, sqlite.workers), (4_000, 1));
+        (db.flush_batch, db.flush_workers) = (5_000, 3);
+        let sqlite = flush(&db, DbKind::Sqlite);
+        assert_eq!((sqlite.batch, sqlite.workers), (SQLITE_MAX_BATCH, 1));
+    }
 }
