@@ -154,9 +154,9 @@ pub struct DatabaseSettings {
     pub url: String,
     /// Order records per insert batch.
     pub flush_batch: usize,
-    /// Flush workers per instance, each writing its own batches concurrently.
-    /// On SQLite (one writer at a time) one worker writes batches of
-    /// `flush_batch × flush_workers` records (at most 10,000) instead.
+    /// Flush workers per instance on PostgreSQL: one reads every round, the
+    /// others help while the rounds come back full. SQLite (one writer at a
+    /// time) has one.
     pub flush_workers: usize,
     /// How long a flush worker waits after a round that found less than a
     /// batch (or nothing) before it reads again: the flush lag when idle, and
@@ -188,7 +188,7 @@ impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
             url: "sqlite://data/shardstock.db".into(),
-            flush_batch: 1_000,
+            flush_batch: 4_000,
             flush_workers: 4,
             flush_block_ms: 100,
             claim_idle_ms: 10_000,

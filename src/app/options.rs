@@ -41,28 +41,19 @@ pub fn sweep(settings: &Settings) -> SweepOptions {
 }
 
 /// The flusher's batches and pacing. SQLite takes one writer at a time, so
-/// there the workers' batches are one worker's: `flush_workers` rounds of
-/// `flush_batch` records become one round of all of them (at most 10,000),
-/// one commit instead of several. A commit's cost there grows with the pages
-/// it dirties, and the order id index's random keys dirty pages all over it:
-/// the same 150,000 orders cost 20.5 µs each in commits of 1,000 and 14.3 in
-/// commits of 3,000 (`ledger_cost --sqlite`, BENCHMARKS.md "The ledger").
+/// there one worker writes: helpers would only queue for its lock.
 pub fn flush(db: &DatabaseSettings, kind: DbKind) -> FlushOptions {
-    let workers = db.flush_workers.max(1);
-    let (batch, workers) = match kind {
-        DbKind::Postgres => (db.flush_batch, workers),
-        DbKind::Sqlite => ((db.flush_batch * workers).min(SQLITE_MAX_BATCH), 1),
+    let workers = match kind {
+        DbKind::Postgres => db.flush_workers.max(1),
+        DbKind::Sqlite => 1,
     };
     FlushOptions {
-        batch,
+        batch: db.flush_batch,
         workers,
         idle: Duration::from_millis(db.flush_block_ms),
         claim_idle_ms: db.claim_idle_ms,
     }
 }
-
-/// The largest round of one SQLite flush worker (`flush_batch`'s own bound).
-const SQLITE_MAX_BATCH: usize = 10_000;
 
 /// The rebalancer's rounds and policy.
 pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
@@ -118,15 +109,12 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_flushes_the_workers_batches_with_one_worker() {
+    fn sqlite_flushes_with_one_worker() {
         let mut db = Settings::default().database;
-        (db.flush_batch, db.flush_workers) = (1_000, 4);
+        (db.flush_batch, db.flush_workers) = (2_000, 3);
         let pg = flush(&db, DbKind::Postgres);
-        assert_eq!((pg.batch, pg.workers), (1_000, 4));
+        assert_eq!((pg.batch, pg.workers), (2_000, 3));
         let sqlite = flush(&db, DbKind::Sqlite);
-        assert_eq!((sqlite.batch, sqlite.workers), (4_000, 1));
-        (db.flush_batch, db.flush_workers) = (5_000, 3);
-        let sqlite = flush(&db, DbKind::Sqlite);
-        assert_eq!((sqlite.batch, sqlite.workers), (SQLITE_MAX_BATCH, 1));
+        assert_eq!((sqlite.batch, sqlite.workers), (2_000, 1));
     }
 }

@@ -29,8 +29,16 @@
 //! worker goes on at once. The lag stays what it was when idle: one `idle`
 //! (and a round). A close and the final drain never wait (`drain`), and the
 //! audit counts what is still in the streams.
+//!
+//! Of the `workers`, one (the lead) reads every round; the others help only
+//! while rounds come back full (`busy`). Each worker reading on its own pause
+//! made rounds `workers` times as often, each a `workers`th of the records:
+//! four workers at a sale rate one could keep up with cost PostgreSQL 8–10 µs
+//! an order against 6 for one (BENCHMARKS.md, "Fifth round"). When the sales
+//! outrun one worker's full batches, the helpers read too, side by side.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -126,6 +134,9 @@ pub struct Flusher<S: Store> {
     /// The slow sweep, shared by the workers: whoever finds it here runs it.
     sweep: Arc<Mutex<Option<Sweep>>>,
     lag: Arc<Lag>,
+    /// The workers' last round read a full batch or left buckets unfinished:
+    /// the helpers read too (see the module docs).
+    busy: Arc<AtomicBool>,
 }
 
 impl<S: Store> Flusher<S> {
@@ -145,6 +156,7 @@ impl<S: Store> Flusher<S> {
             cursor: 0,
             sweep: Arc::new(Mutex::new(Some(Sweep::new(SWEEP_PER_S)))),
             lag: Arc::default(),
+            busy: Arc::default(),
         }
     }
 
@@ -395,16 +407,25 @@ impl<S: Store> Flusher<S> {
         drained
     }
 
-    /// One worker's loop; the one given a `deadline` drains what is left at
-    /// the stop, until the deadline.
+    /// One worker's loop; the one given a `deadline` is the lead: it reads
+    /// every round, and drains what is left at the stop, until the deadline.
+    /// The others (helpers) read only while the rounds come back full.
     async fn work(
         mut self,
         stop: CancellationToken,
         deadline: Option<CancellationToken>,
     ) -> Result<(), FlushError> {
+        let lead = deadline.is_some();
         let mut unfinished: Vec<BucketRef> = Vec::new();
         while !stop.is_cancelled() {
-            let buckets = self.due(std::mem::take(&mut unfinished)).await;
+            // A helper with buckets left over finishes them first: nobody
+            // else will read them (their marks were taken).
+            let idle = !lead && unfinished.is_empty() && !self.busy.load(Ordering::Relaxed);
+            let buckets = if idle {
+                Vec::new()
+            } else {
+                self.due(std::mem::take(&mut unfinished)).await
+            };
             if !buckets.is_empty() {
                 let claim = Claim::Paced(self.opts.claim_idle_ms);
                 match self.flush_some(&buckets, &stop, claim).await {
@@ -414,6 +435,7 @@ impl<S: Store> Flusher<S> {
                         // does, so the next round writes a fuller one (see the
                         // module docs).
                         let more = n >= self.opts.batch || !left.is_empty();
+                        self.busy.store(more, Ordering::Relaxed);
                         unfinished = left;
                         if more {
                             continue;

@@ -28,6 +28,7 @@ on_every_backend!(
     close_wins_over_a_dead_instances_lease_and_unacknowledged_records,
     instances_starting_together_all_ensure_a_configured_event,
     a_release_flushed_after_the_resale_of_its_unit_is_no_violation,
+    a_running_flusher_with_helpers_writes_every_order_once,
 );
 
 struct Rig<S: Store> {
@@ -157,7 +158,66 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
     let answered = sale(&r, &id, 400).await;
     let meta = r.engine.meta(&id).await.unwrap();
     r.flusher.drain(&meta.all_buckets(), &r.stop).await.unwrap();
-    for (oid, (qty, cancelled)) in &answered {
+    every_answer_flushed_once(&r, &id, &answered).await;
+}
+
+/// The flusher as a service runs it (`run`: a lead that reads every round
+/// and helpers that read while rounds come back full), with batches far
+/// smaller than the sale, so the helpers join: every answered order reaches
+/// the ledger once while the sale goes on, and the streams come to nothing
+/// soon after it is over. The sweep is slowed to a crawl (a pass over the
+/// 8 buckets takes 8 s), so it is the workers' own rounds that flush.
+async fn a_running_flusher_with_helpers_writes_every_order_once<S: Store>(engine: Engine<S>) {
+    let r = rig(engine).await;
+    let id = event_id("helpers");
+    create(&r, &id, 600, 8).await;
+    let flusher = Flusher::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        format!("run-{}", rand::random::<u32>()),
+        FlushOptions {
+            batch: 8,
+            workers: 3,
+            ..options()
+        },
+    )
+    .with_sweep(1);
+    let (stop, deadline) = (CancellationToken::new(), CancellationToken::new());
+    let running = tokio::spawn(flusher.run(stop.clone(), deadline.clone()));
+    let answered = sale(&r, &id, 640).await;
+    let flushed = async {
+        loop {
+            let a = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+                .await
+                .unwrap();
+            if a.sold_unflushed == 0 && a.released_unflushed == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(6), flushed)
+        .await
+        .expect("the running flusher writes the rest of the sale within 6 s");
+    stop.cancel();
+    let ran = tokio::time::timeout(std::time::Duration::from_secs(30), running)
+        .await
+        .expect("the flusher stops")
+        .unwrap();
+    deadline.cancel();
+    ran.expect("nothing left in the streams at the stop");
+    every_answer_flushed_once(&r, &id, &answered).await;
+}
+
+/// Every answered order is in the ledger once with its status, the totals
+/// and the audit agree with the store, and the streams are trimmed.
+async fn every_answer_flushed_once<S: Store>(
+    r: &Rig<S>,
+    id: &EventId,
+    answered: &HashMap<String, (u32, bool)>,
+) {
+    let meta = r.engine.meta(id).await.unwrap();
+    for (oid, (qty, cancelled)) in answered {
         let (order_id, event, _) = shardstock::domain::ids::OrderId::parse(oid).unwrap();
         let row = r
             .ledger
@@ -173,7 +233,7 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
         };
         assert_eq!(row.status, want, "{oid}");
     }
-    let totals = r.ledger.totals(&id).await.unwrap().unwrap();
+    let totals = r.ledger.totals(id).await.unwrap().unwrap();
     let sold: u64 = answered.values().map(|(q, _)| u64::from(*q)).sum();
     let cancelled: u64 = answered
         .values()
@@ -182,9 +242,9 @@ async fn every_sold_order_reaches_the_ledger_once_and_the_audit_balances<S: Stor
         .sum();
     assert_eq!(totals.sold, sold, "every answered unit flushed once");
     assert_eq!(totals.released, cancelled);
-    let view = r.engine.view(&id).await.unwrap();
+    let view = r.engine.view(id).await.unwrap();
     assert_eq!(totals.sold - totals.released, view.sold);
-    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, id)
         .await
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
