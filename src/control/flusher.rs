@@ -420,8 +420,8 @@ impl<S: Store> Flusher<S> {
         while !stop.is_cancelled() {
             // A helper with buckets left over finishes them first: nobody
             // else will read them (their marks were taken).
-            let idle = !lead && unfinished.is_empty() && !self.busy.load(Ordering::Relaxed);
-            let buckets = if idle {
+            let resting = !lead && unfinished.is_empty() && !self.busy.load(Ordering::Relaxed);
+            let buckets = if resting {
                 Vec::new()
             } else {
                 self.due(std::mem::take(&mut unfinished)).await

@@ -18,7 +18,8 @@ use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{
-    event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user, user_homed_at,
+    event_id, eventually, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user,
+    user_homed_at,
 };
 
 on_every_backend!(
@@ -185,20 +186,17 @@ async fn a_running_flusher_with_helpers_writes_every_order_once<S: Store>(engine
     let (stop, deadline) = (CancellationToken::new(), CancellationToken::new());
     let running = tokio::spawn(flusher.run(stop.clone(), deadline.clone()));
     let answered = sale(&r, &id, 640).await;
-    let flushed = async {
-        loop {
+    eventually(
+        "the running flusher to write the rest of the sale",
+        std::time::Duration::from_secs(6),
+        async || {
             let a = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
                 .await
                 .unwrap();
-            if a.sold_unflushed == 0 && a.released_unflushed == 0 {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(6), flushed)
-        .await
-        .expect("the running flusher writes the rest of the sale within 6 s");
+            (a.sold_unflushed == 0 && a.released_unflushed == 0).then_some(())
+        },
+    )
+    .await;
     stop.cancel();
     let ran = tokio::time::timeout(std::time::Duration::from_secs(30), running)
         .await

@@ -33,6 +33,7 @@ use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
 use shardstock::ledger::{FlushRecord, Ledger};
+use shardstock_bench::cost::cpu::Cpu;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
@@ -119,19 +120,6 @@ fn postgres_cpu() -> HashMap<u32, (u64, String)> {
         }
     }
     out
-}
-
-/// CPU ticks (utime + stime) of this process.
-fn own_cpu() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    fields
-        .get(11)
-        .zip(fields.get(12))
-        .and_then(|(u, s)| Some(u.parse::<u64>().ok()? + s.parse::<u64>().ok()?))
-        .unwrap_or(0)
 }
 
 /// CPU seconds spent between two readings: (this database's backends, all).
@@ -236,7 +224,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         Arc::new(all.chunks(batch).map(<[FlushRecord]>::to_vec).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let before = postgres_cpu();
-    let own_before = own_cpu();
+    let own_before = Cpu::of(std::process::id());
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..a.workers {
@@ -256,7 +244,9 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
     }
     let secs = started.elapsed().as_secs_f64();
     let after = postgres_cpu();
-    let own = (own_cpu() - own_before) as f64 / 100.0;
+    let own = (Cpu::of(std::process::id()) - own_before)
+        .as_duration()
+        .as_secs_f64();
     let totals = ledger.totals(&event).await?.expect("the event's totals");
     anyhow::ensure!(
         totals.sold == a.orders as u64,
