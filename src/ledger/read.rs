@@ -154,8 +154,16 @@ impl Ledger {
         id: &OrderId,
         event: &EventId,
     ) -> Result<Option<OrderView>, LedgerError> {
+        // SQLite indexes an order by its id's last 8 characters (migration
+        // 0007): the lookup names them, or it would scan the table. The `+`
+        // keeps SQLite from substituting the id into that term (its constant
+        // propagation), which would leave no term for the index.
+        let by_id = match self.kind {
+            DbKind::Postgres => "order_id = $1",
+            DbKind::Sqlite => "substr(order_id, -8) = substr($1, -8) AND +order_id = $1",
+        };
         let sql = format!(
-            "SELECT {} FROM order_records WHERE order_id = $1",
+            "SELECT {} FROM order_records WHERE {by_id}",
             derive::COLUMNS
         );
         let records = sqlx::query(sqlx::AssertSqlSafe(sql))
