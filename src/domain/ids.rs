@@ -151,6 +151,16 @@ id_type!(
     "^[A-Za-z0-9_.-]+$", event_byte, no_more
 );
 
+/// Appends `value` as 16 lowercase hex digits: `{:016x}` without the
+/// formatting machinery, for ids made on every purchase (it was ~2% of the
+/// service's CPU in `OrderId::generate`'s `format!`).
+pub(crate) fn push_hex16(s: &mut String, value: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for nibble in (0..16).rev() {
+        s.push(char::from(DIGITS[(value >> (nibble * 4)) as usize & 0xf]));
+    }
+}
+
 /// An order: `<event>.<user hash, 16 hex>.<random, 16 hex>`.
 ///
 /// The user's routing hash is part of the id so the order's home bucket
@@ -163,10 +173,13 @@ pub struct OrderId(String);
 impl OrderId {
     /// Builds a fresh order id for a purchase by a user with routing hash `user_hash`.
     pub fn generate(event: &EventId, user_hash: u64) -> Self {
-        Self(format!(
-            "{event}.{user_hash:016x}.{:016x}",
-            rand::random::<u64>()
-        ))
+        let mut id = String::with_capacity(event.as_str().len() + 34);
+        id.push_str(event.as_str());
+        id.push('.');
+        push_hex16(&mut id, user_hash);
+        id.push('.');
+        push_hex16(&mut id, rand::random::<u64>());
+        Self(id)
     }
 
     /// Parses an order id from a client, returning it with its event and user hash.
@@ -270,6 +283,11 @@ mod tests {
     #[test]
     fn an_order_id_round_trips_its_event_and_user_hash() {
         let event = EventId::parse("sneaker-4.2").unwrap();
+        for v in [0, 1, 0xdead_beef, 0x0123_4567_89ab_cdef, u64::MAX] {
+            let mut s = String::from("x");
+            push_hex16(&mut s, v);
+            assert_eq!(s, format!("x{v:016x}"));
+        }
         let id = OrderId::generate(&event, 0xdead_beef);
         let (parsed, e, h) = OrderId::parse(id.as_str()).unwrap();
         assert_eq!(parsed, id);

@@ -175,8 +175,20 @@ impl<S: Store> Engine<S> {
         let hash = user_hash(&req.user);
         let (rid, keep) = match &req.request_id {
             // Request ids are scoped per user: the same id from two users is two requests.
-            Some(r) => (format!("{}/{}", req.user, r), true),
-            None => (format!("~{:016x}", rand::random::<u64>()), false),
+            Some(r) => {
+                let (user, r) = (req.user.as_str(), r.as_str());
+                let mut rid = String::with_capacity(user.len() + 1 + r.len());
+                rid.push_str(user);
+                rid.push('/');
+                rid.push_str(r);
+                (rid, true)
+            }
+            None => {
+                let mut rid = String::with_capacity(17);
+                rid.push('~');
+                crate::domain::ids::push_hex16(&mut rid, rand::random::<u64>());
+                (rid, false)
+            }
         };
         let order_id = OrderId::generate(&req.event, hash);
         let mut stale = 0;
