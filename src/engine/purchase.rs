@@ -175,14 +175,7 @@ impl<S: Store> Engine<S> {
         let hash = user_hash(&req.user);
         let (rid, keep) = match &req.request_id {
             // Request ids are scoped per user: the same id from two users is two requests.
-            Some(r) => {
-                let (user, r) = (req.user.as_str(), r.as_str());
-                let mut rid = String::with_capacity(user.len() + 1 + r.len());
-                rid.push_str(user);
-                rid.push('/');
-                rid.push_str(r);
-                (rid, true)
-            }
+            Some(r) => ([req.user.as_str(), "/", r.as_str()].concat(), true),
             None => {
                 let mut rid = String::with_capacity(17);
                 rid.push('~');

@@ -183,7 +183,7 @@ async fn every_dashboard_and_alert_expression_has_data_after_a_sale() {
                 return;
             }
             last = format!(
-                "{}{}",
+                "{}\n{}",
                 String::from_utf8_lossy(&check.stdout)
                     .lines()
                     .filter(|l| !l.starts_with("ok "))
