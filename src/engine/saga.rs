@@ -468,7 +468,15 @@ impl<S: Store> Engine<S> {
             .finish_with(meta, saga, Finish::SoldOut { remaining })
             .await?
         {
-            FinishReply::Done | FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
+            FinishReply::Done => Ok(Err(Refusal::SoldOut { remaining })),
+            // A concurrent driver of this saga gave up and aborted it (or the
+            // sweeper did): the request holds no answer, and a retry with its
+            // id starts afresh. Answered as that driver was (try again), not
+            // "sold out", which no retry would replay.
+            FinishReply::NoRecord if saga.keep => Err(EngineError::Contention {
+                passes: self.opts.max_passes,
+            }),
+            FinishReply::NoRecord => Ok(Err(Refusal::SoldOut { remaining })),
             FinishReply::Already(record) => self.answer(meta, saga, record),
         }
     }

@@ -41,6 +41,7 @@ on_every_backend!(
     a_user_id_that_looks_like_a_marker_keeps_its_replay_across_a_reshard,
     an_order_the_event_cannot_serve_is_refused_without_a_probe,
     a_retry_of_a_saga_that_took_is_not_refused_by_a_later_sold_out_mark,
+    a_sold_out_verdict_after_a_concurrent_abort_answers_try_again,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: &str) -> PurchaseRequest {
@@ -656,4 +657,86 @@ async fn the_apps_sweeper_ends_a_saga_whose_instance_crashed() {
     let swept = format!("shardstock_sagas_swept_total{{event=\"{id}\"}} 1");
     assert!(metrics.contains(&swept), "{swept} not in /metrics");
     app.stop().await;
+}
+
+/// A seed from the concurrency suite (2026-12-04): two drivers of one saga
+/// (a request sent twice at once), one giving up and aborting the saga while
+/// the other was reaching "sold out". That one answered sold out though the
+/// request kept no record, so the client's retry was answered afresh (another
+/// `remaining`, not a replay). Here the abort lands while the first driver's
+/// finish is held back: it now answers try-again as the aborting driver did,
+/// and the retry's answer is the one stored and replayed.
+async fn a_sold_out_verdict_after_a_concurrent_abort_answers_try_again<S: Store>(
+    engine: Engine<S>,
+) {
+    use crate::harness::faulty::{Fault, Mode, Rule};
+    use shardstock::engine::Refusal;
+    use shardstock::store::{Finish, FinishArgs};
+
+    let (engine, store, _clock) = faulty(&engine);
+    let n = 2;
+    let id = event_id("abortrace");
+    let mut s = spec(&id, 2, n);
+    s.max_per_order = 3;
+    engine.create_event(s).await.unwrap();
+    // One unit a bucket: an order of 3 leaves a pending saga at home, whose
+    // first driver finds the event short everywhere and finishes sold out.
+    store.rule(
+        "finish",
+        Rule {
+            probability: 1.0,
+            mode: Mode::Only(Fault::Delay(Duration::from_millis(1500)), When::Before),
+        },
+    );
+    let u = user_homed_at(0, n, "racer");
+    let r = req(&id, &u, 3, "r1");
+    let buying = tokio::spawn({
+        let (engine, r) = (engine.clone(), r.clone());
+        async move { engine.purchase(&r).await }
+    });
+    let pending = eventually(
+        "the saga's pending record",
+        Duration::from_secs(5),
+        async || match record(&engine, &id, &u, n, "r1").await {
+            Some(RequestRecord::Pending { order_id, .. }) => Some(order_id),
+            _ => None,
+        },
+    )
+    .await;
+    // The abort a driver that gave up makes, straight to the store.
+    let aborted = store
+        .inner()
+        .finish(
+            &BucketRef::new(&id, 0, 0),
+            0,
+            &FinishArgs {
+                rid: format!("{u}/r1"),
+                order_id: pending,
+                user: user(&u),
+                qty: 3,
+                keep: true,
+                limited: false,
+                outcome: Finish::Abort,
+                pay_by: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(aborted, shardstock::store::FinishReply::Done);
+    let first = buying.await.unwrap();
+    assert!(
+        matches!(first, Err(EngineError::Contention { .. })),
+        "the first driver after the abort: {first:?}"
+    );
+    store.heal();
+    let retry = engine.purchase(&r).await.unwrap();
+    assert!(
+        matches!(retry.result, Err(Refusal::SoldOut { remaining: 2 })) && !retry.replayed,
+        "{retry:?}"
+    );
+    let again = engine.purchase(&r).await.unwrap();
+    assert!(
+        again.replayed && again.result == retry.result,
+        "{again:?} vs {retry:?}"
+    );
 }
