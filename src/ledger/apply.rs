@@ -31,9 +31,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sqlx::{Any, Postgres, Transaction};
+use sqlx::{Postgres, Sqlite, Transaction};
 
-use super::{Ledger, LedgerError, records};
+use super::{Ledger, LedgerError, Writer, records};
 use crate::domain::stream::{RecordKind, StreamEntry};
 
 /// A stream record on its way to the database.
@@ -137,7 +137,7 @@ macro_rules! move_totals {
     };
 }
 move_totals!(move_totals_pg, Postgres);
-move_totals!(move_totals_any, Any);
+move_totals!(move_totals_sqlite, Sqlite);
 
 /// A failure that writing the batch again can get past.
 fn retryable(e: &LedgerError) -> bool {
@@ -205,8 +205,8 @@ impl Ledger {
             batch,
             &self.streams.lock().unwrap_or_else(|p| p.into_inner()),
         );
-        let (new, moved, named) = match &self.pg {
-            Some(pg) => {
+        let (new, moved, named) = match &self.writer {
+            Writer::Postgres(pg) => {
                 let mut tx = pg.begin().await?;
                 let named = records::name_streams_pg(&mut tx, &unnamed).await?;
                 numbers.extend(named.clone());
@@ -215,12 +215,12 @@ impl Ledger {
                 tx.commit().await?;
                 (new.len(), moved, named)
             }
-            None => {
-                let mut tx = self.pool.begin().await?;
-                let named = records::name_streams_any(&mut tx, &unnamed).await?;
+            Writer::Sqlite(sqlite) => {
+                let mut tx = sqlite.begin().await?;
+                let named = records::name_streams_sqlite(&mut tx, &unnamed).await?;
                 numbers.extend(named.clone());
-                let new = records::insert_any(&mut tx, batch, &numbers, careful).await?;
-                let moved = move_totals_any(&mut tx, &new).await?;
+                let new = records::insert_sqlite(&mut tx, batch, &numbers, careful).await?;
+                let moved = move_totals_sqlite(&mut tx, &new).await?;
                 tx.commit().await?;
                 (new.len(), moved, named)
             }

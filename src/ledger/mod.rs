@@ -3,8 +3,10 @@
 //!
 //! One code path for both through sqlx's `Any` driver — the SQL is portable
 //! (`ON CONFLICT`, `RETURNING`, `$n` parameters, BIGINT everywhere) — except
-//! the flusher's insert on PostgreSQL, which binds arrays (`UNNEST`), which
-//! `Any` cannot: that one statement runs on a `PgPool` of its own.
+//! the flusher's writes (`apply`), which run on a pool of the database's own
+//! driver ([`Writer`]): on PostgreSQL they bind arrays (`COPY`, `UNNEST`),
+//! which `Any` cannot; on SQLite `Any` would encode each of a batch's
+//! thousands of arguments twice (into its own value, then into SQLite's).
 //! The schema is the same on both; `migrations/postgres` and
 //! `migrations/sqlite` hold one folder each (0001 is the same file in both, so
 //! a database 0001 migrated migrates on) because keys and index kinds differ.
@@ -26,7 +28,8 @@ use sqlx::ConnectOptions;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Any, AnyPool};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::{Any, AnyPool, AssertSqlSafe};
 
 use crate::domain::ids::EventId;
 use crate::domain::model::EventSpec;
@@ -74,11 +77,19 @@ pub enum DbKind {
 pub struct Ledger {
     pool: AnyPool,
     kind: DbKind,
-    /// PostgreSQL: the flusher's writes (they bind arrays). Connects lazily.
-    pg: Option<PgPool>,
+    /// The flusher's writes. Connects lazily.
+    writer: Writer,
     /// The numbers of the streams this process has flushed (`ledger_streams`):
     /// a number, once committed, never changes.
     streams: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+/// The pool of the flusher's writes, on the database's own driver.
+#[derive(Clone)]
+enum Writer {
+    Postgres(PgPool),
+    /// One connection: SQLite takes one writer at a time anyway.
+    Sqlite(SqlitePool),
 }
 
 static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -140,7 +151,19 @@ fn prepare_url(url: &str) -> Result<(String, DbKind), LedgerError> {
 /// every 10,000 pages (a WAL of up to 40 MiB) write a page once for several
 /// batches. `synchronous` is left at SQLite's default (`FULL`): a commit is
 /// on disk before the flusher acknowledges its records.
-const SQLITE_CONNECTION: &str = "PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 10000;";
+const SQLITE_PRAGMAS: [(&str, &str); 2] =
+    [("cache_size", "-65536"), ("wal_autocheckpoint", "10000")];
+
+/// The flusher's connection, besides [`SQLITE_PRAGMAS`]: its statement
+/// journals in memory. An index on an expression (`order_records_order_key`,
+/// migration 0007) makes SQLite keep a statement journal for every insert
+/// (evaluating the expression might fail mid-statement), and by default that
+/// journal is a temporary file: each page a statement first touches was
+/// written to it, a `pwrite` per page, ~30% of SQLite's thread under a sale
+/// (`perf`). In memory it is a copy of the page, dropped with the statement.
+/// A statement of [`records`]'s largest chunk touches at most a few hundred
+/// pages. The readers keep the default: an audit's sort may be large.
+const SQLITE_WRITER_PRAGMAS: [(&str, &str); 1] = [("temp_store", "memory")];
 
 impl Ledger {
     /// Connects (creating the database if it does not exist) and migrates.
@@ -176,7 +199,12 @@ impl Ledger {
         if kind == DbKind::Sqlite {
             pool = pool.after_connect(|conn, _| {
                 Box::pin(async move {
-                    sqlx::raw_sql(SQLITE_CONNECTION).execute(conn).await?;
+                    for (pragma, value) in SQLITE_PRAGMAS {
+                        let set = format!("PRAGMA {pragma} = {value}");
+                        sqlx::raw_sql(AssertSqlSafe(set))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
                     Ok(())
                 })
             });
@@ -189,10 +217,10 @@ impl Ledger {
                 .execute(&pool)
                 .await?;
         }
-        let pg = match kind {
+        let writer = match kind {
             DbKind::Postgres => {
                 POSTGRES.run(&pool).await?;
-                Some(
+                Writer::Postgres(
                     PgPoolOptions::new()
                         .max_connections(writers)
                         .acquire_timeout(std::time::Duration::from_secs(5))
@@ -203,13 +231,22 @@ impl Ledger {
             }
             DbKind::Sqlite => {
                 SQLITE.run(&pool).await?;
-                None
+                let options = SQLITE_PRAGMAS.iter().chain(&SQLITE_WRITER_PRAGMAS).fold(
+                    url.parse::<SqliteConnectOptions>()?,
+                    |options, (pragma, value)| options.pragma(*pragma, *value),
+                );
+                Writer::Sqlite(
+                    SqlitePoolOptions::new()
+                        .max_connections(1)
+                        .acquire_timeout(std::time::Duration::from_secs(5))
+                        .connect_lazy_with(options.disable_statement_logging()),
+                )
             }
         };
         Ok(Self {
             pool,
             kind,
-            pg,
+            writer,
             streams: Arc::default(),
         })
     }
@@ -305,6 +342,42 @@ mod tests {
         let first = |m: &Migrator| m.iter().next().map(|m| m.checksum.clone());
         assert_eq!(first(&POSTGRES), first(&SQLITE));
         assert_eq!(POSTGRES.iter().count(), SQLITE.iter().count());
+    }
+
+    #[tokio::test]
+    async fn the_sqlite_writer_keeps_its_statement_journals_in_memory() {
+        let dir = std::env::temp_dir().join(format!("shardstock-writer-{}", std::process::id()));
+        let url = format!("sqlite://{}/ledger.db", dir.display());
+        let ledger = Ledger::connect(&url, 2).await.unwrap();
+        let Writer::Sqlite(writer) = &ledger.writer else {
+            panic!("a SQLite ledger writes through a SQLite pool");
+        };
+        let pragma = |pool: &SqlitePool, name: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!("PRAGMA {name}")))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        // 2 = MEMORY; the readers keep the default (0: the compile-time choice, a file).
+        assert_eq!(pragma(writer, "temp_store").await, 2);
+        assert_eq!(pragma(writer, "cache_size").await, -65536);
+        assert_eq!(pragma(writer, "wal_autocheckpoint").await, 10000);
+        let reader: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(&ledger.pool)
+            .await
+            .unwrap();
+        assert_eq!(reader, 0);
+        let reader: i64 = sqlx::query_scalar("PRAGMA cache_size")
+            .fetch_one(&ledger.pool)
+            .await
+            .unwrap();
+        assert_eq!(reader, -65536);
+        ledger.pool.close().await;
+        writer.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

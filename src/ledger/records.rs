@@ -5,7 +5,7 @@
 //! its first batch, and remembered by the `Ledger` after that commit), the
 //! entry by `<ms>-<seq>` — and its part (its place among the orders of one
 //! purchase call's entry, 0 for any other). On PostgreSQL a batch is one binary `COPY`; on
-//! SQLite multi-row `VALUES` (the portable path).
+//! SQLite multi-row `VALUES`. Both on their own driver's connection, not `Any`'s.
 //!
 //! Fast inserts are plain: a duplicate key fails the statement, and the caller
 //! writes the batch again with `careful` set, which skips the records already
@@ -13,8 +13,9 @@
 //! UNNEST(…)` of thirteen arrays) and says which were new (`RETURNING`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
-use sqlx::{Any, AssertSqlSafe, Postgres, Row, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
 use super::LedgerError;
 use super::apply::FlushRecord;
@@ -60,6 +61,30 @@ fn placeholders(rows: usize, cols: usize) -> String {
 fn anonymous(rows: usize, cols: usize) -> String {
     let row = format!("({})", vec!["?"; cols].join(", "));
     vec![row; rows].join(", ")
+}
+
+/// The text of SQLite's insert of `rows` records (one of [`CHUNKS`]), built
+/// once per size and kind: a chunk of 256 is 8 KiB of text.
+fn sqlite_insert(rows: usize, careful: bool) -> &'static str {
+    static TEXTS: OnceLock<Vec<[String; 2]>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        CHUNKS
+            .iter()
+            .map(|&n| {
+                let values = format!("({COLUMNS}) VALUES {}", anonymous(n, 13));
+                let fast = format!("INSERT INTO order_records {values}");
+                let careful = format!(
+                    "INSERT INTO order_records {values} ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq, part"
+                );
+                [fast, careful]
+            })
+            .collect()
+    });
+    let at = CHUNKS
+        .iter()
+        .position(|&n| n == rows)
+        .expect("a chunk has one of the CHUNKS sizes");
+    &texts[at][usize::from(careful)]
 }
 
 /// The stored request id without its user scope.
@@ -128,7 +153,7 @@ macro_rules! name_streams {
     };
 }
 name_streams!(name_streams_pg, Postgres);
-name_streams!(name_streams_any, Any);
+name_streams!(name_streams_sqlite, Sqlite);
 
 /// The batch in key order, each record with its stream's number: inserted in
 /// this order, a batch's entries go to the right end of each stream's range.
@@ -317,9 +342,9 @@ pub(super) async fn insert_pg<'a>(
     Ok(new_ones(rows, Some(returned)))
 }
 
-/// Inserts the batch through `Any` (SQLite); returns the records that were new.
-pub(super) async fn insert_any<'a>(
-    tx: &mut Transaction<'_, Any>,
+/// Inserts the batch on SQLite; returns the records that were new.
+pub(super) async fn insert_sqlite<'a>(
+    tx: &mut Transaction<'_, Sqlite>,
     batch: &'a [FlushRecord],
     numbers: &HashMap<String, i64>,
     careful: bool,
@@ -327,14 +352,7 @@ pub(super) async fn insert_any<'a>(
     let rows = keyed(batch, numbers)?;
     let mut returned = careful.then(HashSet::new);
     for chunk in chunked(&rows) {
-        let mut sql = format!(
-            "INSERT INTO order_records ({COLUMNS}) VALUES {}",
-            anonymous(chunk.len(), 13)
-        );
-        if careful {
-            sql.push_str(" ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq, part");
-        }
-        let mut q = sqlx::query(AssertSqlSafe(sql));
+        let mut q = sqlx::query(AssertSqlSafe(sqlite_insert(chunk.len(), careful)));
         for (no, r) in chunk {
             let e = &r.entry;
             q = q
@@ -390,6 +408,21 @@ mod tests {
     fn placeholders_number_every_cell() {
         assert_eq!(placeholders(2, 2), "($1, $2), ($3, $4)");
         assert_eq!(anonymous(2, 3), "(?, ?, ?), (?, ?, ?)");
+    }
+
+    #[test]
+    fn sqlite_inserts_are_built_once_per_size() {
+        for rows in CHUNKS {
+            let fast = sqlite_insert(rows, false);
+            assert!(fast.starts_with("INSERT INTO order_records (stream_no, "));
+            assert_eq!(fast.matches('?').count(), rows * 13);
+            assert!(!fast.contains("CONFLICT"));
+            let careful = sqlite_insert(rows, true);
+            assert_eq!(careful.matches('?').count(), rows * 13);
+            assert!(careful.ends_with("ON CONFLICT DO NOTHING RETURNING stream_no, ms, seq, part"));
+            // The same text every time: the connection's prepared statement is found again.
+            assert!(std::ptr::eq(fast, sqlite_insert(rows, false)));
+        }
     }
 
     #[test]
