@@ -155,12 +155,14 @@ const SQLITE_PRAGMAS: [(&str, &str); 2] =
     [("cache_size", "-65536"), ("wal_autocheckpoint", "10000")];
 
 /// The flusher's connection, besides [`SQLITE_PRAGMAS`]: its statement
-/// journals in memory. An index on an expression (`order_records_order_key`,
-/// migration 0007) makes SQLite keep a statement journal for every insert
-/// (evaluating the expression might fail mid-statement), and by default that
-/// journal is a temporary file: each page a statement first touches was
-/// written to it, a `pwrite` per page, ~30% of SQLite's thread under a sale
-/// (`perf`). In memory it is a copy of the page, dropped with the statement.
+/// journals in memory. A multi-row insert into a table with a primary key and
+/// another index keeps a statement journal (to undo the statement alone when
+/// a key conflicts; with an index on an expression, as 0007's, even `INSERT OR
+/// FAIL` keeps one, since evaluating the expression might fail), and by
+/// default that journal is a temporary file: each page a statement first
+/// touches was written to it, a `pwrite` per page, ~30% of SQLite's thread
+/// under a sale (`perf`). In memory it is a copy of the page, dropped with
+/// the statement.
 /// A statement of [`records`]'s largest chunk touches at most a few hundred
 /// pages. The readers keep the default: an audit's sort may be large.
 const SQLITE_WRITER_PRAGMAS: [(&str, &str); 1] = [("temp_store", "memory")];
