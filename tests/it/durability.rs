@@ -1,5 +1,6 @@
 //! Nothing lost between Redis and the database, whatever crashes:
-//! - the service killed with SIGKILL mid-sale, then restarted;
+//! - the service killed with SIGKILL mid-sale, then restarted (on PostgreSQL
+//!   and on a SQLite ledger);
 //! - the service killed with SIGKILL while it expires unpaid holds (issue 14):
 //!   the restarted one expires each exactly once;
 //! - the database unreachable for a while (a TCP proxy the test cuts and restores);
@@ -23,8 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::{
     Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_pool,
-    pg_url, problem, sample, settings_in,
+    pg_url, problem, sample, settings_in, sqlite_url,
 };
+use sqlx::AssertSqlSafe;
 
 /// How long a step may take: a sale to move on, the ledger to catch up.
 const WAIT: Duration = Duration::from_secs(60);
@@ -94,9 +96,10 @@ impl Sale {
 }
 
 /// A config for a service the test kills: listening on `port`, the suite's
-/// Redis namespace and PostgreSQL, the background audit off, and one event
-/// `event` whose other keys are `spec`. Returns its directory and path.
-fn kill_config(name: &str, port: u16, event: &str, spec: &str) -> (PathBuf, PathBuf) {
+/// Redis namespace and the database at `db`, the background audit off, and
+/// one event `event` whose other keys are `spec`. Returns its directory and
+/// path.
+fn kill_config(name: &str, port: u16, event: &str, spec: &str, db: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("shardstock-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("shardstock.toml");
@@ -107,8 +110,9 @@ fn kill_config(name: &str, port: u16, event: &str, spec: &str) -> (PathBuf, Path
              [store]\nredis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"{ns}\"\n\
              [database]\nurl = \"{db}\"\nclaim_idle_ms = 500\nflush_block_ms = 20\naudit_interval_ms = 0\n\
              [[events]]\nid = \"{event}\"\n{spec}",
-            ns = namespace("durability"),
-            db = pg_url(),
+            // Instances of one namespace share one database (their flushers
+            // claim each other's records): a SQLite ledger gets its own.
+            ns = namespace(if db.starts_with("sqlite:") { "durability-sqlite" } else { "durability" }),
         ),
     )
     .unwrap();
@@ -128,27 +132,47 @@ async fn audit_at(base: &str, event: &str) -> Value {
         .unwrap()
 }
 
-/// Asserts every answered order is in the database once, and the audit balances.
-async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>) {
-    let pool = pg_pool().await;
+/// Asserts every answered order is in the database at `db` once, and the
+/// audit balances.
+async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<String>, db: &str) {
+    sqlx::any::install_default_drivers();
+    let sqlite = db.starts_with("sqlite:");
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&if sqlite {
+            db.to_owned()
+        } else {
+            format!("{db}?options=-c%20jit%3Doff")
+        })
+        .await
+        .expect("connect to the service's database");
+    // SQLite finds an order by its id's last 8 characters (API.md, the `orders` view).
+    let by_id = if sqlite {
+        "substr(order_id, -8) = substr($1, -8) AND +order_id = $1"
+    } else {
+        "order_id = $1"
+    };
     let audit = eventually("the ledger to catch up", WAIT, async || {
         let audit = audit_at(base, event).await;
         (audit["sold_unflushed"] == 0 && audit["balanced"] == true).then_some(audit)
     })
     .await;
     for oid in answered {
-        let (takes,): (i64,) =
-            sqlx::query_as("SELECT count(*) FROM order_records WHERE order_id = $1 AND kind = 'o'")
-                .bind(oid)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+        let takes: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT count(*) FROM order_records WHERE {by_id} AND kind = 'o'"
+        )))
+        .bind(oid)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         assert_eq!(takes, 1, "order {oid} is in the ledger {takes} times");
-        let (status,): (String,) = sqlx::query_as("SELECT status FROM orders WHERE order_id = $1")
-            .bind(oid)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let status: String = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT status FROM orders WHERE {by_id}"
+        )))
+        .bind(oid)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         assert_eq!(status, "confirmed", "{oid}");
     }
     let (rows,): (i64,) =
@@ -171,9 +195,20 @@ async fn assert_in_ledger_once(base: &str, event: &str, answered: &HashSet<Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
+    killed_mid_sale("kill", &pg_url()).await;
+}
+
+/// The same on a SQLite ledger: its flush writes commit (`synchronous =
+/// FULL`, statement journals in memory) before the records are acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_service_on_sqlite_killed_mid_sale_loses_no_acknowledged_order() {
+    killed_mid_sale("kill-sqlite", &sqlite_url()).await;
+}
+
+async fn killed_mid_sale(name: &str, db: &str) {
     let port = free_port();
     let event = eid("kill");
-    let (dir, config) = kill_config("kill", port, &event, "stock = 100000\nbuckets = 8\n");
+    let (dir, config) = kill_config(name, port, &event, "stock = 100000\nbuckets = 8\n", db);
     let base = format!("http://127.0.0.1:{port}");
     let mut service = Service::start(&config, port);
     let sale = Sale::start(&base, &event, 32);
@@ -188,7 +223,7 @@ async fn a_service_killed_mid_sale_loses_no_acknowledged_order() {
         "only {} purchases before and after the kill",
         answered.len()
     );
-    assert_in_ledger_once(&base, &event, &answered).await;
+    assert_in_ledger_once(&base, &event, &answered, db).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -209,6 +244,7 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
         port,
         &event,
         &format!("stock = {STOCK}\nbuckets = 8\nhold_seconds = 1\n"),
+        &pg_url(),
     );
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
@@ -359,7 +395,7 @@ async fn a_database_outage_only_delays_the_ledger() {
     proxy.restore();
     sale.sells(100, "orders after the outage").await;
     let answered = sale.stop().await;
-    assert_in_ledger_once(&app.base, &event, &answered).await;
+    assert_in_ledger_once(&app.base, &event, &answered, &pg_url()).await;
     println!("lag while the database was down: {lag}");
 }
 
@@ -394,7 +430,7 @@ async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
         after >= before,
         "units sold went back from {before} to {after}: writes were lost"
     );
-    assert_in_ledger_once(&app.base, &event, &answered).await;
+    assert_in_ledger_once(&app.base, &event, &answered, &pg_url()).await;
 }
 
 /// Issue 15: a Redis emptied mid-sale (FLUSHALL, or a restart without its
