@@ -203,6 +203,15 @@ impl PrivateRedis {
     }
 }
 
+/// The server is shut down before its watchdog is killed: a watchdog killed
+/// first (SIGKILL, which its `trap` cannot catch) left the server running,
+/// and every `--http-cost` run left one idle `redis-server` behind.
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = redis_cli(self.port, &["shutdown", "nosave"]);
+    }
+}
+
 /// Runs every row of `o`.
 pub async fn http_cost(o: &CostOptions) -> anyhow::Result<Cost> {
     let redis = PrivateRedis::start()?;
@@ -603,6 +612,21 @@ pub fn markdown(cost: &Cost, command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_redis_is_gone_once_dropped() {
+        let redis =
+            PrivateRedis::start().expect("redis-server on the PATH (apt-get install redis-server)");
+        let proc = std::path::PathBuf::from(format!("/proc/{}", redis.pid));
+        assert!(proc.exists());
+        drop(redis);
+        wait_until(
+            "the private redis-server to exit",
+            Duration::from_secs(10),
+            || !proc.exists(),
+        )
+        .expect("the server outlived its handle");
+    }
 
     #[test]
     fn a_database_name_replaces_the_urls() {
