@@ -204,8 +204,8 @@ impl<S: Store> Flusher<S> {
         stop: &CancellationToken,
         claim: Claim,
     ) -> Result<(usize, Vec<BucketRef>), FlushError> {
+        // Always stored empty (below); an error leaves a fresh one.
         let mut batch = std::mem::take(&mut self.spare);
-        batch.clear();
         let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
         let mut unfinished = Vec::new();
         let n = buckets.len();
