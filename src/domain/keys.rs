@@ -131,6 +131,13 @@ impl BucketRef {
         }
     }
 
+    /// One key of this bucket in namespace `ns` (`name` as in [`BucketKeys`]'s
+    /// field names): for a caller that needs one, where [`BucketRef::keys_in`]
+    /// formats all seventeen (the flusher reads every bucket's stream every round).
+    pub fn key_in(&self, ns: &str, name: &str) -> String {
+        format!("{ns}:{}:{name}", self.tag())
+    }
+
     /// Parses [`BucketRef::name`] back (event ids have no `#`).
     pub fn parse_name(name: &str) -> Option<Self> {
         let mut parts = name.rsplitn(3, '#');
@@ -231,6 +238,14 @@ mod tests {
 
     fn event(s: &str) -> EventId {
         EventId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_key_formatted_alone_is_the_same_key() {
+        let b = BucketRef::new(&event("sneaker-42"), 3, 5);
+        let all = b.keys_in("ns");
+        assert_eq!(b.key_in("ns", "orders"), all.orders);
+        assert_eq!(b.key_in("ns", "stock"), all.stock);
     }
 
     #[test]

@@ -438,10 +438,20 @@ impl RequestRecord {
 
     /// [`RequestRecord::Bought`]'s encoding, from borrowed parts.
     pub fn encode_bought(qty: u32, order_id: &OrderId, bucket: u32, probes: u32) -> String {
-        use std::fmt::Write;
         let mut s = String::with_capacity(order_id.as_str().len() + 24);
-        let _ = write!(s, "B|{qty}|{order_id}|{bucket}|{probes}");
+        Self::write_bought(&mut s, qty, order_id, bucket, probes);
         s
+    }
+
+    /// [`RequestRecord::encode_bought`], written to `w`.
+    pub fn write_bought(
+        w: &mut impl std::fmt::Write,
+        qty: u32,
+        order_id: &OrderId,
+        bucket: u32,
+        probes: u32,
+    ) {
+        let _ = write!(w, "B|{qty}|{order_id}|{bucket}|{probes}");
     }
 
     pub fn decode(s: &str) -> Option<Self> {
@@ -555,17 +565,31 @@ impl OrderEntry {
         at_ms: i64,
         pay_by: Option<i64>,
     ) -> String {
-        use std::fmt::Write;
         let mut s = String::with_capacity(user.len() + request_id.len() + 40);
+        Self::write_parts(&mut s, state, user, qty, bucket, request_id, at_ms, pay_by);
+        s
+    }
+
+    /// [`OrderEntry::encode_parts`], written to `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_parts(
+        w: &mut impl std::fmt::Write,
+        state: EntryState,
+        user: &str,
+        qty: u32,
+        bucket: u32,
+        request_id: &str,
+        at_ms: i64,
+        pay_by: Option<i64>,
+    ) {
         let _ = write!(
-            s,
+            w,
             "{}|{user}|{qty}|{bucket}|{request_id}|{at_ms}",
             state.letter()
         );
         if let Some(p) = pay_by {
-            let _ = write!(s, "|{p}");
+            let _ = write!(w, "|{p}");
         }
-        s
     }
 
     pub fn decode(s: &str) -> Option<Self> {

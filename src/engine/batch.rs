@@ -243,8 +243,11 @@ fn group(
     Vec<(BucketRef, Vec<PurchaseEntry>)>,
     Vec<Vec<oneshot::Sender<Reply>>>,
 ) {
-    let mut groups: Vec<(BucketRef, Vec<PurchaseEntry>)> = Vec::new();
-    let mut replies: Vec<Vec<oneshot::Sender<Reply>>> = Vec::new();
+    // Sized for the common shapes (a few buckets of a few entries each): a
+    // vector grown from one entry reallocates on the second.
+    let room = batch.len().min(8);
+    let mut groups: Vec<(BucketRef, Vec<PurchaseEntry>)> = Vec::with_capacity(room);
+    let mut replies: Vec<Vec<oneshot::Sender<Reply>>> = Vec::with_capacity(room);
     for q in batch {
         match groups.iter().position(|(b, _)| *b == q.bucket) {
             Some(i) => {
@@ -252,8 +255,11 @@ fn group(
                 replies[i].push(q.reply);
             }
             None => {
-                groups.push((q.bucket, vec![q.entry]));
-                replies.push(vec![q.reply]);
+                let (mut entries, mut senders) = (Vec::with_capacity(4), Vec::with_capacity(4));
+                entries.push(q.entry);
+                senders.push(q.reply);
+                groups.push((q.bucket, entries));
+                replies.push(senders);
             }
         }
     }

@@ -63,7 +63,15 @@ impl PurchaseEntry {
     /// without copying them into an [`OrderEntry`] first. On Redis it is
     /// the order's stream record too (`domain::stream`).
     pub fn index_data(&self, bucket: u32, now_ms: i64) -> String {
-        OrderEntry::encode_parts(
+        let mut s = String::with_capacity(self.user.as_str().len() + self.rid.len() + 40);
+        self.write_index_data(&mut s, bucket, now_ms);
+        s
+    }
+
+    /// [`PurchaseEntry::index_data`], written to `w`.
+    pub fn write_index_data(&self, w: &mut impl std::fmt::Write, bucket: u32, now_ms: i64) {
+        OrderEntry::write_parts(
+            w,
             if self.pay_by.is_some() {
                 EntryState::Held
             } else {

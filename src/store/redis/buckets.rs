@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use fred::bytes::BytesMut;
 use fred::prelude::*;
 
 use super::scripts::reply;
 use super::{
-    RedisStore, arg, array_or_stale, code, flag, num, order_entry, request_record, text, unknown,
+    RedisStore, arg, array_or_stale, code, flag, num, order_entry, protocol, request_record, text,
+    unknown,
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
@@ -83,7 +85,11 @@ impl RedisStore {
             .chunks(2)
             .map(|pair| {
                 let value = &pair[1];
-                Ok(match text(&pair[0])?.as_str() {
+                // Borrowed: a reply code is one letter, not worth a String.
+                let code = pair[0]
+                    .as_str()
+                    .ok_or_else(|| protocol("string", &pair[0]))?;
+                Ok(match &*code {
                     reply::BOUGHT => PurchaseReply::Bought {
                         stock_left: num(value)?,
                     },
@@ -103,8 +109,12 @@ impl RedisStore {
 /// ARGV of `purchase.lua`: a header, then columns of one value per entry in
 /// the order the script writes them (its contract says why). The strings
 /// the script stores are built here, keeping string and number formatting
-/// off the one Redis thread.
+/// off the one Redis thread, all of them in one buffer: each value is a
+/// slice of it, so a call allocates once for its strings, not twice for
+/// each (a profile counted ~96 allocations a purchase over HTTP, 9 of them
+/// here).
 fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
+    use std::fmt::Write;
     let n = entries.len();
     let limit = entries.first().map_or(0, |e| e.limit);
     let uniform = entries.iter().all(|e| e.keep && e.limit == limit)
@@ -122,31 +132,42 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
         Value::Integer(i64::from(limit)),
         Value::Integer(total as i64),
     ]);
-    for e in entries {
-        args.push(Value::from(e.rid.as_str()));
-        args.push(Value::from(RequestRecord::encode_bought(
-            e.qty,
-            &e.order_id,
-            b,
-            0,
-        )));
+    // Every string below, with room for the numbers and separators.
+    let size: usize = entries
+        .iter()
+        .map(|e| 2 * e.rid.len() + 3 * e.order_id.as_str().len() + 2 * e.user.as_str().len() + 96)
+        .sum();
+    let mut buf = BytesMut::with_capacity(size);
+    // What was written since the last value, as a value of its own.
+    fn cut(buf: &mut BytesMut) -> Value {
+        Value::Bytes(buf.split().freeze())
     }
     for e in entries {
-        args.push(Value::from(e.order_id.as_str()));
-        args.push(Value::from(e.index_data(b, now_ms)));
+        buf.extend_from_slice(e.rid.as_bytes());
+        args.push(cut(&mut buf));
+        RequestRecord::write_bought(&mut buf, e.qty, &e.order_id, b, 0);
+        args.push(cut(&mut buf));
     }
-    args.extend(entries.iter().map(|e| Value::from(e.user.as_str())));
+    for e in entries {
+        buf.extend_from_slice(e.order_id.as_str().as_bytes());
+        args.push(cut(&mut buf));
+        e.write_index_data(&mut buf, b, now_ms);
+        args.push(cut(&mut buf));
+    }
+    for e in entries {
+        buf.extend_from_slice(e.user.as_str().as_bytes());
+        args.push(cut(&mut buf));
+    }
     args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
     if !uniform {
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.limit))));
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.keep))));
     }
     if holds {
-        args.extend(
-            entries
-                .iter()
-                .map(|e| Value::from(format!("{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id))),
-        );
+        for e in entries {
+            let _ = write!(buf, "{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id);
+            args.push(cut(&mut buf));
+        }
     }
     args
 }

@@ -158,6 +158,11 @@ impl RedisStore {
         bucket.keys_in(&self.namespace)
     }
 
+    /// A bucket's order stream (`keys(bucket).orders`, formatted alone).
+    fn orders_key(&self, bucket: &BucketRef) -> String {
+        bucket.key_in(&self.namespace, "orders")
+    }
+
     fn event_keys(&self, event: &EventId) -> EventKeys {
         EventKeys::in_namespace(&self.namespace, event)
     }

@@ -19,7 +19,7 @@ impl Streams for RedisStore {
         if claim_idle_ms.is_none() {
             return self.read_new(bucket, consumer, count).await;
         }
-        let keys = vec![self.keys(bucket).orders];
+        let keys = vec![self.orders_key(bucket)];
         let args = vec![
             FLUSH_GROUP.to_owned(),
             consumer.to_owned(),
@@ -35,7 +35,7 @@ impl Streams for RedisStore {
     }
 
     async fn stream_ack(&self, bucket: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
-        let keys = vec![self.keys(bucket).orders];
+        let keys = vec![self.orders_key(bucket)];
         let mut args = Vec::with_capacity(ids.len() + 1);
         args.push(FLUSH_GROUP.to_owned());
         args.extend(ids.iter().map(StreamId::to_string));
@@ -43,7 +43,7 @@ impl Streams for RedisStore {
     }
 
     async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
-        self.call(|| self.client.xlen(self.keys(bucket).orders))
+        self.call(|| self.client.xlen(self.orders_key(bucket)))
             .await
     }
 }
@@ -59,7 +59,7 @@ impl RedisStore {
         consumer: &str,
         count: usize,
     ) -> Result<Vec<StreamEntry>, StoreError> {
-        let key = self.keys(bucket).orders;
+        let key = self.orders_key(bucket);
         let read = self
             .call(|| {
                 self.client.xreadgroup::<Value, _, _, _, _>(
