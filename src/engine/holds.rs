@@ -155,11 +155,11 @@ impl<S: Store> Engine<S> {
         if order.pay_by.is_some() {
             return answer;
         }
-        match self.meta(&order.event_id).await {
+        match Box::pin(self.meta(&order.event_id)).await {
             Ok(meta) if meta.spec.hold_seconds.is_some() => {}
             _ => return answer,
         }
-        let Ok(view) = self.order(order.order_id.as_str()).await else {
+        let Ok(view) = Box::pin(self.order(order.order_id.as_str())).await else {
             return answer;
         };
         let mut answer = answer;

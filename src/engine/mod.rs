@@ -282,7 +282,9 @@ impl<S: Store> Engine<S> {
         if let Some(meta) = self.events.read().expect("meta cache poisoned").get(event) {
             return Ok(meta.clone());
         }
-        self.reload(event).await
+        // Boxed: a store read's state would otherwise be part of every
+        // caller's future, the purchase's too (see `purchase_detached`).
+        Box::pin(self.reload(event)).await
     }
 
     /// Reloads an event's meta from the store (after a `Stale` answer).

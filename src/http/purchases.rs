@@ -106,7 +106,9 @@ pub(super) async fn purchase<S: Store>(
         // away, the request timeout fired), the purchase still ends.
         match state.engine.purchase_detached(req).await {
             Ok(outcome) => Ok(outcome),
-            Err(e) => Err(state.engine_error_checked(&event, e).await),
+            // Boxed: its database read would otherwise make every
+            // purchase's handler future (moved on every request) larger.
+            Err(e) => Err(Box::pin(state.engine_error_checked(&event, e)).await),
         }
     }
     .await;
