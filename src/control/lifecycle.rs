@@ -367,7 +367,7 @@ pub async fn rebuild<S: Store>(
         entries
             .entry(h)
             .or_default()
-            .push((OrderId::from_stored(o.order_id), entry));
+            .push((OrderId::from_stored(&o.order_id), entry));
     }
     for (b, units) in split_even(remaining, spec.buckets).into_iter().enumerate() {
         let bucket = BucketRef::new(&spec.id, generation, b as u32);

@@ -461,13 +461,13 @@ impl RequestRecord {
         Some(match *f.first()? {
             "P" if f.len() == 5 => Self::Pending {
                 qty,
-                order_id: OrderId::from_stored(f[2].to_owned()),
+                order_id: OrderId::from_stored(f[2]),
                 user: UserId::parse(f[3]).ok()?,
                 at_ms: f[4].parse().ok()?,
             },
             "B" if f.len() == 5 => Self::Bought {
                 qty,
-                order_id: OrderId::from_stored(f[2].to_owned()),
+                order_id: OrderId::from_stored(f[2]),
                 bucket: n(3)? as u32,
                 probes: n(4)? as u32,
             },
@@ -766,7 +766,7 @@ mod tests {
 
     #[test]
     fn request_records_round_trip_their_encoding() {
-        let oid = OrderId::from_stored("e.0000000000000001.0000000000000002".into());
+        let oid = OrderId::from_stored("e.0000000000000001.0000000000000002");
         for r in [
             RequestRecord::Pending {
                 qty: 2,

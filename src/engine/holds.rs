@@ -155,7 +155,7 @@ impl<S: Store> Engine<S> {
         if order.pay_by.is_some() {
             return answer;
         }
-        match Box::pin(self.meta(&order.event_id)).await {
+        match self.meta(&order.event_id).await {
             Ok(meta) if meta.spec.hold_seconds.is_some() => {}
             _ => return answer,
         }

@@ -12,7 +12,7 @@ impl Bucket {
     /// Expires held order `oid` (its index entry is `H`): units back, the
     /// user's count down, the expire record. Returns the entry after.
     fn expire_hold(&mut self, index: u32, oid: &str, now_ms: i64) -> Option<OrderEntry> {
-        let order = OrderId::from_stored(oid.to_owned());
+        let order = OrderId::from_stored(oid);
         let entry = self.idx.get_mut(&order)?;
         if entry.state != EntryState::Held {
             return None;
@@ -128,7 +128,7 @@ impl Holds for MemoryStore {
             for (pay_by, oid) in due {
                 bk.holds.remove(&(pay_by, oid.clone()));
                 if let Some(entry) = bk.expire_hold(b.index, &oid, now_ms) {
-                    expired.push((OrderId::from_stored(oid), entry));
+                    expired.push((OrderId::from_stored(&oid), entry));
                 }
             }
             let next = bk.holds.first().map(|(p, _)| *p);

@@ -281,7 +281,7 @@ impl Buckets for RedisStore {
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::TAKEN => Ok(TakeReply::Taken {
-                order_id: OrderId::from_stored(text(arg(&parts, 1)?)?),
+                order_id: OrderId::from_stored(&text(arg(&parts, 1)?)?),
             }),
             reply::SHORT => Ok(TakeReply::Short {
                 available: num(arg(&parts, 1)?)?,

@@ -111,7 +111,7 @@ impl Holds for RedisStore {
         let expired = parts[2..]
             .chunks(2)
             .map(|pair| match pair {
-                [oid, entry] => Ok((OrderId::from_stored(text(oid)?), order_entry(entry)?)),
+                [oid, entry] => Ok((OrderId::from_stored(&text(oid)?), order_entry(entry)?)),
                 _ => Err(StoreError::Protocol(
                     "expire_holds reply is cut short".into(),
                 )),

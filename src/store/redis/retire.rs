@@ -123,7 +123,7 @@ impl Retirement for RedisStore {
             .zip(1..)
             .filter_map(|(v, pass)| {
                 v?.strip_prefix("T|")
-                    .map(|oid| (pass, OrderId::from_stored(oid.to_owned())))
+                    .map(|oid| (pass, OrderId::from_stored(oid)))
             })
             .collect())
     }
@@ -191,7 +191,7 @@ impl Retirement for RedisStore {
         for (oid, entry) in idx {
             let entry = OrderEntry::decode(&entry)
                 .ok_or_else(|| StoreError::Protocol(format!("entry {entry:?}")))?;
-            c.orders.push((OrderId::from_stored(oid), entry));
+            c.orders.push((OrderId::from_stored(&oid), entry));
         }
         // Client request ids only ("<user>/<id>"); internal ids stay behind.
         // (Probe markers are keys of their own, never fields of this hash, so
