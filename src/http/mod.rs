@@ -185,10 +185,11 @@ struct Observe {
     timeout: Duration,
 }
 
-/// Around every request: its span, the request timeout (`408`, made a
-/// problem that says the outcome is unknown), its metrics (request count and
-/// latency, labelled by the matched route, not the raw URI whose ids would
-/// explode the label set), and a problem body for any error answer.
+/// Around every request: its span, the request timeout (a `408` that
+/// [`error::problemize`] answers as `503`, outcome unknown), its metrics
+/// (request count and latency, labelled by the matched route, not the raw
+/// URI whose ids would explode the label set), and a problem body for any
+/// error answer.
 async fn observe(State(o): State<Observe>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", |p| p.as_str());
