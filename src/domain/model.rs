@@ -544,7 +544,9 @@ impl OrderEntry {
 
     /// `S|user|qty|bucket|rid|at`, and `|pay_by` for a hold.
     pub fn encode(&self) -> String {
-        Self::encode_parts(
+        let mut s = String::with_capacity(self.user.as_str().len() + self.request_id.len() + 40);
+        Self::write_parts(
+            &mut s,
             self.state,
             self.user.as_str(),
             self.qty,
@@ -552,25 +554,12 @@ impl OrderEntry {
             &self.request_id,
             self.at_ms,
             self.pay_by,
-        )
-    }
-
-    /// [`OrderEntry::encode`] from borrowed parts.
-    pub fn encode_parts(
-        state: EntryState,
-        user: &str,
-        qty: u32,
-        bucket: u32,
-        request_id: &str,
-        at_ms: i64,
-        pay_by: Option<i64>,
-    ) -> String {
-        let mut s = String::with_capacity(user.len() + request_id.len() + 40);
-        Self::write_parts(&mut s, state, user, qty, bucket, request_id, at_ms, pay_by);
+        );
         s
     }
 
-    /// [`OrderEntry::encode_parts`], written to `w`.
+    /// [`OrderEntry::encode`] from borrowed parts, written to `w` (the hot
+    /// path writes a call's entries into one buffer).
     #[allow(clippy::too_many_arguments)]
     pub fn write_parts(
         w: &mut impl std::fmt::Write,
