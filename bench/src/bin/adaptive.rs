@@ -16,7 +16,8 @@
 //!    64 at a time, each of which the event cannot serve (one unit left);
 //!    then the last unit sells (the refusals were true).
 //!
-//! Printed: the hot phase's purchases/s (median window from 0.5 s on), when
+//! Printed: the hot phase's purchases/s (median window from 0.5 s on; the
+//! whole phase's rate when it lasts under a second), when
 //! `auto` first reached 0.9× the best fixed N's (a 500 ms rolling rate), the
 //! refusal p50/p99, and the whole sale's p99 (phases 1 and 2). With `--runs`,
 //! each run's layouts are compared with the best fixed N of the same run.
@@ -203,7 +204,14 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
         .iter()
         .map(|c| c.load(Ordering::Relaxed) as f64 / WINDOW.as_secs_f64())
         .collect();
-    let hot_rate = median(windows.iter().skip(2).copied().collect());
+    // The median window from 0.5 s on; a hot phase too short to have two
+    // whole windows after its first 0.5 s (a sale over in under a second) is
+    // measured whole instead (its median was of nothing: 0).
+    let hot_rate = if windows.len() >= 4 {
+        median(windows.iter().skip(2).copied().collect())
+    } else {
+        sold.load(Ordering::Relaxed) as f64 / hot_s.max(1e-9)
+    };
     // 2. Drain to the last unit, one buyer.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let mut left = a.stock - sold.load(Ordering::Relaxed);
