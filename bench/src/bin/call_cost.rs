@@ -1,4 +1,4 @@
-//! `script_cost`: what a grouped purchase call costs Redis, split into its
+//! `call_cost`: what a grouped purchase call costs Redis, split into its
 //! parts (issue 12).
 //!
 //! On one Redis server the batcher sends a lane's purchases as one
@@ -14,13 +14,16 @@
 //! and reads Redis's CPU time (`INFO cpu`: `used_cpu_user` + `used_cpu_sys`)
 //! before and after each shape. It prints the µs a purchase of every shape
 //! and a least-squares fit of `µs a call = per call + G × per group +
-//! G·P × per purchase` over all of them.
+//! G·P × per purchase` over all of them. (Its sibling
+//! `bench/callgrind/script_cost.sh` counts instructions instead of time, for
+//! one shape and a script's text under test, repeatable on a busy machine;
+//! this one times the shapes through the store's code and splits them.)
 //!
 //! Redis's CPU is the whole process's, so run it on a Redis of its own
 //! (nothing else calling it) for figures that mean something:
 //!
 //! `redis-server --port 46400 --save '' --appendonly no --daemonize yes`
-//! `cargo run --release -p shardstock-bench --bin script_cost -- --redis
+//! `cargo run --release -p shardstock-bench --bin call_cost -- --redis
 //! redis://127.0.0.1:46400 [--shapes 1x1,1x4,1x16,4x2,8x1,16x1] [--purchases
 //! 50000] [--in-flight 4] [--runs 3]`
 
@@ -196,14 +199,14 @@ async fn main() -> anyhow::Result<()> {
         .map(|s| shape(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let most = shapes.iter().map(|&(g, _)| g).max().unwrap_or(1) as u32;
-    let store = connect_fresh(RedisOptions::new(&a.redis), "scriptcost").await?;
+    let store = connect_fresh(RedisOptions::new(&a.redis), "callcost").await?;
     anyhow::ensure!(
         store.groups_buckets(),
         "{} does not group buckets in one call (a Cluster?): run on one Redis server",
         a.redis
     );
     let engine = Engine::new(store.clone(), EngineOptions::default());
-    let event = EventId::parse("script-cost").map_err(anyhow::Error::msg)?;
+    let event = EventId::parse("call-cost").map_err(anyhow::Error::msg)?;
     engine
         .create_event(EventSpec {
             id: event.clone(),
