@@ -33,7 +33,7 @@ use futures::stream::{self, StreamExt};
 use shardstock::domain::ids::{EventId, OrderId, UserId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::EventSpec;
-use shardstock::domain::routing::user_hash;
+use shardstock::domain::routing::{home, user_hash};
 use shardstock::store::redis::{RedisOptions, RedisStore};
 use shardstock::store::{Buckets, Events, PurchaseEntry, PurchaseReply};
 use shardstock::{Engine, EngineOptions};
@@ -56,8 +56,8 @@ struct Args {
     #[arg(long, default_value_t = 50_000)]
     purchases: usize,
     /// Calls in flight at once (as the batcher's lanes keep several).
-    #[arg(long, default_value_t = 4)]
-    in_flight: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    in_flight: u16,
     /// Each shape this many times, in turn (the machine drifts).
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -139,7 +139,7 @@ async fn measure(
     let mut user_in = |b: u32| loop {
         next_user += 1;
         let user = UserId::parse(format!("u{run}-{g}x{p}-{next_user}")).expect("a valid user id");
-        if shardstock::domain::routing::home(user_hash(&user), n) == b {
+        if home(user_hash(&user), n) == b {
             return user;
         }
     };
@@ -175,7 +175,7 @@ async fn measure(
             let store = store.clone();
             async move { store.purchase_groups(now_ms, &groups).await }
         })
-        .buffer_unordered(a.in_flight);
+        .buffer_unordered(usize::from(a.in_flight));
     while let Some(groups) = replies.next().await {
         for group in groups {
             for reply in group? {
