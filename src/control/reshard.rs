@@ -465,8 +465,11 @@ impl<'a, S: Store> Run<'a, S> {
     async fn switch(&self) -> Result<(), ControlError> {
         let store = self.store();
         for b in &self.old {
-            match store.audit_bucket(b).await {
-                Ok(a) if a.stock > 0 || !a.open.is_empty() => {
+            // Its stock and the units of its open transfers, in one read (an
+            // open transfer always journals some units): not the audit, which
+            // also reads the bucket's whole stream.
+            match store.bucket_state(b).await {
+                Ok(s) if s.stock > 0 || s.in_transfer > 0 => {
                     return Err(ControlError::Busy(format!(
                         "old bucket {} still holds units; the reshard resumes",
                         b.name()

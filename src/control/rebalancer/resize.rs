@@ -41,7 +41,7 @@
 //! rounds, so a layout lags a change of demand by a round or two and the time
 //! a reshard takes. A sale's start is seen sooner: its first purchases wake
 //! the leader's loop, which measures them 50 ms later (`schedule::QUICK`),
-//! so the growth comes while few buyers have records to move (48–95 ms of
+//! so the growth comes while few buyers have records to move (53–85 ms of
 //! reshard about 0.1 s into the sale, on this machine).
 
 use std::time::Duration;

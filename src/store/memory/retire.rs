@@ -9,7 +9,7 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
-    BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
+    BucketAudit, BucketContents, Buckets, RestoreReply, Retirement, StoreError, TransferReply,
 };
 
 impl Retirement for MemoryStore {
@@ -89,13 +89,8 @@ impl Retirement for MemoryStore {
     }
 
     async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, RequestRecord)>, StoreError> {
-        self.with(b, |bk| {
-            bk.reqs
-                .iter()
-                .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
-                .map(|(rid, r)| (rid.clone(), r.clone()))
-                .collect()
-        })
+        // Through the pend index, as on Redis.
+        self.stale_pending(b, i64::MAX, u32::MAX).await
     }
 
     async fn take_markers(

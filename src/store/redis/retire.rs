@@ -11,7 +11,7 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamId};
-use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
+use crate::store::{BucketAudit, BucketContents, Buckets, RestoreReply, Retirement, StoreError};
 
 impl Retirement for RedisStore {
     async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
@@ -98,12 +98,10 @@ impl Retirement for RedisStore {
         &self,
         bucket: &BucketRef,
     ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
-        let reqs = self.hash(self.keys(bucket).reqs).await?;
-        Ok(reqs
-            .into_iter()
-            .filter_map(|(rid, v)| RequestRecord::decode(&v).map(|r| (rid, r)))
-            .filter(|(_, r)| matches!(r, RequestRecord::Pending { .. }))
-            .collect())
+        // Through the bucket's pend index, not its request records: those are
+        // one a buyer (a reshard read all 80,000 of a sale's end to find a
+        // handful), the pending sagas are the few in flight.
+        self.stale_pending(bucket, i64::MAX, u32::MAX).await
     }
 
     async fn take_markers(
