@@ -322,6 +322,19 @@ pub trait Buckets {
         count: u32,
     ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send;
 
+    /// Every saga pending at this home bucket, oldest first: its pend index
+    /// with no bound ([`Buckets::stale_pending`]; a pending record and its
+    /// index entry are written together, and the entry leaves only once the
+    /// record is no longer pending). A reshard and a close read them after
+    /// sealing the bucket, while the event's purchases wait: the index holds
+    /// the few sagas in flight, where the request records are one a buyer.
+    fn pending(
+        &self,
+        bucket: &BucketRef,
+    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send {
+        self.stale_pending(bucket, i64::MAX, u32::MAX)
+    }
+
     /// Cancels an order in its home bucket: units back on sale there, the
     /// user's count down (`lua/cancel.lua`).
     fn cancel(

@@ -88,17 +88,6 @@ pub trait Retirement {
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<BucketAudit, StoreError>> + Send;
 
-    /// Pending saga records of the bucket (request id → record), oldest
-    /// first: every entry of its pend index whose record is still pending
-    /// ([`Buckets::stale_pending`](super::Buckets::stale_pending) with no
-    /// bound; a pending record and its index entry are written together,
-    /// and the entry leaves only once the record is no longer pending). A
-    /// reshard and a close read them after sealing the bucket.
-    fn pending(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send;
-
     /// The takes this saga made in the bucket, by pass (read-only; works on a
     /// sealed bucket, where the saga can no longer probe).
     fn take_markers(

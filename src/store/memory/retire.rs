@@ -9,7 +9,7 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
-    BucketAudit, BucketContents, Buckets, RestoreReply, Retirement, StoreError, TransferReply,
+    BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
 };
 
 impl Retirement for MemoryStore {
@@ -86,11 +86,6 @@ impl Retirement for MemoryStore {
             read_ms: 0,
             held: bk.hunits,
         })
-    }
-
-    async fn pending(&self, b: &BucketRef) -> Result<Vec<(String, RequestRecord)>, StoreError> {
-        // Through the pend index, as on Redis.
-        self.stale_pending(b, i64::MAX, u32::MAX).await
     }
 
     async fn take_markers(

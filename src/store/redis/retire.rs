@@ -11,7 +11,7 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamId};
-use crate::store::{BucketAudit, BucketContents, Buckets, RestoreReply, Retirement, StoreError};
+use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
 
 impl Retirement for RedisStore {
     async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
@@ -92,16 +92,6 @@ impl Retirement for RedisStore {
                 .extend(more.into_iter().map(|e| (e.id, e.kind, e.qty)));
         }
         Ok(audit)
-    }
-
-    async fn pending(
-        &self,
-        bucket: &BucketRef,
-    ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
-        // Through the bucket's pend index, not its request records: those are
-        // one a buyer (a reshard read all 80,000 of a sale's end to find a
-        // handful), the pending sagas are the few in flight.
-        self.stale_pending(bucket, i64::MAX, u32::MAX).await
     }
 
     async fn take_markers(

@@ -19,7 +19,7 @@ use shardstock::domain::ids::{OrderId, RequestId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventStatus, RequestRecord};
 use shardstock::engine::{Lease, PurchaseRequest, Refusal, mover};
-use shardstock::store::{Buckets, Leases, Retirement, Store, Transfers};
+use shardstock::store::{Buckets, Leases, Store, Transfers};
 use shardstock::{Engine, EngineError};
 
 use super::log::{Answer, Cancelled, now_ms};

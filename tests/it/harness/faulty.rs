@@ -455,7 +455,6 @@ faulty_sections! {
         fn forfeit(bucket: &BucketRef, units: u64) -> u64;
         fn retire(bucket: &BucketRef, now_ms: i64) -> Option<u64>;
         fn audit_bucket(bucket: &BucketRef) -> BucketAudit;
-        fn pending(bucket: &BucketRef) -> Vec<(String, RequestRecord)>;
         fn take_markers(bucket: &BucketRef, rid: &str, passes: u32) -> Vec<(u32, OrderId)>;
         fn restore(bucket: &BucketRef, token: u64, holdings: &[(UserId, u64)], orders: &[(OrderId, OrderEntry)], records: &[(String, RequestRecord)]) -> RestoreReply;
         fn contents(bucket: &BucketRef) -> BucketContents;
