@@ -96,6 +96,9 @@ pub struct ServeArgs {
     /// Log lines as `text` or `json` (one object per line).
     #[arg(long, env = "SHARDSTOCK_LOG_FORMAT", value_enum)]
     pub log_format: Option<crate::config::LogFormat>,
+    /// The runtime's worker threads (0: one per core).
+    #[arg(long, env = "SHARDSTOCK_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -187,6 +190,9 @@ impl ServeArgs {
         if let Some(format) = self.log_format {
             s.server.log_format = format;
         }
+        if let Some(n) = self.worker_threads {
+            s.server.worker_threads = n;
+        }
         s.validate()?;
         Ok(s)
     }
@@ -209,6 +215,8 @@ mod tests {
             "redis://10.0.0.1:6379",
             "--min-replicas",
             "1",
+            "--worker-threads",
+            "1",
         ]);
         let Command::Serve(args) = cli.command else {
             panic!()
@@ -217,6 +225,17 @@ mod tests {
         assert_eq!(s.server.listen, "0.0.0.0:9999");
         assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
         assert_eq!(s.store.min_replicas, 1);
+        assert_eq!(s.server.worker_threads, 1);
+    }
+
+    #[test]
+    fn too_many_worker_threads_are_refused() {
+        let cli = Cli::parse_from(["shardstock", "serve", "--worker-threads", "5000"]);
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        let err = args.settings().unwrap_err().to_string();
+        assert!(err.contains("server.worker_threads"), "{err}");
     }
 
     #[test]

@@ -93,6 +93,10 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// `text` or `json` (one object per line).
     pub log_format: LogFormat,
+    /// The runtime's worker threads; 0: one per core. On a box whose cores
+    /// are shared with Redis or the database, fewer workers than cores cost
+    /// less CPU a purchase (BENCHMARKS.md, "Worker threads").
+    pub worker_threads: usize,
 }
 
 impl Default for ServerSettings {
@@ -107,6 +111,7 @@ impl Default for ServerSettings {
             header_read_timeout_ms: 10_000,
             max_connections: 8_192,
             log_format: LogFormat::Text,
+            worker_threads: 0,
         }
     }
 }
@@ -459,6 +464,12 @@ impl Settings {
         }
         if self.server.max_connections == 0 {
             return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        if self.server.worker_threads > 1024 {
+            return Err(invalid(
+                "server.worker_threads",
+                "must be at most 1024 (0: one per core)",
+            ));
         }
         if let Some(url) = &self.store.redis_url
             && !(url.starts_with("redis://")

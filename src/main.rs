@@ -23,10 +23,14 @@ fn main() -> anyhow::Result<()> {
         .map_or(LogFormat::Text, |s| s.server.log_format);
     // Held to the end: dropping it flushes the last spans to the exporter.
     let _telemetry = shardstock::telemetry::init(format)?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(run(cli.command, serve))
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    match serve.as_ref().map_or(0, |s| s.server.worker_threads) {
+        0 => {}
+        n => {
+            runtime.worker_threads(n);
+        }
+    }
+    runtime.enable_all().build()?.block_on(run(cli.command, serve))
 }
 
 async fn run(command: Command, serve: Option<Settings>) -> anyhow::Result<()> {

@@ -107,6 +107,15 @@ pub struct BenchArgs {
     /// seconds, comparing its last 10 s with its first.
     #[arg(long)]
     pub cost_duration: Option<u64>,
+    /// The service's worker threads in --http-cost's shardstock rows
+    /// (`serve --worker-threads`; default: the service's own, one per core).
+    #[arg(long)]
+    pub service_threads: Option<usize>,
+    /// The peers' worker threads in --http-cost: 1 (the default) runs a peer
+    /// on one thread (a current-thread runtime), more on a multi-thread
+    /// runtime of that many workers.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub peer_threads: u16,
     /// Serve a peer endpoint of --http-cost (internal: the runner starts it).
     #[arg(long, hide = true, value_enum)]
     pub serve_peer: Option<Peer>,
@@ -204,6 +213,8 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
                 a.cost_rows.iter().map(|&r| r.into()).collect()
             },
             sustained: a.cost_duration.map(std::time::Duration::from_secs),
+            service_threads: a.service_threads,
+            peer_threads: a.peer_threads,
         };
         let cost = http_cost(&opts).await?;
         if a.json {

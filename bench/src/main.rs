@@ -18,8 +18,14 @@ fn main() -> anyhow::Result<()> {
         .init();
     // The load generator runs its clients on one thread: on a small machine the
     // other cores belong to Redis, and cross-thread wakeups would only cost.
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(command(args))
+    // So does a peer of --http-cost unless asked for more (--peer-threads).
+    let mut runtime = match (args.serve_peer, args.peer_threads) {
+        (Some(_), n) if n > 1 => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.into());
+            b
+        }
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    runtime.enable_all().build()?.block_on(command(args))
 }

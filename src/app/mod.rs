@@ -213,7 +213,12 @@ impl Application {
             stop.clone(),
         )));
         tasks.spawn(quietly(housekeeping(state, stop.clone())));
-        tracing::info!(store = engine.store().kind(), addr = %listener.local_addr()?, "shardstock ready");
+        tracing::info!(
+            store = engine.store().kind(),
+            addr = %listener.local_addr()?,
+            workers = tokio::runtime::Handle::current().metrics().num_workers(),
+            "shardstock ready"
+        );
         Ok(Self {
             listener,
             router,

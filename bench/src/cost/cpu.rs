@@ -104,11 +104,20 @@ mod tests {
 
     #[test]
     fn this_process_has_spent_some_cpu() {
+        // Burns CPU until the reading moves (a tick is 10 ms): a fixed loop
+        // was optimised to almost nothing in a release build, and the test
+        // then read 0 ticks.
+        let before = Cpu::of(std::process::id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut x = 0u64;
-        for i in 0..30_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+        while Cpu::of(std::process::id()) <= before && std::time::Instant::now() < deadline {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
         }
-        assert!(x != 1);
-        assert!(Cpu::of(std::process::id()).0 > 0);
+        assert!(
+            Cpu::of(std::process::id()) > before,
+            "no CPU time read for this process after 10 s of spinning"
+        );
     }
 }

@@ -85,6 +85,10 @@ pub struct CostOptions {
     pub rows: Vec<Row>,
     /// Also run the Redis + PostgreSQL row sustained for this long.
     pub sustained: Option<Duration>,
+    /// The service's worker threads (`--worker-threads`); `None`: its default.
+    pub service_threads: Option<usize>,
+    /// The peers' worker threads (1: a current-thread runtime).
+    pub peer_threads: u16,
 }
 
 /// One measured row.
@@ -155,6 +159,9 @@ pub struct Sustained {
 pub struct Cost {
     pub rows: Vec<CostRow>,
     pub sustained: Option<Sustained>,
+    /// The service's worker threads (`None`: one per core) and the peers'.
+    pub service_threads: Option<usize>,
+    pub peer_threads: u16,
 }
 
 /// A child process killed when dropped.
@@ -228,7 +235,12 @@ pub async fn http_cost(o: &CostOptions) -> anyhow::Result<Cost> {
         Some(d) => Some(sustained(o, &redis, &client, d).await?),
         None => None,
     };
-    Ok(Cost { rows, sustained })
+    Ok(Cost {
+        rows,
+        sustained,
+        service_threads: o.service_threads,
+        peer_threads: o.peer_threads,
+    })
 }
 
 /// A server under test: its process, where it answers, the event it sells.
@@ -260,12 +272,17 @@ async fn start(
                 Peer::LuaXadd => "lua-xadd",
             };
             cmd.args(["--serve-peer", kind, "--listen", &listen, "--redis"])
-                .arg(redis.url());
+                .arg(redis.url())
+                .arg("--peer-threads")
+                .arg(o.peer_threads.to_string());
             (cmd, None)
         }
         Row::Embedded | Row::RedisPg => {
             let mut cmd = Command::new(&o.service);
             cmd.args(["serve", "--listen", &listen, "--admin-token", TOKEN]);
+            if let Some(n) = o.service_threads {
+                cmd.arg("--worker-threads").arg(n.to_string());
+            }
             let db = if row == Row::RedisPg {
                 let name = format!("shardstock_cost_{}_{n}", std::process::id());
                 cmd.arg("--redis").arg(redis.url());
@@ -522,6 +539,17 @@ async fn sustained(
 pub fn markdown(cost: &Cost, command: &str) -> String {
     let mut s = String::new();
     s.push_str(&format!("Produced by `{command}`.\n\n"));
+    let service = match cost.service_threads {
+        None | Some(0) => "one per core".to_owned(),
+        Some(n) => n.to_string(),
+    };
+    let peers = match cost.peer_threads {
+        1 => "1 (a current-thread runtime)".to_owned(),
+        n => n.to_string(),
+    };
+    s.push_str(&format!(
+        "Worker threads: shardstock {service}, peers {peers}.\n\n"
+    ));
     s.push_str("| server | req/s | p50 ms | p99 ms | server CPU µs/purchase | Redis µs | PostgreSQL µs | total µs | drain ms |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.1}"));
