@@ -269,7 +269,8 @@ pub struct RebalancerSettings {
     /// Adaptive events (`buckets = "auto"` or `{ min, max }`) grow when their
     /// demand per bucket is above this (units/s) ...
     pub grow_above_per_bucket: f64,
-    /// ... to about this much per bucket (at least fourfold).
+    /// ... to about this much per bucket (at least fourfold; on one Redis
+    /// server at most twice `batching.shared_lanes`, a multiple of them).
     pub grow_target_per_bucket: f64,
     /// They shrink when fewer than this many full orders per bucket are left.
     pub shrink_orders_per_bucket: u64,

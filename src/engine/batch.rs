@@ -101,6 +101,11 @@ impl<S: Store> Batcher<S> {
         }
     }
 
+    /// How many lanes the buckets of one server share (0: a lane per bucket).
+    pub fn shared_lanes(&self) -> u32 {
+        self.shared
+    }
+
     /// The clock a batch after the first reads its time from (the engine's).
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;

@@ -195,6 +195,14 @@ impl<S: Store> Engine<S> {
         self
     }
 
+    /// How many script calls the buckets of one server share at a time: the
+    /// batcher's shared lanes on a store that groups buckets (one Redis
+    /// server), 0 when each bucket has a lane of its own (a Cluster, the
+    /// embedded store) or purchases are not batched.
+    pub fn shared_lanes(&self) -> u32 {
+        self.batcher.as_ref().map_or(0, |b| b.shared_lanes())
+    }
+
     /// The clock the engine judges sale windows and sold-out marks by; the
     /// control plane reads time from it too.
     pub fn clock(&self) -> &Clock {

@@ -275,6 +275,7 @@ impl<S: Store> Rebalancer<S> {
             sold: meta.spec.stock.saturating_sub(led.remaining),
             order_size: u64::from(meta.spec.max_per_order),
             spread: store.spread(event, meta.generation + 1, range.max),
+            lanes: self.engine.shared_lanes(),
         };
         let Some((to, reason)) = resize::resize(&signals, r) else {
             return Ok(());

@@ -10,7 +10,10 @@
 //!   summed) over `grow_above` per bucket. The new count gives each bucket
 //!   about `target` units/s and is at least four times the old one (the
 //!   demand a saturated layout shows is capped by that layout), and on a Redis
-//!   Cluster at least the count that lands a bucket on every master.
+//!   Cluster at least the count that lands a bucket on every master. On one
+//!   Redis server, whose buckets share the batcher's lanes, at most twice
+//!   the lanes and a multiple of them (more add groups to every call and no
+//!   call in flight; an uneven count overloads a lane).
 //! - **Spread** (`spread`): on a Cluster, an event carrying at least one
 //!   bucket's `target` on fewer buckets than it takes to reach every master
 //!   grows to that many.
@@ -91,6 +94,9 @@ pub struct Signals {
     pub order_size: u64,
     /// The fewest buckets that land on every master (1 off a Cluster).
     pub spread: u32,
+    /// The call queues the buckets of one server share (the batcher's
+    /// shared lanes, on a standalone Redis); 0: a lane per bucket.
+    pub lanes: u32,
 }
 
 /// Why the count changes (the `reason` label of `shardstock_reshards_total`).
@@ -128,9 +134,18 @@ pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
     let widest = (fills / 2).max(1);
     let demand = if s.demand.is_finite() { s.demand } else { 0.0 };
     if demand / f64::from(n) > r.grow_above {
-        let want = ((demand / r.target).ceil() as u32)
+        let mut want = ((demand / r.target).ceil() as u32)
             .max(n.saturating_mul(4))
             .max(s.spread);
+        if s.lanes > 0 {
+            // One server, whose buckets share `lanes` call queues (bucket b
+            // in lane b % lanes): more buckets than twice the lanes put more
+            // groups in each call and no more calls in flight, and a count
+            // that is not a multiple of the lanes loads one lane more than
+            // the others (3 and 5 buckets sold 0.71-0.76x as fast as 2 and 4
+            // over two lanes here; 8 0.89x of 4).
+            want = want.min(s.lanes.saturating_mul(2)).next_multiple_of(s.lanes);
+        }
         let to = s.range.clamp(want.min(widest));
         if to > n {
             return Some((to, Reason::Hot));
@@ -158,6 +173,7 @@ mod tests {
             sold: 0,
             order_size: 2,
             spread: 1,
+            lanes: 0,
         }
     }
 
@@ -197,6 +213,32 @@ mod tests {
             Some((64, Reason::Hot))
         );
         assert_eq!(resize(&signals(64, 1e9, u64::MAX / 4), &r()), None);
+    }
+
+    #[test]
+    fn on_one_server_a_grown_count_fills_its_lanes_evenly() {
+        let on = |buckets, lanes, demand| {
+            let s = Signals {
+                lanes,
+                ..signals(buckets, demand, 1_000_000)
+            };
+            resize(&s, &r())
+        };
+        // Two shared lanes: the demand says 10, twice the lanes is 4.
+        assert_eq!(on(1, 2, 5000.0), Some((4, Reason::Hot)));
+        // Three lanes: fourfold is 4, rounded up to a multiple of 3.
+        assert_eq!(on(1, 3, 1500.0), Some((6, Reason::Hot)));
+        // At twice the lanes already: no wider, however hot.
+        assert_eq!(on(4, 2, 1e6), None);
+        // A lane per bucket (a Cluster): as the demand says.
+        assert_eq!(on(1, 0, 5000.0), Some((10, Reason::Hot)));
+        // The range still bounds it: an odd max is kept.
+        let s = Signals {
+            lanes: 2,
+            range: BucketRange { min: 1, max: 3 },
+            ..signals(1, 5000.0, 1_000_000)
+        };
+        assert_eq!(resize(&s, &r()), Some((3, Reason::Hot)));
     }
 
     #[test]
