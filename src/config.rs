@@ -269,9 +269,12 @@ pub struct RebalancerSettings {
     /// Adaptive events (`buckets = "auto"` or `{ min, max }`) grow when their
     /// demand per bucket is above this (units/s) ...
     pub grow_above_per_bucket: f64,
-    /// ... to about this much per bucket (at least fourfold; on one Redis
-    /// server at most twice `batching.shared_lanes`, a multiple of them).
+    /// ... to about this much per bucket (at least fourfold).
     pub grow_target_per_bucket: f64,
+    /// On one Redis server, to at most this many buckets (a multiple of
+    /// `batching.shared_lanes` past them); 1: not at all, since an event of
+    /// fewer buckets than lanes already has a call in flight on each.
+    pub grow_max_one_server: u32,
     /// They shrink when fewer than this many full orders per bucket are left.
     pub shrink_orders_per_bucket: u64,
     /// At least this long between two automatic reshards of one event.
@@ -293,6 +296,7 @@ impl Default for RebalancerSettings {
             horizon_ms: 1_000,
             grow_above_per_bucket: 20_000.0,
             grow_target_per_bucket: 15_000.0,
+            grow_max_one_server: 1,
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
             resize_max_sold: 100_000,
@@ -532,6 +536,15 @@ impl Settings {
                 "must be at least 1",
             ));
         }
+        if !(1..=crate::domain::model::MAX_BUCKETS).contains(&r.grow_max_one_server) {
+            return Err(invalid(
+                "rebalancer.grow_max_one_server",
+                format!(
+                    "must be between 1 and {}",
+                    crate::domain::model::MAX_BUCKETS
+                ),
+            ));
+        }
         let e = &self.engine;
         if e.max_passes == 0 {
             return Err(invalid("engine.max_passes", "must be at least 1"));
@@ -689,6 +702,10 @@ mod tests {
         assert_eq!(
             field_of(parse("[batching]\nshared_lanes = 0\n").unwrap_err()),
             "batching.shared_lanes"
+        );
+        assert_eq!(
+            field_of(parse("[rebalancer]\ngrow_max_one_server = 0\n").unwrap_err()),
+            "rebalancer.grow_max_one_server"
         );
         assert_eq!(
             parse("[batching]\nshared_lanes = 4\n")

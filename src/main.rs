@@ -30,7 +30,10 @@ fn main() -> anyhow::Result<()> {
             runtime.worker_threads(n);
         }
     }
-    runtime.enable_all().build()?.block_on(run(cli.command, serve))
+    runtime
+        .enable_all()
+        .build()?
+        .block_on(run(cli.command, serve))
 }
 
 async fn run(command: Command, serve: Option<Settings>) -> anyhow::Result<()> {

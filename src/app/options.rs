@@ -72,6 +72,7 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
             shrink_orders: r.shrink_orders_per_bucket,
             min_interval: Duration::from_millis(r.resize_interval_ms),
             max_moved: r.resize_max_sold,
+            one_server_max: r.grow_max_one_server,
         },
     }
 }

@@ -22,11 +22,20 @@
 //! costs a fixed part beside its entries (the command's trip through the
 //! client, both kernels and Redis's event loop), and with a lane per bucket a
 //! sale of 16 buckets on one server ran ~2 purchases a call; sharing, the same
-//! load fills calls several times fuller. A bucket's entries still go in
-//! order, one call in flight at a time, each group exactly a `purchase.lua`
-//! batch. A failed call fails every group of it: each caller answers as of
-//! unknown outcome, as for a bucket's own call (groups before the failure may
-//! have applied). On a Cluster each bucket keeps its lane.
+//! load fills calls several times fuller. Each group is exactly a
+//! `purchase.lua` batch. A failed call fails every group of it: each caller
+//! answers as of unknown outcome, as for a bucket's own call (groups before
+//! the failure may have applied). On a Cluster each bucket keeps its lane.
+//!
+//! An event of fewer buckets than lanes would leave lanes idle while its
+//! buckets' own queue: bucket b of an event of N buckets may also use lanes
+//! b + N, b + 2N, … — an idle one when its own has a call in flight, else in
+//! turn — so such a bucket can have a call in flight on each of them. Each
+//! call is one atomic script that checks what it buys (stock, limit, request
+//! id) when it runs, so two calls of one bucket may run in either order as
+//! two concurrent requests may; an entry never waits for a call it is not
+//! in. One bucket on one server sold as fast as two (1.0× over three runs;
+//! it sold 0.58–0.60× as fast with one call in flight).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +80,8 @@ pub struct Batcher<S: Store> {
     lanes: RwLock<HashMap<LaneKey, Arc<Lane>>>,
     /// Shared lanes, when the store groups buckets; 0: a lane per bucket.
     shared: u32,
+    /// Turns among the lanes an event of fewer buckets than lanes spreads over.
+    turn: std::sync::atomic::AtomicU32,
     clock: Clock,
     activity: Arc<Activity>,
 }
@@ -96,6 +107,7 @@ impl<S: Store> Batcher<S> {
             wait,
             lanes: RwLock::new(HashMap::new()),
             shared,
+            turn: std::sync::atomic::AtomicU32::new(0),
             clock: Clock::system(),
             activity,
         }
@@ -111,10 +123,35 @@ impl<S: Store> Batcher<S> {
         self.clock = clock;
     }
 
-    fn lane_key(&self, bucket: &BucketRef) -> LaneKey {
-        match self.shared {
-            0 => LaneKey::Bucket(bucket.clone()),
-            n => LaneKey::Shared(bucket.index % n),
+    /// The lane of `bucket`, of an event of `buckets` buckets: its own, or
+    /// shared lane `index % shared`. An event of fewer buckets than the
+    /// shared lanes would leave lanes idle while its buckets' lanes queue:
+    /// bucket b may then also use lanes b + buckets, b + 2 × buckets, …, and
+    /// takes the first of them with no call in flight when its own has one.
+    fn lane_for(&self, bucket: &BucketRef, buckets: u32) -> Arc<Lane> {
+        let n = match self.shared {
+            0 => return self.lane(&LaneKey::Bucket(bucket.clone())),
+            n => n,
+        };
+        let home = bucket.index % n;
+        let lane = self.lane(&LaneKey::Shared(home));
+        let step = buckets.max(1);
+        if step >= n || !lane.busy.load(Ordering::Acquire) {
+            return lane;
+        }
+        let others = (home + step..n).step_by(step as usize);
+        if let Some(idle) = others
+            .clone()
+            .map(|l| self.lane(&LaneKey::Shared(l)))
+            .find(|l| !l.busy.load(Ordering::Acquire))
+        {
+            return idle;
+        }
+        // Every one has a call in flight: take turns.
+        let k = (n - home).div_ceil(step);
+        match self.turn.fetch_add(1, Ordering::Relaxed) % k {
+            0 => lane,
+            i => self.lane(&LaneKey::Shared(home + i * step)),
         }
     }
 
@@ -126,11 +163,17 @@ impl<S: Store> Batcher<S> {
         lanes.entry(key.clone()).or_default().clone()
     }
 
-    /// The home step for one entry, batched with whatever else is waiting.
-    pub async fn home(&self, bucket: &BucketRef, now_ms: i64, entry: PurchaseEntry) -> Reply {
+    /// The home step for one entry of an event of `buckets` buckets, batched
+    /// with whatever else is waiting.
+    pub async fn home(
+        &self,
+        bucket: &BucketRef,
+        buckets: u32,
+        now_ms: i64,
+        entry: PurchaseEntry,
+    ) -> Reply {
         let (tx, rx) = oneshot::channel();
-        let key = self.lane_key(bucket);
-        let lane = self.lane(&key);
+        let lane = self.lane_for(bucket, buckets);
         lane.queue.push(Queued {
             bucket: bucket.clone(),
             entry,

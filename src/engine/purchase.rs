@@ -238,7 +238,7 @@ impl<S: Store> Engine<S> {
         };
         let limit = entry.limit;
         let reply = match self
-            .home_step(&bucket, entry)
+            .home_step(&bucket, meta.spec.buckets, entry)
             .instrument(tracing::debug_span!("home", bucket = saga.home))
             .await
         {
@@ -277,14 +277,21 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// The home step: through the bucket's batcher, or on its own.
+    /// The home step: through the bucket's batcher, or on its own. `buckets`
+    /// is the event's bucket count (the batcher spreads an event of fewer
+    /// buckets than its shared lanes over them).
     async fn home_step(
         &self,
         bucket: &BucketRef,
+        buckets: u32,
         entry: PurchaseEntry,
     ) -> Result<PurchaseReply, StoreError> {
         match &self.batcher {
-            Some(batcher) => batcher.home(bucket, self.clock.now_ms(), entry).await,
+            Some(batcher) => {
+                batcher
+                    .home(bucket, buckets, self.clock.now_ms(), entry)
+                    .await
+            }
             None => {
                 // Boxed: a store call's state (on Redis several kilobytes)
                 // would otherwise be part of every purchase's future.

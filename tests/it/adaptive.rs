@@ -29,6 +29,7 @@ on_every_backend!(
     a_sale_grows_from_one_bucket_and_shrinks_back_while_selling,
     a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next,
     a_quiet_event_turning_hot_wakes_the_leader,
+    a_hot_event_grows_unless_one_server_spreads_its_bucket,
 );
 
 const LIMIT: u32 = 4;
@@ -41,22 +42,28 @@ fn leader<S: Store>(
     lease_ttl_ms: u64,
     grow_above: f64,
 ) -> Rebalancer<S> {
+    // Grows on one Redis server too (by default it would not: an event's one
+    // bucket already spreads over the shared lanes), so the reshard is
+    // exercised on every backend.
     leader_every(
         engine,
         ledger,
         lease_ttl_ms,
         grow_above,
         Duration::from_millis(20),
+        16,
     )
 }
 
-/// [`leader`], its rounds `interval` apart.
+/// [`leader`], its rounds `interval` apart, growing an event on one Redis
+/// server to at most `one_server_max` buckets.
 fn leader_every<S: Store>(
     engine: &Arc<Engine<S>>,
     ledger: &Ledger,
     lease_ttl_ms: u64,
     grow_above: f64,
     interval: Duration,
+    one_server_max: u32,
 ) -> Rebalancer<S> {
     let options = RebalanceOptions {
         interval,
@@ -73,6 +80,7 @@ fn leader_every<S: Store>(
             shrink_orders: 8,
             min_interval: Duration::from_millis(50),
             max_moved: 1_000_000,
+            one_server_max,
         },
     };
     let flush = FlushOptions {
@@ -424,7 +432,7 @@ async fn a_quiet_event_turning_hot_wakes_the_leader<S: Store>(engine: Engine<S>)
     let engine = Arc::new(engine);
     let range = BucketRange { min: 1, max: 16 };
     let (ledger, id) = setup(&engine, "wake", STOCK, range).await;
-    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_secs(60));
+    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_secs(60), 16);
     let stop = CancellationToken::new();
     let leading = tokio::spawn(rb.run(stop.clone()));
     // The loop's first round, before any traffic: nothing to lead.
@@ -557,4 +565,50 @@ async fn a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next<S: Store>(
         buyers(&engine, &id, &log, "rest", 4, Duration::ZERO, |_| false).await;
         sale_promises(&engine, &ledger, &id, STOCK, &log).await;
     }
+}
+
+/// With the shipped `one_server_max` (1), a hot event on one Redis server,
+/// whose buckets share the batcher's lanes, keeps its one bucket (its calls
+/// already spread over the lanes); where each bucket has a lane of its own
+/// (a Cluster, the embedded store, unbatched purchases) the same demand
+/// grows it. Every promise holds either way.
+async fn a_hot_event_grows_unless_one_server_spreads_its_bucket<S: Store>(engine: Engine<S>) {
+    const STOCK: u64 = 3_000;
+    let engine = Arc::new(engine);
+    let one_server = engine.shared_lanes() > 0;
+    let range = BucketRange { min: 1, max: 16 };
+    let (ledger, id) = setup(&engine, "one-server", STOCK, range).await;
+    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_millis(20), 1);
+    let stop = CancellationToken::new();
+    let leading = tokio::spawn(rb.run(stop.clone()));
+    let log: Log = Arc::default();
+    let (gate, buying) = gated_buyers(&engine, &id, &log, "hot".into(), Duration::from_millis(10));
+    // Far over the mark (1,600 units/s on one bucket against 100): where it
+    // may grow it does within a few rounds; on one server, 1.5 s of it.
+    let started = Instant::now();
+    let grown = loop {
+        let meta = engine.store().load_meta(&id).await.unwrap().unwrap();
+        if meta.spec.buckets > 1 || meta.status != EventStatus::OnSale {
+            break true;
+        }
+        if started.elapsed() > Duration::from_millis(1_500) || sold(&log) > STOCK - 300 {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    gate.cancel();
+    buying.await.unwrap();
+    stop.cancel();
+    leading.await.unwrap();
+    let history = engine.view(&id).await.unwrap().bucket_history;
+    if one_server {
+        // Hot the whole time: over the mark in every round.
+        assert!(sold(&log) > 300, "the buyers bought: {}", sold(&log));
+        assert!(!grown, "one server: kept at one bucket, {history:?}");
+        assert_eq!(history.len(), 1, "{history:?}");
+    } else {
+        assert!(grown, "a lane per bucket: grown, {history:?}");
+    }
+    buyers(&engine, &id, &log, "rest", 4, Duration::ZERO, |_| false).await;
+    sale_promises(&engine, &ledger, &id, STOCK, &log).await;
 }

@@ -11,9 +11,10 @@
 //!   about `target` units/s and is at least four times the old one (the
 //!   demand a saturated layout shows is capped by that layout), and on a Redis
 //!   Cluster at least the count that lands a bucket on every master. On one
-//!   Redis server, whose buckets share the batcher's lanes, at most twice
-//!   the lanes and a multiple of them (more add groups to every call and no
-//!   call in flight; an uneven count overloads a lane).
+//!   Redis server, whose buckets share the batcher's lanes (an event of
+//!   fewer buckets than lanes spreads its calls over them), to at most
+//!   `one_server_max` (1: not at all) and a multiple of the lanes past them:
+//!   more buckets add groups to every call and no call in flight.
 //! - **Spread** (`spread`): on a Cluster, an event carrying at least one
 //!   bucket's `target` on fewer buckets than it takes to reach every master
 //!   grows to that many.
@@ -66,6 +67,11 @@ pub struct Resizing {
     /// No resize once more than this many units are sold (a reshard moves
     /// every buyer's records while purchases wait).
     pub max_moved: u64,
+    /// On one Redis server (the buckets share the batcher's lanes, and an
+    /// event of fewer buckets than lanes spreads over them) a growth goes to
+    /// at most this many buckets: 1, the default, keeps an event at its
+    /// count there, since more buckets add no call in flight.
+    pub one_server_max: u32,
 }
 
 impl Default for Resizing {
@@ -76,6 +82,7 @@ impl Default for Resizing {
             shrink_orders: 8,
             min_interval: Duration::from_secs(2),
             max_moved: 100_000,
+            one_server_max: 1,
         }
     }
 }
@@ -138,13 +145,17 @@ pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
             .max(n.saturating_mul(4))
             .max(s.spread);
         if s.lanes > 0 {
-            // One server, whose buckets share `lanes` call queues (bucket b
-            // in lane b % lanes): more buckets than twice the lanes put more
-            // groups in each call and no more calls in flight, and a count
-            // that is not a multiple of the lanes loads one lane more than
-            // the others (3 and 5 buckets sold 0.71-0.76x as fast as 2 and 4
-            // over two lanes here; 8 0.89x of 4).
-            want = want.min(s.lanes.saturating_mul(2)).next_multiple_of(s.lanes);
+            // One server, whose buckets share `lanes` call queues: an event
+            // of fewer buckets than lanes already has a call in flight on
+            // each (engine::batch), so more buckets only add groups to every
+            // call (one bucket sold as fast as two and 1.1x as fast as four
+            // here). Past the lanes, a multiple of them (bucket b queues in
+            // lane b mod lanes: 3 and 5 buckets sold 0.71-0.76x as fast as 2
+            // and 4 over two lanes).
+            want = want.min(r.one_server_max.max(1));
+            if want > s.lanes {
+                want -= want % s.lanes;
+            }
         }
         let to = s.range.clamp(want.min(widest));
         if to > n {
@@ -184,6 +195,7 @@ mod tests {
             shrink_orders: 8,
             min_interval: Duration::ZERO,
             max_moved: 10_000,
+            one_server_max: 8,
         }
     }
 
@@ -217,21 +229,29 @@ mod tests {
 
     #[test]
     fn on_one_server_a_grown_count_fills_its_lanes_evenly() {
-        let on = |buckets, lanes, demand| {
+        let on = |buckets, lanes, demand, max| {
             let s = Signals {
                 lanes,
                 ..signals(buckets, demand, 1_000_000)
             };
-            resize(&s, &r())
+            resize(
+                &s,
+                &Resizing {
+                    one_server_max: max,
+                    ..r()
+                },
+            )
         };
-        // Two shared lanes: the demand says 10, twice the lanes is 4.
-        assert_eq!(on(1, 2, 5000.0), Some((4, Reason::Hot)));
-        // Three lanes: fourfold is 4, rounded up to a multiple of 3.
-        assert_eq!(on(1, 3, 1500.0), Some((6, Reason::Hot)));
-        // At twice the lanes already: no wider, however hot.
-        assert_eq!(on(4, 2, 1e6), None);
+        // The default: one server keeps an event at its count, however hot.
+        assert_eq!(on(1, 2, 1e6, 1), None);
+        assert_eq!(Resizing::default().one_server_max, 1);
+        // Allowed wider: the demand says 10, at most 8, a multiple of the lanes.
+        assert_eq!(on(1, 2, 5000.0, 8), Some((8, Reason::Hot)));
+        assert_eq!(on(1, 3, 5000.0, 8), Some((6, Reason::Hot)));
+        // At the most already: no wider.
+        assert_eq!(on(8, 2, 1e6, 8), None);
         // A lane per bucket (a Cluster): as the demand says.
-        assert_eq!(on(1, 0, 5000.0), Some((10, Reason::Hot)));
+        assert_eq!(on(1, 0, 5000.0, 1), Some((10, Reason::Hot)));
         // The range still bounds it: an odd max is kept.
         let s = Signals {
             lanes: 2,
