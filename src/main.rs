@@ -24,11 +24,9 @@ fn main() -> anyhow::Result<()> {
     // Held to the end: dropping it flushes the last spans to the exporter.
     let _telemetry = shardstock::telemetry::init(format)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    match serve.as_ref().map_or(0, |s| s.server.worker_threads) {
-        0 => {}
-        n => {
-            runtime.worker_threads(n);
-        }
+    let workers = serve.as_ref().map_or(0, |s| s.server.worker_threads);
+    if workers > 0 {
+        runtime.worker_threads(workers);
     }
     runtime
         .enable_all()

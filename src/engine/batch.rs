@@ -57,15 +57,6 @@ struct Queued {
     reply: oneshot::Sender<Reply>,
 }
 
-/// Which lane a bucket queues in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum LaneKey {
-    /// The bucket's own (a store that calls one bucket at a time).
-    Bucket(BucketRef),
-    /// One of the engine's shared lanes (a store that groups buckets).
-    Shared(u32),
-}
-
 #[derive(Default)]
 struct Lane {
     queue: SegQueue<Queued>,
@@ -77,9 +68,11 @@ pub struct Batcher<S: Store> {
     store: S,
     max_batch: usize,
     wait: std::time::Duration,
-    lanes: RwLock<HashMap<LaneKey, Arc<Lane>>>,
-    /// Shared lanes, when the store groups buckets; 0: a lane per bucket.
-    shared: u32,
+    /// Each bucket's own lane (a store that calls one bucket at a time).
+    lanes: RwLock<HashMap<BucketRef, Arc<Lane>>>,
+    /// The lanes the buckets share, when the store groups buckets (fixed at
+    /// start, serving every event); empty: a lane per bucket.
+    shared: Vec<Arc<Lane>>,
     /// Turns among the lanes an event of fewer buckets than lanes spreads over.
     turn: std::sync::atomic::AtomicU32,
     clock: Clock,
@@ -97,9 +90,10 @@ impl<S: Store> Batcher<S> {
         activity: Arc<Activity>,
     ) -> Self {
         let shared = if store.groups_buckets() {
-            shared_lanes.clamp(1, u32::MAX as usize) as u32
+            let n = shared_lanes.clamp(1, 1024);
+            (0..n).map(|_| Arc::default()).collect()
         } else {
-            0
+            Vec::new()
         };
         Self {
             store,
@@ -115,7 +109,7 @@ impl<S: Store> Batcher<S> {
 
     /// How many lanes the buckets of one server share (0: a lane per bucket).
     pub fn shared_lanes(&self) -> u32 {
-        self.shared
+        self.shared.len() as u32
     }
 
     /// The clock a batch after the first reads its time from (the engine's).
@@ -129,38 +123,34 @@ impl<S: Store> Batcher<S> {
     /// bucket b may then also use lanes b + buckets, b + 2 × buckets, …, and
     /// takes the first of them with no call in flight when its own has one.
     fn lane_for(&self, bucket: &BucketRef, buckets: u32) -> Arc<Lane> {
-        let n = match self.shared {
-            0 => return self.lane(&LaneKey::Bucket(bucket.clone())),
-            n => n,
+        let n = self.shared.len();
+        if n == 0 {
+            return self.lane(bucket);
+        }
+        let home = bucket.index as usize % n;
+        let step = (buckets as usize).max(1);
+        let busy = |l: usize| self.shared[l].busy.load(Ordering::Acquire);
+        if step >= n || !busy(home) {
+            return self.shared[home].clone();
+        }
+        let chosen = match (home + step..n).step_by(step).find(|&l| !busy(l)) {
+            Some(idle) => idle,
+            // Every one has a call in flight: take turns.
+            None => {
+                let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+                home + turn % (n - home).div_ceil(step) * step
+            }
         };
-        let home = bucket.index % n;
-        let lane = self.lane(&LaneKey::Shared(home));
-        let step = buckets.max(1);
-        if step >= n || !lane.busy.load(Ordering::Acquire) {
-            return lane;
-        }
-        let others = (home + step..n).step_by(step as usize);
-        if let Some(idle) = others
-            .clone()
-            .map(|l| self.lane(&LaneKey::Shared(l)))
-            .find(|l| !l.busy.load(Ordering::Acquire))
-        {
-            return idle;
-        }
-        // Every one has a call in flight: take turns.
-        let k = (n - home).div_ceil(step);
-        match self.turn.fetch_add(1, Ordering::Relaxed) % k {
-            0 => lane,
-            i => self.lane(&LaneKey::Shared(home + i * step)),
-        }
+        self.shared[chosen].clone()
     }
 
-    fn lane(&self, key: &LaneKey) -> Arc<Lane> {
-        if let Some(lane) = self.lanes.read().expect("lanes poisoned").get(key) {
+    /// `bucket`'s own lane.
+    fn lane(&self, bucket: &BucketRef) -> Arc<Lane> {
+        if let Some(lane) = self.lanes.read().expect("lanes poisoned").get(bucket) {
             return lane.clone();
         }
         let mut lanes = self.lanes.write().expect("lanes poisoned");
-        lanes.entry(key.clone()).or_default().clone()
+        lanes.entry(bucket.clone()).or_default().clone()
     }
 
     /// The home step for one entry of an event of `buckets` buckets, batched
@@ -201,10 +191,7 @@ impl<S: Store> Batcher<S> {
         self.lanes
             .write()
             .expect("lanes poisoned")
-            .retain(|key, lane| match key {
-                LaneKey::Bucket(b) => &b.event != event || lane.busy.load(Ordering::Acquire),
-                LaneKey::Shared(_) => true,
-            });
+            .retain(|b, lane| &b.event != event || lane.busy.load(Ordering::Acquire));
     }
 }
 
