@@ -194,6 +194,9 @@ wait_for() {
     if [ -n "$name" ] && ! pid_matches "$(cat "$RUN_DIR/pids/$name.pid")" "$(cat "$RUN_DIR/pids/$name.match")"; then
       echo "---- last lines of $RUN_DIR/logs/$name.log ----" >&2
       tail -n 30 "$RUN_DIR/logs/$name.log" >&2 || true
+      # A backtrace can push the error itself out of the tail.
+      echo "---- its first error lines ----" >&2
+      grep -m 5 -E "^Error|panicked|ERROR" "$RUN_DIR/logs/$name.log" >&2 || true
       fail "$name exited while waiting for $what"
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
