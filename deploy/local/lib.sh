@@ -17,11 +17,13 @@ need() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found. Install it: $2"
 }
 
-# Is something listening on 127.0.0.1:PORT? (ss when present, else a connect.)
+# Is 127.0.0.1:PORT taken? (ss when present, else a connect.) With ss, any TCP
+# socket on it counts, not only a listener: an outgoing connection's local
+# port makes a later bind fail too.
 port_in_use() {
   local port=$1
   if command -v ss >/dev/null 2>&1; then
-    [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]
+    [ -n "$(ss -Htan "sport = :$port" 2>/dev/null)" ]
   else
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
   fi

@@ -13,8 +13,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::free_port;
-
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const INSTALL: &str = "bash deploy/local/install.sh";
 
@@ -44,6 +42,37 @@ fn require(path: &str, what: &str) {
     );
 }
 
+/// The first of `n` consecutive ports that are free, each with its Redis
+/// Cluster bus port (10,000 above), all below the ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), from a random start so that
+/// runs side by side seldom try the same ones.
+fn quiet_ports(n: u16) -> u16 {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("read /proc/sys/net/ipv4/ip_local_port_range");
+    let low: u16 = range
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the ephemeral range's low end");
+    let (first, last) = (10_000, low.saturating_sub(10_000 + n));
+    assert!(
+        first < last,
+        "no room below the ephemeral range ({range}) for {n} ports and their bus ports"
+    );
+    for _ in 0..1_000 {
+        let base = rand::random_range(first..last);
+        let free = (base..base + n).all(|p| {
+            [p, p + 10_000]
+                .iter()
+                .all(|&q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok())
+        });
+        if free {
+            return base;
+        }
+    }
+    panic!("no {n} free ports in a row below {low} after 1,000 tries");
+}
+
 fn up() -> Topology {
     require(
         "/usr/bin/prometheus",
@@ -60,21 +89,13 @@ fn up() -> Topology {
          [[events]]\nid = \"dash\"\nstock = 20000\nbuckets = 8\nper_user_limit = 4\nmax_per_order = 2\n",
     )
     .unwrap();
-    let port = |_: u8| free_port().to_string();
-    // up.sh starts its Redis servers on consecutive ports from the base, each
-    // with a bus port 10000 above: all of them must be free, not only the
-    // first (CI once lost the second to another process).
-    let free_run = |n: u16| loop {
-        let base = free_port();
-        let all_free = (0..n).all(|i| {
-            [base + i, base + i + 10_000]
-                .iter()
-                .all(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        });
-        if base < 55_000 - n && all_free {
-            break base;
-        }
-    };
+    // Every port of the topology below the kernel's ephemeral range: up.sh
+    // checks that a port has no listener, then the process binds it a moment
+    // later, and a port in that range can be taken meanwhile as the local
+    // port of any outgoing connection (the suite's other tests open hundreds;
+    // CI once saw shardstock-2 exit at start). Eleven in a row: eight Redis
+    // servers (each with its bus port 10000 above), two services, Prometheus.
+    let base = quiet_ports(11);
     let out = Command::new("bash")
         .arg(Path::new(REPO).join("deploy/local/up.sh"))
         .envs([
@@ -89,9 +110,9 @@ fn up() -> Topology {
                 format!("shardstock_it_topology_{}", std::process::id()),
             ),
             ("RESET_DB", "1".to_owned()),
-            ("BASE_PORT", port(0)),
-            ("REDIS_BASE_PORT", free_run(8).to_string()),
-            ("PROM_PORT", port(2)),
+            ("REDIS_BASE_PORT", base.to_string()),
+            ("BASE_PORT", (base + 8).to_string()),
+            ("PROM_PORT", (base + 10).to_string()),
         ])
         .output()
         .unwrap();
