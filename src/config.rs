@@ -275,6 +275,10 @@ pub struct RebalancerSettings {
     /// `batching.shared_lanes` past them); 1: not at all, since an event of
     /// fewer buckets than lanes already has a call in flight on each.
     pub grow_max_one_server: u32,
+    /// On a Redis Cluster, grow an event whose buckets already reach every
+    /// master (off: it keeps that layout; an adaptive event is created on
+    /// every master when its stock allows).
+    pub grow_past_masters: bool,
     /// They shrink when fewer than this many full orders per bucket are left.
     pub shrink_orders_per_bucket: u64,
     /// At least this long between two automatic reshards of one event.
@@ -297,6 +301,7 @@ impl Default for RebalancerSettings {
             grow_above_per_bucket: 20_000.0,
             grow_target_per_bucket: 15_000.0,
             grow_max_one_server: 1,
+            grow_past_masters: false,
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
             resize_max_sold: 100_000,

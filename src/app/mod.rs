@@ -130,7 +130,9 @@ impl Application {
                 "rebuilt events the store had lost, from the database"
             );
         }
+        let resizing = options::rebalance(&settings.rebalancer).resizing;
         for spec in settings.event_specs()? {
+            let spec = lifecycle::starting_layout(&engine, spec, &resizing);
             let id = spec.id.clone();
             let created = lifecycle::ensure(&engine, &ledger, spec)
                 .await

@@ -73,6 +73,7 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
             min_interval: Duration::from_millis(r.resize_interval_ms),
             max_moved: r.resize_max_sold,
             one_server_max: r.grow_max_one_server,
+            grow_past_masters: r.grow_past_masters,
         },
     }
 }

@@ -33,6 +33,7 @@ use crate::config::LostState;
 use crate::control::ControlError;
 use crate::control::checkpoint::{self, Checkpoint};
 use crate::control::flusher::Flusher;
+use crate::control::rebalancer::{Resizing, resize};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{
@@ -46,6 +47,29 @@ use crate::store::{CreateEventReply, RestoreReply, Store, StoreError};
 
 /// How long the keys of a closed event live on (orders are read from the ledger).
 const CLOSED_TTL: Duration = Duration::from_secs(3600);
+
+/// The spec an event is created with by the service: an adaptive one starts
+/// at the count `resize::starting` gives (on a Redis Cluster, spread over
+/// every master as far as its range and stock allow; else its minimum), so
+/// a hot sale's first purchases wait for no reshard. Deterministic for one
+/// slot table: instances creating the same configured event at once agree.
+pub fn starting_layout<S: Store>(
+    engine: &Engine<S>,
+    mut spec: EventSpec,
+    resizing: &Resizing,
+) -> EventSpec {
+    if let Some(range) = spec.auto_buckets {
+        let spread = engine.store().spread(&spec.id, 0, range.max);
+        spec.buckets = resize::starting(
+            range,
+            spec.stock,
+            u64::from(spec.max_per_order),
+            spread,
+            resizing,
+        );
+    }
+    spec
+}
 
 /// Creates an event in the ledger and the store (refused if either has it).
 pub async fn create<S: Store>(

@@ -203,6 +203,7 @@ pub(super) async fn create<S: Store>(
         ends_at: body.ends_at,
         hold_seconds: body.hold_seconds,
     };
+    let spec = lifecycle::starting_layout(&state.engine, spec, &state.rebalance.resizing);
     let id = spec.id.clone();
     let view = lifecycle::create(&state.engine, &state.ledger, spec)
         .await

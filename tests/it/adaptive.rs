@@ -30,6 +30,7 @@ on_every_backend!(
     a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next,
     a_quiet_event_turning_hot_wakes_the_leader,
     a_hot_event_grows_unless_one_server_spreads_its_bucket,
+    an_event_the_service_creates_starts_on_every_master,
 );
 
 const LIMIT: u32 = 4;
@@ -43,8 +44,8 @@ fn leader<S: Store>(
     grow_above: f64,
 ) -> Rebalancer<S> {
     // Grows on one Redis server too (by default it would not: an event's one
-    // bucket already spreads over the shared lanes), so the reshard is
-    // exercised on every backend.
+    // bucket already spreads over the shared lanes), and on a Cluster past
+    // its masters, so the reshard is exercised on every backend.
     leader_every(
         engine,
         ledger,
@@ -52,11 +53,13 @@ fn leader<S: Store>(
         grow_above,
         Duration::from_millis(20),
         16,
+        true,
     )
 }
 
 /// [`leader`], its rounds `interval` apart, growing an event on one Redis
-/// server to at most `one_server_max` buckets.
+/// server to at most `one_server_max` buckets, and on a Cluster past the
+/// layout that reaches every master when `grow_past_masters`.
 fn leader_every<S: Store>(
     engine: &Arc<Engine<S>>,
     ledger: &Ledger,
@@ -64,6 +67,7 @@ fn leader_every<S: Store>(
     grow_above: f64,
     interval: Duration,
     one_server_max: u32,
+    grow_past_masters: bool,
 ) -> Rebalancer<S> {
     let options = RebalanceOptions {
         interval,
@@ -81,6 +85,7 @@ fn leader_every<S: Store>(
             min_interval: Duration::from_millis(50),
             max_moved: 1_000_000,
             one_server_max,
+            grow_past_masters,
         },
     };
     let flush = FlushOptions {
@@ -432,7 +437,15 @@ async fn a_quiet_event_turning_hot_wakes_the_leader<S: Store>(engine: Engine<S>)
     let engine = Arc::new(engine);
     let range = BucketRange { min: 1, max: 16 };
     let (ledger, id) = setup(&engine, "wake", STOCK, range).await;
-    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_secs(60), 16);
+    let rb = leader_every(
+        &engine,
+        &ledger,
+        2_000,
+        100.0,
+        Duration::from_secs(60),
+        16,
+        true,
+    );
     let stop = CancellationToken::new();
     let leading = tokio::spawn(rb.run(stop.clone()));
     // The loop's first round, before any traffic: nothing to lead.
@@ -578,7 +591,15 @@ async fn a_hot_event_grows_unless_one_server_spreads_its_bucket<S: Store>(engine
     let one_server = engine.shared_lanes() > 0;
     let range = BucketRange { min: 1, max: 16 };
     let (ledger, id) = setup(&engine, "one-server", STOCK, range).await;
-    let rb = leader_every(&engine, &ledger, 2_000, 100.0, Duration::from_millis(20), 1);
+    let rb = leader_every(
+        &engine,
+        &ledger,
+        2_000,
+        100.0,
+        Duration::from_millis(20),
+        1,
+        true,
+    );
     let stop = CancellationToken::new();
     let leading = tokio::spawn(rb.run(stop.clone()));
     let log: Log = Arc::default();
@@ -609,6 +630,77 @@ async fn a_hot_event_grows_unless_one_server_spreads_its_bucket<S: Store>(engine
     } else {
         assert!(grown, "a lane per bucket: grown, {history:?}");
     }
+    buyers(&engine, &id, &log, "rest", 4, Duration::ZERO, |_| false).await;
+    sale_promises(&engine, &ledger, &id, STOCK, &log).await;
+}
+
+/// As the service creates an adaptive event (`lifecycle::starting_layout`):
+/// on a Redis Cluster it starts on enough buckets to reach every master (3
+/// here), so its sale needs no spreading reshard at its start; elsewhere at
+/// its minimum. On the Cluster its leader, watching a sale far over the
+/// growth mark, changes nothing while it is hot (`grow_past_masters` off);
+/// every promise holds.
+async fn an_event_the_service_creates_starts_on_every_master<S: Store>(engine: Engine<S>) {
+    const STOCK: u64 = 3_000;
+    let engine = Arc::new(engine);
+    let cluster = engine.store().kind() == "redis-cluster";
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("starts-spread");
+    let mut s = spec(&id, STOCK, 1);
+    s.auto_buckets = Some(BucketRange { min: 1, max: 16 });
+    s.per_user_limit = Some(LIMIT);
+    s.max_per_order = 2;
+    let s = lifecycle::starting_layout(&engine, s, &Resizing::default());
+    lifecycle::create(&engine, &ledger, s).await.unwrap();
+    let started = engine.view(&id).await.unwrap();
+    let n = engine
+        .store()
+        .load_meta(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .spec
+        .buckets;
+    assert_eq!(started.buckets.len(), n as usize);
+    if cluster {
+        assert!(n >= 3, "three masters take three buckets at least: {n}");
+        assert!(n <= 16, "within the range: {n}");
+    } else {
+        assert_eq!(n, 1, "one server: the minimum");
+    }
+    assert_eq!(
+        started.bucket_history.len(),
+        1,
+        "{:?}",
+        started.bucket_history
+    );
+    // Demand of ~1,600 units/s, over the growth mark of 100 a bucket on any
+    // layout, with the shipped rules: on the Cluster it is on every master
+    // already and stays (`grow_past_masters` off); it would grow at once if
+    // it had started on one bucket.
+    let rb = leader_every(
+        &engine,
+        &ledger,
+        2_000,
+        100.0,
+        Duration::from_millis(20),
+        1,
+        false,
+    );
+    let stop = CancellationToken::new();
+    let leading = tokio::spawn(rb.run(stop.clone()));
+    let log: Log = Arc::default();
+    let (gate, buying) = gated_buyers(&engine, &id, &log, "hot".into(), Duration::from_millis(10));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    gate.cancel();
+    buying.await.unwrap();
+    let during = engine.view(&id).await.unwrap().bucket_history;
+    assert!(sold(&log) > 100, "the buyers bought: {}", sold(&log));
+    if cluster {
+        assert_eq!(during.len(), 1, "no reshard while hot: {during:?}");
+    }
+    stop.cancel();
+    leading.await.unwrap();
     buyers(&engine, &id, &log, "rest", 4, Duration::ZERO, |_| false).await;
     sale_promises(&engine, &ledger, &id, STOCK, &log).await;
 }

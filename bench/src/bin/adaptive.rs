@@ -116,8 +116,12 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
     let dir = scratch_dir("adaptive");
     let ledger = Ledger::connect(&format!("sqlite://{}/ledger.db", dir.display()), 2).await?;
     let id = EventId::parse(format!("sale-{name}-{run_no}")).map_err(anyhow::Error::msg)?;
-    engine
-        .create_event(EventSpec {
+    // As the service creates it (`lifecycle::starting_layout`: an adaptive
+    // event starts spread over a Cluster's masters).
+    let resizing = shardstock::app::options::rebalance(&RebalancerSettings::default()).resizing;
+    let spec = shardstock::control::lifecycle::starting_layout(
+        &engine,
+        EventSpec {
             id: id.clone(),
             stock: a.stock,
             buckets,
@@ -127,8 +131,10 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
             ends_at: None,
             hold_seconds: None,
             auto_buckets: auto,
-        })
-        .await?;
+        },
+        &resizing,
+    );
+    engine.create_event(spec).await?;
     // The leader, as a service runs it.
     let stop = CancellationToken::new();
     let settings = RebalancerSettings::default();

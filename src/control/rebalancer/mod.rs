@@ -267,6 +267,9 @@ impl<S: Store> Rebalancer<S> {
             return Ok(());
         }
         let store = self.engine.store();
+        // The buckets of this layout it takes to reach every master (1 off a
+        // Cluster, or on a Cluster of one master).
+        let here = store.spread(event, meta.generation, range.max);
         let signals = resize::Signals {
             buckets: meta.spec.buckets,
             range,
@@ -275,6 +278,7 @@ impl<S: Store> Rebalancer<S> {
             sold: meta.spec.stock.saturating_sub(led.remaining),
             order_size: u64::from(meta.spec.max_per_order),
             spread: store.spread(event, meta.generation + 1, range.max),
+            on_every_master: (2..=meta.spec.buckets).contains(&here),
             lanes: self.engine.shared_lanes(),
         };
         let Some((to, reason)) = resize::resize(&signals, r) else {
