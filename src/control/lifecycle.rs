@@ -53,12 +53,17 @@ const CLOSED_TTL: Duration = Duration::from_secs(3600);
 /// every master as far as its range and stock allow; else its minimum), so
 /// a hot sale's first purchases wait for no reshard. Deterministic for one
 /// slot table: instances creating the same configured event at once agree.
+/// An invalid spec comes back as it was, for `create` to refuse.
 pub fn starting_layout<S: Store>(
     engine: &Engine<S>,
     mut spec: EventSpec,
     resizing: &Resizing,
 ) -> EventSpec {
-    if let Some(range) = spec.auto_buckets {
+    // An invalid spec is left for `create` to refuse (its range may be out
+    // of order, which a clamp cannot take).
+    if let Some(range) = spec.auto_buckets
+        && spec.validate().is_ok()
+    {
         let spread = engine.store().spread(&spec.id, 0, range.max);
         spec.buckets = resize::starting(
             range,

@@ -55,8 +55,10 @@ impl BucketRange {
     /// What `"auto"` means: from one bucket up to 256.
     pub const AUTO: Self = Self { min: 1, max: 256 };
 
+    /// `n` within the bounds. Never panics: a range out of order (which
+    /// `EventSpec::validate` refuses) gives its `max`.
     pub fn clamp(self, n: u32) -> u32 {
-        n.clamp(self.min, self.max)
+        n.max(self.min).min(self.max)
     }
 
     /// `min-max`, as the Redis meta keeps it.

@@ -113,6 +113,13 @@ async fn invalid_events_are_refused_and_nothing_is_created(b: Backend) {
         json!({"id": id, "stock": 5, "buckets": 1, "starts_at": "soon"}),
         json!({"id": id, "stock": 5, "buckets": 1, "starts_at": "2030-01-02T00:00:00Z", "ends_at": "2030-01-01T00:00:00Z"}),
         json!({"id": id, "buckets": 1}),
+        // Adaptive bounds out of order or range (a min over the max once
+        // panicked the handler: the start layout clamped before validating).
+        json!({"id": id, "stock": 10_000, "buckets": {"min": 1025, "max": 1}}),
+        json!({"id": id, "stock": 10_000, "buckets": {"min": 5, "max": 2}}),
+        json!({"id": id, "stock": 10_000, "buckets": {"min": 0, "max": 4}}),
+        json!({"id": id, "stock": 10_000, "buckets": {"min": 1, "max": 1025}}),
+        json!({"id": id, "stock": 10_000, "buckets": "sometimes"}),
     ] {
         problem(
             app.admin_post("/v1/events", body).await,
