@@ -67,19 +67,38 @@ impl RedisStore {
     ) -> Result<Vec<PurchaseReply>, StoreError> {
         let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
         let mut replies = array_or_stale(bucket, reply)?;
-        if holds && replies.len() == 2 * entries.len() + 1 {
+        let all_bought =
+            replies.first().and_then(Value::as_str).as_deref() == Some(reply::ALL_BOUGHT);
+        let values = if all_bought { 2 } else { 2 * entries.len() };
+        if holds && replies.len() == values + 1 {
             let first = replies.pop().map(|v| num(&v)).transpose()? == Some(1);
             if first {
                 let at = entries.iter().filter_map(|e| e.pay_by).min();
                 self.announce_first_hold(bucket, at).await;
             }
         }
-        if replies.len() != 2 * entries.len() {
+        if replies.len() != values {
             return Err(StoreError::Protocol(format!(
                 "{} reply values for {} entries",
                 replies.len(),
                 entries.len()
             )));
+        }
+        if all_bought {
+            // The stock after the last entry: each entry's is that plus the
+            // quantities bought after it.
+            let mut left = num(&replies[1])?;
+            let mut bought: Vec<PurchaseReply> = entries
+                .iter()
+                .rev()
+                .map(|e| {
+                    let reply = PurchaseReply::Bought { stock_left: left };
+                    left += u64::from(e.qty);
+                    reply
+                })
+                .collect();
+            bought.reverse();
+            return Ok(bought);
         }
         replies
             .chunks(2)

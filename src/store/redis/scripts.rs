@@ -19,6 +19,8 @@ pub(super) mod reply {
 
     // purchase.lua, one per entry
     pub const BOUGHT: &str = "B";
+    /// Every entry of the call bought (one reply for the call).
+    pub const ALL_BOUGHT: &str = "A";
     /// The request id has a record already (also `finish`: the saga had ended).
     pub const REPLAY: &str = "R";
     pub const LIMIT: &str = "L";
@@ -123,7 +125,7 @@ scripts! {
     end_reshard: [OK, NOT_RESHARDING, FENCED],
     // buckets.rs
     init_bucket: [],
-    purchase: [STALE, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
+    purchase: [STALE, ALL_BOUGHT, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
     purchase_groups: [],
     take: [STALE, TAKEN, SHORT],
     untake: [STALE, OK, NO_TAKE],
