@@ -142,9 +142,20 @@ impl Reason {
 /// as far as the range and the stock allow (no wider than the stock keeps
 /// at twice the drain mark, so the first round does not shrink it).
 pub fn starting(range: BucketRange, stock: u64, order_size: u64, spread: u32, r: &Resizing) -> u32 {
+    range.clamp(spread.min(widest(fills(stock, order_size, r))))
+}
+
+/// Buckets `stock` fills with `shrink_orders` full orders each (the drain
+/// mark: fewer than that many buckets' worth left, and an event shrinks).
+fn fills(stock: u64, order_size: u64, r: &Resizing) -> u32 {
     let per_bucket = r.shrink_orders.max(1) * order_size.max(1);
-    let fills = u32::try_from(stock / per_bucket).unwrap_or(u32::MAX);
-    range.clamp(spread.min((fills / 2).max(1)))
+    u32::try_from(stock / per_bucket).unwrap_or(u32::MAX)
+}
+
+/// The widest layout a stock that `fills` buckets keeps at twice the drain
+/// mark: a layout is never made so wide that it would drain at once.
+fn widest(fills: u32) -> u32 {
+    (fills / 2).max(1)
 }
 
 /// The count to reshard to, and why; `None`: keep the layout.
@@ -153,15 +164,12 @@ pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
         return None;
     }
     let n = s.buckets.max(1);
-    let per_bucket = r.shrink_orders.max(1) * s.order_size.max(1);
-    // Buckets the remaining stock fills with `shrink_orders` orders each.
-    let fills = u32::try_from(s.remaining / per_bucket).unwrap_or(u32::MAX);
+    let fills = fills(s.remaining, s.order_size, r);
     if n > s.range.min && fills < n {
         let to = s.range.clamp(fills.min(n / 2).max(1));
         return (to < n).then_some((to, Reason::Drain));
     }
-    // Never wider than the stock keeps at twice the drain mark.
-    let widest = (fills / 2).max(1);
+    let widest = widest(fills);
     let demand = if s.demand.is_finite() { s.demand } else { 0.0 };
     // On a Cluster, an event on every master already is where more buckets
     // stop paying (unless `grow_past_masters`).

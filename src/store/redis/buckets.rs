@@ -85,20 +85,17 @@ impl RedisStore {
             )));
         }
         if all_bought {
-            // The stock after the last entry: each entry's is that plus the
-            // quantities bought after it.
-            let mut left = num(&replies[1])?;
-            let mut bought: Vec<PurchaseReply> = entries
+            // The stock after the last entry: before the first it was that
+            // plus every quantity, and each entry takes its own.
+            let mut left =
+                num(&replies[1])? + entries.iter().map(|e| u64::from(e.qty)).sum::<u64>();
+            return Ok(entries
                 .iter()
-                .rev()
                 .map(|e| {
-                    let reply = PurchaseReply::Bought { stock_left: left };
-                    left += u64::from(e.qty);
-                    reply
+                    left -= u64::from(e.qty);
+                    PurchaseReply::Bought { stock_left: left }
                 })
-                .collect();
-            bought.reverse();
-            return Ok(bought);
+                .collect());
         }
         replies
             .chunks(2)
