@@ -9,7 +9,9 @@ column of stream records, `git show 89f010d:lua/purchase.lua`) or `rows`
 (the layout before issue 12: ten values per entry, e.g.
 `git show 8fc5f01:lua/purchase.lua`), or `groups` (purchase_groups.lua:
 PER_CALL buckets a call, each a group of N entries in the `orders` layout;
-SCRIPT is then lua/purchase_groups.lua, purchase.lua read beside it).
+SCRIPT is then lua/purchase_groups.lua, purchase.lua read beside it), or
+`lean` (`groups` without the user and quantity columns when there is no
+limit: today's layout; `groups` is the one before ad52a79's successor).
 `setup` fills each bucket as a sale
 leaves it (hashes past their listpack size); `run` sends CALLS calls of N
 one-unit purchases by random users with fresh request ids, pipelined. The
@@ -25,6 +27,10 @@ mode = sys.argv[1]
 port, script, fmt = int(sys.argv[2]), sys.argv[3], sys.argv[4]
 calls, n = int(sys.argv[5]), int(sys.argv[6])
 limit = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+prefill = int(os.environ.get("PREFILL", "1000"))
+lean = fmt == "lean"
+if lean:
+    fmt = "groups"
 groups = int(os.environ.get("PER_CALL", "1")) if fmt == "groups" else 1
 r = redis.Redis(port=port)
 text = open(script).read()
@@ -46,7 +52,8 @@ if mode == "setup":
         ks = bucket_keys(b)
         r.set(ks[0], 10**12)
         for k in (ks[1], ks[2], ks[4]):
-            r.hset(k, mapping={f"pre-{i}": "x" * 20 for i in range(1000)})
+            for start in range(0, prefill, 1000):
+                r.hset(k, mapping={f"pre-{i}": "x" * 20 for i in range(start, start + 1000)})
     sys.exit(0)
 rnd = random.Random(7 if mode == "run" else 11)
 now = 1700000000000
@@ -66,7 +73,8 @@ for c in range(calls):
                 ga += [rid, f"B|1|{oid}|{b}|0"]
             for u, rid, oid, ientry in es:
                 ga += [oid, ientry]
-            ga += [e[0] for e in es] + [1] * n
+            if limit or not lean:
+                ga += [e[0] for e in es] + [1] * n
             ks = bucket_keys(b)
             head += [len(ks), len(ga)]
             gkeys += ks

@@ -12,13 +12,16 @@
 #
 # Needs valgrind, python3 with the `redis` package (pip install redis) and
 # redis-server (REDIS=/path/to/redis-server to use another build, e.g. one
-# with symbols for callgrind_annotate; KEEP=dir keeps the profile).
+# with symbols for callgrind_annotate; KEEP=dir keeps the profile; PREFILL=n
+# fills each hash with n fields first, 1000 by default; CACHE=1 simulates the
+# caches too and prints the last-level misses a purchase: a probe of a large
+# hash costs a miss, which instruction counts do not weigh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 script=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 port=${PORT:-46500}
 dir=$(mktemp -d)
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" --instr-atstart=no \
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" --instr-atstart=no ${CACHE:+--cache-sim=yes} \
   "${REDIS:-redis-server}" --port "$port" --save '' --appendonly no --dir "$dir" >"$dir/log" 2>&1 &
 vg=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
@@ -32,5 +35,10 @@ wait "$vg" 2>/dev/null || true
 total=$(grep -h '^totals' "$dir"/cg.out* | awk '{print $2}')
 g=${PER_CALL:-1}
 echo "$(basename "$1") $2 groups=$g n=$4 limit=${5:-0}: $((total / ($3 * $4 * g))) instructions per purchase"
+if [ -n "${CACHE:-}" ]; then
+  # totals: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
+  misses=$(grep -h '^totals' "$dir"/cg.out* | awk '{print $4 + $7 + $10}')
+  echo "  last-level cache misses per purchase: $(python3 -c "print(round($misses / ($3 * $4 * $g), 2))")"
+fi
 [ -n "${KEEP:-}" ] && cp "$dir"/cg.out* "$KEEP"/
 rm -rf "$dir"

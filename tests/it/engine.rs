@@ -775,6 +775,41 @@ async fn one_call_for_several_buckets_answers_each_as_its_own_call<S: Store>(eng
             .all(|r| matches!(r, PurchaseReply::Replay(_))),
         "{again:?}"
     );
+    // Without a limit a call does not send each entry's user and quantity
+    // (purchase.lua reads them from the order's index entry where it needs
+    // them): the short bucket's pending record names its user and quantity,
+    // and new entries around a replay count their own quantities.
+    let Some(RequestRecord::Pending { qty, user: u, .. }) =
+        store.request_record(&bucket(2), "f/r1").await.unwrap()
+    else {
+        panic!("f's saga is pending");
+    };
+    assert_eq!((qty, u), (1, user("f")));
+    let (g, h) = (entry("g", 1, "r2"), entry("h", 1, "r2"));
+    let around = store
+        .purchase_groups(
+            now,
+            &[(bucket(1), vec![g.clone(), groups[2].1[0].clone(), h])],
+        )
+        .await;
+    assert!(
+        matches!(
+            &around[0].as_ref().unwrap()[..],
+            [
+                PurchaseReply::Bought { stock_left: 1 },
+                PurchaseReply::Replay(_),
+                PurchaseReply::Bought { stock_left: 0 },
+            ]
+        ),
+        "{around:?}"
+    );
+    assert!(
+        store
+            .order_entry(&bucket(1), &g.order_id)
+            .await
+            .unwrap()
+            .is_some_and(|e| e.qty == 1 && e.user == user("g"))
+    );
 }
 
 /// One home-step call carrying several entries applies them in order, each

@@ -138,7 +138,11 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
     let total: u64 = entries.iter().map(|e| u64::from(e.qty)).sum();
     let holds = entries.first().is_some_and(|e| e.pay_by.is_some());
-    let columns = if uniform { 6 } else { 8 } + usize::from(holds);
+    // The user and quantity columns, only where the script's fast path reads
+    // them (purchase.lua: else it reads them from the index entries).
+    let counted = !uniform || limit > 0;
+    let columns =
+        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 2 } + usize::from(holds);
     let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
     args.extend([
         Value::Integer(now_ms),
@@ -170,11 +174,13 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
         e.write_index_data(&mut buf, b, now_ms);
         args.push(cut(&mut buf));
     }
-    for e in entries {
-        buf.extend_from_slice(e.user.as_str().as_bytes());
-        args.push(cut(&mut buf));
+    if counted {
+        for e in entries {
+            buf.extend_from_slice(e.user.as_str().as_bytes());
+            args.push(cut(&mut buf));
+        }
+        args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
     }
-    args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
     if !uniform {
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.limit))));
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.keep))));
