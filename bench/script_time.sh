@@ -9,8 +9,9 @@
 #   bench/script_time.sh [BENCH] [BUCKETS] [ATTEMPTS] [-- more bench args]
 #   bench/script_time.sh target/release/shardstock-bench 4 300000
 #
-# Prints one line: purchases/s, purchases, script µs a purchase, script calls,
-# purchases a call, Redis CPU µs a purchase (scripts, parsing, sockets).
+# Prints purchases/s, purchases, script µs a purchase, script calls, purchases
+# a call, Redis CPU µs a purchase (scripts, parsing, sockets), then the
+# commands the scripts ran, calls and µs a purchase each (part of the script's).
 set -euo pipefail
 BENCH=${1:-target/release/shardstock-bench}
 BUCKETS=${2:-4}
@@ -29,14 +30,19 @@ t0=$(cpu)
 out=$("$BENCH" --strategy engine --redis "redis://127.0.0.1:$PORT" --buckets "$BUCKETS" \
   --stock $((ATTEMPTS * 4)) --attempts "$ATTEMPTS" --json "$@")
 t1=$(cpu)
-stats=$(redis-cli -p "$PORT" info commandstats | grep '^cmdstat_evalsha:')
+stats=$(redis-cli -p "$PORT" info commandstats | grep '^cmdstat_')
 python3 - "$out" "$stats" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
 import json, re, sys
 row = json.loads(sys.argv[1])
-calls, usec = map(int, re.search(r"calls=(\d+),usec=(\d+)", sys.argv[2]).groups())
+cmds = {m[0]: (int(m[1]), int(m[2]))
+        for m in re.findall(r"cmdstat_(\w+):calls=(\d+),usec=(\d+)", sys.argv[2])}
+calls, usec = cmds["evalsha"]
 bought = row["purchases_ok"]
 ticks = float(sys.argv[4]) - float(sys.argv[3])
 print(f"{row['strategy']}: {row['purchases_per_s']:.0f} purchases/s, {bought} purchases, "
       f"scripts {usec / bought:.2f} µs a purchase, {calls} calls, {bought / calls:.1f} a call, "
       f"Redis CPU {ticks * 1e6 / int(sys.argv[5]) / bought:.2f} µs a purchase")
+# The commands the scripts ran (their time is inside evalsha's), busiest first.
+inner = sorted(((c, n, us) for c, (n, us) in cmds.items() if c != "evalsha"), key=lambda x: -x[2])
+print("  inside: " + ", ".join(f"{c} {n / bought:.2f}×/{us / bought:.2f} µs" for c, n, us in inner[:6]))
 PY
