@@ -87,13 +87,18 @@ A confirm or cancel leaves the queue entry; expire_holds.lua drops it when
 due.
 
 What a call costs Redis. Most calls buy every entry they carry, but for
-replays (fresh request ids, stock left, limits not reached): after one MGET
-(stock, sealed, the sold-out mark and its epoch) and one HMGET of the
-request records (and one of the per-user counts, with a limit), they write
-with one XADD (an entry holding every order of the run: field order id,
-value its index entry, the same arguments as the index's HSET) and one HSET
-per hash for each run of buyers between replays, and one DECRBY / INCRBY for
-the whole call; one that replays none answers "A", left, not two values an
+replays and, with a limit, entries over it (fresh request ids, stock left):
+after one MGET (stock, sealed, the sold-out mark and its epoch) and one
+HMGET of the request records (and one of the per-user counts, with a
+limit), they write with one XADD (an entry holding every order of the run:
+field order id, value its index entry, the same arguments as the index's
+HSET) and one HSET per hash for each run of buyers between the entries
+that do not buy, one DECRBY / INCRBY for the whole call, with a limit one
+HSET of the buyers' new counts (an HINCRBY each cost 5–7% more
+instructions a purchase) and an "L|…" record for each entry over it (a
+uniform call's users are distinct, so its entries' limits are independent
+of each other: before, one repeat buyer sent the whole call entry by
+entry). One that buys every entry answers "A", left, not two values an
 entry (measured with bench/callgrind/script_cost.sh, one group of 11 and of
 40: 32,952 and 27,392 instructions a purchase before, 27,279 and 21,470
 after, most of it the reply's 2n values and a quantity parsed per entry).
@@ -103,13 +108,13 @@ too, to unpack one range, each a needless probe of a large hash), and a
 call without a limit carries no user nor quantity column: 26,940 → 24,564
 and 21,095 → 18,638 instructions a purchase for the same two calls (with a
 limit, 37,300 → 37,051; eight groups of two, 60,578 → 58,414).
-Any other call — a
-refusal, a bucket short of stock, entries without request ids — runs entry
-by entry, each seeing what the ones before it did (a
-request id sent twice, a user buying twice), with the records the fast path
-would have written built here ("L|…", "S|…", "P|q|oid|user|now"). Lua
-tables and strings built per entry cost more than the commands they save
-(every allocation feeds the script GC), so the per-entry path uses none.
+Any other call — a sold-out refusal, a bucket short of stock, entries
+without request ids, a request id or (with a limit) a user twice — runs
+entry by entry, each seeing what the ones before it did, with the records
+the fast path would have written built here ("L|…", "S|…",
+"P|q|oid|user|now"). Lua tables and strings built per entry cost more than
+the commands they save (every allocation feeds the script GC), so the
+per-entry path uses none.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -138,59 +143,68 @@ local QP, UP = '^%a|[^|]*|(%d+)|', '^%a|([^|]*)|'
 local stock = tonumber(v[1])
 local out = {}
 
--- Every entry buys or replays: one read of the request records (and of the
--- counts), then every write once per key (once per run of buyers between
--- replays).
+-- Every entry buys, replays or is over the limit: one read of the request
+-- records (and of the counts), then every write once per key (once per run
+-- of buyers between the entries that do not buy).
 if fast then
   local rids = {}
   for i = 1, n do
     rids[i] = ARGV[R + 2 * i - 1]
   end
   local got = redis.call('HMGET', KEYS[3], unpack(rids))
-  local want, replays = 0, 0
+  local replays = 0
   for i = 1, n do
     if got[i] then
       replays = replays + 1
     end
   end
-  if replays == 0 then
+  -- With a limit, an entry over it is refused here as it would be entry by
+  -- entry (the call's users are distinct: no entry's count depends on
+  -- another's), so one repeat buyer does not send the whole call down the
+  -- slow path: over[i] is its user's count, its answer "L", held.
+  local held, over, refused = nil, nil, 0
+  if limit > 0 and replays < n then
+    held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
+    for i = 1, n do
+      if not got[i] then
+        local h = tonumber(held[i] or '0')
+        if h + tonumber(ARGV[Q + i]) > limit then
+          over = over or {}
+          over[i] = h
+          refused = refused + 1
+        end
+      end
+    end
+  end
+  local skips = replays + refused
+  local want = 0
+  if skips == 0 then
     want = tonumber(ARGV[6])
   else
     for i = 1, n do
-      if not got[i] then
+      if not got[i] and not (over and over[i]) then
         want = want + tonumber(cols and ARGV[Q + i] or string.match(ARGV[O + 2 * i], QP))
       end
     end
   end
   fast = stock >= want
-  if fast and limit > 0 and replays < n then
-    local held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
-    for i = 1, n do
-      if not got[i] and tonumber(held[i] or '0') + tonumber(ARGV[Q + i]) > limit then
-        fast = false
-        break
-      end
-    end
-  end
   if fast then
-    if replays == n then
-      for i = 1, n do
-        out[2 * i - 1], out[2 * i] = 'R', got[i]
-      end
-      if holds then
-        out[2 * n + 1] = 0
-      end
-      return out
-    end
-    local first = holds and redis.call('ZCARD', KEYS[11]) == 0 and redis.call('LLEN', KEYS[13]) == 0
+    local first = skips < n and holds and redis.call('ZCARD', KEYS[11]) == 0
+      and redis.call('LLEN', KEYS[13]) == 0
     -- Every entry buys (the common call): each key written once, and one
     -- reply for the call instead of two values an entry.
-    if replays == 0 then
+    if skips == 0 then
       redis.call('XADD', KEYS[4], '*', unpack(ARGV, O + 1, O + 2 * n))
       if limit > 0 then
+        -- Each user's new count in one HSET, not an HINCRBY each: the call's
+        -- users are distinct (uniform), their counts were just read, and a
+        -- first purchase's count is its quantity's own string.
+        local counts = {}
         for k = 1, n do
-          redis.call('HINCRBY', KEYS[2], ARGV[U + k], ARGV[Q + k])
+          local q = ARGV[Q + k]
+          counts[2 * k - 1], counts[2 * k] = ARGV[U + k], held[k] and tonumber(held[k]) + tonumber(q) or q
         end
+        redis.call('HSET', KEYS[2], unpack(counts))
       end
       redis.call('HSET', KEYS[5], unpack(ARGV, O + 1, O + 2 * n))
       redis.call('HSET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
@@ -203,22 +217,43 @@ if fast then
       end
       return {'A', stock - want}
     end
-    local i = 1
-    while i <= n do
+    -- An entry that does not buy: its answer, and an over-limit one's record.
+    local function skip(i)
       if got[i] then
         out[2 * i - 1], out[2 * i] = 'R', got[i]
+      else
+        local h = over[i]
+        redis.call('HSET', KEYS[3], ARGV[R + 2 * i - 1], 'L|' .. ARGV[Q + i] .. '|' .. ARGV[5] .. '|' .. h)
+        out[2 * i - 1], out[2 * i] = 'L', h
+      end
+    end
+    if skips == n then
+      for i = 1, n do
+        skip(i)
+      end
+      if holds then
+        out[2 * n + 1] = 0
+      end
+      return out
+    end
+    local i, counts = 1, limit > 0 and {}
+    while i <= n do
+      if got[i] or over and over[i] then
+        skip(i)
         i = i + 1
       else
         local j = i
-        while j < n and not got[j + 1] do
+        while j < n and not got[j + 1] and not (over and over[j + 1]) do
           j = j + 1
         end
         redis.call('XADD', KEYS[4], '*', unpack(ARGV, O + 2 * i - 1, O + 2 * j))
         for k = i, j do
           stock = stock - tonumber(cols and ARGV[Q + k] or string.match(ARGV[O + 2 * k], QP))
           out[2 * k - 1], out[2 * k] = 'B', stock
-          if limit > 0 then
-            redis.call('HINCRBY', KEYS[2], ARGV[U + k], ARGV[Q + k])
+          if counts then
+            local q = ARGV[Q + k]
+            counts[#counts + 1] = ARGV[U + k]
+            counts[#counts + 1] = held[k] and tonumber(held[k]) + tonumber(q) or q
           end
         end
         redis.call('HSET', KEYS[5], unpack(ARGV, O + 2 * i - 1, O + 2 * j))
@@ -229,8 +264,10 @@ if fast then
         i = j + 1
       end
     end
-    -- The sum as the caller wrote it, unless replays took some out.
-    local units = replays == 0 and ARGV[6] or want
+    if counts then
+      redis.call('HSET', KEYS[2], unpack(counts))
+    end
+    local units = want
     redis.call('DECRBY', KEYS[1], units)
     redis.call('INCRBY', KEYS[7], units)
     if holds then

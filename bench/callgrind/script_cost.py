@@ -11,7 +11,7 @@ column of stream records, `git show 89f010d:lua/purchase.lua`) or `rows`
 PER_CALL buckets a call, each a group of N entries in the `orders` layout;
 SCRIPT is then lua/purchase_groups.lua, purchase.lua read beside it), or
 `lean` (`groups` without the user and quantity columns when there is no
-limit: today's layout; `groups` is the one before ad52a79's successor).
+limit: today's layout, b0a8880 on; `groups` sends them always, as before).
 `setup` fills each bucket as a sale
 leaves it (hashes past their listpack size); `run` sends CALLS calls of N
 one-unit purchases by random users with fresh request ids, pipelined. The

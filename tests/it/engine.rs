@@ -39,6 +39,7 @@ on_every_backend!(
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
     a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
     one_home_call_sees_what_its_earlier_entries_did,
+    an_entry_over_the_limit_is_refused_without_slowing_its_call,
     one_call_for_several_buckets_answers_each_as_its_own_call,
     a_stream_read_hands_out_new_records_once_and_claims_the_idle,
 );
@@ -923,6 +924,93 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
         assert_eq!(store.held(&b, &e.user).await.unwrap(), 1);
     }
     assert_eq!(store.stream_len(&b).await.unwrap(), 4);
+}
+
+/// A call of distinct users and request ids with a per-user limit answers
+/// an entry over the limit, a replay and buyers in one pass (purchase.lua no
+/// longer sends the whole call entry by entry for one repeat buyer): each
+/// entry's answer, record, count and stock are what they would be had the
+/// entries come one by one.
+async fn an_entry_over_the_limit_is_refused_without_slowing_its_call<S: Store>(engine: Engine<S>) {
+    let id = event_id("overlimit");
+    let mut s = spec(&id, 10, 1);
+    s.per_user_limit = Some(2);
+    s.max_per_order = 3;
+    engine.create_event(s).await.unwrap();
+    let store = engine.store();
+    let b = BucketRef::new(&id, 0, 0);
+    let entry = |u: &str, qty: u32, rid: &str| client_entry(&id, u, qty, 2, rid);
+    let (a, over, c) = (entry("a", 1, "1"), entry("b", 3, "1"), entry("c", 2, "1"));
+    let replies = store
+        .purchase(&b, 1_000, &[a.clone(), over.clone(), c.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            PurchaseReply::Bought { stock_left: 9 },
+            PurchaseReply::LimitExceeded { held: 0 },
+            PurchaseReply::Bought { stock_left: 7 },
+        ]
+    );
+    // A replay, a user at the limit buying again, a new buyer.
+    let (again, e) = (entry("c", 1, "2"), entry("e", 2, "1"));
+    let replies = store
+        .purchase(&b, 1_001, &[a.clone(), again.clone(), e.clone()])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &replies[..],
+            [
+                PurchaseReply::Replay(RequestRecord::Bought { qty: 1, .. }),
+                PurchaseReply::LimitExceeded { held: 2 },
+                PurchaseReply::Bought { stock_left: 5 },
+            ]
+        ),
+        "{replies:?}"
+    );
+    // Nothing that buys: a user over the limit and a replay of a refusal.
+    let third = entry("c", 1, "3");
+    let replies = store
+        .purchase(&b, 1_002, &[third.clone(), over.clone()])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &replies[..],
+            [
+                PurchaseReply::LimitExceeded { held: 2 },
+                PurchaseReply::Replay(RequestRecord::LimitExceeded {
+                    qty: 3,
+                    limit: 2,
+                    held: 0
+                }),
+            ]
+        ),
+        "{replies:?}"
+    );
+    for (rid, held) in [("c/2", 2), ("c/3", 2)] {
+        assert_eq!(
+            store.request_record(&b, rid).await.unwrap(),
+            Some(RequestRecord::LimitExceeded {
+                qty: 1,
+                limit: 2,
+                held
+            }),
+            "{rid}"
+        );
+    }
+    for (u, held) in [("a", 1), ("b", 0), ("c", 2), ("e", 2)] {
+        assert_eq!(store.held(&b, &user(u)).await.unwrap(), held, "{u}");
+    }
+    assert_eq!(store.bucket_state(&b).await.unwrap().stock, 5);
+    for o in [&a, &c, &e] {
+        assert!(store.order_entry(&b, &o.order_id).await.unwrap().is_some());
+    }
+    for o in [&over, &again, &third] {
+        assert_eq!(store.order_entry(&b, &o.order_id).await.unwrap(), None);
+    }
 }
 
 /// The flusher's read of a bucket stream: new records go to one consumer
