@@ -1001,10 +1001,21 @@ async fn an_entry_over_the_limit_is_refused_without_slowing_its_call<S: Store>(e
             "{rid}"
         );
     }
-    for (u, held) in [("a", 1), ("b", 0), ("c", 2), ("e", 2)] {
+    // A user buying again in one pass: the count written is the sum, as an
+    // integer (a later HINCRBY or read would fail on anything else).
+    let (more, f) = (entry("a", 1, "2"), entry("f", 1, "1"));
+    let replies = store.purchase(&b, 1_003, &[more, f]).await.unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            PurchaseReply::Bought { stock_left: 4 },
+            PurchaseReply::Bought { stock_left: 3 },
+        ]
+    );
+    for (u, held) in [("a", 2), ("b", 0), ("c", 2), ("e", 2), ("f", 1)] {
         assert_eq!(store.held(&b, &user(u)).await.unwrap(), held, "{u}");
     }
-    assert_eq!(store.bucket_state(&b).await.unwrap().stock, 5);
+    assert_eq!(store.bucket_state(&b).await.unwrap().stock, 3);
     for o in [&a, &c, &e] {
         assert!(store.order_entry(&b, &o.order_id).await.unwrap().is_some());
     }
