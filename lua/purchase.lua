@@ -267,11 +267,10 @@ if fast then
     if counts then
       redis.call('HSET', KEYS[2], unpack(counts))
     end
-    local units = want
-    redis.call('DECRBY', KEYS[1], units)
-    redis.call('INCRBY', KEYS[7], units)
+    redis.call('DECRBY', KEYS[1], want)
+    redis.call('INCRBY', KEYS[7], want)
     if holds then
-      redis.call('INCRBY', KEYS[12], units)
+      redis.call('INCRBY', KEYS[12], want)
       out[2 * n + 1] = first and 1 or 0
     end
     return out
