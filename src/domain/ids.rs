@@ -11,7 +11,8 @@
 //! a clone is a reference count, not an allocation and a copy.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -169,11 +170,19 @@ fn hex16(value: u64) -> [u8; 16] {
     std::array::from_fn(|i| DIGITS[(value >> ((15 - i) * 4)) as usize & 0xf])
 }
 
-/// An order: `<event>.<user hash, 16 hex>.<random, 16 hex>`.
+/// An order: `<event>.<user hash, 16 hex>.<8 random hex><8 hex of a sequence>`.
 ///
 /// The user's routing hash is part of the id so the order's home bucket
 /// (where its cancel and its index entry live) can be found under any bucket
 /// count, including after a reshard, without knowing the user.
+///
+/// The last 8 hex digits count this process's orders (from a random start,
+/// wrapping): SQLite's ledger indexes an order by them (migration 0007), and
+/// a rising key lands a flushed batch on a few neighbouring pages of that
+/// index where random ones touched most of its pages, each written to the
+/// WAL again at every commit (BENCHMARKS.md, "Order ids that rise"). Ids stay
+/// unique: two orders share an id only with the same user hash, the same
+/// 32 random bits and the same sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct OrderId(Arc<str>);
@@ -188,7 +197,8 @@ impl OrderId {
         id[e] = b'.';
         id[e + 1..e + 17].copy_from_slice(&hex16(user_hash));
         id[e + 17] = b'.';
-        id[e + 18..e + 34].copy_from_slice(&hex16(rand::random::<u64>()));
+        let tail = u64::from(rand::random::<u32>()) << 32 | u64::from(next_in_sequence());
+        id[e + 18..e + 34].copy_from_slice(&hex16(tail));
         Self(Arc::from(
             std::str::from_utf8(&id[..e + 34]).expect("ids are ASCII"),
         ))
@@ -232,12 +242,19 @@ impl OrderId {
     }
 }
 
+/// This process's next order number: a 32-bit counter from a random start
+/// (so instances, and one instance's runs, count in different places).
+fn next_in_sequence() -> u32 {
+    static NEXT: LazyLock<AtomicU32> = LazyLock::new(|| AtomicU32::new(rand::random()));
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 impl utoipa::PartialSchema for OrderId {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         id_schema(
             r"^[A-Za-z0-9_.-]+\.[0-9a-f]{16}\.[0-9a-f]{16}$",
             EventId::MAX_LEN + 34,
-            "<event>.<the user's routing hash, 16 hex>.<16 random hex>",
+            "<event>.<the user's routing hash, 16 hex>.<8 random hex><8 hex of a sequence>",
         )
     }
 }
@@ -306,6 +323,24 @@ mod tests {
         assert_eq!(e, event);
         assert_eq!(h, 0xdead_beef);
         assert!(id.as_str().starts_with("sneaker-4.2.00000000deadbeef."));
+        // The last 8 digits count up (wrapping; other tests running at the
+        // same time may take numbers in between), the 8 before them do not.
+        let tail = |id: &OrderId| {
+            let s = id.as_str();
+            u32::from_str_radix(&s[s.len() - 8..], 16).unwrap()
+        };
+        let ids: Vec<OrderId> = (0..100).map(|_| OrderId::generate(&event, 1)).collect();
+        for w in ids.windows(2) {
+            assert!(
+                (1..1000).contains(&tail(&w[1]).wrapping_sub(tail(&w[0]))),
+                "{w:?}"
+            );
+        }
+        let heads: std::collections::HashSet<&str> = ids
+            .iter()
+            .map(|id| &id.as_str()[id.as_str().len() - 16..id.as_str().len() - 8])
+            .collect();
+        assert!(heads.len() > 90, "the first 8 digits are random: {heads:?}");
         // The longest event id fits the id's buffer.
         let longest = EventId::parse("e".repeat(EventId::MAX_LEN)).unwrap();
         let (_, e, h) = OrderId::parse(OrderId::generate(&longest, u64::MAX).as_str()).unwrap();

@@ -13,7 +13,7 @@
 //! else the server did meanwhile — on a shared machine, other clients).
 //!
 //! The records look like a sale's: 16 bucket streams of one event, stream ids
-//! rising, random order ids, one unit each, batches mixing the streams as the
+//! rising, order ids as the service makes them (`OrderId::generate`), one unit each, batches mixing the streams as the
 //! flusher's rounds do. The program uses only `Ledger::connect`,
 //! `register_event` and `apply`, so the same file measures any revision.
 //!
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use shardstock::domain::ids::EventId;
+use shardstock::domain::ids::{EventId, OrderId};
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
 use shardstock::ledger::{FlushRecord, Ledger};
@@ -159,11 +159,7 @@ fn records(event: &EventId, orders: usize, streams: u32) -> Vec<FlushRecord> {
                         seq: 0,
                     },
                     kind: RecordKind::Order,
-                    order_id: format!(
-                        "{event}.{:016x}.{:016x}",
-                        rand::random::<u64>(),
-                        rand::random::<u64>()
-                    ),
+                    order_id: OrderId::generate(event, rand::random()).to_string(),
                     user: user.clone(),
                     qty: 1,
                     bucket,
