@@ -13,9 +13,11 @@
 //! else the server did meanwhile — on a shared machine, other clients).
 //!
 //! The records look like a sale's: 16 bucket streams of one event, stream ids
-//! rising, order ids as the service makes them (`OrderId::generate`), one unit each, batches mixing the streams as the
-//! flusher's rounds do. The program uses only `Ledger::connect`,
-//! `register_event` and `apply`, so the same file measures any revision.
+//! rising, order ids as the service makes them (`OrderId::generate`), one
+//! unit each, batches mixing the streams as the flusher's rounds do. The
+//! program uses only `Ledger::connect`, `register_event`, `apply` and
+//! `OrderId::generate`, so the same file measures any revision (with that
+//! revision's order ids).
 //!
 //! With `--sqlite DIR` the same records go into a fresh SQLite file in DIR
 //! instead, and the CPU is this process's own (SQLite runs inside it, as in
