@@ -35,6 +35,7 @@ on_every_backend!(
     a_stale_mover_is_fenced_and_moves_nothing,
     the_lease_holder_is_read_without_taking_a_token,
     an_interrupted_transfer_is_completed_by_the_next_mover,
+    a_bucket_never_made_has_no_open_transfer,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
     a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
@@ -502,6 +503,23 @@ async fn the_lease_holder_is_read_without_taking_a_token<S: Store>(engine: Engin
     assert_eq!(store.lease_holder(&id).await.unwrap(), None, "free again");
     let next = store.acquire_lease(&id, "b", 5_000).await.unwrap().unwrap();
     assert_eq!(next, token + 1, "reading the holder took no token");
+}
+
+/// A bucket of a layout that was never made (a reshard stopped before it made
+/// every bucket) has no open transfer on any backend, so a mover taking over,
+/// as a close does, completes the rest (the memory store answered stale, and
+/// such a close failed: fault seed 5036).
+async fn a_bucket_never_made_has_no_open_transfer<S: Store>(engine: Engine<S>) {
+    use shardstock::engine::mover;
+    let id = event_id("nevermade");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let store = engine.store();
+    let missing = BucketRef::new(&id, 7, 1);
+    assert!(store.open_transfers(&missing).await.unwrap().is_empty());
+    let mut meta = (*engine.meta(&id).await.unwrap()).clone();
+    meta.generation = 7;
+    let done = mover::complete_open(store, &meta, 1).await.unwrap();
+    assert_eq!((done.transfers, done.units), (0, 0));
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {
