@@ -168,7 +168,10 @@ const SEEDS: &[u64] = &[
     5032,
     // Reshards stopped by faults, resumed, met by a close (across_reshards,
     // before issue 13 items 3-5 were fixed): a user over the limit; a 201
-    // missing, units lost; a cancel twice.
+    // missing, units lost; a cancel twice. Seed 5036 on memory later: a close
+    // taking over an event whose stopped reshard had not made every bucket
+    // failed (the memory store answered stale for a bucket never made; Redis
+    // answers no open transfer).
     5036, 5010, 5096,
     // Retries answered try-again on a healed store: an open transfer again.
     5045, // What looked like false sold-outs in the quiet phase (the view's count).
