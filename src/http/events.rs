@@ -43,8 +43,10 @@ pub(super) struct CreateEvent {
     #[schema(value_type = BucketsDoc)]
     buckets: Buckets,
     /// Units one user may hold at most; absent: no limit.
+    // The whole u32 range is accepted: `int32`'s implied maximum (2^31 - 1)
+    // was narrower than the service (schemathesis sent 2^31 and saw 201).
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 4294967295_u64, format = Int64)]
     per_user_limit: Option<u32>,
     /// Units one purchase may take at most (default 10).
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
