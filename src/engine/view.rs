@@ -37,6 +37,8 @@ pub struct EventView {
     #[schema(value_type = String, pattern = "^(on_sale|sold_out|scheduled|ended|creating|resharding|closed)$")]
     pub status: &'static str,
     pub in_transfer: u64,
+    /// Units one user may hold at most; null: no limit.
+    #[schema(minimum = 0, maximum = 4294967295_u64, format = Int64)]
     pub per_user_limit: Option<u32>,
     pub max_per_order: u32,
     /// The sale opens (RFC 3339); null: on sale from creation.

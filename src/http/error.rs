@@ -233,6 +233,7 @@ pub struct Problem {
     pub remaining: Option<u64>,
     /// `limit-exceeded`: the per-user limit.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 4294967295_u64, format = Int64)]
     pub limit: Option<u32>,
     /// `limit-exceeded`: units the user holds.
     #[serde(skip_serializing_if = "Option::is_none")]

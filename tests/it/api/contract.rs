@@ -11,6 +11,7 @@ use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem}
 on_memory_and_redis!(
     the_document_is_served_and_every_operation_in_it_is_routed,
     whole_number_floats_are_counts,
+    the_largest_limit_accepted_is_documented_where_it_is_answered,
     concurrent_reshards_answer_a_layout_or_try_again,
     a_reshard_slower_than_the_request_answers_try_again_and_finishes,
 );
@@ -112,6 +113,39 @@ async fn whole_number_floats_are_counts(b: Backend) {
         problem(r, 400, "invalid-request").await;
     }
     assert_eq!(app.view(&id).await["sold"], 2);
+}
+
+/// `per_user_limit` takes any u32 (schemathesis sent 2^31 and saw 201: the
+/// request's schema was widened to it), and the view and the over-the-limit
+/// problem answer it back: their schemas must say so too, or a client
+/// generated from the document reads an `int32` that overflows.
+async fn the_largest_limit_accepted_is_documented_where_it_is_answered(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let max = u64::from(u32::MAX);
+    for (schema, field) in [
+        ("CreateEvent", "per_user_limit"),
+        ("EventView", "per_user_limit"),
+        ("Problem", "limit"),
+    ] {
+        let f = &schemas[schema]["properties"][field];
+        assert_eq!(f["format"], "int64", "{schema}.{field}: {f}");
+        assert_eq!(f["maximum"].as_u64(), Some(max), "{schema}.{field}: {f}");
+    }
+    let id = eid("contract-limit");
+    let view = app
+        .create(&id, 10, 2, json!({"per_user_limit": max, "max_per_order": 5}))
+        .await;
+    assert_eq!(view["per_user_limit"].as_u64(), Some(max), "{view}");
+    assert_eq!(app.view(&id).await["per_user_limit"].as_u64(), Some(max));
+    let r = app
+        .admin_post(
+            "/v1/events",
+            json!({"id": eid("contract-limit-over"), "stock": 10, "per_user_limit": max + 1}),
+        )
+        .await;
+    problem(r, 400, "invalid-request").await;
 }
 
 /// Reshards and consolidations of one event at once. A reshard whose mover
