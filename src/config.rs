@@ -324,7 +324,9 @@ pub struct BatchSettings {
     /// On a standalone Redis, how many lanes the buckets share: bucket `b`
     /// queues in lane `b % shared_lanes`, and a call carries every bucket of
     /// its lane (`purchase_groups.lua`). Fewer lanes, fuller calls; more,
-    /// more calls in flight. A Cluster keeps a lane per bucket.
+    /// more calls in flight. An event of fewer buckets than lanes spreads
+    /// over them while the server is busy (`engine::batch`). A Cluster keeps
+    /// a lane per bucket.
     pub shared_lanes: usize,
 }
 

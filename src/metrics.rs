@@ -104,6 +104,9 @@ pub const RATE_LIMITED: &str = "shardstock_rate_limited_total";
 pub const BATCH_SIZE: &str = "shardstock_batch_size";
 /// counter: home-step script calls.
 pub const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
+/// gauge: the share of a core the one Redis server behind the store used
+/// over the last half second of calls (standalone Redis only).
+pub const STORE_SERVER_BUSY: &str = "shardstock_store_server_busy_ratio";
 
 /// Counts a failed store call (`op`: what was being done).
 pub fn store_error(op: &'static str) {
@@ -194,4 +197,8 @@ pub fn describe() {
     describe_counter!(RATE_LIMITED, "Requests refused by the rate limiter");
     describe_histogram!(BATCH_SIZE, "Purchases per home-step script call");
     describe_counter!(SCRIPT_CALLS, "Home-step script calls");
+    describe_gauge!(
+        STORE_SERVER_BUSY,
+        "Share of a core the Redis server used over the last sample (standalone Redis)"
+    );
 }

@@ -36,10 +36,25 @@
 //! two concurrent requests may; an entry never waits for a call it is not
 //! in. One bucket on one server sold as fast as two (1.0× over three runs;
 //! it sold 0.58–0.60× as fast with one call in flight).
+//!
+//! **Spilling follows the server's load.** A second call in flight only
+//! pays while the server is the limit: it keeps Redis working while the
+//! first call's answers travel back. Where the service's own box is the
+//! limit (the HTTP front, as on a box shared with Redis and the database)
+//! two calls in flight are each half as full, and every call's fixed part
+//! costs the service and Redis again. So a bucket spills onto another lane
+//! only while the server is busy: the drivers read its CPU time
+//! ([`Buckets::server_cpu`](crate::store::Buckets::server_cpu), `INFO cpu`)
+//! every [`Spill::EVERY`] while calls flow, and spilling turns off below
+//! [`Spill::OFF_BELOW`] of a core and on again from [`Spill::ON_AT`]. The
+//! share is the gauge `shardstock_store_server_busy_ratio`. Buckets of an
+//! event of as many buckets as lanes, or more, keep their own lanes either
+//! way.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
 use tokio::sync::oneshot;
@@ -75,6 +90,9 @@ pub struct Batcher<S: Store> {
     shared: Vec<Arc<Lane>>,
     /// Turns among the lanes an event of fewer buckets than lanes spreads over.
     turn: std::sync::atomic::AtomicU32,
+    /// Whether such an event may spread now (the server is busy); `None`
+    /// without shared lanes.
+    spill: Option<Arc<Spill>>,
     clock: Clock,
     activity: Arc<Activity>,
 }
@@ -100,6 +118,7 @@ impl<S: Store> Batcher<S> {
             max_batch: max_batch.max(1),
             wait,
             lanes: RwLock::new(HashMap::new()),
+            spill: (!shared.is_empty()).then(|| Arc::new(Spill::new())),
             shared,
             turn: std::sync::atomic::AtomicU32::new(0),
             clock: Clock::system(),
@@ -130,7 +149,8 @@ impl<S: Store> Batcher<S> {
         let home = bucket.index as usize % n;
         let step = (buckets as usize).max(1);
         let busy = |l: usize| self.shared[l].busy.load(Ordering::Acquire);
-        if step >= n || !busy(home) {
+        let spills = self.spill.as_ref().is_none_or(|s| s.on());
+        if step >= n || !busy(home) || !spills {
             return self.shared[home].clone();
         }
         let chosen = match (home + step..n).step_by(step).find(|&l| !busy(l)) {
@@ -173,6 +193,7 @@ impl<S: Store> Batcher<S> {
             let (store, max, wait) = (self.store.clone(), self.max_batch, self.wait);
             let (clock, activity) = (self.clock.clone(), self.activity.clone());
             let driver = Driver {
+                spill: self.spill.clone(),
                 store,
                 clock,
                 activity,
@@ -195,8 +216,87 @@ impl<S: Store> Batcher<S> {
     }
 }
 
+/// Whether an event of fewer buckets than lanes may spread its calls over
+/// more than one lane: while the server is busy (the module's "Spilling
+/// follows the server's load").
+pub(crate) struct Spill {
+    on: AtomicBool,
+    /// When the next sample is due, in ms since `start` (claimed by the one
+    /// driver whose swap moves it on).
+    due_ms: AtomicU64,
+    start: Instant,
+    /// The last sample: when, and the server's CPU seconds then.
+    last: Mutex<Option<(Instant, f64)>>,
+}
+
+impl Spill {
+    /// How often the server's CPU time is read while calls flow.
+    pub(crate) const EVERY: Duration = Duration::from_millis(500);
+    /// Below this share of a core the server is not the limit: one lane.
+    pub(crate) const OFF_BELOW: f64 = 0.35;
+    /// From this share of a core on, spill again. Measured on two shared
+    /// cores: Redis near 0.95 in the engine rows with two lanes (0.6 with
+    /// one), 0.2–0.3 over HTTP, where the service's box is the limit.
+    pub(crate) const ON_AT: f64 = 0.5;
+
+    fn new() -> Self {
+        Self {
+            on: AtomicBool::new(true),
+            due_ms: AtomicU64::new(0),
+            start: Instant::now(),
+            last: Mutex::new(None),
+        }
+    }
+
+    fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Whether a sample is due; true for one caller each [`Spill::EVERY`].
+    fn due(&self) -> bool {
+        let now = self.start.elapsed().as_millis() as u64;
+        let due = self.due_ms.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .due_ms
+                .compare_exchange(
+                    due,
+                    now + Self::EVERY.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Takes the server's CPU seconds read at `at`. A share needs two samples
+    /// close together: after a pause (no calls, so no samples) the first one
+    /// only starts the next interval.
+    fn sample(&self, at: Instant, cpu: f64) {
+        let mut last = self.last.lock().expect("spill poisoned");
+        if let Some((then, was)) = *last {
+            let wall = at.saturating_duration_since(then);
+            if !wall.is_zero() && wall <= 4 * Self::EVERY {
+                let share = (cpu - was).max(0.0) / wall.as_secs_f64();
+                metrics::gauge!(m::STORE_SERVER_BUSY).set(share);
+                self.on.store(spills(self.on(), share), Ordering::Relaxed);
+            }
+        }
+        *last = Some((at, cpu));
+    }
+}
+
+/// Whether to spill, given whether it did and the server's busy share.
+fn spills(on: bool, share: f64) -> bool {
+    if on {
+        share >= Spill::OFF_BELOW
+    } else {
+        share >= Spill::ON_AT
+    }
+}
+
 /// What a lane's driver task needs.
 struct Driver<S> {
+    spill: Option<Arc<Spill>>,
     store: S,
     clock: Clock,
     activity: Arc<Activity>,
@@ -208,6 +308,7 @@ impl<S: Store> Driver<S> {
     /// Sends batches for one lane until its queue is empty.
     async fn drive(self, lane: Arc<Lane>, mut now_ms: i64) {
         let Self {
+            spill,
             store,
             clock,
             activity,
@@ -249,6 +350,14 @@ impl<S: Store> Driver<S> {
             };
             for (bucket, _) in &groups {
                 activity.wrote(bucket);
+            }
+            if let Some(spill) = spill.as_ref().filter(|s| s.due()) {
+                let (spill, store) = (spill.clone(), store.clone());
+                tokio::spawn(async move {
+                    if let Some(cpu) = store.server_cpu().await {
+                        spill.sample(Instant::now(), cpu);
+                    }
+                });
             }
             if results.len() != groups.len() {
                 let e = StoreError::Protocol(format!(
@@ -324,5 +433,46 @@ fn answer(result: Result<Vec<PurchaseReply>, StoreError>, replies: Vec<oneshot::
                 let _ = reply.send(Err(e.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spilling_turns_off_below_a_third_of_a_core_and_on_again_from_half() {
+        assert!(spills(true, 0.95));
+        assert!(spills(true, Spill::OFF_BELOW));
+        assert!(!spills(true, 0.25));
+        // Between the two marks it stays as it was.
+        assert!(spills(true, 0.4));
+        assert!(!spills(false, 0.4));
+        assert!(spills(false, Spill::ON_AT));
+    }
+
+    #[test]
+    fn a_share_is_read_from_two_samples_close_together() {
+        let spill = Spill::new();
+        let t0 = Instant::now();
+        assert!(spill.on(), "spills until a share says otherwise");
+        spill.sample(t0, 10.0);
+        assert!(spill.on(), "one sample is no share");
+        // 0.1 s of CPU in 0.5 s: a fifth of a core.
+        spill.sample(t0 + Spill::EVERY, 10.1);
+        assert!(!spill.on());
+        // After a pause the first sample only starts the next interval.
+        let later = t0 + 20 * Spill::EVERY;
+        spill.sample(later, 100.0);
+        assert!(!spill.on(), "the CPU over the pause is not read as a share");
+        spill.sample(later + Spill::EVERY, 100.45);
+        assert!(spill.on(), "0.9 of a core");
+    }
+
+    #[test]
+    fn one_caller_a_period_samples() {
+        let spill = Spill::new();
+        assert!(spill.due());
+        assert!(!spill.due(), "claimed until the next period");
     }
 }

@@ -273,6 +273,14 @@ pub trait Buckets {
     /// of its own, and the memory store, which has no calls to save: no).
     fn groups_buckets(&self) -> bool;
 
+    /// CPU seconds the one server behind a grouping store has used since it
+    /// started (Redis's `INFO cpu`: `used_cpu_user` + `used_cpu_sys`), so
+    /// the batcher can tell whether that server is the sale's limit; `None`
+    /// where no one server serves every bucket, or when it does not answer.
+    fn server_cpu(&self) -> impl Future<Output = Option<f64>> + Send {
+        async { None }
+    }
+
     /// One probe of the ring (`lua/take.lua`).
     fn take(
         &self,

@@ -36,6 +36,7 @@ on_every_backend!(
     the_lease_holder_is_read_without_taking_a_token,
     an_interrupted_transfer_is_completed_by_the_next_mover,
     a_bucket_never_made_has_no_open_transfer,
+    the_server_cpu_is_read_where_buckets_share_one_server,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
     a_sold_out_event_answers_in_the_home_step_until_units_come_back,
     a_cancel_cut_short_before_the_marks_are_void_is_finished_by_its_retry,
@@ -520,6 +521,35 @@ async fn a_bucket_never_made_has_no_open_transfer<S: Store>(engine: Engine<S>) {
     meta.generation = 7;
     let done = mover::complete_open(store, &meta, 1).await.unwrap();
     assert_eq!((done.transfers, done.units), (0, 0));
+}
+
+/// The batcher lets a one-bucket event spread over its lanes only while the
+/// one server behind the store is busy, read from its CPU time: a standalone
+/// Redis answers it (and it grows as the server works); a Cluster, where
+/// buckets keep their own lanes, and the embedded store answer none.
+async fn the_server_cpu_is_read_where_buckets_share_one_server<S: Store>(engine: Engine<S>) {
+    let store = engine.store();
+    let first = store.server_cpu().await;
+    assert_eq!(first.is_some(), store.groups_buckets(), "{first:?}");
+    let Some(before) = first else {
+        return;
+    };
+    assert!(before > 0.0, "{before}");
+    let id = event_id("servercpu");
+    engine.create_event(spec(&id, 64, 4)).await.unwrap();
+    // The server's CPU time is counted in scheduler ticks: work it until one
+    // more shows (a few milliseconds), within a bound.
+    eventually(
+        "the server's CPU time grows",
+        Duration::from_secs(10),
+        async || {
+            for _ in 0..50 {
+                engine.view(&id).await.unwrap();
+            }
+            store.server_cpu().await.filter(|&now| now > before)
+        },
+    )
+    .await;
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {

@@ -287,6 +287,18 @@ impl Buckets for RedisStore {
         !self.client.is_clustered()
     }
 
+    async fn server_cpu(&self) -> Option<f64> {
+        if self.client.is_clustered() {
+            return None;
+        }
+        let info: String = self
+            .client
+            .info(Some(fred::types::InfoKind::Cpu))
+            .await
+            .ok()?;
+        cpu_seconds(&info)
+    }
+
     async fn take(
         &self,
         bucket: &BucketRef,
@@ -555,5 +567,30 @@ impl Buckets for RedisStore {
             held: num(arg(&parts, 5)?)?,
             sealed: num(arg(&parts, 6)?)? == 1,
         })
+    }
+}
+
+/// `used_cpu_user` + `used_cpu_sys` of an `INFO cpu` answer, in seconds.
+fn cpu_seconds(info: &str) -> Option<f64> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_seconds;
+
+    #[test]
+    fn cpu_seconds_adds_the_main_process_user_and_system_time() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n\
+                    used_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n\
+                    used_cpu_sys_main_thread:1.000000\r\nused_cpu_user_main_thread:2.000000\r\n";
+        assert_eq!(cpu_seconds(info), Some(3.75));
+        assert_eq!(cpu_seconds("# CPU\r\nused_cpu_sys:1.0\r\n"), None);
+        assert_eq!(cpu_seconds("used_cpu_sys:x\nused_cpu_user:1\n"), None);
     }
 }

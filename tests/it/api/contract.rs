@@ -135,7 +135,12 @@ async fn the_largest_limit_accepted_is_documented_where_it_is_answered(b: Backen
     }
     let id = eid("contract-limit");
     let view = app
-        .create(&id, 10, 2, json!({"per_user_limit": max, "max_per_order": 5}))
+        .create(
+            &id,
+            10,
+            2,
+            json!({"per_user_limit": max, "max_per_order": 5}),
+        )
         .await;
     assert_eq!(view["per_user_limit"].as_u64(), Some(max), "{view}");
     assert_eq!(app.view(&id).await["per_user_limit"].as_u64(), Some(max));
