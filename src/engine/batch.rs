@@ -274,7 +274,10 @@ impl Spill {
     fn sample(&self, at: Instant, cpu: f64) {
         let mut last = self.last.lock().expect("spill poisoned");
         if let Some((then, was)) = *last {
-            let wall = at.saturating_duration_since(then);
+            // A reading older than the last one (two overlapping reads) is dropped.
+            let Some(wall) = at.checked_duration_since(then) else {
+                return;
+            };
             if !wall.is_zero() && wall <= 4 * Self::EVERY {
                 let share = (cpu - was).max(0.0) / wall.as_secs_f64();
                 metrics::gauge!(m::STORE_SERVER_BUSY).set(share);
