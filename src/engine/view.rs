@@ -7,7 +7,7 @@ use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketRange, BucketState, EventMeta, EventStatus};
-use crate::store::{Store, StoreError};
+use crate::store::{OpenTransfer, Store, StoreError};
 
 /// One bucket of an event view.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -149,37 +149,75 @@ impl EventView {
 const MOVED_RETRIES: u32 = 8;
 
 impl<S: Store> Engine<S> {
-    /// A transfer cut off after its IN (a mover that died before CLEAR) is
-    /// still open in its source's journal while its units are already in the
-    /// target's stock: count them once, as the audit does, until a mover
-    /// completes it. Only buckets with units in transfer cost a read.
-    ///
-    /// `false` when a transfer the snapshot saw open was cleared before its
-    /// journal was read: its units may be in the target's stock as read too
-    /// (a live transfer between the two reads), so the caller reads again.
-    async fn count_delivered_once(
+    /// The open transfers out of each bucket with units in transfer, and
+    /// whether each was delivered (its IN ran), read after `states`.
+    async fn delivered_transfers(
         &self,
         meta: &EventMeta,
-        states: &mut [BucketState],
-    ) -> Result<bool, StoreError> {
-        for (b, state) in states.iter_mut().enumerate() {
+        states: &[BucketState],
+    ) -> Result<Vec<(usize, OpenTransfer, bool)>, StoreError> {
+        let mut out = Vec::new();
+        for (b, state) in states.iter().enumerate() {
             if state.in_transfer == 0 {
                 continue;
             }
             let source = Self::bucket(meta, b as u32);
-            let open = self.store.open_transfers(&source).await?;
-            if open.iter().map(|t| t.units).sum::<u64>() < state.in_transfer {
-                return Ok(false);
-            }
-            for t in open {
+            for t in self.store.open_transfers(&source).await? {
                 let generation = super::mover::target_generation(&t.xid, meta.generation);
                 let target = BucketRef::new(&meta.spec.id, generation, t.target);
-                if self.store.delivered(&target, &t.xid).await? {
-                    state.in_transfer = state.in_transfer.saturating_sub(t.units);
-                }
+                let delivered = self.store.delivered(&target, &t.xid).await?;
+                out.push((b, t, delivered));
             }
         }
-        Ok(true)
+        Ok(out)
+    }
+
+    /// Every bucket's state, with a transfer cut off after its IN (a mover
+    /// that died before CLEAR) counted once, as the audit does: it is still
+    /// open in its source's journal while its units are already in the
+    /// target's stock. Only an event with units in transfer costs more than
+    /// one read.
+    ///
+    /// `None` when a transfer moved between the reads, so the caller reads
+    /// again: one the snapshot saw open was cleared before its journal was
+    /// read (its units may be in the target's stock as read too), or one was
+    /// delivered around the snapshot (the target's stock may have been read
+    /// before its IN, and its units would count nowhere). Delivery is read
+    /// before and after the snapshot: the same answer both times says what the
+    /// snapshot holds.
+    async fn states_counted_once(
+        &self,
+        meta: &EventMeta,
+    ) -> Result<Option<Vec<BucketState>>, StoreError> {
+        let first = self.bucket_states(meta).await?;
+        if first.iter().all(|s| s.in_transfer == 0) {
+            return Ok(Some(first));
+        }
+        let before = self.delivered_transfers(meta, &first).await?;
+        let mut states = self.bucket_states(meta).await?;
+        let after = self.delivered_transfers(meta, &states).await?;
+        for (b, state) in states.iter_mut().enumerate() {
+            if state.in_transfer == 0 {
+                continue;
+            }
+            let open = after.iter().filter(|(source, ..)| *source == b);
+            if open.clone().map(|(_, t, _)| t.units).sum::<u64>() < state.in_transfer {
+                return Ok(None);
+            }
+            for (_, t, delivered) in open {
+                if !delivered {
+                    continue;
+                }
+                let was = before
+                    .iter()
+                    .any(|(source, u, d)| *source == b && u.xid == t.xid && *d);
+                if !was {
+                    return Ok(None);
+                }
+                state.in_transfer = state.in_transfer.saturating_sub(t.units);
+            }
+        }
+        Ok(Some(states))
     }
 
     /// Every bucket's state under the event's current layout.
@@ -198,17 +236,27 @@ impl<S: Store> Engine<S> {
         let mut tries = 0;
         let mut checked = false;
         while tries < 3 {
-            let states = match self.bucket_states(&meta).await {
-                Ok(mut states) => self
-                    .count_delivered_once(&meta, &mut states)
-                    .await
-                    .map(|once| (once, states)),
+            let states = match self.states_counted_once(&meta).await {
+                Ok(Some(states)) => Ok((true, states)),
+                // Past a few tries the last snapshot stands, counted as read.
+                Ok(None) if moved >= MOVED_RETRIES => {
+                    self.bucket_states(&meta).await.map(|s| (false, s))
+                }
+                Ok(None) => Ok((false, Vec::new())),
                 Err(e) => Err(e),
             };
             match states {
                 // A transfer moved while the buckets were read: again (a
-                // mover's step is short; past a few, the read stands).
-                Ok((false, _)) if moved < MOVED_RETRIES => moved += 1,
+                // mover's step is short; past a few, the read stands), at
+                // once and then a little later each time, so a mover moving
+                // several transfers in a row leaves a gap to read in.
+                Ok((false, _)) if moved < MOVED_RETRIES => {
+                    if moved > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(u64::from(moved)))
+                            .await;
+                    }
+                    moved += 1;
+                }
                 // A sealed bucket: a layout another instance resharded away
                 // since this one cached it (its units are in the new layout;
                 // counted here they would read as sold), or one sealed in
