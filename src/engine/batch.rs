@@ -49,7 +49,7 @@
 //! [`Spill::OFF_BELOW`] of a core and on again from [`Spill::ON_AT`]. The
 //! share is the gauge `shardstock_store_server_busy_ratio`. Buckets of an
 //! event of as many buckets as lanes, or more, keep their own lanes either
-//! way.
+//! way, and while only such events sell the server's CPU is not read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -149,8 +149,13 @@ impl<S: Store> Batcher<S> {
         let home = bucket.index as usize % n;
         let step = (buckets as usize).max(1);
         let busy = |l: usize| self.shared[l].busy.load(Ordering::Acquire);
-        let spills = self.spill.as_ref().is_none_or(|s| s.on());
-        if step >= n || !busy(home) || !spills {
+        if step >= n {
+            return self.shared[home].clone();
+        }
+        if let Some(spill) = &self.spill {
+            spill.wanted();
+        }
+        if !busy(home) || !self.spill.as_ref().is_none_or(|s| s.on()) {
             return self.shared[home].clone();
         }
         let chosen = match (home + step..n).step_by(step).find(|&l| !busy(l)) {
@@ -221,6 +226,9 @@ impl<S: Store> Batcher<S> {
 /// follows the server's load").
 pub(crate) struct Spill {
     on: AtomicBool,
+    /// Set by a purchase of an event that could spread: only then is the
+    /// server's CPU read (no `INFO` for events that keep their own lanes).
+    wanted: AtomicBool,
     /// When the next sample is due, in ms since `start` (claimed by the one
     /// driver whose swap moves it on).
     due_ms: AtomicU64,
@@ -242,6 +250,7 @@ impl Spill {
     fn new() -> Self {
         Self {
             on: AtomicBool::new(true),
+            wanted: AtomicBool::new(false),
             due_ms: AtomicU64::new(0),
             start: Instant::now(),
             last: Mutex::new(None),
@@ -252,8 +261,19 @@ impl Spill {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Whether a sample is due; true for one caller each [`Spill::EVERY`].
+    /// A purchase of an event of fewer buckets than lanes was queued.
+    fn wanted(&self) {
+        if !self.wanted.load(Ordering::Relaxed) {
+            self.wanted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a sample is due: an event that could spread sold since the
+    /// last one, and [`Spill::EVERY`] has passed (true for one caller).
     fn due(&self) -> bool {
+        if !self.wanted.load(Ordering::Relaxed) {
+            return false;
+        }
         let now = self.start.elapsed().as_millis() as u64;
         let due = self.due_ms.load(Ordering::Relaxed);
         now >= due
@@ -266,6 +286,7 @@ impl Spill {
                     Ordering::Relaxed,
                 )
                 .is_ok()
+            && self.wanted.swap(false, Ordering::Relaxed)
     }
 
     /// Takes the server's CPU seconds read at `at`. A share needs two samples
@@ -473,9 +494,12 @@ mod tests {
     }
 
     #[test]
-    fn one_caller_a_period_samples() {
+    fn one_caller_a_period_samples_and_only_for_an_event_that_could_spread() {
         let spill = Spill::new();
+        assert!(!spill.due(), "no event that could spread sold");
+        spill.wanted();
         assert!(spill.due());
+        spill.wanted();
         assert!(!spill.due(), "claimed until the next period");
     }
 }
