@@ -90,9 +90,8 @@ pub struct Batcher<S: Store> {
     shared: Vec<Arc<Lane>>,
     /// Turns among the lanes an event of fewer buckets than lanes spreads over.
     turn: std::sync::atomic::AtomicU32,
-    /// Whether such an event may spread now (the server is busy); `None`
-    /// without shared lanes.
-    spill: Option<Arc<Spill>>,
+    /// Whether such an event may spread now (the server is busy).
+    spill: Arc<Spill>,
     clock: Clock,
     activity: Arc<Activity>,
 }
@@ -118,7 +117,7 @@ impl<S: Store> Batcher<S> {
             max_batch: max_batch.max(1),
             wait,
             lanes: RwLock::new(HashMap::new()),
-            spill: (!shared.is_empty()).then(|| Arc::new(Spill::new())),
+            spill: Arc::new(Spill::new()),
             shared,
             turn: std::sync::atomic::AtomicU32::new(0),
             clock: Clock::system(),
@@ -149,13 +148,7 @@ impl<S: Store> Batcher<S> {
         let home = bucket.index as usize % n;
         let step = (buckets as usize).max(1);
         let busy = |l: usize| self.shared[l].busy.load(Ordering::Acquire);
-        if step >= n {
-            return self.shared[home].clone();
-        }
-        if let Some(spill) = &self.spill {
-            spill.wanted();
-        }
-        if !busy(home) || !self.spill.as_ref().is_none_or(|s| s.on()) {
+        if step >= n || !self.spill.spreads() || !busy(home) {
             return self.shared[home].clone();
         }
         let chosen = match (home + step..n).step_by(step).find(|&l| !busy(l)) {
@@ -227,7 +220,8 @@ impl<S: Store> Batcher<S> {
 pub(crate) struct Spill {
     on: AtomicBool,
     /// Set by a purchase of an event that could spread: only then is the
-    /// server's CPU read (no `INFO` for events that keep their own lanes).
+    /// server's CPU read (no `INFO` for events that keep their own lanes,
+    /// nor where every bucket has a lane of its own).
     wanted: AtomicBool,
     /// When the next sample is due, in ms since `start` (claimed by the one
     /// driver whose swap moves it on).
@@ -261,11 +255,13 @@ impl Spill {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// A purchase of an event of fewer buckets than lanes was queued.
-    fn wanted(&self) {
+    /// For a purchase of an event of fewer buckets than lanes: whether it may
+    /// spread now. It marks the next sample wanted.
+    fn spreads(&self) -> bool {
         if !self.wanted.load(Ordering::Relaxed) {
             self.wanted.store(true, Ordering::Relaxed);
         }
+        self.on()
     }
 
     /// Whether a sample is due: an event that could spread sold since the
@@ -320,7 +316,7 @@ fn spills(on: bool, share: f64) -> bool {
 
 /// What a lane's driver task needs.
 struct Driver<S> {
-    spill: Option<Arc<Spill>>,
+    spill: Arc<Spill>,
     store: S,
     clock: Clock,
     activity: Arc<Activity>,
@@ -375,7 +371,7 @@ impl<S: Store> Driver<S> {
             for (bucket, _) in &groups {
                 activity.wrote(bucket);
             }
-            if let Some(spill) = spill.as_ref().filter(|s| s.due()) {
+            if spill.due() {
                 let (spill, store) = (spill.clone(), store.clone());
                 tokio::spawn(async move {
                     if let Some(cpu) = store.server_cpu().await {
@@ -497,9 +493,9 @@ mod tests {
     fn one_caller_a_period_samples_and_only_for_an_event_that_could_spread() {
         let spill = Spill::new();
         assert!(!spill.due(), "no event that could spread sold");
-        spill.wanted();
+        assert!(spill.spreads());
         assert!(spill.due());
-        spill.wanted();
+        spill.spreads();
         assert!(!spill.due(), "claimed until the next period");
     }
 }

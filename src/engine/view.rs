@@ -237,31 +237,29 @@ impl<S: Store> Engine<S> {
         let mut checked = false;
         while tries < 3 {
             let states = match self.states_counted_once(&meta).await {
-                Ok(Some(states)) => Ok((true, states)),
-                // Past a few tries the last snapshot stands, counted as read.
-                Ok(None) if moved >= MOVED_RETRIES => {
-                    self.bucket_states(&meta).await.map(|s| (false, s))
-                }
-                Ok(None) => Ok((false, Vec::new())),
-                Err(e) => Err(e),
-            };
-            match states {
+                Ok(Some(states)) => Ok(states),
                 // A transfer moved while the buckets were read: again (a
-                // mover's step is short; past a few, the read stands), at
-                // once and then a little later each time, so a mover moving
-                // several transfers in a row leaves a gap to read in.
-                Ok((false, _)) if moved < MOVED_RETRIES => {
+                // mover's step is short), at once and then a little later
+                // each time, so a mover moving several transfers in a row
+                // leaves a gap to read in.
+                Ok(None) if moved < MOVED_RETRIES => {
                     if moved > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(u64::from(moved)))
                             .await;
                     }
                     moved += 1;
+                    continue;
                 }
+                // Past a few tries the last snapshot stands, counted as read.
+                Ok(None) => self.bucket_states(&meta).await,
+                Err(e) => Err(e),
+            };
+            match states {
                 // A sealed bucket: a layout another instance resharded away
                 // since this one cached it (its units are in the new layout;
                 // counted here they would read as sold), or one sealed in
                 // place (a partial loss). The stored meta tells which.
-                Ok((_, states)) if !checked && states.iter().any(|s| s.sealed) => {
+                Ok(states) if !checked && states.iter().any(|s| s.sealed) => {
                     checked = true;
                     let now = self.reload(event).await?;
                     if now.generation != meta.generation || now.status != meta.status {
@@ -270,7 +268,7 @@ impl<S: Store> Engine<S> {
                         return Ok(EventView::new(&meta, &states, self.clock.now_ms()));
                     }
                 }
-                Ok((_, states)) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
+                Ok(states) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
                 Err(StoreError::Stale(_)) => {
                     meta = self.settled(event).await?;
                     tries += 1;

@@ -288,7 +288,7 @@ impl Buckets for RedisStore {
     }
 
     async fn server_cpu(&self) -> Option<f64> {
-        if self.client.is_clustered() {
+        if !self.groups_buckets() {
             return None;
         }
         let info: String = self
