@@ -145,8 +145,11 @@ impl EventView {
 }
 
 /// How many times a view reads the buckets again when a transfer moved
-/// between its reads.
-const MOVED_RETRIES: u32 = 8;
+/// between its reads: at once, then after 1, 2, … up to
+/// [`MOVED_PAUSE_MAX_MS`] ms each time (~0.23 s in all), so a mover moving
+/// transfer after transfer leaves a gap to read in.
+const MOVED_RETRIES: u32 = 32;
+const MOVED_PAUSE_MAX_MS: u32 = 8;
 
 impl<S: Store> Engine<S> {
     /// The open transfers out of each bucket with units in transfer, and
@@ -175,46 +178,45 @@ impl<S: Store> Engine<S> {
     /// Every bucket's state, with a transfer cut off after its IN (a mover
     /// that died before CLEAR) counted once, as the audit does: it is still
     /// open in its source's journal while its units are already in the
-    /// target's stock. Only an event with units in transfer costs more than
-    /// one read.
+    /// target's stock.
     ///
-    /// `None` when a transfer moved between the reads, so the caller reads
-    /// again: one the snapshot saw open was cleared before its journal was
-    /// read (its units may be in the target's stock as read too), or one was
-    /// delivered around the snapshot (the target's stock may have been read
-    /// before its IN, and its units would count nowhere). Delivery is read
-    /// before and after the snapshot: the same answer both times says what the
-    /// snapshot holds.
+    /// A double collect: the buckets are read (each one atomic read, at its
+    /// own instant), then the journals of those with units in transfer and
+    /// whether each open transfer was delivered, then every bucket's addition
+    /// count again. Every OUT and IN bumps its bucket's count, so the same
+    /// counts mean no transfer moved units into or out of any bucket between
+    /// its read and the last read; then a transfer whose IN ran is in its
+    /// target's stock as read (its IN came before the target's read), and
+    /// one whose IN did not is only in its source's journal. `None` when a
+    /// count moved (a transfer read half-way: units counted twice or
+    /// nowhere) or a transfer the snapshot saw open was cleared before its
+    /// journal was read, so the caller reads again.
     async fn states_counted_once(
         &self,
         meta: &EventMeta,
     ) -> Result<Option<Vec<BucketState>>, StoreError> {
-        let first = self.bucket_states(meta).await?;
-        if first.iter().all(|s| s.in_transfer == 0) {
-            return Ok(Some(first));
-        }
-        let before = self.delivered_transfers(meta, &first).await?;
         let mut states = self.bucket_states(meta).await?;
-        let after = self.delivered_transfers(meta, &states).await?;
+        let open = self.delivered_transfers(meta, &states).await?;
+        let adds = try_join_all((0..meta.spec.buckets).map(|b| {
+            let bucket = Self::bucket(meta, b);
+            async move { self.store.counters(&bucket).await.map(|(adds, _)| adds) }
+        }))
+        .await?;
+        if states.iter().zip(&adds).any(|(s, &a)| s.adds != a) {
+            return Ok(None);
+        }
         for (b, state) in states.iter_mut().enumerate() {
             if state.in_transfer == 0 {
                 continue;
             }
-            let open = after.iter().filter(|(source, ..)| *source == b);
-            if open.clone().map(|(_, t, _)| t.units).sum::<u64>() < state.in_transfer {
+            let out = open.iter().filter(|(source, ..)| *source == b);
+            if out.clone().map(|(_, t, _)| t.units).sum::<u64>() < state.in_transfer {
                 return Ok(None);
             }
-            for (_, t, delivered) in open {
-                if !delivered {
-                    continue;
+            for (_, t, delivered) in out {
+                if *delivered {
+                    state.in_transfer = state.in_transfer.saturating_sub(t.units);
                 }
-                let was = before
-                    .iter()
-                    .any(|(source, u, d)| *source == b && u.xid == t.xid && *d);
-                if !was {
-                    return Ok(None);
-                }
-                state.in_transfer = state.in_transfer.saturating_sub(t.units);
             }
         }
         Ok(Some(states))
@@ -240,18 +242,21 @@ impl<S: Store> Engine<S> {
                 Ok(Some(states)) => Ok(states),
                 // A transfer moved while the buckets were read: again (a
                 // mover's step is short), at once and then a little later
-                // each time, so a mover moving several transfers in a row
-                // leaves a gap to read in.
+                // each time.
                 Ok(None) if moved < MOVED_RETRIES => {
                     if moved > 0 {
-                        tokio::time::sleep(std::time::Duration::from_millis(u64::from(moved)))
+                        let pause = moved.min(MOVED_PAUSE_MAX_MS);
+                        tokio::time::sleep(std::time::Duration::from_millis(u64::from(pause)))
                             .await;
                     }
                     moved += 1;
                     continue;
                 }
-                // Past a few tries the last snapshot stands, counted as read.
-                Ok(None) => self.bucket_states(&meta).await,
+                // Past the tries the last snapshot stands, counted as read.
+                Ok(None) => {
+                    tracing::debug!(%event, "transfers kept moving while the view read: counted as read");
+                    self.bucket_states(&meta).await
+                }
                 Err(e) => Err(e),
             };
             match states {

@@ -36,6 +36,8 @@ on_every_backend!(
     the_lease_holder_is_read_without_taking_a_token,
     an_interrupted_transfer_is_completed_by_the_next_mover,
     a_transfer_delivered_while_a_view_reads_counts_once,
+    a_transfer_made_between_a_views_reads_counts_once,
+    a_view_beside_a_busy_mover_counts_every_unit_once,
     a_bucket_never_made_has_no_open_transfer,
     the_server_cpu_is_read_where_buckets_share_one_server,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
@@ -594,6 +596,106 @@ async fn a_transfer_delivered_while_a_view_reads_counts_once<S: Store>(engine: E
     let view = reading.await.unwrap();
     assert_eq!((view.remaining, view.in_transfer), (8, 0), "{view:?}");
     assert_eq!(engine.view(&id).await.unwrap().remaining, 8);
+}
+
+/// A whole transfer (OUT, IN, CLEAR) lands between a view's read of its
+/// target and its read of its source (reads of different buckets go out on
+/// different connections on a Cluster, and another instance's mover does not
+/// wait for them): the target was read before the units arrived, the source
+/// after they left and after its journal entry closed, so neither shows
+/// them. The view read 6 of 8 with nothing in transfer; it reads every
+/// bucket's addition count again after its reads now, and reads once more
+/// when one moved.
+async fn a_transfer_made_between_a_views_reads_counts_once<S: Store>(engine: Engine<S>) {
+    use crate::harness::faulty::{Fault, Faulty, When};
+    use shardstock::store::TransferReply;
+    let id = event_id("gapview");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let store = engine.store().clone();
+    let (b0, b1) = (BucketRef::new(&id, 0, 0), BucketRef::new(&id, 0, 1));
+    let slow = Faulty::plain(store.clone());
+    // The view's first read of bucket 0 (the source) is late; bucket 1's is not.
+    slow.arm_fault(
+        "bucket_state",
+        1,
+        Fault::Delay(Duration::from_millis(400)),
+        When::Before,
+    );
+    let viewer = Engine::new(slow.clone(), shardstock::EngineOptions::default());
+    let reading = tokio::spawn({
+        let id = id.clone();
+        async move { viewer.view(&id).await.unwrap() }
+    });
+    // Bucket 1 has been read; bucket 0's read waits.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(slow.calls("bucket_state"), 2, "both reads are under way");
+    assert_eq!(
+        store.transfer_out(&b0, 1, "gv1", 1, 2).await.unwrap(),
+        TransferReply::Applied(2)
+    );
+    assert_eq!(
+        store.transfer_in(&b1, 1, "gv1", 0, 2).await.unwrap(),
+        TransferReply::Applied(2)
+    );
+    assert!(matches!(
+        store.transfer_clear(&b0, 1, "gv1").await.unwrap(),
+        TransferReply::Applied(_)
+    ));
+    let view = reading.await.unwrap();
+    assert_eq!((view.remaining, view.in_transfer), (8, 0), "{view:?}");
+    assert_eq!(remaining(&engine, &id).await, vec![2, 6]);
+}
+
+/// A mover moving a unit back and forth between two buckets, 2 ms between
+/// transfers, while views read: every view counts all 8 units (nothing is
+/// sold), whichever steps land between its reads.
+async fn a_view_beside_a_busy_mover_counts_every_unit_once<S: Store>(engine: Engine<S>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let id = event_id("busyview");
+    engine.create_event(spec(&id, 8, 2)).await.unwrap();
+    let store = engine.store().clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicU32::new(0));
+    let mover = tokio::spawn({
+        let (id, stop, moved) = (id.clone(), stop.clone(), moved.clone());
+        async move {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to) = if i.is_multiple_of(2) { (0, 1) } else { (1, 0) };
+                let (source, target) = (BucketRef::new(&id, 0, from), BucketRef::new(&id, 0, to));
+                let xid = format!("bm{i}");
+                store.transfer_out(&source, 1, &xid, to, 1).await.unwrap();
+                store.transfer_in(&target, 1, &xid, from, 1).await.unwrap();
+                store.transfer_clear(&source, 1, &xid).await.unwrap();
+                moved.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    });
+    let (mut wrong, mut views) = (Vec::new(), 0);
+    // At least 60 views, over at least 40 transfers (the memory store's views
+    // are far quicker than a transfer and its pause).
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while (views < 60 || moved.load(Ordering::Relaxed) < 40) && std::time::Instant::now() < until {
+        let view = engine.view(&id).await.unwrap();
+        views += 1;
+        if view.remaining != 8 {
+            wrong.push((view.remaining, view.in_transfer));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    mover.await.unwrap();
+    assert!(
+        moved.load(Ordering::Relaxed) >= 40,
+        "the mover moved while the views read"
+    );
+    assert!(
+        wrong.is_empty(),
+        "views that miscounted (remaining, in transfer): {wrong:?}"
+    );
+    assert_eq!(remaining(&engine, &id).await.iter().sum::<u64>(), 8);
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {

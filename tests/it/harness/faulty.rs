@@ -93,7 +93,7 @@ struct State {
     seed: u64,
     rules: HashMap<&'static str, Rule>,
     everywhere: Option<Rule>,
-    armed: HashMap<(&'static str, u64), When>,
+    armed: HashMap<(&'static str, u64), (Fault, When)>,
     calls: HashMap<&'static str, u64>,
     total: u64,
     /// Steps started and not yet ended (or dropped).
@@ -191,8 +191,14 @@ impl<S: Store> Faulty<S> {
     /// Fails exactly the `nth` call of `step` (1-based, counted from the
     /// wrapper's creation), before or after it applies.
     pub fn arm(&self, step: &'static str, nth: u64, when: When) -> &Self {
+        self.arm_fault(step, nth, Fault::Fail, when)
+    }
+
+    /// Injects `fault` into exactly the `nth` call of `step` (a delay of
+    /// one bucket's read, say, where a rule would delay them all).
+    pub fn arm_fault(&self, step: &'static str, nth: u64, fault: Fault, when: When) -> &Self {
         known(step);
-        self.state().armed.insert((step, nth), when);
+        self.state().armed.insert((step, nth), (fault, when));
         self
     }
 
@@ -236,8 +242,8 @@ impl<S: Store> Faulty<S> {
             *calls += 1;
             *calls
         };
-        let decision = if let Some(when) = st.armed.remove(&(step, n)) {
-            Some((Fault::Fail, when))
+        let decision = if let Some(armed) = st.armed.remove(&(step, n)) {
+            Some(armed)
         } else {
             let rule = st.rules.get(step).copied().or(st.everywhere)?;
             let r = mix(st.seed ^ mix(name_hash(step) ^ mix(n)));
