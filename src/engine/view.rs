@@ -180,8 +180,9 @@ impl<S: Store> Engine<S> {
     /// open in its source's journal while its units are already in the
     /// target's stock.
     ///
-    /// A double collect: the buckets are read (each one atomic read, at its
-    /// own instant), then the journals of those with units in transfer and
+    /// Where one server holds every bucket they are read in one atomic call,
+    /// and only an open transfer needs more. Elsewhere, a double collect: the
+    /// buckets are read (each one atomic read, at its own instant), then the journals of those with units in transfer and
     /// whether each open transfer was delivered, then every bucket's addition
     /// count again. Every OUT and IN bumps its bucket's count, so the same
     /// counts mean no transfer moved units into or out of any bucket between
@@ -195,7 +196,12 @@ impl<S: Store> Engine<S> {
         &self,
         meta: &EventMeta,
     ) -> Result<Option<Vec<BucketState>>, StoreError> {
-        let mut states = self.bucket_states(meta).await?;
+        let (mut states, at_once) = self.read_states(meta).await?;
+        // One instant (one server read them all): no transfer is half-way
+        // between two reads, only one cut off between its IN and CLEAR.
+        if at_once && states.iter().all(|s| s.in_transfer == 0) {
+            return Ok(Some(states));
+        }
         let open = self.delivered_transfers(meta, &states).await?;
         let adds = try_join_all((0..meta.spec.buckets).map(|b| {
             let bucket = Self::bucket(meta, b);
@@ -224,11 +230,20 @@ impl<S: Store> Engine<S> {
 
     /// Every bucket's state under the event's current layout.
     pub async fn bucket_states(&self, meta: &EventMeta) -> Result<Vec<BucketState>, StoreError> {
-        try_join_all((0..meta.spec.buckets).map(|b| {
-            let bucket = Self::bucket(meta, b);
-            async move { self.store.bucket_state(&bucket).await }
-        }))
-        .await
+        Ok(self.read_states(meta).await?.0)
+    }
+
+    /// Every bucket's state, and whether they were read at one instant (one
+    /// call where one server holds every bucket, else one a bucket).
+    async fn read_states(&self, meta: &EventMeta) -> Result<(Vec<BucketState>, bool), StoreError> {
+        let buckets: Vec<BucketRef> = (0..meta.spec.buckets)
+            .map(|b| Self::bucket(meta, b))
+            .collect();
+        if let Some(states) = self.store.bucket_states_at_once(&buckets).await {
+            return Ok((states?, true));
+        }
+        let states = try_join_all(buckets.iter().map(|b| self.store.bucket_state(b))).await?;
+        Ok((states, false))
     }
 
     /// The event with its buckets, read now.

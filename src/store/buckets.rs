@@ -402,6 +402,18 @@ pub trait Buckets {
         &self,
         bucket: &BucketRef,
     ) -> impl Future<Output = Result<BucketState, StoreError>> + Send;
+
+    /// Every one of `buckets`' states in one atomic read, in order, where
+    /// one server holds them all ([`Buckets::groups_buckets`]: a standalone
+    /// Redis, `lua/bucket_states.lua`); `None` elsewhere, where the engine
+    /// reads them one at a time and checks what moved between its reads.
+    fn bucket_states_at_once(
+        &self,
+        buckets: &[BucketRef],
+    ) -> impl Future<Output = Option<Result<Vec<BucketState>, StoreError>>> + Send {
+        let _ = buckets;
+        async { None }
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ on_every_backend!(
     a_transfer_delivered_while_a_view_reads_counts_once,
     a_transfer_made_between_a_views_reads_counts_once,
     a_view_beside_a_busy_mover_counts_every_unit_once,
+    a_view_reads_the_buckets_of_one_server_in_one_call,
     a_bucket_never_made_has_no_open_transfer,
     the_server_cpu_is_read_where_buckets_share_one_server,
     a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga,
@@ -696,6 +697,27 @@ async fn a_view_beside_a_busy_mover_counts_every_unit_once<S: Store>(engine: Eng
         "views that miscounted (remaining, in transfer): {wrong:?}"
     );
     assert_eq!(remaining(&engine, &id).await.iter().sum::<u64>(), 8);
+}
+
+/// One Redis server holds every bucket: a view reads them in one atomic
+/// call (`bucket_states.lua`), and needs no second read while nothing is in
+/// transfer; elsewhere one read a bucket and a second collect.
+async fn a_view_reads_the_buckets_of_one_server_in_one_call<S: Store>(engine: Engine<S>) {
+    use crate::harness::faulty::Faulty;
+    let id = event_id("oneread");
+    engine.create_event(spec(&id, 16, 8)).await.unwrap();
+    buy(&engine, &id, "u1", 3).await.unwrap();
+    let store = engine.store().clone();
+    let counted = Faulty::plain(store.clone()).grouping();
+    let viewer = Engine::new(counted.clone(), shardstock::EngineOptions::default());
+    let view = viewer.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.sold), (13, 3));
+    let (reads, counts) = (counted.calls("bucket_state"), counted.calls("counters"));
+    if store.groups_buckets() {
+        assert_eq!((reads, counts), (1, 0), "one call, no second collect");
+    } else {
+        assert_eq!((reads, counts), (8, 8), "a read and a count a bucket");
+    }
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {

@@ -20,6 +20,14 @@ use crate::store::{
 };
 
 impl RedisStore {
+    /// `bucket_state.lua`'s keys of a bucket.
+    fn state_keys(&self, bucket: &BucketRef) -> Vec<String> {
+        let k = self.keys(bucket);
+        vec![
+            k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits, k.sealed,
+        ]
+    }
+
     /// `purchase.lua`'s keys of a bucket, in its KEYS order, built once per
     /// bucket: formatting ten key names for every purchase showed up in profiles.
     fn purchase_keys(&self, bucket: &BucketRef) -> Arc<[Key]> {
@@ -551,23 +559,58 @@ impl Buckets for RedisStore {
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![
-            k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits, k.sealed,
-        ];
         let parts = self
-            .eval_bucket(bucket, &self.scripts.bucket_state, keys, vec![])
+            .eval_bucket(
+                bucket,
+                &self.scripts.bucket_state,
+                self.state_keys(bucket),
+                vec![],
+            )
             .await?;
-        Ok(BucketState {
-            stock: num(arg(&parts, 0)?)?,
-            in_transfer: num(arg(&parts, 1)?)?,
-            fence: num(arg(&parts, 2)?)?,
-            adds: num(arg(&parts, 3)?)?,
-            demand: num(arg(&parts, 4)?)?,
-            held: num(arg(&parts, 5)?)?,
-            sealed: num(arg(&parts, 6)?)? == 1,
-        })
+        state_of(&parts)
     }
+
+    async fn bucket_states_at_once(
+        &self,
+        buckets: &[BucketRef],
+    ) -> Option<Result<Vec<BucketState>, StoreError>> {
+        if !self.groups_buckets() {
+            return None;
+        }
+        let keys: Vec<Key> = buckets
+            .iter()
+            .flat_map(|b| self.state_keys(b))
+            .map(Key::from)
+            .collect();
+        let read = async {
+            let replies = match self
+                .eval_raw(&self.scripts.bucket_states, keys, vec![])
+                .await?
+            {
+                Value::Array(replies) if replies.len() == buckets.len() => replies,
+                other => return Err(protocol("one state a bucket", &other)),
+            };
+            buckets
+                .iter()
+                .zip(replies)
+                .map(|(bucket, reply)| state_of(&array_or_stale(bucket, reply)?))
+                .collect()
+        };
+        Some(read.await)
+    }
+}
+
+/// A bucket's state from `bucket_state.lua`'s seven values.
+fn state_of(parts: &[Value]) -> Result<BucketState, StoreError> {
+    Ok(BucketState {
+        stock: num(arg(parts, 0)?)?,
+        in_transfer: num(arg(parts, 1)?)?,
+        fence: num(arg(parts, 2)?)?,
+        adds: num(arg(parts, 3)?)?,
+        demand: num(arg(parts, 4)?)?,
+        held: num(arg(parts, 5)?)?,
+        sealed: num(arg(parts, 6)?)? == 1,
+    })
 }
 
 /// `used_cpu_user` + `used_cpu_sys` of an `INFO cpu` answer, in seconds.

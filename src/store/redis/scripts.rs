@@ -73,14 +73,20 @@ macro_rules! lua {
     };
 }
 
-/// The line of a script that another script's text takes the place of
-/// (`purchase_groups.lua` runs `purchase.lua` as a function).
-const INCLUDE: &str = "--#include purchase.lua";
+/// The lines of a script that another script's text takes the place of
+/// (`purchase_groups.lua` runs `purchase.lua` as a function, and
+/// `bucket_states.lua` runs `bucket_state.lua`).
+const INCLUDES: [(&str, &str); 2] = [
+    ("--#include purchase.lua", lua!(purchase)),
+    ("--#include bucket_state.lua", lua!(bucket_state)),
+];
 
-/// A script's text as it is loaded: with `purchase.lua` in place of its
-/// include line, if it has one.
+/// A script's text as it is loaded: with the included script in place of
+/// its include line, if it has one.
 fn compose(lua: &'static str) -> String {
-    lua.replacen(INCLUDE, lua!(purchase), 1)
+    INCLUDES.iter().fold(lua.to_owned(), |text, (line, body)| {
+        text.replacen(line, body, 1)
+    })
 }
 
 /// Declares every script once: `name: [reply codes its decoder reads]`.
@@ -136,6 +142,7 @@ scripts! {
     counters: [],
     set_empty: [],
     bucket_state: [STALE],
+    bucket_states: [],
     // holds.rs
     confirm: [STALE, OK, ALREADY_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, NOT_FOUND],
     expire_holds: [STALE, OK],
@@ -208,16 +215,24 @@ mod tests {
     }
 
     #[test]
-    fn purchase_groups_runs_purchase_lua_as_its_home_function() {
-        let lua = compose(lua!(purchase_groups));
-        assert!(!lua.contains(INCLUDE), "the include line is replaced");
-        let (_, body) = lua
-            .split_once("local function home(KEYS, ARGV)\n")
-            .expect("home");
-        assert!(
-            body.starts_with(lua!(purchase)),
-            "purchase.lua is home's body"
-        );
+    fn the_grouped_scripts_run_the_single_ones_as_functions() {
+        for (outer, head, inner) in [
+            (
+                lua!(purchase_groups),
+                "local function home(KEYS, ARGV)\n",
+                lua!(purchase),
+            ),
+            (
+                lua!(bucket_states),
+                "local function one(KEYS)\n",
+                lua!(bucket_state),
+            ),
+        ] {
+            let lua = compose(outer);
+            assert!(!lua.contains("--#include"), "the include line is replaced");
+            let (_, body) = lua.split_once(head).expect("the function");
+            assert!(body.starts_with(inner), "the included script is its body");
+        }
         assert_eq!(
             compose(lua!(purchase)),
             lua!(purchase),

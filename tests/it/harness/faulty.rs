@@ -424,6 +424,24 @@ faulty_sections! {
         fn groups_buckets(&self) -> bool {
             self.grouping && self.inner.groups_buckets()
         }
+
+        /// With [`Faulty::grouping`] on a store that groups: one
+        /// `bucket_state` step for all. Else none: one step a bucket.
+        async fn bucket_states_at_once(
+            &self,
+            buckets: &[BucketRef],
+        ) -> Option<Result<Vec<BucketState>, StoreError>> {
+            if !self.groups_buckets() {
+                return None;
+            }
+            let call = async {
+                self.inner
+                    .bucket_states_at_once(buckets)
+                    .await
+                    .unwrap_or_else(|| Err(StoreError::Protocol("no read at once".into())))
+            };
+            Some(self.step("bucket_state", call).await)
+        }
     ]
     Holds {
         fn confirm(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> ConfirmReply;
