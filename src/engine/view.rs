@@ -182,9 +182,9 @@ impl<S: Store> Engine<S> {
     ///
     /// Where one server holds every bucket they are read in one atomic call,
     /// and only an open transfer needs more. Elsewhere, a double collect: the
-    /// buckets are read (each one atomic read, at its own instant), then the journals of those with units in transfer and
-    /// whether each open transfer was delivered, then every bucket's addition
-    /// count again. Every OUT and IN bumps its bucket's count, so the same
+    /// buckets are read (each one atomic read, at its own instant), then the
+    /// journals of those with units in transfer and whether each open
+    /// transfer was delivered, then every bucket's addition count again. Every OUT and IN bumps its bucket's count, so the same
     /// counts mean no transfer moved units into or out of any bucket between
     /// its read and the last read; then a transfer whose IN ran is in its
     /// target's stock as read (its IN came before the target's read), and

@@ -405,8 +405,9 @@ pub trait Buckets {
 
     /// Every one of `buckets`' states in one atomic read, in order, where
     /// one server holds them all ([`Buckets::groups_buckets`]: a standalone
-    /// Redis, `lua/bucket_states.lua`); `None` elsewhere, where the engine
-    /// reads them one at a time and checks what moved between its reads.
+    /// Redis, `lua/bucket_states.lua`, up to 32 buckets); `None` elsewhere,
+    /// where the engine reads them one at a time and checks what moved
+    /// between its reads.
     fn bucket_states_at_once(
         &self,
         buckets: &[BucketRef],

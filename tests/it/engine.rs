@@ -699,9 +699,10 @@ async fn a_view_beside_a_busy_mover_counts_every_unit_once<S: Store>(engine: Eng
     assert_eq!(remaining(&engine, &id).await.iter().sum::<u64>(), 8);
 }
 
-/// One Redis server holds every bucket: a view reads them in one atomic
-/// call (`bucket_states.lua`), and needs no second read while nothing is in
-/// transfer; elsewhere one read a bucket and a second collect.
+/// One Redis server holds every bucket: a view of up to 32 buckets reads
+/// them in one atomic call (`bucket_states.lua`), and needs no second read
+/// while nothing is in transfer; elsewhere one read a bucket and a second
+/// collect.
 async fn a_view_reads_the_buckets_of_one_server_in_one_call<S: Store>(engine: Engine<S>) {
     use crate::harness::faulty::Faulty;
     let id = event_id("oneread");
@@ -718,6 +719,18 @@ async fn a_view_reads_the_buckets_of_one_server_in_one_call<S: Store>(engine: En
     } else {
         assert_eq!((reads, counts), (8, 8), "a read and a count a bucket");
     }
+    // Past 32 buckets one script would hold Redis too long: a call a bucket.
+    let wide = event_id("onereadwide");
+    engine.create_event(spec(&wide, 40, 40)).await.unwrap();
+    let (reads, counts) = (counted.calls("bucket_state"), counted.calls("counters"));
+    assert_eq!(viewer.view(&wide).await.unwrap().remaining, 40);
+    assert_eq!(
+        (
+            counted.calls("bucket_state") - reads,
+            counted.calls("counters") - counts
+        ),
+        (40, 40)
+    );
 }
 
 async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine: Engine<S>) {

@@ -425,8 +425,10 @@ faulty_sections! {
             self.grouping && self.inner.groups_buckets()
         }
 
-        /// With [`Faulty::grouping`] on a store that groups: one
-        /// `bucket_state` step for all. Else none: one step a bucket.
+        /// With [`Faulty::grouping`] on a store that groups, where it reads
+        /// these buckets at once: one `bucket_state` step for all, its fault
+        /// applied to the read's answer (the store is asked first, since it
+        /// may answer none: too many buckets). Else none: a step a bucket.
         async fn bucket_states_at_once(
             &self,
             buckets: &[BucketRef],
@@ -434,13 +436,8 @@ faulty_sections! {
             if !self.groups_buckets() {
                 return None;
             }
-            let call = async {
-                self.inner
-                    .bucket_states_at_once(buckets)
-                    .await
-                    .unwrap_or_else(|| Err(StoreError::Protocol("no read at once".into())))
-            };
-            Some(self.step("bucket_state", call).await)
+            let read = self.inner.bucket_states_at_once(buckets).await?;
+            Some(self.step("bucket_state", async { read }).await)
         }
     ]
     Holds {
