@@ -10,9 +10,17 @@ ARGV[1] the writer's fencing token (a reshard's mover-lease token; 0 for a
 ARGV[2] n, then n pairs: user, units held
 then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at"); an
         entry of a live hold ("H|user|qty|bucket|rid|at|pay_by") also goes into
-        the deadline index KEYS[5] and its units into KEYS[6] (once: only
-        when the ZADD added it, so a repeated restore counts nothing twice)
+        the deadline index KEYS[5] and its units into KEYS[6], only when this
+        call wrote the entry
 then r, then r pairs: request id, record ("B|…", "L|…", "S|…")
+
+Every field is written only where the bucket has none yet (HSETNX): the
+source of a restore is frozen (a reshard's sealed old layout; a rebuild's
+ledger, into a fresh generation), so a field already here is this source's
+own value written by an earlier run, or something newer. A run resumed after
+a crash must not bring back a hold that expired, was confirmed or was
+cancelled here since, nor reset a buyer's count: a hold restored twice and
+expired in between came back on sale twice before (1.8x the stock).
 
 Returns:
   {"OK", n, m, r}   written (the fence raised to the token)
@@ -22,9 +30,8 @@ Returns:
                     not overwrite the users, order index and request records
                     of a layout that may be live by now with its old snapshot.
 
-Idempotent for one writer (HSET of the same values), so an interrupted
-rebuild or reshard can simply run again; the fence check and the writes are
-one step, so no stale writer slips in between.
+Idempotent: an interrupted rebuild or reshard simply runs again; the fence
+check and the writes are one step, so no stale writer slips in between.
 ]]
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -35,23 +42,26 @@ if token > fence then
   redis.call('SET', KEYS[4], ARGV[1])
 end
 local a = 2
-local function pairs_into(key)
+-- Writes the next count-prefixed run of pairs into `key` where absent;
+-- `fresh(field, value)` runs for each pair this call wrote.
+local function pairs_into(key, fresh)
   local count = tonumber(ARGV[a])
   for i = 0, count - 1 do
-    redis.call('HSET', key, ARGV[a + 1 + 2 * i], ARGV[a + 2 + 2 * i])
+    local field, value = ARGV[a + 1 + 2 * i], ARGV[a + 2 + 2 * i]
+    if redis.call('HSETNX', key, field, value) == 1 and fresh then
+      fresh(field, value)
+    end
   end
   a = a + 1 + 2 * count
   return count
 end
 local n = pairs_into(KEYS[1])
-local hstart = a
-local m = pairs_into(KEYS[2])
-for i = 0, m - 1 do
-  local entry = ARGV[hstart + 2 + 2 * i]
+local m = pairs_into(KEYS[2], function(oid, entry)
   local qty, pay_by = string.match(entry, '^H|[^|]*|([^|]*)|[^|]*|[^|]*|[^|]*|([^|]*)$')
-  if qty and redis.call('ZADD', KEYS[5], pay_by, ARGV[hstart + 1 + 2 * i]) == 1 then
+  if qty then
+    redis.call('ZADD', KEYS[5], pay_by, oid)
     redis.call('INCRBY', KEYS[6], qty)
   end
-end
+end)
 local r = pairs_into(KEYS[3])
 return {'OK', n, m, r}

@@ -20,7 +20,11 @@
 //! only after the sweep), so the next tick of any instance finishes.
 //! Buckets a reshard sealed or a close retired answer stale: their entry is
 //! dropped (a reshard's restore announces the new layout's holds; a close
-//! voids its holds itself).
+//! voids its holds itself). Only the event's current layout is swept: a
+//! layout a reshard is still filling holds copies of holds that count in the
+//! old one (sealed, they wait for the switch), so its entry waits
+//! [`FILLING_RETRY_MS`] and is looked at again; a layout the event left is
+//! dropped.
 //!
 //! A process killed between a purchase's step and its announcement leaves a
 //! first hold unannounced: the saga sweeper's round (`sweeper::sweep_event`)
@@ -60,6 +64,10 @@ impl Default for ExpiryOptions {
     }
 }
 
+/// How long the sweeper waits before it looks again at a bucket whose layout
+/// a reshard is still filling (its holds count from the switch on).
+const FILLING_RETRY_MS: i64 = 500;
+
 /// Sweeps the buckets due now until none is left due (or `rounds` index
 /// reads); returns the holds this call expired.
 pub async fn sweep_due<S: Store>(
@@ -78,7 +86,9 @@ pub async fn sweep_due<S: Store>(
         }
         for (bucket, seen) in due {
             let next = match engine.expire_due(&bucket, opts.per_bucket).await {
-                Ok(reply) => {
+                // A reshard fills this layout: look again after its switch.
+                Ok(None) => Some(seen.max(engine.clock().now_ms()) + FILLING_RETRY_MS),
+                Ok(Some(reply)) => {
                     if !reply.expired.is_empty() {
                         expired += reply.expired.len() as u64;
                         metrics::counter!(m::HOLDS_EXPIRED, "event" => bucket.event.to_string())
@@ -93,7 +103,8 @@ pub async fn sweep_due<S: Store>(
                     }
                 }
                 // Sealed by a reshard (its restore announces the new layout),
-                // retired by a close (which voids its holds), or gone.
+                // a layout the event left, retired by a close (which voids
+                // its holds), or gone.
                 Err(EngineError::Store(StoreError::Stale(_)))
                 | Err(EngineError::UnknownEvent(_)) => None,
                 Err(e) => return Err(e.into()),

@@ -188,7 +188,10 @@ pub async fn close<S: Store>(
         // Live holds are voided (API.md): their units go back to their
         // bucket before it turns into leftover, and each gets its expire
         // record, so the ledger shows them expired and the units unsold.
-        for b in &buckets {
+        // Only the current layout's: a retired layout keeps copies of holds a
+        // reshard moved on (some confirmed since), and a layout a reshard was
+        // filling keeps copies of holds that count in the current one.
+        for b in buckets.iter().filter(|b| b.generation == meta.generation) {
             engine.void_holds(b).await?;
         }
         for b in &buckets {

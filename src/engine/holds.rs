@@ -14,6 +14,16 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventStatus, OrderView};
 use crate::store::{ConfirmReply, ExpireReply, Store, StoreError};
 
+/// Where a bucket's layout stands for its holds.
+enum Layout {
+    /// The event's layout: its holds are the ones that count.
+    Current,
+    /// Being filled by a reshard: its holds are copies until the switch.
+    Filling,
+    /// A layout the event left (or never had): its holds moved on.
+    Left,
+}
+
 /// The answer to a confirm that did not confirm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfirmRefusal {
@@ -91,11 +101,29 @@ impl<S: Store> Engine<S> {
 
     /// Expires up to `count` holds of a home bucket that are due now (the
     /// sweeper); units that came back void the event's sold-out marks.
+    ///
+    /// Only in the event's current layout: `Ok(None)` while a reshard fills
+    /// the bucket's layout (its holds are copies until the switch, and the
+    /// old layout's are the ones that count: sealed, they wait), `Stale` for
+    /// a layout the event left (its holds moved on). An expiry in a layout
+    /// being filled returned a hold's units, and a resumed run restored the
+    /// hold and let it expire again.
     pub async fn expire_due(
         &self,
         bucket: &BucketRef,
         count: u32,
-    ) -> Result<ExpireReply, EngineError> {
+    ) -> Result<Option<ExpireReply>, EngineError> {
+        match self.layout_of(bucket).await? {
+            Layout::Current => {}
+            Layout::Filling => return Ok(None),
+            Layout::Left => {
+                return Err(StoreError::Stale(format!(
+                    "{} is not the event's layout",
+                    bucket.name()
+                ))
+                .into());
+            }
+        }
         let reply = self
             .store
             .expire_holds(bucket, self.clock.now_ms(), count, false)
@@ -106,11 +134,37 @@ impl<S: Store> Engine<S> {
             let meta = self.meta(&bucket.event).await?;
             crate::engine::mover::units_came_back(&self.store, &bucket.event, &meta).await?;
         }
-        Ok(reply)
+        Ok(Some(reply))
     }
 
-    /// Voids every live hold of a sealed bucket (a close): their units go
-    /// back to the bucket before it turns into leftover. Returns the units.
+    /// Which layout of its event `bucket` is in: read from the cache, and
+    /// again from the store when the cache disagrees (a cache lags, it is
+    /// never ahead: a layout the store says is current stays the one that
+    /// counts until a reshard seals it, and a sealed bucket refuses).
+    async fn layout_of(&self, bucket: &BucketRef) -> Result<Layout, EngineError> {
+        let cached = self.meta(&bucket.event).await?;
+        let meta = if cached.generation == bucket.generation {
+            cached
+        } else {
+            self.reload(&bucket.event).await?
+        };
+        Ok(if meta.generation == bucket.generation {
+            Layout::Current
+        } else if meta.status == EventStatus::Resharding
+            && meta.reshard_to.map(|(g, _)| g) == Some(bucket.generation)
+        {
+            Layout::Filling
+        } else {
+            Layout::Left
+        })
+    }
+
+    /// Voids every live hold of a sealed bucket of the event's current layout
+    /// (a close): their units go back to the bucket before it turns into
+    /// leftover. Returns the units. Never called on another layout: a
+    /// reshard's old layout holds copies of holds that moved on (maybe
+    /// confirmed since), a layout being filled holds copies of holds that
+    /// still count where they were.
     pub async fn void_holds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         let mut units = 0;
         loop {

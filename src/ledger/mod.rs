@@ -35,7 +35,7 @@ use crate::domain::ids::EventId;
 use crate::domain::model::EventSpec;
 
 pub use apply::{Applied, FlushRecord};
-pub use read::{AuditDb, DbEvent, DbOrder, StreamCut, Totals};
+pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 
 /// Failures of the ledger layer.
 #[derive(Debug, thiserror::Error)]

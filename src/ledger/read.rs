@@ -66,6 +66,47 @@ pub struct DbOrder {
     pub held_until: Option<i64>,
 }
 
+/// One order of an event and every record the ledger has of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderHistory {
+    pub order_id: String,
+    /// The order as derived (`None`: its only take was voided, or it has no
+    /// take nor release yet).
+    pub order: Option<OrderView>,
+    /// `(kind, quantity)` of each record, in stream order within a stream.
+    pub records: Vec<(String, u64)>,
+}
+
+/// The order `records` (all of one order id) make, as the service shows it.
+fn view_of(
+    id: OrderId,
+    event: &EventId,
+    records: &[Rec],
+) -> Result<Option<OrderView>, LedgerError> {
+    let Some((rec, bucket, status)) = derive::derive(records) else {
+        return Ok(None);
+    };
+    let status = match status {
+        Status::Confirmed => OrderStatus::Confirmed,
+        Status::Cancelled => OrderStatus::Cancelled,
+        Status::Held => OrderStatus::Held,
+        Status::Expired => OrderStatus::Expired,
+        Status::Voided => return Ok(None), // the take never became this order
+    };
+    Ok(Some(OrderView {
+        order_id: id,
+        event_id: event.clone(),
+        user_id: UserId::parse(rec.user.clone())
+            .map_err(|e| LedgerError::Data(format!("user {:?}: {e}", rec.user)))?,
+        quantity: rec.qty.max(0) as u32,
+        bucket: bucket.max(0) as u32,
+        status,
+        request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
+        created_at: Some(rec.at_ms),
+        pay_by: derive::pay_by(records),
+    }))
+}
+
 /// What the audit reads from the ledger for one snapshot of the buckets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditDb {
@@ -173,29 +214,72 @@ impl Ledger {
             .iter()
             .map(Rec::from_row)
             .collect::<Result<Vec<_>, _>>()?;
-        let Some((rec, bucket, status)) = derive::derive(&records) else {
-            return Ok(None);
+        view_of(id.clone(), event, &records)
+    }
+
+    /// Every order of `event` (of `user` alone when given) as the ledger
+    /// derives it, with every record each one has: what the order lookups
+    /// answer after a close, and what a check from the database alone reads
+    /// (an order with two records that end it differently is a defect
+    /// whatever the totals say).
+    pub async fn order_histories(
+        &self,
+        event: &EventId,
+        user: Option<&UserId>,
+    ) -> Result<Vec<OrderHistory>, LedgerError> {
+        let by_user = if user.is_some() {
+            " AND user_id = $2"
+        } else {
+            ""
         };
-        let status = match status {
-            Status::Confirmed => OrderStatus::Confirmed,
-            Status::Cancelled => OrderStatus::Cancelled,
-            Status::Held => OrderStatus::Held,
-            Status::Expired => OrderStatus::Expired,
-            Status::Voided => return Ok(None), // the take never became this order
-        };
-        let pay_by = derive::pay_by(&records);
-        Ok(Some(OrderView {
-            order_id: id.clone(),
-            event_id: event.clone(),
-            user_id: UserId::parse(rec.user.clone())
-                .map_err(|e| LedgerError::Data(format!("user {:?}: {e}", rec.user)))?,
-            quantity: rec.qty.max(0) as u32,
-            bucket: bucket.max(0) as u32,
-            status,
-            request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
-            created_at: Some(rec.at_ms),
-            pay_by,
-        }))
+        let sql = format!(
+            "SELECT {} FROM order_records WHERE stream_no IN \
+             (SELECT stream_no FROM ledger_streams WHERE event_id = $1) AND kind IN ('o', 'c', 'v', 'h', 'k', 'e'){by_user}",
+            derive::COLUMNS
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(event.as_str());
+        if let Some(u) = user {
+            query = query.bind(u.as_str());
+        }
+        let mut by_order: HashMap<String, Vec<Rec>> = HashMap::new();
+        for row in query.fetch_all(&self.pool).await? {
+            let rec = Rec::from_row(&row)?;
+            by_order.entry(rec.order_id.clone()).or_default().push(rec);
+        }
+        let mut out = Vec::with_capacity(by_order.len());
+        for (oid, mut records) in by_order {
+            records.sort_by_key(|r| r.key);
+            let order = view_of(OrderId::from_stored(&oid), event, &records)?;
+            out.push(OrderHistory {
+                order_id: oid,
+                order,
+                records: records
+                    .iter()
+                    .map(|r| (r.kind.clone(), r.qty.max(0) as u64))
+                    .collect(),
+            });
+        }
+        out.sort_unstable_by(|a, b| a.order_id.cmp(&b.order_id));
+        Ok(out)
+    }
+
+    /// The order a client's request made in `event`, by the request id it
+    /// sent (request ids are the user's own: two users' equal ids are two
+    /// requests). What a retry learns once the store no longer answers: the
+    /// event closed, or the store lost its state. `None`: no order of the
+    /// event carries it (the request was refused, or bought nothing yet).
+    pub async fn order_by_request(
+        &self,
+        event: &EventId,
+        user: &UserId,
+        request_id: &str,
+    ) -> Result<Option<OrderView>, LedgerError> {
+        Ok(self
+            .order_histories(event, Some(user))
+            .await?
+            .into_iter()
+            .filter_map(|h| h.order)
+            .find(|o| o.request_id.as_deref() == Some(request_id)))
     }
 
     /// The highest bucket-layout generation any record of the event came from.

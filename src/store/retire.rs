@@ -101,7 +101,9 @@ pub trait Retirement {
     /// bucket being rebuilt (Redis lost its state) or filled by a reshard
     /// (`lua/restore.lua`), fenced like a transfer: a writer whose `token` is
     /// lower than the bucket's fence writes nothing (a rebuild into a fresh
-    /// layout passes 0).
+    /// layout passes 0). Each field is written only where the bucket has
+    /// none: a resumed run never undoes what happened here since its first
+    /// run (a hold that expired or was confirmed, a count that dropped).
     fn restore(
         &self,
         bucket: &BucketRef,

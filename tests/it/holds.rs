@@ -71,6 +71,8 @@ on_each_backend_apart!(
     a_sweep_cut_at_any_step_is_finished_by_the_next,
     holds_survive_a_reshard_and_a_rebalancer_move,
     a_close_voids_live_holds_and_accounts_for_their_units,
+    a_resumed_reshard_never_brings_back_holds_that_expired_meanwhile,
+    a_close_after_a_reshard_leaves_paid_holds_confirmed_and_voids_live_ones_once,
 );
 
 const HOLD_S: u32 = 60;
@@ -647,4 +649,113 @@ async fn a_close_voids_live_holds_and_accounts_for_their_units<S: Store>(engine:
     assert_eq!(r.sweep().await, 0);
     let due = r.engine.store().due_holds(i64::MAX, 1024).await.unwrap();
     assert!(due.iter().all(|(b, _)| b.event != id), "{due:?}");
+}
+
+/// A reshard that restored held orders into the new layout and stopped there
+/// (its process died), then the holds' deadlines passed while the event was
+/// still resharding, then another run resumed it. The holds expire exactly
+/// once, whoever sweeps and whenever: their units come back once, no order
+/// has two expiries, and the sale holds its stock, not more. Before the fix
+/// the sweeper expired the copies in the unfinished layout, the resumed run
+/// restored them as held again and they expired a second time: 1.8x the
+/// stock on sale, with the audit balanced.
+async fn a_resumed_reshard_never_brings_back_holds_that_expired_meanwhile<S: Store>(
+    engine: Engine<S>,
+) {
+    use shardstock::control::checkpoint::{self, Checkpoint, Flow};
+    let mut r = rig(engine).await;
+    let id = r.create("resurrect", 20, 2, 4).await;
+    let mut orders = Vec::new();
+    for i in 0..5 {
+        orders.push(r.buy(&id, &format!("u-{i}"), 2).await.unwrap());
+    }
+    checkpoint::inject(
+        &id,
+        Arc::new(|cp| {
+            Box::pin(async move {
+                if cp == Checkpoint::ReshardRestored {
+                    Flow::Crash
+                } else {
+                    Flow::Go
+                }
+            })
+        }),
+    );
+    let cut = shardstock::control::reshard::reshard(&r.engine, &id, 3).await;
+    assert!(cut.is_err(), "the run stops after restoring: {cut:?}");
+    checkpoint::clear(&id);
+    // The deadlines pass while the event waits for its reshard; sweepers run.
+    r.after_deadlines();
+    let early = r.sweep().await;
+    let view = shardstock::control::reshard::reshard(&r.engine, &id, 3)
+        .await
+        .unwrap();
+    assert_eq!(view.bucket_count, 3);
+    let late = r.sweep().await;
+    assert_eq!(
+        early + late,
+        5,
+        "each hold expires once ({early} while resharding, {late} after)"
+    );
+    assert_eq!(r.sweep().await, 0, "nothing is left to expire");
+    let view = r.engine.view(&id).await.unwrap();
+    assert_eq!(
+        (view.remaining, view.held, view.sold),
+        (20, 0, 0),
+        "every unit back on sale once"
+    );
+    for o in &orders {
+        assert_eq!(r.status(&o.order_id).await, OrderStatus::Expired);
+    }
+    let audit = r.audit(&id).await;
+    assert_eq!(audit.released, 10, "{audit:?}");
+    lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
+    let sale = crate::harness::oracle::closed_sale(&r.ledger, &id, 20).await;
+    assert!(sale.broken.is_empty(), "{:#?}", sale.broken);
+}
+
+/// Holds moved by a finished reshard, some confirmed in the new layout, some
+/// left live, then a close while the old layout is still listed (its streams
+/// not pruned yet). The confirmed orders stay confirmed in the database, the
+/// live ones expire once, and the leftover is what was not paid for. Before
+/// the fix the close voided the old layout's copy of every moved hold: paid
+/// orders read `expired`, and live ones were voided twice.
+async fn a_close_after_a_reshard_leaves_paid_holds_confirmed_and_voids_live_ones_once<S: Store>(
+    engine: Engine<S>,
+) {
+    let mut r = rig(engine).await;
+    let id = r.create("moved-close", 20, 2, 4).await;
+    let mut orders = Vec::new();
+    for i in 0..4 {
+        orders.push(r.buy(&id, &format!("u-{i}"), 2).await.unwrap());
+    }
+    let view = shardstock::control::reshard::reshard(&r.engine, &id, 3)
+        .await
+        .unwrap();
+    assert_eq!(view.bucket_count, 3);
+    let meta = r.engine.reload(&id).await.unwrap();
+    assert!(!meta.retired.is_empty(), "the old layout is still listed");
+    for o in &orders[..2] {
+        let c = r.engine.confirm(o.order_id.as_str()).await.unwrap();
+        assert_eq!(c.result.unwrap().status, OrderStatus::Confirmed);
+    }
+    let view = lifecycle::close(&r.engine, &r.ledger, &mut r.flusher, &id, &r.stop)
+        .await
+        .unwrap();
+    assert_eq!(view.leftover, Some(16), "{view:?}");
+    for o in &orders[..2] {
+        assert_eq!(r.status(&o.order_id).await, OrderStatus::Confirmed, "paid");
+    }
+    for o in &orders[2..] {
+        assert_eq!(r.status(&o.order_id).await, OrderStatus::Expired, "voided");
+    }
+    let sale = crate::harness::oracle::closed_sale(&r.ledger, &id, 20).await;
+    assert!(sale.broken.is_empty(), "{:#?}", sale.broken);
+    let audit = shardstock::control::audit::audit(&r.engine, &r.ledger, &id)
+        .await
+        .unwrap();
+    assert!(audit.balanced, "{audit:?}");
+    assert_eq!((audit.released, audit.leftover), (4, 16), "{audit:?}");
 }

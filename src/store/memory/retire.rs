@@ -117,20 +117,24 @@ impl Retirement for MemoryStore {
             if let Err(TransferReply::Fenced { highest }) = bk.fence(token) {
                 return RestoreReply::Fenced { highest };
             }
+            // Only where the bucket has none yet (restore.lua: its source is
+            // frozen, so what is here is as new or newer).
             for (user, units) in holdings {
-                bk.users.insert(user.clone(), *units);
+                bk.users.entry(user.clone()).or_insert(*units);
             }
             for (oid, entry) in orders {
+                if bk.idx.contains_key(oid) {
+                    continue;
+                }
                 bk.idx.insert(oid.clone(), entry.clone());
-                // A live hold joins the deadline index once (restore.lua).
-                if let (EntryState::Held, Some(pay_by)) = (entry.state, entry.pay_by)
-                    && bk.holds.insert((pay_by, oid.to_string()))
-                {
+                // A live hold this call wrote joins the deadline index.
+                if let (EntryState::Held, Some(pay_by)) = (entry.state, entry.pay_by) {
+                    bk.holds.insert((pay_by, oid.to_string()));
                     bk.hunits += u64::from(entry.qty);
                 }
             }
             for (rid, record) in records {
-                bk.reqs.insert(rid.clone(), record.clone());
+                bk.reqs.entry(rid.clone()).or_insert_with(|| record.clone());
             }
             RestoreReply::Restored
         })?;

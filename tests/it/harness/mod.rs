@@ -12,11 +12,13 @@
 //! - `wait`: waiting for a condition with a deadline, never for a fixed time.
 //! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
 //!   steps from a seed, before or after they apply.
+//! - `oracle`: a closed sale checked from the database alone.
 
 mod app;
 mod backends;
 pub mod faulty;
 mod fixtures;
+pub mod oracle;
 mod replicated;
 mod servers;
 mod service;
@@ -31,6 +33,6 @@ pub use backends::{
 };
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
 pub use replicated::ReplicatedCluster;
-pub use servers::{RedisCluster, RedisServer, free_port, process_id};
+pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;
 pub use wait::{eventually, wait_until};
