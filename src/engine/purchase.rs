@@ -128,21 +128,38 @@ impl<S: Store> Engine<S> {
     /// by a caller. It runs in the caller's task, and becomes a task of its
     /// own only if the caller drops it unfinished ([`Detached`]): a task per
     /// purchase cost every one a spawn, a schedule and a cross-task wake.
+    ///
+    /// The request comes back with the answer (moved, not copied: a caller
+    /// that must look further, as after a close, still has it), unless the
+    /// purchase panicked.
     pub async fn purchase_detached(
         self: &Arc<Self>,
         req: PurchaseRequest,
-    ) -> Result<PurchaseOutcome, EngineError> {
+    ) -> (
+        Result<PurchaseOutcome, EngineError>,
+        Option<PurchaseRequest>,
+    ) {
         let engine = self.clone();
         // It keeps the caller's span (the request's, for traces and logs),
         // also when it goes on as a task of its own.
-        Detached::new(async move { engine.purchase(&req).await }.in_current_span())
-            .await
-            .unwrap_or_else(|panic| {
+        match Detached::new(
+            async move {
+                let answer = engine.purchase(&req).await;
+                (answer, req)
+            }
+            .in_current_span(),
+        )
+        .await
+        {
+            Ok((answer, req)) => (answer, Some(req)),
+            Err(panic) => (
                 Err(EngineError::OutcomeUnknown(format!(
                     "the purchase panicked: {}",
                     panic_message(&panic)
-                )))
-            })
+                ))),
+                None,
+            ),
+        }
     }
 
     /// Buys `quantity` units for a user: the fast path when the home bucket
@@ -191,7 +208,9 @@ impl<S: Store> Engine<S> {
             if meta.status == EventStatus::Resharding {
                 meta = Box::pin(self.settled(&req.event)).await?;
             }
-            check_on_sale(&meta, self.clock.now_ms())?;
+            if let Err(refused) = check_on_sale(&meta, self.clock.now_ms()) {
+                return Box::pin(self.after_window(&meta, req, hash, &rid, keep, refused)).await;
+            }
             if req.quantity == 0 || req.quantity > meta.spec.max_per_order {
                 return Err(EngineError::Invalid {
                     field: "quantity",
@@ -223,6 +242,49 @@ impl<S: Store> Engine<S> {
                 other => return other,
             }
         }
+    }
+
+    /// A purchase the event refuses now. A retry with the client's request
+    /// id whose sale ended since an earlier attempt still learns what that
+    /// attempt did: its record, read where it lives, answers (a saga left
+    /// pending is driven to its end). Only once the window ended: before it
+    /// opens nothing can have been recorded, and after a close the ledger
+    /// answers (the HTTP layer asks it).
+    async fn after_window(
+        &self,
+        meta: &EventMeta,
+        req: &PurchaseRequest,
+        hash: u64,
+        rid: &str,
+        keep: bool,
+        refused: EngineError,
+    ) -> Result<PurchaseOutcome, EngineError> {
+        if !keep || !matches!(refused, EngineError::NotOnSale { why: "ended", .. }) {
+            return Err(refused);
+        }
+        let home = home(hash, meta.spec.buckets);
+        let record = match self
+            .store
+            .request_record(&Self::bucket(meta, home), rid)
+            .await
+        {
+            Ok(Some(record)) => record,
+            Ok(None) | Err(StoreError::Stale(_)) => return Err(refused),
+            Err(e) => return Err(e.into()),
+        };
+        let saga = Saga {
+            home,
+            rid: rid.to_owned(),
+            keep,
+            limited: meta.spec.per_user_limit.is_some(),
+            user: req.user.clone(),
+            qty: req.quantity,
+            order_id: OrderId::generate(&req.event, hash),
+            started_ms: self.clock.now_ms(),
+            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
+            pay_by: None,
+        };
+        self.replay(meta, saga, record).await
     }
 
     async fn attempt(&self, meta: &EventMeta, saga: Saga) -> Result<PurchaseOutcome, EngineError> {

@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState, Meters, events::event_id};
 use crate::domain::ids::{EventId, RequestId, UserId};
-use crate::domain::model::Order;
-use crate::engine::{PurchaseOutcome, PurchaseRequest};
+use crate::domain::model::{Order, OrderStatus};
+use crate::engine::{EngineError, PurchaseOutcome, PurchaseRequest};
 use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
@@ -100,15 +100,36 @@ pub(super) async fn purchase<S: Store>(
         state.limits.check(&req.user)?;
         let event = req.event.clone();
         if let Some(refused) = state.held.refusal(&event) {
-            return Err(refused);
+            return Box::pin(from_ledger(&state, req, refused)).await;
         }
         // A task of its own: if this handler is dropped (the client went
         // away, the request timeout fired), the purchase still ends.
         match state.engine.purchase_detached(req).await {
-            Ok(outcome) => Ok(outcome),
+            (Ok(outcome), _) => Ok(outcome),
             // Boxed: its database read would otherwise make every
             // purchase's handler future (moved on every request) larger.
-            Err(e) => Err(Box::pin(state.engine_error_checked(&event, e)).await),
+            (Err(e), req) => {
+                // Closed, or gone from the store since (its keys expire an
+                // hour after the close): the ledger has its orders.
+                let closed = matches!(
+                    e,
+                    EngineError::NotOnSale { why: "closed", .. } | EngineError::UnknownEvent(_)
+                );
+                let refused = Box::pin(state.engine_error_checked(&event, e)).await;
+                match req {
+                    Some(req)
+                        if closed
+                            && req.request_id.is_some()
+                            && matches!(
+                                refused,
+                                ApiError::NotOnSale(_) | ApiError::UnknownEvent(_)
+                            ) =>
+                    {
+                        Box::pin(from_ledger(&state, req, refused)).await
+                    }
+                    _ => Err(refused),
+                }
+            }
         }
     }
     .await;
@@ -119,6 +140,68 @@ pub(super) async fn purchase<S: Store>(
         _ => UNKNOWN_EVENT,
     };
     respond(outcome, &state.meters, label, start)
+}
+
+/// A purchase the store cannot answer (the event closed, or is held after
+/// the store lost state): a request with the client's request id learns from
+/// the ledger what it bought. A close drains every order into the ledger
+/// before the ledger marks the event closed, so once it is, "no order" there
+/// means the request bought nothing; before that (a close under way, a held
+/// event) the answer is `outcome: unknown`, which a later retry resolves.
+async fn from_ledger<S: Store>(
+    state: &AppState<S>,
+    req: PurchaseRequest,
+    refused: ApiError,
+) -> Result<PurchaseOutcome, ApiError> {
+    let Some(rid) = &req.request_id else {
+        return Err(refused);
+    };
+    let ledger = &state.ledger;
+    let unknown = |why: String| ApiError::Unavailable {
+        detail: format!("{why}; retry with the same request id later"),
+        outcome_unknown: true,
+    };
+    let db = match ledger.event(&req.event).await {
+        Ok(Some(db)) => db,
+        Ok(None) => return Err(refused),
+        Err(e) => return Err(unknown(format!("the database did not answer ({e})"))),
+    };
+    let order = ledger
+        .order_by_request(&req.event, &req.user, rid.as_str())
+        .await
+        .map_err(|e| unknown(format!("the database did not answer ({e})")))?;
+    match order {
+        Some(o) if o.quantity != req.quantity => Err(ApiError::IdempotencyConflict),
+        Some(o) => Ok(PurchaseOutcome {
+            result: Ok(Order {
+                order_id: o.order_id,
+                event_id: o.event_id,
+                user_id: o.user_id,
+                quantity: o.quantity,
+                bucket: o.bucket,
+                probes: 0,
+                status: Some(o.status)
+                    .filter(|s| o.pay_by.is_some() || *s != OrderStatus::Confirmed),
+                pay_by: o.pay_by,
+            }),
+            replayed: true,
+        }),
+        None if db.closed => Err(match refused {
+            ApiError::NotOnSale(why) => {
+                ApiError::NotOnSale(format!("{why}; no order was made for request id {rid}"))
+            }
+            other => other,
+        }),
+        None if state.held.contains(&req.event) => Err(unknown(format!(
+            "event {} is held until an operator recovers it; an order of request id {rid} \
+             may still reach the database",
+            req.event
+        ))),
+        None => Err(unknown(format!(
+            "event {} is closing; an order of request id {rid} may still reach the database",
+            req.event
+        ))),
+    }
 }
 
 /// The `event` label of purchases whose event does not exist (or was never named).

@@ -48,6 +48,7 @@ on_every_backend!(
     an_entry_over_the_limit_is_refused_without_slowing_its_call,
     one_call_for_several_buckets_answers_each_as_its_own_call,
     a_stream_read_hands_out_new_records_once_and_claims_the_idle,
+    a_retry_after_the_window_ended_learns_what_its_request_did,
 );
 
 fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
@@ -1321,4 +1322,67 @@ async fn a_stream_read_hands_out_new_records_once_and_claims_the_idle<S: Store>(
     let ids: Vec<_> = again.iter().map(|e| e.id).collect();
     store.stream_ack(&b, &ids).await.unwrap();
     assert_eq!(store.stream_len(&b).await.unwrap(), 0);
+}
+
+/// A client whose purchase answered "outcome unknown" just before the sale
+/// window ended retries with its request id just after: it learns what its
+/// request did (the order, a refusal, or the end of a saga cut off half way),
+/// not "not on sale". A request id never seen is refused as before.
+async fn a_retry_after_the_window_ended_learns_what_its_request_did<S: Store>(engine: Engine<S>) {
+    // The window ends a minute in; the retries come a second after that.
+    const MINUTE: Duration = Duration::from_secs(60);
+    let clock = ManualClock::starting_now();
+    let engine = engine.with_clock(clock.clone().into());
+    let id = event_id("late");
+    let mut s = spec(&id, 6, 3);
+    s.per_user_limit = Some(2);
+    s.ends_at = Some(clock.now_ms() + MINUTE.as_millis() as i64);
+    engine.create_event(s).await.unwrap();
+    let bought = engine
+        .purchase(&req(&id, "u-1", 2, Some("late-1")))
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let over = engine
+        .purchase(&req(&id, "u-1", 1, Some("late-2")))
+        .await
+        .unwrap();
+    assert!(matches!(over.result, Err(Refusal::LimitExceeded { .. })));
+    // A saga cut off after its home step: the quota reserved, nothing taken.
+    drain_bucket(&engine, &id, 0, 3).await;
+    let u = user_homed_at(0, 3, "late-saga");
+    engine.inject_crash(CrashPoint::AfterHome);
+    let cut = engine.purchase(&req(&id, &u, 1, Some("late-3"))).await;
+    assert!(matches!(cut, Err(EngineError::InjectedCrash(_))), "{cut:?}");
+    engine.inject_crash(CrashPoint::None);
+    clock.advance(MINUTE + Duration::from_secs(1));
+
+    let again = engine
+        .purchase(&req(&id, "u-1", 2, Some("late-1")))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.result.unwrap().order_id, bought.order_id);
+    let again = engine
+        .purchase(&req(&id, "u-1", 1, Some("late-2")))
+        .await
+        .unwrap();
+    assert_eq!((again.replayed, again.result), (true, over.result));
+    let ended = engine
+        .purchase(&req(&id, &u, 1, Some("late-3")))
+        .await
+        .unwrap();
+    let order = ended.result.expect("the saga's take, made in the window");
+    assert_eq!(order.quantity, 1);
+    let fresh = engine.purchase(&req(&id, "u-2", 1, Some("late-4"))).await;
+    assert!(
+        matches!(fresh, Err(EngineError::NotOnSale { why: "ended", .. })),
+        "{fresh:?}"
+    );
+    let other = engine.purchase(&req(&id, "u-2", 2, Some("late-1"))).await;
+    assert!(
+        matches!(other, Err(EngineError::NotOnSale { .. })),
+        "a request id is the user's own: {other:?}"
+    );
 }

@@ -22,6 +22,10 @@
 //! - `adaptive`: an adaptive bucket count grown from one bucket and shrunk
 //!   back mid-sale by the leader; the leader dying at every step of an
 //!   automatic reshard (issue 17).
+//! - `interplay`: where features meet, over HTTP: holds and a reshard cut
+//!   off and resumed, holds moved by a reshard and then a close, retries
+//!   after the sale window and after the close; the oracle from the
+//!   database alone.
 //! - `reshard`: reshards and closes crashed, stalled and raced at named
 //!   checkpoints: nothing stranded, nothing overwritten, closed stays closed.
 //! - `redis_faults`: SCRIPT FLUSH mid-sale and round trips counted, on
@@ -67,6 +71,7 @@ mod faults;
 mod hardening;
 mod holds;
 mod idle;
+mod interplay;
 mod ledger;
 mod live_page;
 mod partial_loss;
