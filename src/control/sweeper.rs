@@ -4,7 +4,7 @@
 //! purchase's own task (which a client disconnect or the request timeout no
 //! longer cancels) or a retry with the same request id; when the process dies
 //! mid-saga, or the store failed under it, nobody may come back. Every
-//! instance therefore sweeps, every `interval`: for each event on sale, each
+//! instance therefore sweeps, every `interval`: for each open event on sale, each
 //! bucket of the current layout lists the sagas pending there since
 //! `stale_after` or longer (`Buckets::stale_pending`, the bucket's `pend`
 //! set, at most `per_bucket` a call), and each is ended with
@@ -118,8 +118,8 @@ async fn announce_holds<S: Store>(
     Ok(())
 }
 
-/// Sweeps every event each `interval` until `stop`. Never fails: a round
-/// that could not finish is logged and the next one tries again.
+/// Sweeps every open event each `interval` until `stop`. Never fails: a
+/// round that could not finish is logged and the next one tries again.
 pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: CancellationToken) {
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -128,24 +128,31 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: Can
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let events = match engine.store().list_events().await {
-            Ok(events) => events,
-            Err(e) => {
-                m::store_error("list_events");
-                tracing::warn!(error = %e, "sweeper: listing events failed");
-                continue;
-            }
-        };
-        for event in events {
-            // Shutdown never waits for a round: every step of it is
-            // idempotent, and the next sweep (of any instance) resumes.
-            let swept = tokio::select! {
-                _ = stop.cancelled() => return,
-                swept = sweep_event(&engine, &event, &opts) => swept,
-            };
-            if let Err(e) = swept {
-                tracing::warn!(%event, error = %e, "sweeper: round cut short");
-            }
+        // Shutdown never waits for a round: every step of it is idempotent,
+        // and the next sweep (of any instance) resumes.
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = sweep_round(&engine, &opts) => {}
+        }
+    }
+}
+
+/// One round: every open event, once. Only the open ones: a closed event's
+/// sagas were settled by its close, and visiting every event ever created
+/// cost each instance a meta read per event every round, for ever (and put
+/// each closed event back in the engine's cache).
+pub async fn sweep_round<S: Store>(engine: &Engine<S>, opts: &SweepOptions) {
+    let events = match engine.store().list_open_events().await {
+        Ok(events) => events,
+        Err(e) => {
+            m::store_error("list_open_events");
+            tracing::warn!(error = %e, "sweeper: listing events failed");
+            return;
+        }
+    };
+    for event in events {
+        if let Err(e) = sweep_event(engine, &event, opts).await {
+            tracing::warn!(%event, error = %e, "sweeper: round cut short");
         }
     }
 }

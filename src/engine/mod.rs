@@ -303,17 +303,31 @@ impl<S: Store> Engine<S> {
             .await?
             .ok_or_else(|| EngineError::UnknownEvent(event.clone()))?;
         let meta = Arc::new(meta);
-        if meta.status != EventStatus::Creating {
-            self.events
-                .write()
-                .expect("meta cache poisoned")
-                .insert(event.clone(), meta.clone());
+        // The cache holds the events that may sell: one being created is not
+        // yet, and a closed one never again (a read of its meta answers it;
+        // cached, every closed event anyone asked about stayed for the life of
+        // the process).
+        match meta.status {
+            EventStatus::Creating => {}
+            EventStatus::Closed => {
+                self.events
+                    .write()
+                    .expect("meta cache poisoned")
+                    .remove(event);
+            }
+            EventStatus::OnSale | EventStatus::Resharding => {
+                self.events
+                    .write()
+                    .expect("meta cache poisoned")
+                    .insert(event.clone(), meta.clone());
+            }
         }
         Ok(meta)
     }
 
-    /// Whether this engine has loaded the event (it exists, or existed).
-    /// Cheap: one read of the meta cache, no store call.
+    /// Whether this engine has loaded the event and it may still sell (on
+    /// sale or resharding: closed events leave the cache). Cheap: one read
+    /// of the meta cache, no store call.
     pub fn is_known(&self, event: &EventId) -> bool {
         self.events
             .read()

@@ -11,6 +11,8 @@
 //!   still reaches the ledger: the sweep finds it.
 //! - A closed event leaves the open set and is still listed, viewed and audited.
 //! - An audit pages through a stream longer than one script reply.
+//! - The saga sweeper reads the open events only, and the engine forgets
+//!   closed ones.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -212,3 +214,78 @@ async fn an_audit_pages_through_a_long_unflushed_stream<S: Store>(engine: Engine
 }
 
 on_every_backend!(an_audit_pages_through_a_long_unflushed_stream);
+
+/// The saga sweeper's round reads the open events only, and a closed event
+/// stays out of the engine's cache. It used to read every event ever
+/// created, every 5 s on every instance, and each read put a closed event
+/// back into the cache the close had taken it out of.
+async fn the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones<S: Store>(store: S) {
+    use crate::harness::faulty::Faulty;
+    use shardstock::control::{flusher::Flusher, lifecycle, sweeper};
+    let store = Faulty::plain(store);
+    let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
+    let ledger = ledger_for(engine.store().kind()).await;
+    let mut closed = Vec::new();
+    for i in 0..6 {
+        let id = crate::harness::event_id(&format!("sweep-{i}"));
+        lifecycle::create(&engine, &ledger, spec(&id, 10, 2))
+            .await
+            .unwrap();
+        if i > 0 {
+            let mut flusher = Flusher::new(
+                engine.clone(),
+                ledger.clone(),
+                format!("closer-{i}"),
+                shardstock::control::flusher::FlushOptions {
+                    batch: 500,
+                    workers: 1,
+                    idle: Duration::from_millis(10),
+                    claim_idle_ms: 1_000,
+                },
+            );
+            let stop = tokio_util::sync::CancellationToken::new();
+            lifecycle::close(&engine, &ledger, &mut flusher, &id, &stop)
+                .await
+                .unwrap();
+            closed.push(id);
+        }
+    }
+    let open = store.list_open_events().await.unwrap().len() as u64;
+    let everything = store.list_events().await.unwrap().len() as u64;
+    assert!(everything >= open + 5, "{everything} events, {open} open");
+    let before = store.calls("load_meta");
+    sweeper::sweep_round(&engine, &sweeper::SweepOptions::default()).await;
+    let read = store.calls("load_meta") - before;
+    assert_eq!(
+        read, open,
+        "one meta read an open event ({everything} events in all)"
+    );
+    for id in &closed {
+        assert!(!engine.is_known(id), "{id} is closed: not cached");
+        engine.reload(id).await.unwrap();
+        assert!(!engine.is_known(id), "{id}: a read does not cache it again");
+    }
+}
+
+mod sweeper_rounds {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_memory() {
+        super::the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones(
+            shardstock::MemoryStore::new(),
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_redis() {
+        let store = crate::harness::connect("redis://127.0.0.1:6379", "idle-sweeper").await;
+        super::the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones(store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_cluster() {
+        let url = crate::harness::shared_cluster().url();
+        let store = crate::harness::connect(&url, "idle-sweeper-cluster").await;
+        super::the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones(store).await;
+    }
+}
