@@ -7,7 +7,9 @@ Returns "ST", {"F", highest}, {"D", units} (no open entry: unknown or already
 done) or {"A", units} (entry marked done: "…|d").
 Called only after IN succeeded. The entry is kept as a tombstone rather than
 deleted, so a late duplicate OUT with the same transfer id is refused instead
-of journaling the units a second time.
+of journaling the units a second time; once the fence passes its token (a
+newer mover), the fence refuses that OUT first and the tombstone is dropped
+(here, in transfer_out.lua or raise_fence.lua, whichever raises the fence).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -19,6 +21,14 @@ if token < fence then
 end
 if token > fence then
   redis.call('SET', KEYS[3], ARGV[1])
+  -- Tombstones below the new fence answer no step any more (raise_fence.lua).
+  local journal = redis.call('HGETALL', KEYS[2])
+  for i = 1, #journal, 2 do
+    local t, state = string.match(journal[i + 1], '^[^|]*|[^|]*|(%d+)|(%a)$')
+    if state == 'd' and tonumber(t) < token then
+      redis.call('HDEL', KEYS[2], journal[i])
+    end
+  end
 end
 local seen = redis.call('HGET', KEYS[2], ARGV[2])
 if not seen then

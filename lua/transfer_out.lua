@@ -19,6 +19,7 @@ raise of the fence are one step with the move. The bucket's change counter
 (`adds`) is bumped as when units arrive: a reader that saw this bucket before
 the OUT and the target after the IN would count the units twice, and the
 audit's second collect of the counters is what tells it to read again.
+Raising the fence drops the journal's tombstones below it (raise_fence.lua).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 or (ARGV[5] ~= '1' and redis.call('EXISTS', KEYS[4]) == 1) then
   return 'ST'
@@ -30,6 +31,14 @@ if token < fence then
 end
 if token > fence then
   redis.call('SET', KEYS[3], ARGV[1])
+  -- Tombstones below the new fence answer no step any more (raise_fence.lua).
+  local journal = redis.call('HGETALL', KEYS[2])
+  for i = 1, #journal, 2 do
+    local t, state = string.match(journal[i + 1], '^[^|]*|[^|]*|(%d+)|(%a)$')
+    if state == 'd' and tonumber(t) < token then
+      redis.call('HDEL', KEYS[2], journal[i])
+    end
+  end
 end
 local seen = redis.call('HGET', KEYS[2], ARGV[2])
 if seen then

@@ -8,6 +8,7 @@
 //! ss:{<event>}:token             STR   fencing token counter (INCR)
 //! ss:{<event>}:leader            STR   rebalancer leadership "owner|term" (PX, heartbeat)
 //! ss:{<event>}:term              STR   leadership term counter (INCR)
+//! ss:{<event>}:xsettled          HASH  layout generation -> the token below which its transfers are all closed
 //! ss:{<event>#<gen>#<b>}:stock   STR   remaining units of bucket b
 //! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
 //! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record
@@ -16,8 +17,8 @@
 //! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b
 //! ss:{<event>#<gen>#<b>}:idx     HASH  order id -> order entry (orders of users homed at b)
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
-//! ss:{<event>#<gen>#<b>}:xfer    HASH  open transfers out of b: xid -> "target|units|token"
-//! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units"
+//! ss:{<event>#<gen>#<b>}:xfer    HASH  transfers out of b: xid -> "target|units|token|o" (open) or "…|d" (a tombstone until the fence passes its token)
+//! ss:{<event>#<gen>#<b>}:xin     HASH  transfers applied into b: xid -> "source|units" (until its layout's settled token passes the xid's)
 //! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake) or moved them out (OUT)
 //! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
 //! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
@@ -51,6 +52,7 @@ pub struct EventKeys {
     pub token: String,
     pub leader: String,
     pub term: String,
+    pub xsettled: String,
 }
 
 /// The default key namespace (`ss:`); a store can use another one (tests do,
@@ -70,6 +72,7 @@ impl EventKeys {
             token: format!("{tag}:token"),
             leader: format!("{tag}:leader"),
             term: format!("{tag}:term"),
+            xsettled: format!("{tag}:xsettled"),
         }
     }
 }

@@ -14,3 +14,5 @@ pub mod model;
 pub mod routing;
 /// A bucket's order stream: entry kinds, ids and their stored encoding.
 pub mod stream;
+/// Transfer ids, and which of them a bucket may forget.
+pub mod transfer;

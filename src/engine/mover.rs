@@ -16,6 +16,7 @@ use futures::future::try_join_all;
 
 use crate::domain::keys::BucketRef;
 use crate::domain::model::EventMeta;
+use crate::domain::transfer::Forget;
 use crate::store::{OpenTransfer, Store, StoreError, TransferReply};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +63,7 @@ pub async fn transfer<S: Store>(
     to: u32,
     units: u64,
 ) -> Result<u64, MoverError> {
-    let xid = format!("{token}.{from}.{to}.{:08x}", rand::random::<u32>());
+    let xid = crate::domain::transfer::mover_xid(token, from, to, rand::random());
     let out = store
         .transfer_out(&bucket(meta, from), token, &xid, to, units)
         .await?;
@@ -102,23 +103,8 @@ pub async fn units_came_back<S: Store>(
     Ok(())
 }
 
-/// The transfer id of a reshard's move from old bucket `from` into bucket `to`
-/// of layout `generation`, in pass `pass` of the run holding `token`.
-/// Self-describing, so whoever completes it knows the target is in another
-/// layout; unique per run and pass, so an id is never reused for another
-/// amount (a resumed run replans from what the buckets hold, and a reused id
-/// would answer "done" with the old amount while the planner counted the new).
-pub fn reshard_xid(generation: u32, from: u32, to: u32, token: u64, pass: u32) -> String {
-    format!("rs.{generation}.{from}.{to}.{token}.{pass}")
-}
-
-/// The layout a transfer's target lives in: a reshard's new one, or the source's.
-pub(crate) fn target_generation(xid: &str, default: u32) -> u32 {
-    xid.strip_prefix("rs.")
-        .and_then(|rest| rest.split('.').next())
-        .and_then(|g| g.parse().ok())
-        .unwrap_or(default)
-}
+pub use crate::domain::transfer::reshard_xid;
+use crate::domain::transfer::target_generation;
 
 /// IN, seq bump, CLEAR: the rest of a journaled transfer.
 pub async fn complete<S: Store>(
@@ -151,14 +137,37 @@ pub async fn complete<S: Store>(
 /// bucket, not only by those this one happens to touch), then completes every
 /// transfer a previous mover left open. `Fenced` when a bucket has already
 /// accepted a newer token: another mover took over since.
+///
+/// When `buckets` holds the whole current layout, a takeover that got this
+/// far has closed every transfer made there under a lower token, and says so
+/// (`Transfers::settle_transfers`); the next takeover's fences let the
+/// buckets forget those ids (`domain::transfer`), so what a bucket remembers
+/// of transfers stays bounded however long the sale runs.
 pub async fn take_over<S: Store>(
     store: &S,
     meta: &EventMeta,
     buckets: &[BucketRef],
     token: u64,
 ) -> Result<Moved, MoverError> {
+    let settled = store.settled_transfers(&meta.spec.id).await?;
+    let settled_in = |generation: u32| {
+        settled
+            .iter()
+            .find(|(g, _)| *g == generation)
+            .map_or(0, |(_, t)| *t)
+    };
     for b in buckets {
-        let fence = match store.raise_fence(b, token).await {
+        let forget = Forget {
+            mover_below: settled_in(b.generation),
+            // A layout that is or was the event's current one holds no open
+            // reshard transfer into it (the switch waited for none).
+            reshard_below: if b.generation <= meta.generation {
+                u64::MAX
+            } else {
+                0
+            },
+        };
+        let fence = match store.raise_fence(b, token, forget).await {
             Ok(fence) => fence,
             // A bucket of a layout that is gone: nothing to fence.
             Err(StoreError::Stale(_)) => continue,
@@ -172,7 +181,14 @@ pub async fn take_over<S: Store>(
             });
         }
     }
-    complete_open(store, meta, token).await
+    let done = complete_open(store, meta, token).await?;
+    let whole = (0..meta.spec.buckets).all(|i| buckets.contains(&bucket(meta, i)));
+    if whole {
+        store
+            .settle_transfers(&meta.spec.id, meta.generation, token)
+            .await?;
+    }
+    Ok(done)
 }
 
 /// Completes every transfer a previous mover left open; returns what it completed.

@@ -166,7 +166,8 @@ impl<S: Store> Engine<S> {
             }
             let source = Self::bucket(meta, b as u32);
             for t in self.store.open_transfers(&source).await? {
-                let generation = super::mover::target_generation(&t.xid, meta.generation);
+                let generation =
+                    crate::domain::transfer::target_generation(&t.xid, meta.generation);
                 let target = BucketRef::new(&meta.spec.id, generation, t.target);
                 let delivered = self.store.delivered(&target, &t.xid).await?;
                 out.push((b, t, delivered));

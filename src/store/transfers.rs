@@ -6,11 +6,18 @@
 //! the target once per transfer id, and `transfer_clear` closes the entry. At
 //! every instant the units are counted once: in a stock or in an open entry.
 //! Every step carries the mover's fencing token (see [`super::leases`]).
+//!
+//! What a bucket remembers of transfers stays bounded (`domain::transfer`):
+//! a step that raises the fence drops the journal's tombstones below it, and
+//! [`Transfers::raise_fence`] also drops applied ids below the tokens a
+//! takeover settled ([`Transfers::settle_transfers`]).
 
 use std::future::Future;
 
 use super::StoreError;
+use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::transfer::Forget;
 
 /// The answer of a fenced transfer step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,12 +64,32 @@ pub trait Transfers {
     ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
 
     /// Raises the bucket's fence to `token` (a new leader, before it moves
-    /// anything); returns the fence afterwards (`lua/raise_fence.lua`).
+    /// anything); returns the fence afterwards (`lua/raise_fence.lua`). The
+    /// bucket forgets the tombstones of its journal below its fence and the
+    /// applied ids `forget` names.
     fn raise_fence(
         &self,
         bucket: &BucketRef,
         token: u64,
+        forget: Forget,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The tokens takeovers settled, per layout generation: every transfer
+    /// whose source is in that layout and whose token is lower is closed.
+    fn settled_transfers(
+        &self,
+        event: &EventId,
+    ) -> impl Future<Output = Result<Vec<(u32, u64)>, StoreError>> + Send;
+
+    /// Records that a mover holding `token` fenced every bucket of layout
+    /// `generation` and then completed every transfer open there (kept only
+    /// if higher than what is recorded; `lua/settle_transfers.lua`).
+    fn settle_transfers(
+        &self,
+        event: &EventId,
+        generation: u32,
+        token: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`
     /// (`lua/transfer_in.lua`).

@@ -770,14 +770,29 @@ async fn an_interrupted_transfer_is_completed_by_the_next_mover<S: Store>(engine
     let done = mover::complete_open(store, &meta, 2).await.unwrap();
     assert_eq!((done.transfers, done.units), (1, 3));
     assert_eq!(remaining(&engine, &id).await, vec![1, 7]);
-    // Completing again, or a late duplicate OUT, changes nothing.
+    // Completing again, or a late duplicate OUT, changes nothing: under its
+    // own token the journal's tombstone refuses it, and once a newer mover
+    // raised the fence, the fence does (the tombstone is gone by then).
     assert_eq!(
-        mover::complete_open(store, &meta, 3).await.unwrap().units,
+        mover::complete_open(store, &meta, 2).await.unwrap().units,
         0
     );
     assert_eq!(
-        store.transfer_out(&b0, 3, "x1", 1, 3).await.unwrap(),
-        TransferReply::Duplicate(3)
+        store.transfer_out(&b0, 1, "x1", 1, 3).await.unwrap(),
+        TransferReply::Fenced { highest: 2 }
+    );
+    assert_eq!(
+        store.transfer_out(&b0, 2, "x1", 1, 3).await.unwrap(),
+        TransferReply::Duplicate(3),
+        "the tombstone, under the token that cleared it"
+    );
+    assert_eq!(
+        store.raise_fence(&b0, 3, Default::default()).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        store.transfer_out(&b0, 2, "x1", 1, 3).await.unwrap(),
+        TransferReply::Fenced { highest: 3 }
     );
     assert_eq!(engine.view(&id).await.unwrap().remaining, 8);
 }

@@ -517,3 +517,102 @@ async fn an_audit_racing_transfers_counts_every_unit_once<S: Store>(engine: Engi
     stop.store(true, Ordering::Relaxed);
     mover.await.unwrap();
 }
+
+/// Ten thousand transfers on one event, a rebalancer round every few ms (each
+/// under a fresh token, as the leader's rounds are): what the buckets
+/// remember of transfers stays bounded by a constant, not by the transfers
+/// made. Each round's takeover lets the buckets forget the ids of transfers
+/// the round before closed (`domain::transfer`); before, every transfer left
+/// a tombstone in its source's journal and an id in its target's applied set
+/// for the life of the event, and every short take, view, plan and audit
+/// read them whole. The store's own reads are the measure: the audit's
+/// applied ids on every backend, and on Redis the hashes' lengths.
+async fn transfer_state_stays_bounded<S: Store>(engine: Engine<S>, hlen: impl Fn(&str) -> u64) {
+    const BUCKETS: u32 = 4;
+    const TRANSFERS: u64 = 10_000;
+    let engine = Arc::new(engine);
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("bounded");
+    engine.create_event(spec(&id, 400, BUCKETS)).await.unwrap();
+    let mut leader = rebalancer(&engine, &ledger, 2_000);
+    let ring: Vec<shardstock::control::rebalancer::Move> = (0..BUCKETS)
+        .map(|b| shardstock::control::rebalancer::Move {
+            from: b,
+            to: (b + 1) % BUCKETS,
+            units: 1,
+        })
+        .collect();
+    let mut sizes = Vec::new();
+    let mut made = 0;
+    while made < TRANSFERS {
+        let meta = engine.reload(&id).await.unwrap();
+        let mut planned = leader
+            .plan(&meta)
+            .await
+            .unwrap()
+            .expect("the lease is free");
+        planned.moves = ring.clone();
+        let round = leader.execute(&meta, planned).await.unwrap();
+        assert_eq!(round.transfers, u64::from(BUCKETS), "{round:?}");
+        made += round.transfers;
+        if made % 1_000 == 0 {
+            let mut most = (0, 0, 0);
+            for b in 0..BUCKETS {
+                let bucket = BucketRef::new(&id, meta.generation, b);
+                let audit = engine.store().audit_bucket(&bucket).await.unwrap();
+                let keys = bucket.keys_in(&crate::harness::namespace("rebalancer"));
+                most.0 = most.0.max(audit.applied.len() as u64);
+                most.1 = most.1.max(hlen(&keys.xfer));
+                most.2 = most.2.max(hlen(&keys.xin));
+            }
+            sizes.push((made, most));
+        }
+    }
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.in_transfer), (400, 0));
+    // A round moves one unit into and out of each bucket: its target keeps
+    // the ids of this round and the one before, its source this round's
+    // tombstone.
+    for (made, (applied, journal, xin)) in &sizes {
+        assert!(
+            *applied <= 2 && *journal <= 1 && *xin <= 2,
+            "after {made} transfers a bucket remembers {applied} applied ids, \
+             a journal of {journal} and an applied set of {xin}: {sizes:?}"
+        );
+    }
+}
+
+mod bounded_transfers {
+    use crate::harness::{namespace, shared_cluster};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_memory() {
+        super::transfer_state_stays_bounded(crate::harness::memory(), |_| 0).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_redis() {
+        let engine = crate::harness::standalone(crate::harness::suite_of(module_path!())).await;
+        assert!(namespace("rebalancer").starts_with("it"));
+        super::transfer_state_stays_bounded(engine, |key| {
+            shardstock_bench::cluster::redis_cli(6379, &["hlen", key])
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_cluster() {
+        let engine = crate::harness::cluster(crate::harness::suite_of(module_path!())).await;
+        let port = shared_cluster().ports[0];
+        super::transfer_state_stays_bounded(engine, move |key| {
+            shardstock_bench::cluster::redis_cli(port, &["-c", "hlen", key])
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .await;
+    }
+}

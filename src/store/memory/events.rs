@@ -43,6 +43,7 @@ impl Events for MemoryStore {
                 leader: LeaseSlot::default(),
                 epochs_due: None,
                 retired: false,
+                settled: Default::default(),
             },
         );
         Ok(CreateEventReply::Created)

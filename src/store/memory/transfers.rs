@@ -1,7 +1,9 @@
 //! Fenced transfers in memory: a bucket's `xfer` journal, `xin` set and fence.
 
 use super::{Bucket, Journal, MemoryStore};
+use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::transfer::Forget;
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
 impl Bucket {
@@ -17,9 +19,20 @@ impl Bucket {
         Ok(())
     }
 
+    /// The journal's fence check: raises the fence, and a raised fence drops
+    /// the tombstones below it (`lua/transfer_out.lua`, `transfer_clear.lua`).
+    fn journal_fence(&mut self, token: u64) -> Result<(), TransferReply> {
+        let raised = token > self.fence;
+        self.fence(token)?;
+        if raised {
+            self.xfer.retain(|_, j| j.open || j.token >= token);
+        }
+        Ok(())
+    }
+
     /// OUT: stock into the journal (`lua/transfer_out.lua`).
     fn out(&mut self, token: u64, xid: &str, target: u32, units: u64) -> TransferReply {
-        if let Err(fenced) = self.fence(token) {
+        if let Err(fenced) = self.journal_fence(token) {
             return fenced;
         }
         if let Some(j) = self.xfer.get(xid) {
@@ -69,11 +82,40 @@ impl Transfers for MemoryStore {
     }
 
     /// Mirrors `lua/raise_fence.lua`.
-    async fn raise_fence(&self, b: &BucketRef, token: u64) -> Result<u64, StoreError> {
+    async fn raise_fence(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        forget: Forget,
+    ) -> Result<u64, StoreError> {
         self.with(b, |bk| {
             bk.fence = bk.fence.max(token);
-            bk.fence
+            let fence = bk.fence;
+            bk.xfer.retain(|_, j| j.open || j.token >= fence);
+            bk.xin.retain(|xid, _| !forget.applied(xid));
+            fence
         })
+    }
+
+    /// Mirrors the `HGETALL` of `xsettled`.
+    async fn settled_transfers(&self, event: &EventId) -> Result<Vec<(u32, u64)>, StoreError> {
+        Ok(self
+            .with_event(event, |e| e.settled.iter().map(|(g, t)| (*g, *t)).collect())
+            .unwrap_or_default())
+    }
+
+    /// Mirrors `lua/settle_transfers.lua`.
+    async fn settle_transfers(
+        &self,
+        event: &EventId,
+        generation: u32,
+        token: u64,
+    ) -> Result<(), StoreError> {
+        self.with_event(event, |e| {
+            let seen = e.settled.entry(generation).or_default();
+            *seen = (*seen).max(token);
+        });
+        Ok(())
     }
 
     /// Mirrors `lua/transfer_in.lua`.
@@ -107,7 +149,7 @@ impl Transfers for MemoryStore {
         xid: &str,
     ) -> Result<TransferReply, StoreError> {
         self.with(b, |bk| {
-            if let Err(fenced) = bk.fence(token) {
+            if let Err(fenced) = bk.journal_fence(token) {
                 return fenced;
             }
             match bk.xfer.get_mut(xid) {

@@ -153,6 +153,7 @@ scripts! {
     // transfers.rs
     transfer_out: [STALE, FENCED, DUPLICATE, APPLIED],
     raise_fence: [],
+    settle_transfers: [],
     transfer_in: [STALE, FENCED, DUPLICATE, APPLIED],
     transfer_clear: [STALE, FENCED, DUPLICATE, APPLIED],
     // streams.rs

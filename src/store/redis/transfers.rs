@@ -1,11 +1,14 @@
 //! Fenced transfers on Redis: the journal `xfer` in the source bucket, the
-//! applied set `xin` in the target, the `fence` in both.
+//! applied set `xin` in the target, the `fence` in both, and the event's
+//! settled tokens `xsettled` (what the buckets may forget).
 
 use fred::prelude::*;
 
 use super::scripts::reply;
 use super::{RedisStore, arg, code, flag, num, unavailable, unknown};
+use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::transfer::Forget;
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
 impl RedisStore {
@@ -59,9 +62,45 @@ impl Transfers for RedisStore {
         self.out_step(bucket, token, xid, target, units, true).await
     }
 
-    async fn raise_fence(&self, bucket: &BucketRef, token: u64) -> Result<u64, StoreError> {
-        let (keys, args) = (vec![self.keys(bucket).fence], vec![token.to_string()]);
+    async fn raise_fence(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        forget: Forget,
+    ) -> Result<u64, StoreError> {
+        let k = self.keys(bucket);
+        let keys = vec![k.fence, k.xfer, k.xin];
+        let args = vec![
+            token.to_string(),
+            forget.mover_below.to_string(),
+            forget.reshard_below.to_string(),
+        ];
         num(&self.eval(&self.scripts.raise_fence, keys, args).await?)
+    }
+
+    async fn settled_transfers(&self, event: &EventId) -> Result<Vec<(u32, u64)>, StoreError> {
+        let all = self.hash(self.event_keys(event).xsettled).await?;
+        all.into_iter()
+            .map(|(g, t)| match (g.parse(), t.parse()) {
+                (Ok(g), Ok(t)) => Ok((g, t)),
+                _ => Err(StoreError::Protocol(format!(
+                    "bad settled transfers {g:?}: {t:?}"
+                ))),
+            })
+            .collect()
+    }
+
+    async fn settle_transfers(
+        &self,
+        event: &EventId,
+        generation: u32,
+        token: u64,
+    ) -> Result<(), StoreError> {
+        let keys = vec![self.event_keys(event).xsettled];
+        let args = vec![generation.to_string(), token.to_string()];
+        self.eval_flag(&self.scripts.settle_transfers, keys, args)
+            .await
+            .map(drop)
     }
 
     async fn transfer_in(

@@ -33,6 +33,7 @@ use shardstock::domain::model::{
     BucketState, EventMeta, EventSpec, EventStatus, LayoutChange, OrderEntry, RequestRecord,
 };
 use shardstock::domain::stream::{StreamEntry, StreamId};
+use shardstock::domain::transfer::Forget;
 use shardstock::store::{
     BucketAudit, BucketContents, Buckets, CancelReply, ConfirmReply, CreateEventReply,
     EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, Leases, OpenTransfer,
@@ -460,7 +461,9 @@ faulty_sections! {
     Transfers {
         fn transfer_out(bucket: &BucketRef, token: u64, xid: &str, target: u32, units: u64) -> TransferReply;
         fn drain_out(bucket: &BucketRef, token: u64, xid: &str, target: u32, units: u64) -> TransferReply;
-        fn raise_fence(bucket: &BucketRef, token: u64) -> u64;
+        fn raise_fence(bucket: &BucketRef, token: u64, forget: Forget) -> u64;
+        fn settled_transfers(event: &EventId) -> Vec<(u32, u64)>;
+        fn settle_transfers(event: &EventId, generation: u32, token: u64) -> ();
         fn transfer_in(bucket: &BucketRef, token: u64, xid: &str, source: u32, units: u64) -> TransferReply;
         fn transfer_clear(bucket: &BucketRef, token: u64, xid: &str) -> TransferReply;
         fn open_transfers(bucket: &BucketRef) -> Vec<OpenTransfer>;
