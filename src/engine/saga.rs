@@ -403,10 +403,15 @@ impl<S: Store> Engine<S> {
         outcome: Finish,
     ) -> Result<FinishReply, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
-        Ok(self
+        let reply = self
             .store
             .finish(&bucket, self.clock.now_ms(), &saga.finish_args(outcome))
-            .await?)
+            .await;
+        // A hold's record goes into the home bucket's stream here: the
+        // flusher must look there (else the order's take reached the ledger
+        // alone, `confirmed`, until the slow sweep came by).
+        self.activity.wrote(&bucket);
+        Ok(reply?)
     }
 
     async fn finish_bought(

@@ -73,6 +73,7 @@ on_each_backend_apart!(
     a_close_voids_live_holds_and_accounts_for_their_units,
     a_resumed_reshard_never_brings_back_holds_that_expired_meanwhile,
     a_close_after_a_reshard_leaves_paid_holds_confirmed_and_voids_live_ones_once,
+    a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once,
 );
 
 const HOLD_S: u32 = 60;
@@ -758,4 +759,70 @@ async fn a_close_after_a_reshard_leaves_paid_holds_confirmed_and_voids_live_ones
         .unwrap();
     assert!(audit.balanced, "{audit:?}");
     assert_eq!((audit.released, audit.leftover), (4, 16), "{audit:?}");
+}
+
+/// A hold bought through the ring: its take's order record lands in the bucket
+/// it came from, its hold record at the buyer's home. Both buckets are marked
+/// for the flusher, so the ledger says `held` within a flush round, with the
+/// slow sweep off. The home was never marked (`finish` wrote the hold record
+/// and nobody said so): the ledger, and a rebuild from it, said `confirmed`
+/// for an unpaid hold until another write to that bucket or the sweep.
+async fn a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once<S: Store>(
+    engine: Engine<S>,
+) {
+    use crate::harness::faulty::{Fault, Mode, Rule};
+    // The saga's finish comes late, so the flusher has read the home bucket
+    // (marked by the home step) before the hold record is written there.
+    let late = Faulty::plain(engine.store().clone());
+    late.rule(
+        "finish",
+        Rule {
+            probability: 1.0,
+            mode: Mode::Only(Fault::Delay(Duration::from_millis(200)), When::Before),
+        },
+    );
+    let r = rig(Engine::new(late, engine.options().clone())).await;
+    let id = r.create("ring-flush", 4, 4, 10).await;
+    let u0 = user_homed_at(0, 4, "home");
+    let first = r.buy(&id, &u0, 1).await.unwrap();
+    assert_eq!((first.bucket, first.probes), (0, 0));
+    // A flusher that reads only what this process marked: the sweep is off.
+    let flusher = Flusher::new(
+        r.engine.clone(),
+        r.ledger.clone(),
+        format!("marks-{}", rand::random::<u32>()),
+        flush_options(),
+    )
+    .with_sweep(0);
+    let (stop, deadline) = (CancellationToken::new(), CancellationToken::new());
+    let running = tokio::spawn(flusher.run(stop.clone(), deadline.clone()));
+    crate::harness::eventually(
+        "the first order in the ledger",
+        Duration::from_secs(10),
+        async || {
+            r.ledger
+                .order(&first.order_id, &id)
+                .await
+                .unwrap()
+                .map(drop)
+        },
+    )
+    .await;
+    let probed = r.buy(&id, &u0, 1).await.unwrap();
+    assert!(probed.probes > 0, "{probed:?}");
+    let seen = crate::harness::eventually(
+        "the ring's hold in the ledger, held",
+        Duration::from_secs(10),
+        async || {
+            r.ledger
+                .order(&probed.order_id, &id)
+                .await
+                .unwrap()
+                .filter(|o| o.status == OrderStatus::Held)
+        },
+    )
+    .await;
+    assert_eq!(seen.pay_by, probed.pay_by);
+    stop.cancel();
+    running.await.unwrap().unwrap();
 }
