@@ -49,6 +49,9 @@ range of ARGV: no Lua table, no string built):
   everything needs neither, and so carries four values an entry, not six;
   one with replays matches the quantity of each of its entries, and the
   entry-by-entry path both.
+n is at most 1000 (batching.max_batch's bound, checked by the settings): no
+unpack below spans more than 2n values, well under the ~8000 Lua's C stack
+takes (purchase_groups.lua copies a group's arguments without unpack).
 Events with holds (hold_seconds) add a last column: n queue entries
 "pay_by|oid"; their index entries (and so their stream records) are
 "H|user|q|b|rid|now|pay_by" (built by the caller). Without it (and

@@ -35,12 +35,27 @@ local function home(KEYS, ARGV)
 --#include purchase.lua
 end
 
+-- t[from + 1 .. from + n] as a table of its own. unpack fails past about
+-- 8000 values (Lua's C stack): a group of 999 entries carries ~6000
+-- arguments (~8000 with holds), past it once a group had 1000 entries with
+-- a limit and holds, so a longer range is copied one value at a time.
+local function range(t, from, n)
+  if n <= 4000 then
+    return {unpack(t, from + 1, from + n)}
+  end
+  local out = {}
+  for i = 1, n do
+    out[i] = t[from + i]
+  end
+  return out
+end
+
 local g = tonumber(ARGV[1])
 local replies = {}
 local k, a = 0, 1 + 2 * g
 for i = 1, g do
   local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  replies[i] = home({unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)})
+  replies[i] = home(range(KEYS, k, nk), range(ARGV, a, na))
   k, a = k + nk, a + na
 end
 return replies

@@ -5,6 +5,12 @@ KEYS[1] ss:{e#g#b}:orders   ARGV[1] group   ARGV[2…] entry ids
 Returns the number of entries trimmed. Called only after the database
 committed the entries.
 
+The ids are acknowledged in slices of at most 1000: a read may hand out
+database.flush_batch (up to 10000) entries, and Lua's unpack fails past
+about 8000 values (its C stack), which left every acknowledgement of a
+bucket with a longer backlog failing: the claim handed the same entries
+out again for ever and a close never saw the stream drain.
+
 The stream keeps every entry a consumer may still need: those pending
 (delivered, not acknowledged: a flusher that dies before its commit loses
 nothing, they are claimed again) and those not delivered yet. Everything
@@ -21,7 +27,9 @@ the ledger once.
 if #ARGV < 2 or redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+for first = 2, #ARGV, 1000 do
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
 local oldest = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
 if not oldest then
   for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do

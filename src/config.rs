@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::domain::ids::EventId;
-use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec, MAX_BATCH};
 
 /// What to do with an event the ledger has on sale but the store lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -574,8 +574,11 @@ impl Settings {
                 "must be at least 4 × (stale_saga_after_ms + sweep_interval_ms): a saga's markers must outlive it",
             ));
         }
-        if self.batching.max_batch == 0 || self.batching.max_batch > 1_000 {
-            return Err(invalid("batching.max_batch", "must be between 1 and 1000"));
+        if self.batching.max_batch == 0 || self.batching.max_batch > MAX_BATCH {
+            return Err(invalid(
+                "batching.max_batch",
+                format!("must be between 1 and {MAX_BATCH} (the most a script call unpacks)"),
+            ));
         }
         if self.batching.shared_lanes == 0 || self.batching.shared_lanes > 256 {
             return Err(invalid(

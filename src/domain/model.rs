@@ -13,6 +13,12 @@ use crate::domain::keys::BucketRef;
 
 /// Bounds every event must respect (API.md).
 pub const MAX_BUCKETS: u32 = 1024;
+
+/// Purchases one store call carries at most (`batching.max_batch`):
+/// `purchase.lua` unpacks ranges of up to twice as many values, and Lua's
+/// `unpack` takes about 8000 (its C stack). The engine clamps its batches to
+/// it; the settings refuse more.
+pub const MAX_BATCH: usize = 1_000;
 pub const MAX_STOCK: u64 = 1 << 53;
 pub const DEFAULT_MAX_PER_ORDER: u32 = 10;
 /// Highest `max_per_order` accepted: a single order is a handful of units, not a wholesale.

@@ -61,6 +61,7 @@ use tokio::sync::oneshot;
 
 use super::{Activity, Clock};
 use crate::domain::keys::BucketRef;
+use crate::domain::model::MAX_BATCH;
 use crate::metrics as m;
 use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
 
@@ -114,7 +115,7 @@ impl<S: Store> Batcher<S> {
         };
         Self {
             store,
-            max_batch: max_batch.max(1),
+            max_batch: max_batch.clamp(1, MAX_BATCH),
             wait,
             lanes: RwLock::new(HashMap::new()),
             spill: Arc::new(Spill::new()),

@@ -9,6 +9,8 @@
 //! - `harness`: backends, namespaces, private Redis servers, the shared
 //!   Cluster, `TestApp`, `on_every_backend!`, waiting for conditions.
 //! - `engine`: the engine's conformance suite, on every backend.
+//! - `bounds`: every accepted setting at its bounds (the largest batch, the
+//!   largest flush over a backlog).
 //! - `concurrency`: 64 tasks against one event, checked by invariants.
 //! - `sagas`: the purchase saga under faults — a step failing after the home
 //!   step, a caller gone, the sweeper, probe markers (issue 13).
@@ -62,6 +64,7 @@ mod harness;
 
 mod adaptive;
 mod api;
+mod bounds;
 mod concurrency;
 mod deploy_local;
 mod durability;
