@@ -1,9 +1,10 @@
 //! Group commit of the home step: purchases of one bucket that arrive while a
 //! call for that bucket is in flight go together in the next call.
 //!
-//! Each bucket has a lock-free queue (crossbeam `SegQueue`) and a busy flag.
-//! A purchase pushes its entry and a reply channel; if no call is in flight it
-//! starts a driver task, which takes up to `max_batch` entries, runs
+//! Each bucket has a lock-free queue (crossbeam `SegQueue`) and a busy flag
+//! (`engine::handoff`, whose fences a `loom` model checks). A purchase pushes
+//! its entry and a reply channel; if no call is in flight it starts a driver
+//! task, which takes up to `max_batch` entries, runs
 //! `purchase.lua` once for all of them (the script applies them in order with
 //! exactly the single-purchase semantics), hands each caller its own reply, and
 //! goes on while entries keep arriving. A lone purchase is sent at once — the
@@ -52,13 +53,14 @@
 //! way, and while only such events sell the server's CPU is not read.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
 use tokio::sync::oneshot;
 
+use super::handoff::{Handoff, PeriodClaim};
 use super::{Activity, Clock};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::MAX_BATCH;
@@ -73,10 +75,12 @@ struct Queued {
     reply: oneshot::Sender<Reply>,
 }
 
+/// A queue and who drives it (`Handoff`: the busy flag, and why the two
+/// steps that pass it on are fenced).
 #[derive(Default)]
 struct Lane {
     queue: SegQueue<Queued>,
-    busy: AtomicBool,
+    handoff: Handoff,
 }
 
 /// The per-bucket batchers of one engine.
@@ -148,7 +152,7 @@ impl<S: Store> Batcher<S> {
         }
         let home = bucket.index as usize % n;
         let step = (buckets as usize).max(1);
-        let busy = |l: usize| self.shared[l].busy.load(Ordering::Acquire);
+        let busy = |l: usize| self.shared[l].handoff.is_busy();
         if step >= n || !self.spill.spreads() || !busy(home) {
             return self.shared[home].clone();
         }
@@ -188,7 +192,7 @@ impl<S: Store> Batcher<S> {
             entry,
             reply: tx,
         });
-        if !lane.busy.swap(true, Ordering::AcqRel) {
+        if lane.handoff.claim_after_push() {
             let (store, max, wait) = (self.store.clone(), self.max_batch, self.wait);
             let (clock, activity) = (self.clock.clone(), self.activity.clone());
             let driver = Driver {
@@ -211,7 +215,7 @@ impl<S: Store> Batcher<S> {
         self.lanes
             .write()
             .expect("lanes poisoned")
-            .retain(|b, lane| &b.event != event || lane.busy.load(Ordering::Acquire));
+            .retain(|b, lane| &b.event != event || lane.handoff.is_busy());
     }
 }
 
@@ -220,13 +224,11 @@ impl<S: Store> Batcher<S> {
 /// follows the server's load").
 pub(crate) struct Spill {
     on: AtomicBool,
-    /// Set by a purchase of an event that could spread: only then is the
-    /// server's CPU read (no `INFO` for events that keep their own lanes,
-    /// nor where every bucket has a lane of its own).
-    wanted: AtomicBool,
-    /// When the next sample is due, in ms since `start` (claimed by the one
-    /// driver whose swap moves it on).
-    due_ms: AtomicU64,
+    /// Wanted by a purchase of an event that could spread (only then is the
+    /// server's CPU read: no `INFO` for events that keep their own lanes, nor
+    /// where every bucket has a lane of its own), and claimed by one driver a
+    /// period (ms since `start`).
+    sampling: PeriodClaim,
     start: Instant,
     /// The last sample: when, and the server's CPU seconds then.
     last: Mutex<Option<(Instant, f64)>>,
@@ -245,8 +247,7 @@ impl Spill {
     fn new() -> Self {
         Self {
             on: AtomicBool::new(true),
-            wanted: AtomicBool::new(false),
-            due_ms: AtomicU64::new(0),
+            sampling: PeriodClaim::default(),
             start: Instant::now(),
             last: Mutex::new(None),
         }
@@ -259,31 +260,15 @@ impl Spill {
     /// For a purchase of an event of fewer buckets than lanes: whether it may
     /// spread now. It marks the next sample wanted.
     fn spreads(&self) -> bool {
-        if !self.wanted.load(Ordering::Relaxed) {
-            self.wanted.store(true, Ordering::Relaxed);
-        }
+        self.sampling.want();
         self.on()
     }
 
     /// Whether a sample is due: an event that could spread sold since the
     /// last one, and [`Spill::EVERY`] has passed (true for one caller).
     fn due(&self) -> bool {
-        if !self.wanted.load(Ordering::Relaxed) {
-            return false;
-        }
         let now = self.start.elapsed().as_millis() as u64;
-        let due = self.due_ms.load(Ordering::Relaxed);
-        now >= due
-            && self
-                .due_ms
-                .compare_exchange(
-                    due,
-                    now + Self::EVERY.as_millis() as u64,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            && self.wanted.swap(false, Ordering::Relaxed)
+        self.sampling.claim(now, Self::EVERY.as_millis() as u64)
     }
 
     /// Takes the server's CPU seconds read at `at`. A share needs two samples
@@ -353,10 +338,9 @@ impl<S: Store> Driver<S> {
                 now_ms = clock.now_ms();
             }
             if batch.is_empty() {
-                lane.busy.store(false, Ordering::Release);
                 // An entry pushed after the last pop but before the flag dropped
                 // found the lane busy and started no driver: take over again.
-                if lane.queue.is_empty() || lane.busy.swap(true, Ordering::AcqRel) {
+                if lane.handoff.release(|| lane.queue.is_empty()) {
                     return;
                 }
                 continue;

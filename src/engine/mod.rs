@@ -16,6 +16,7 @@
 mod activity;
 mod batch;
 mod clock;
+mod handoff;
 mod holds;
 mod lease;
 pub mod mover;
