@@ -126,7 +126,6 @@ pub struct Flusher<S: Store> {
     ledger: Ledger,
     consumer: String,
     opts: FlushOptions,
-    registered: HashSet<EventId>,
     cursor: usize,
     /// When this worker last claimed each bucket's long-pending records (see
     /// [`Claims`]).
@@ -156,7 +155,6 @@ impl<S: Store> Flusher<S> {
             ledger,
             consumer,
             opts,
-            registered: HashSet::new(),
             claims: Claims::default(),
             cursor: 0,
             sweep: Arc::new(Mutex::new(Some(Sweep::new(SWEEP_PER_S)))),
@@ -311,8 +309,11 @@ impl<S: Store> Flusher<S> {
     }
 
     /// Makes sure the ledger knows the event (created elsewhere, or before the ledger).
+    /// (The ledger remembers which it registered, for the whole process and
+    /// until the event closes: a set a flusher kept for itself grew with
+    /// every event it ever flushed.)
     async fn register(&mut self, event: &EventId) -> Result<(), FlushError> {
-        if self.registered.contains(event) {
+        if self.ledger.is_registered(event) {
             return Ok(());
         }
         if let Some(meta) = self.engine.store().load_meta(event).await? {
@@ -320,7 +321,6 @@ impl<S: Store> Flusher<S> {
                 .register_event(&meta.spec, meta.created_ms)
                 .await?;
         }
-        self.registered.insert(event.clone());
         Ok(())
     }
 

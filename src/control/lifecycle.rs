@@ -221,6 +221,7 @@ pub async fn close<S: Store>(
     store.retire_event(event).await?;
     engine.activity().forget(event);
     engine.forget(event);
+    ledger.forget_event(event);
     final_view(engine, ledger, event).await
 }
 

@@ -107,6 +107,12 @@ impl Activity {
             .collect()
     }
 
+    /// Events with traffic and buckets marked, together.
+    pub fn entries(&self) -> usize {
+        self.events.lock().expect("activity poisoned").len()
+            + self.dirty.lock().expect("activity poisoned").len()
+    }
+
     /// Forgets an event (closed, or gone from the store).
     pub fn forget(&self, event: &EventId) {
         self.events.lock().expect("activity poisoned").remove(event);

@@ -209,6 +209,11 @@ impl<S: Store> Batcher<S> {
             .unwrap_or_else(|_| Err(StoreError::Unavailable("the batch driver stopped".into())))
     }
 
+    /// Lanes of buckets of their own.
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes.read().expect("lanes poisoned").len()
+    }
+
     /// Forgets the lanes of buckets that no longer exist (after a reshard or
     /// close); shared lanes stay (they are few and serve every event).
     pub fn forget(&self, event: &crate::domain::ids::EventId) {

@@ -85,6 +85,23 @@ pub enum EngineError {
     InjectedCrash(&'static str),
 }
 
+/// The sizes of the engine's in-process maps ([`Engine::cached_entries`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CachedEntries {
+    /// Metas of events that may sell.
+    pub metas: usize,
+    /// Batcher lanes of buckets of their own (shared lanes are fixed).
+    pub lanes: usize,
+    /// Events' event-wide check gates.
+    pub prechecks: usize,
+    /// Events' settling gates.
+    pub settling: usize,
+    /// Events with traffic, and buckets marked for the flusher.
+    pub activity: usize,
+    /// The store's caches (Redis: purchase keys a bucket).
+    pub store: usize,
+}
+
 /// Tunables of the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
@@ -355,6 +372,21 @@ impl<S: Store> Engine<S> {
             .lock()
             .expect("settling gates poisoned")
             .remove(event);
+        self.store.forget_event(event);
+    }
+
+    /// How many entries the engine's per-event and per-bucket maps hold, and
+    /// the store's caches: each is bounded by the open events (a closed
+    /// event, and the layouts a reshard left, are forgotten).
+    pub fn cached_entries(&self) -> CachedEntries {
+        CachedEntries {
+            metas: self.events.read().expect("meta cache poisoned").len(),
+            lanes: self.batcher.as_ref().map_or(0, |b| b.lanes()),
+            prechecks: self.prechecks.len(),
+            settling: self.settling.lock().expect("settling gates poisoned").len(),
+            activity: self.activity.entries(),
+            store: self.store.cached_entries(),
+        }
     }
 
     /// Reloads until the event is out of `resharding` (or the wait is over).

@@ -63,6 +63,11 @@ impl Prechecks {
             .clone()
     }
 
+    /// Events with a gate.
+    pub(super) fn len(&self) -> usize {
+        self.events.lock().expect("precheck gates poisoned").len()
+    }
+
     /// Forgets an event (it was deleted or retired).
     pub(super) fn forget(&self, event: &EventId) {
         self.events

@@ -20,7 +20,7 @@ mod derive;
 mod read;
 mod records;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -80,8 +80,12 @@ pub struct Ledger {
     /// The flusher's writes. Connects lazily.
     writer: Writer,
     /// The numbers of the streams this process has flushed (`ledger_streams`):
-    /// a number, once committed, never changes.
+    /// a number, once committed, never changes. Forgotten with their layout
+    /// ([`Ledger::forget_streams`]) or their event ([`Ledger::forget_event`]).
     streams: Arc<Mutex<HashMap<String, i64>>>,
+    /// Events this process made sure the ledger has (the flusher registers
+    /// an event before its first records), until they close.
+    registered: Arc<Mutex<HashSet<EventId>>>,
 }
 
 /// The pool of the flusher's writes, on the database's own driver.
@@ -250,6 +254,7 @@ impl Ledger {
             kind,
             writer,
             streams: Arc::default(),
+            registered: Arc::default(),
         })
     }
 
@@ -261,6 +266,47 @@ impl Ledger {
     pub async fn ping(&self) -> Result<(), LedgerError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// Whether this process registered `event` since it last forgot it.
+    pub fn is_registered(&self, event: &EventId) -> bool {
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(event)
+    }
+
+    /// Forgets a closed event: its streams' numbers and its registration.
+    pub fn forget_event(&self, event: &EventId) {
+        let prefix = format!("{event}#");
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name, _| !name.starts_with(&prefix));
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(event);
+    }
+
+    /// Forgets the numbers of streams no record will come from again (a
+    /// pruned layout's).
+    pub fn forget_streams(&self, names: impl IntoIterator<Item = String>) {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        for name in names {
+            streams.remove(&name);
+        }
+    }
+
+    /// Entries of the ledger's in-process maps (stream numbers, registered
+    /// events): bounded by the open events' streams.
+    pub fn cached_entries(&self) -> usize {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner()).len()
+            + self
+                .registered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len()
     }
 
     /// Records an event (and its totals row) unless it exists.
@@ -289,6 +335,10 @@ impl Ledger {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(spec.id.clone());
         Ok(())
     }
 

@@ -112,4 +112,16 @@ pub trait Store:
         let _ = (event, generation, max);
         1
     }
+
+    /// Drops what the backend keeps in the process about `event`'s buckets
+    /// (a closed event, or the layouts a reshard left): caches only, never
+    /// state. The default keeps nothing.
+    fn forget_event(&self, event: &EventId) {
+        let _ = event;
+    }
+
+    /// Entries of the backend's in-process caches (a bound the tests hold).
+    fn cached_entries(&self) -> usize {
+        0
+    }
 }

@@ -154,3 +154,127 @@ async fn a_backlog_past_unpacks_limit_is_acknowledged_and_trimmed() {
     let totals = ledger.totals(&id).await.unwrap().unwrap();
     assert_eq!(totals.sold, BACKLOG);
 }
+
+/// The process's per-event and per-bucket maps follow the open events: after
+/// `SHARDSTOCK_CACHE_EVENTS` events (300 by default; the long form is
+/// 10,000) created, sold, flushed, led and closed, and an adaptive event
+/// resharded 100 times with its old layouts pruned, every one is back to its
+/// size before (the engine's metas, lanes, gates and activity, the store's
+/// key cache, the ledger's stream numbers and registrations, the leader's
+/// memory). Each used to keep an entry for every event, bucket, layout or
+/// stream the process ever saw.
+async fn maps_follow_the_open_events<S: shardstock::Store>(engine: Engine<S>) {
+    use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
+    use shardstock::control::reshard::{self, Why};
+    let events: u64 = std::env::var("SHARDSTOCK_CACHE_EVENTS")
+        .ok()
+        .map_or(300, |v| {
+            v.parse().expect("SHARDSTOCK_CACHE_EVENTS is a number")
+        });
+    let engine = Arc::new(engine);
+    let ledger = ledger_for(engine.store().kind()).await;
+    let flush = FlushOptions {
+        batch: 500,
+        workers: 1,
+        idle: Duration::from_millis(10),
+        claim_idle_ms: 60_000,
+    };
+    let mut leader = Rebalancer::new(
+        engine.clone(),
+        ledger.clone(),
+        flush.clone(),
+        RebalanceOptions {
+            resizing: Default::default(),
+            interval: Duration::from_millis(10),
+            lease_ttl_ms: 2_000,
+            policy: Policy {
+                horizon_s: 1.0,
+                skew_threshold: 1.5,
+                gather_below: 0.1,
+                max_moves: 4,
+            },
+        },
+    );
+    let mut flusher = Flusher::new(engine.clone(), ledger.clone(), "maps".into(), flush);
+    let stop = CancellationToken::new();
+    let sizes = |leader: &Rebalancer<S>| {
+        (
+            engine.cached_entries(),
+            ledger.cached_entries(),
+            leader.cached_entries(),
+        )
+    };
+    let before = sizes(&leader);
+    let buy = async |id: &shardstock::domain::ids::EventId, u: String| {
+        let req = PurchaseRequest {
+            event: id.clone(),
+            user: crate::harness::user(u),
+            quantity: 1,
+            request_id: None,
+        };
+        engine.purchase(&req).await.unwrap().result.unwrap();
+    };
+    for i in 0..events {
+        let id = event_id("maps");
+        lifecycle::create(&engine, &ledger, spec(&id, 4, 2))
+            .await
+            .unwrap();
+        for b in 0..2 {
+            buy(&id, user_homed_at(b, 2, &format!("m{i}-"))).await;
+        }
+        let meta = engine.reload(&id).await.unwrap();
+        flusher
+            .flush_once(&meta.all_buckets(), &stop)
+            .await
+            .unwrap();
+        leader.lead(&id, &stop).await.unwrap();
+        lifecycle::close(&engine, &ledger, &mut flusher, &id, &stop)
+            .await
+            .unwrap();
+    }
+    // An adaptive event resized 100 times, its retired layouts pruned by the
+    // leader once flushed.
+    let id = event_id("maps-adaptive");
+    let mut s = spec(&id, 10_000, 2);
+    s.auto_buckets = Some(shardstock::domain::model::BucketRange { min: 1, max: 8 });
+    lifecycle::create(&engine, &ledger, s).await.unwrap();
+    for r in 0..100u32 {
+        buy(&id, format!("a{r}")).await;
+        let to = if r % 2 == 0 { 4 } else { 2 };
+        reshard::reshard_because(&engine, &id, to, Why::Manual)
+            .await
+            .unwrap();
+        let meta = engine.reload(&id).await.unwrap();
+        flusher.drain(&meta.all_buckets(), &stop).await.unwrap();
+        leader.lead(&id, &stop).await.unwrap();
+    }
+    let meta = engine.reload(&id).await.unwrap();
+    assert!(
+        meta.retired.len() <= 1,
+        "the leader prunes flushed layouts: {:?}",
+        meta.retired
+    );
+    lifecycle::close(&engine, &ledger, &mut flusher, &id, &stop)
+        .await
+        .unwrap();
+    // The leader's next round lists the open events and lets go of the rest.
+    let mut schedule = shardstock::control::rebalancer::schedule::Schedule::default();
+    leader.round_all(&mut schedule, &stop).await;
+    assert_eq!(
+        sizes(&leader),
+        before,
+        "the engine's, the ledger's and the leader's maps after {events} events and 100 resizes"
+    );
+}
+
+mod maps {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn follow_the_open_events_on_memory() {
+        super::maps_follow_the_open_events(crate::harness::memory()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn follow_the_open_events_on_redis() {
+        super::maps_follow_the_open_events(crate::harness::standalone("bounds-maps").await).await;
+    }
+}

@@ -129,6 +129,12 @@ impl<S: Store> Rebalancer<S> {
         }
     }
 
+    /// Entries of the leader's per-event maps (events led, closes seen done
+    /// or abandoned): bounded by the open events.
+    pub fn cached_entries(&self) -> usize {
+        self.led.len() + self.closed.len() + self.abandoned.len()
+    }
+
     /// Takes or keeps the leadership of `event`, and acts if it leads.
     pub async fn lead(
         &mut self,
@@ -534,6 +540,10 @@ impl<S: Store> Rebalancer<S> {
                     let bucket = BucketRef::new(&meta.spec.id, generation, b);
                     let _ = store.expire_bucket(&bucket, 3_600_000).await;
                 }
+                // No record comes from these streams again.
+                self.ledger.forget_streams(
+                    (0..n).map(|b| BucketRef::new(&meta.spec.id, generation, b).name()),
+                );
             } else {
                 keep.push((generation, n));
             }

@@ -110,8 +110,9 @@ impl<S: Store> Rebalancer<S> {
         self.let_go(&all).await;
     }
 
-    /// One round of every event the schedule picks.
-    async fn round_all(&mut self, schedule: &mut Schedule, stop: &CancellationToken) {
+    /// One round of every event the schedule picks (what [`Rebalancer::run`]
+    /// does every interval).
+    pub async fn round_all(&mut self, schedule: &mut Schedule, stop: &CancellationToken) {
         let open = match self.engine.store().list_open_events().await {
             Ok(events) => events,
             Err(e) => {
@@ -119,6 +120,9 @@ impl<S: Store> Rebalancer<S> {
                 return;
             }
         };
+        // What the leader keeps per event is for open events only.
+        self.closed.retain(|e| open.contains(e));
+        self.abandoned.retain(|e, _| open.contains(e));
         let since = Instant::now().checked_sub(self.hold());
         let mut busy: Vec<EventId> = match since {
             Some(since) => self.engine.activity().events_since(since),

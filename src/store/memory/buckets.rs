@@ -104,6 +104,17 @@ impl Buckets for MemoryStore {
     /// Mirrors `lua/init_bucket.lua`.
     async fn init_bucket(&self, b: &BucketRef, stock: u64) -> Result<(), StoreError> {
         let mut map = self.inner.buckets.write().expect("bucket map poisoned");
+        // Buckets past their expiry go as Redis's keys would (their event
+        // closed, or their layout was pruned, an hour ago): dropped when new
+        // ones are made, so the map holds what may still be read.
+        let now = Instant::now();
+        map.retain(|_, bucket| {
+            bucket
+                .lock()
+                .expect("bucket poisoned")
+                .expires
+                .is_none_or(|at| now < at)
+        });
         map.entry(b.clone()).or_insert_with(|| {
             Arc::new(Mutex::new(Bucket {
                 stock,

@@ -179,10 +179,14 @@ impl MemoryStore {
             .ok_or_else(|| StoreError::Stale(b.tag()))
     }
 
-    /// Runs `f` on bucket `b` under its lock.
+    /// Runs `f` on bucket `b` under its lock. A bucket past its expiry is
+    /// gone, as its Redis keys would be.
     fn with<T>(&self, b: &BucketRef, f: impl FnOnce(&mut Bucket) -> T) -> Result<T, StoreError> {
         let bucket = self.bucket(b)?;
         let mut guard = bucket.lock().expect("bucket poisoned");
+        if guard.expires.is_some_and(|at| Instant::now() >= at) {
+            return Err(StoreError::Stale(b.tag()));
+        }
         Ok(f(&mut guard))
     }
 

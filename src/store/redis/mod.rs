@@ -262,6 +262,18 @@ impl Store for RedisStore {
         self.call(|| self.client.ping::<()>(None)).await
     }
 
+    /// Drops the cached purchase keys of `event`'s buckets (every layout).
+    fn forget_event(&self, event: &EventId) {
+        self.purchase_keys
+            .write()
+            .expect("key cache poisoned")
+            .retain(|b, _| &b.event != event);
+    }
+
+    fn cached_entries(&self) -> usize {
+        self.purchase_keys.read().expect("key cache poisoned").len()
+    }
+
     fn spread(&self, event: &EventId, generation: u32, max: u32) -> u32 {
         use fred::interfaces::ClusterInterface;
         let Some(routing) = self.client.cached_cluster_state() else {

@@ -495,4 +495,16 @@ impl<S: Store> Store for Faulty<S> {
     async fn ping(&self) -> Result<(), StoreError> {
         self.step("ping", self.inner.ping()).await
     }
+
+    fn spread(&self, event: &EventId, generation: u32, max: u32) -> u32 {
+        self.inner.spread(event, generation, max)
+    }
+
+    fn forget_event(&self, event: &EventId) {
+        self.inner.forget_event(event);
+    }
+
+    fn cached_entries(&self) -> usize {
+        self.inner.cached_entries()
+    }
 }
