@@ -47,6 +47,10 @@ struct Visit {
     records: u64,
 }
 
+/// Bucket visits one call of [`Sweep::next`] makes at most, whatever the
+/// rate: a call is part of a flush round.
+pub const BURST: f64 = 4096.0;
+
 /// A round-robin walk over every bucket of every open event, paced by a token
 /// bucket: each store read (the event list, a meta, a stream length) costs one
 /// token, and tokens accrue at the sweep rate, at most one second's worth.
@@ -70,7 +74,8 @@ impl Sweep {
         }
     }
 
-    /// Spends the tokens accrued since the last call; returns the buckets
+    /// Spends the tokens accrued since the last call (at most [`BURST`]);
+    /// returns the buckets
     /// whose stream holds records (for the flusher to read).
     pub async fn next<S: Store>(
         &mut self,
@@ -80,7 +85,10 @@ impl Sweep {
     ) -> Result<Vec<BucketRef>, StoreError> {
         let now = Instant::now();
         let accrued = now.duration_since(self.at).as_secs_f64() * self.per_s;
-        self.tokens = (self.tokens + accrued).min(self.per_s.max(1.0));
+        // At most a second's worth, and never more than BURST visits in one
+        // call: the call runs inside a flush round, and a second's worth at
+        // the largest accepted rate (a million) held the round for a minute.
+        self.tokens = (self.tokens + accrued).min(self.per_s.clamp(1.0, BURST));
         self.at = now;
         let store = engine.store();
         let mut found = Vec::new();

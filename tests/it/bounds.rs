@@ -141,7 +141,10 @@ async fn a_backlog_past_unpacks_limit_is_acknowledged_and_trimmed() {
         },
     );
     let stop = CancellationToken::new();
-    let flushed = flusher.flush_once(&[bucket.clone()], &stop).await.unwrap();
+    let flushed = flusher
+        .flush_once(std::slice::from_ref(&bucket), &stop)
+        .await
+        .unwrap();
     assert!(
         flushed as u64 >= BACKLOG / 2,
         "one read took the backlog: {flushed}"
@@ -276,5 +279,210 @@ mod maps {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn follow_the_open_events_on_redis() {
         super::maps_follow_the_open_events(crate::harness::standalone("bounds-maps").await).await;
+    }
+}
+
+/// One end of every numeric setting's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Min,
+    Max,
+}
+
+/// Settings for an app of this suite on Redis with every numeric setting
+/// (or only `only`) at `end` of its accepted range, and what depends on it
+/// moved as little as the other ranges ask (a lease at least twice its
+/// round, markers that outlive their sagas …). `store.min_replicas` stays 0:
+/// there is no replica here (the failover and replica tests run it at 1).
+fn at_end(end: End, only: Option<&str>) -> shardstock::config::Settings {
+    let mut s = crate::harness::settings_in(SUITE, crate::harness::Backend::Redis);
+    for n in shardstock::config::NUMERIC {
+        if only.is_none_or(|o| o == n.name) {
+            (n.set)(&mut s, if end == End::Min { n.min } else { n.max });
+        }
+    }
+    s.store.min_replicas = 0;
+    let e = &mut s.engine;
+    e.stale_saga_after_ms = e.stale_saga_after_ms.max(s.server.request_timeout_ms);
+    e.sweep_interval_ms = e.sweep_interval_ms.min(e.stale_saga_after_ms);
+    e.marker_ttl_ms = e
+        .marker_ttl_ms
+        .max(4 * (e.stale_saga_after_ms + e.sweep_interval_ms));
+    let r = &mut s.rebalancer;
+    r.lease_ttl_ms = r.lease_ttl_ms.max(2 * r.interval_ms);
+    r.grow_above_per_bucket = r.grow_above_per_bucket.max(r.grow_target_per_bucket);
+    s.validate()
+        .unwrap_or_else(|e| panic!("{end:?} {only:?}: the settings are refused: {e}"));
+    s
+}
+
+/// A sale, a database outage and the flush of its backlog, a reshard, more
+/// sales and a close, over HTTP, on an app with `settings`; every 201 is in
+/// the ledger once and the closed sale passes the oracle.
+async fn sale_through_outage_reshard_and_close(
+    settings: shardstock::config::Settings,
+    buckets: u32,
+    to: u32,
+    what: &str,
+) {
+    use serde_json::{Value, json};
+    const STOCK: u64 = 3_000;
+    let proxy = crate::harness::DbProxy::start("127.0.0.1:5432").await;
+    let mut settings = settings;
+    let db = crate::harness::pg_url();
+    settings.database.url = db.replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let app = crate::harness::TestApp::spawn_with(settings).await;
+    let event = crate::harness::eid("bounds");
+    app.create(
+        &event,
+        STOCK,
+        buckets,
+        json!({"per_user_limit": 20, "max_per_order": 10}),
+    )
+    .await;
+    let bought = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sell = async |phase: &str, n: u32| {
+        let app = &app;
+        let tasks = (0..16).map(|t| {
+            let (event, bought) = (event.clone(), bought.clone());
+            async move {
+                for i in 0..n / 16 {
+                    let user = format!("{phase}-{t}-{}", i % 5);
+                    let rid = format!("{phase}-{t}-{i}");
+                    let (status, body) = buy(app, &event, &user, 1 + i % 2, &rid).await;
+                    match status {
+                        201 => bought
+                            .lock()
+                            .unwrap()
+                            .push(body["order_id"].as_str().unwrap().to_owned()),
+                        409 => {}
+                        other => panic!("{what}: purchase {rid}: {other} {body}"),
+                    }
+                }
+            }
+        });
+        futures::future::join_all(tasks).await;
+    };
+    sell("before", 320).await;
+    proxy.cut();
+    sell("outage", 320).await;
+    proxy.restore();
+    crate::harness::eventually(
+        &format!("{what}: the backlog in the ledger"),
+        Duration::from_secs(120),
+        async || {
+            let a = app.audit(&event).await;
+            (a["balanced"] == true && a["sold_unflushed"] == 0).then_some(())
+        },
+    )
+    .await;
+    let admin = async |method: reqwest::Method, path: String, body: Value| {
+        crate::harness::eventually(
+            &format!("{what}: {method} {path}"),
+            Duration::from_secs(120),
+            async || {
+                let r = app
+                    .client
+                    .request(method.clone(), app.url(&path))
+                    .bearer_auth(crate::harness::TOKEN)
+                    .json(&body)
+                    .send()
+                    .await
+                    .ok()?;
+                (r.status() == 200).then_some(())
+            },
+        )
+        .await;
+    };
+    admin(
+        reqwest::Method::PUT,
+        format!("/v1/events/{event}/buckets"),
+        json!({"buckets": to}),
+    )
+    .await;
+    sell("after", 160).await;
+    admin(
+        reqwest::Method::POST,
+        format!("/v1/events/{event}/close"),
+        json!({}),
+    )
+    .await;
+    let ledger = shardstock::ledger::Ledger::connect(&db, 2).await.unwrap();
+    let id = shardstock::domain::ids::EventId::parse(event.as_str()).unwrap();
+    let sale = crate::harness::oracle::closed_sale(&ledger, &id, STOCK).await;
+    assert!(sale.broken.is_empty(), "{what}: {:#?}", sale.broken);
+    let bought = bought.lock().unwrap().clone();
+    assert!(bought.len() > 100, "{what}: only {} bought", bought.len());
+    for oid in &bought {
+        assert!(
+            sale.orders
+                .get(oid)
+                .is_some_and(|o| o.status == shardstock::domain::model::OrderStatus::Confirmed),
+            "{what}: order {oid} answered 201 is not confirmed in the ledger"
+        );
+    }
+}
+
+/// A purchase with a request id, sent again the way a client does: after a
+/// 503, and after the connection broke (a server that closes idle
+/// keep-alive connections at `server.header_read_timeout_ms` may close one
+/// the client is about to reuse). Its status and body.
+async fn buy(
+    app: &crate::harness::TestApp,
+    event: &str,
+    user: &str,
+    qty: u32,
+    rid: &str,
+) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({"user_id": user, "quantity": qty, "request_id": rid});
+    for _ in 0..100 {
+        let sent = app
+            .client
+            .post(app.url(&format!("/v1/events/{event}/purchases")))
+            .json(&body)
+            .send()
+            .await;
+        let Ok(r) = sent else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let status = r.status().as_u16();
+        if status == 503 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        return (status, r.json().await.unwrap_or_default());
+    }
+    panic!("{rid}: no final answer after 100 tries");
+}
+
+/// Every numeric setting at the smallest value the configuration accepts,
+/// on an event of one bucket resharded to three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_setting_at_its_smallest_accepted_value_sells_flushes_reshards_and_closes() {
+    sale_through_outage_reshard_and_close(at_end(End::Min, None), 1, 3, "all at min").await;
+}
+
+/// Every numeric setting at the largest value the configuration accepts, on
+/// an event of the most buckets an event may have, resharded to half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_setting_at_its_largest_accepted_value_sells_flushes_reshards_and_closes() {
+    let max = shardstock::domain::model::MAX_BUCKETS;
+    sale_through_outage_reshard_and_close(at_end(End::Max, None), max, max / 2, "all at max").await;
+}
+
+/// The long form: each numeric setting alone at each end of its range (about
+/// a hundred runs, documented in docs/TESTING.md):
+/// `cargo test --test it bounds::each_setting_alone -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the long form (about 100 runs): run it with --ignored"]
+async fn each_setting_alone_at_each_end() {
+    for n in shardstock::config::NUMERIC {
+        for end in [End::Min, End::Max] {
+            let what = format!("{} at {end:?}", n.name);
+            let started = std::time::Instant::now();
+            sale_through_outage_reshard_and_close(at_end(end, Some(n.name)), 4, 2, &what).await;
+            println!("{what}: ok in {:.1} s", started.elapsed().as_secs_f64());
+        }
     }
 }

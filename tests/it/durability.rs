@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::{
     Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_pool,
@@ -318,54 +317,9 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A TCP proxy the test can cut (every connection dropped, new ones refused) and restore.
-struct Proxy {
-    port: u16,
-    open: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-}
-
-impl Proxy {
-    async fn start(target: &'static str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let open = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
-        let (o, c) = (open.clone(), conns.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if !o.load(Ordering::SeqCst) {
-                    continue; // dropped: the database is "down"
-                }
-                let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                c.lock().unwrap().push(task.abort_handle());
-            }
-        });
-        Self { port, open, conns }
-    }
-
-    fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_only_delays_the_ledger() {
-    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let proxy = crate::harness::DbProxy::start("127.0.0.1:5432").await;
     let mut s = settings_in("durability", Backend::Redis);
     s.database.url = pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
     s.database.claim_idle_ms = 500;

@@ -55,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
         redis_cli(port, &["ping"]).trim() == "PONG"
     })?;
     let store =
-        RedisStore::connect(&RedisOptions::new(&format!("redis://127.0.0.1:{port}"))).await?;
+        RedisStore::connect(&RedisOptions::new(format!("redis://127.0.0.1:{port}"))).await?;
     let engine = Arc::new(Engine::new(store, EngineOptions::default()));
     let ledger = Ledger::connect(&format!("sqlite://{}/ledger.db", dir.display()), 2).await?;
     let event = EventId::parse("history")?;

@@ -13,12 +13,14 @@
 //! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
 //!   steps from a seed, before or after they apply.
 //! - `oracle`: a closed sale checked from the database alone.
+//! - `proxy`: `DbProxy`, a TCP proxy a test cuts and restores (a database outage).
 
 mod app;
 mod backends;
 pub mod faulty;
 mod fixtures;
 pub mod oracle;
+mod proxy;
 mod replicated;
 mod servers;
 mod service;
@@ -32,6 +34,7 @@ pub use backends::{
     standalone, suite_of, unbatched,
 };
 pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
+pub use proxy::DbProxy;
 pub use replicated::ReplicatedCluster;
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;

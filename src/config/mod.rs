@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod bounds;
+pub use bounds::{NUMERIC, Numeric, numeric};
+
 use crate::domain::ids::EventId;
-use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec, MAX_BATCH};
+use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
 
 /// What to do with an event the ledger has on sale but the store lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -461,28 +464,16 @@ impl Settings {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for n in NUMERIC {
+            let v = (n.get)(self);
+            if !(n.min <= v && v <= n.max) {
+                return Err(invalid(n.name, n.range()));
+            }
+        }
         self.server
             .listen
             .parse::<std::net::SocketAddr>()
             .map_err(|e| invalid("server.listen", e))?;
-        if self.server.body_limit_bytes < 256 {
-            return Err(invalid("server.body_limit_bytes", "must be at least 256"));
-        }
-        if !(100..=600_000).contains(&self.server.header_read_timeout_ms) {
-            return Err(invalid(
-                "server.header_read_timeout_ms",
-                "must be between 100 and 600000",
-            ));
-        }
-        if self.server.max_connections == 0 {
-            return Err(invalid("server.max_connections", "must be at least 1"));
-        }
-        if self.server.worker_threads > 1024 {
-            return Err(invalid(
-                "server.worker_threads",
-                "must be at most 1024 (0: one per core)",
-            ));
-        }
         if let Some(url) = &self.store.redis_url
             && !(url.starts_with("redis://")
                 || url.starts_with("rediss://")
@@ -517,18 +508,6 @@ impl Settings {
                 format!("{db:?}: expected sqlite:… or postgres://…"),
             ));
         }
-        if self.database.flush_batch == 0 || self.database.flush_batch > 10_000 {
-            return Err(invalid(
-                "database.flush_batch",
-                "must be between 1 and 10000",
-            ));
-        }
-        if self.database.flush_sweep_buckets_per_s == 0 {
-            return Err(invalid(
-                "database.flush_sweep_buckets_per_s",
-                "must be at least 1",
-            ));
-        }
         let r = &self.rebalancer;
         if !(r.grow_target_per_bucket > 0.0 && r.grow_above_per_bucket >= r.grow_target_per_bucket)
         {
@@ -537,25 +516,7 @@ impl Settings {
                 "must be at least grow_target_per_bucket, which must be above 0",
             ));
         }
-        if r.shrink_orders_per_bucket == 0 {
-            return Err(invalid(
-                "rebalancer.shrink_orders_per_bucket",
-                "must be at least 1",
-            ));
-        }
-        if !(1..=crate::domain::model::MAX_BUCKETS).contains(&r.grow_max_one_server) {
-            return Err(invalid(
-                "rebalancer.grow_max_one_server",
-                format!(
-                    "must be between 1 and {}",
-                    crate::domain::model::MAX_BUCKETS
-                ),
-            ));
-        }
         let e = &self.engine;
-        if e.max_passes == 0 {
-            return Err(invalid("engine.max_passes", "must be at least 1"));
-        }
         if e.stale_saga_after_ms < self.server.request_timeout_ms {
             return Err(invalid(
                 "engine.stale_saga_after_ms",
@@ -574,34 +535,7 @@ impl Settings {
                 "must be at least 4 × (stale_saga_after_ms + sweep_interval_ms): a saga's markers must outlive it",
             ));
         }
-        if self.batching.max_batch == 0 || self.batching.max_batch > MAX_BATCH {
-            return Err(invalid(
-                "batching.max_batch",
-                format!("must be between 1 and {MAX_BATCH} (the most a script call unpacks)"),
-            ));
-        }
-        if self.batching.shared_lanes == 0 || self.batching.shared_lanes > 256 {
-            return Err(invalid(
-                "batching.shared_lanes",
-                "must be between 1 and 256",
-            ));
-        }
-        if self.batching.max_wait_us > 100_000 {
-            return Err(invalid(
-                "batching.max_wait_us",
-                "must be at most 100000 (a purchase should not wait 100 ms for company)",
-            ));
-        }
         let r = &self.rebalancer;
-        if r.skew_threshold < 1.0 {
-            return Err(invalid("rebalancer.skew_threshold", "must be at least 1.0"));
-        }
-        if !(0.0..=1.0).contains(&r.gather_below) {
-            return Err(invalid(
-                "rebalancer.gather_below",
-                "must be between 0 and 1",
-            ));
-        }
         if r.lease_ttl_ms < 2 * r.interval_ms {
             return Err(invalid(
                 "rebalancer.lease_ttl_ms",
