@@ -86,7 +86,11 @@ numeric! {
     "server.gauges_interval_ms": server.gauges_interval_ms in 10, HOUR_MS;
     "server.shutdown_grace_ms": server.shutdown_grace_ms in 0, 600_000;
     "server.header_read_timeout_ms": server.header_read_timeout_ms in 100, 600_000;
-    "server.max_connections": server.max_connections in 1, 1_000_000;
+    // Idle keep-alive connections hold their place until
+    // server.header_read_timeout_ms: with a handful of places, a client past
+    // them waited that long for each request (at 1, 16 clients got a few
+    // answers a minute).
+    "server.max_connections": server.max_connections in 64, 1_000_000;
     "server.worker_threads": server.worker_threads in 0, 1024;
     "store.command_timeout_ms": store.command_timeout_ms in 100, 600_000;
     "store.connect_timeout_ms": store.connect_timeout_ms in 100, 600_000;

@@ -92,7 +92,9 @@ pub struct ServerSettings {
     /// A request's headers must arrive within this long after the connection
     /// opened or went idle (slow clients and idle keep-alives are closed).
     pub header_read_timeout_ms: u64,
-    /// Open client connections at most; beyond it new clients wait to be accepted.
+    /// Open client connections at most (64 or more); beyond it new clients
+    /// wait to be accepted, and an idle keep-alive connection holds its place
+    /// until `header_read_timeout_ms`.
     pub max_connections: usize,
     /// `text` or `json` (one object per line).
     pub log_format: LogFormat,
