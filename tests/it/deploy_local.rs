@@ -74,6 +74,7 @@ fn quiet_ports(n: u16) -> u16 {
 }
 
 fn up() -> Topology {
+    crate::harness::ensure_test_tools();
     require(
         "/usr/bin/prometheus",
         "Prometheus (Debian's prometheus package)",

@@ -12,6 +12,7 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Chromium, headless, as this machine allows it; returns its stdout.
 fn chromium(args: &[&str]) -> String {
+    crate::harness::ensure_test_tools();
     assert!(
         std::path::Path::new(CHROMIUM).exists(),
         "Chromium is not installed; install it with:\n  apt-get install -y --no-install-recommends chromium"

@@ -9,6 +9,8 @@
 //!   masters a test kills and whose failovers it waits for.
 //! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
 //! - `service`: the `shardstock` binary as a child process.
+//! - `tools`: Chromium, Prometheus and promtool, installed on first use
+//!   (`.ci/tools.sh`).
 //! - `wait`: waiting for a condition with a deadline, never for a fixed time.
 //! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
 //!   steps from a seed, before or after they apply.
@@ -24,6 +26,7 @@ mod proxy;
 mod replicated;
 mod servers;
 mod service;
+mod tools;
 mod wait;
 
 pub(crate) use app::on_memory_and_redis;
@@ -38,4 +41,5 @@ pub use proxy::DbProxy;
 pub use replicated::ReplicatedCluster;
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;
+pub use tools::ensure_test_tools;
 pub use wait::{eventually, wait_until};
