@@ -708,6 +708,23 @@ pub struct Order {
 }
 
 impl Order {
+    /// The order a replay answers from what is known of it now (the ledger
+    /// after a close): its status shown on an event with holds, or when it
+    /// is no longer confirmed; `probes` is not kept (0).
+    pub fn from_view(view: OrderView) -> Self {
+        Self {
+            status: Some(view.status)
+                .filter(|s| view.pay_by.is_some() || *s != OrderStatus::Confirmed),
+            order_id: view.order_id,
+            event_id: view.event_id,
+            user_id: view.user_id,
+            quantity: view.quantity,
+            bucket: view.bucket,
+            probes: 0,
+            pay_by: view.pay_by,
+        }
+    }
+
     /// The order held until `pay_by` (when `Some`).
     pub fn held_until(mut self, pay_by: Option<i64>) -> Self {
         if pay_by.is_some() {

@@ -1,4 +1,5 @@
-//! Orders after the sale: lookup and cancel, in the order's home bucket.
+//! Orders after the sale: lookup and cancel, in the order's home bucket, and
+//! the stored answer of a client's request id.
 //!
 //! An order id carries its user's routing hash, so its home bucket is known
 //! under any bucket count. A cancel puts the units back on sale in that home
@@ -7,11 +8,13 @@
 
 use std::time::Duration;
 
+use super::purchase::PurchaseOutcome;
+use super::saga::Saga;
 use super::{Engine, EngineError, Lease};
-use crate::domain::ids::{EventId, OrderId};
+use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{EventMeta, EventStatus, OrderStatus, OrderView};
-use crate::domain::routing::home;
+use crate::domain::model::{EventMeta, EventStatus, OrderStatus, OrderView, RequestRecord};
+use crate::domain::routing::{home, user_hash};
 use crate::store::{CancelReply, Store, StoreError};
 
 /// The answer to a cancel.
@@ -56,6 +59,75 @@ impl<S: Store> Engine<S> {
             }
         }
         Err(EngineError::UnknownOrder(raw.to_owned()))
+    }
+
+    /// What a client's request id was answered in a live event, read without
+    /// acting on it: the order as it is now (a replay), a refusal, or `None`
+    /// (no record: never sent, or sent without an id). A purchase still under
+    /// way is `OutcomeUnknown`; a closed event is `NotOnSale` (its buckets
+    /// are sealed: the ledger answers). Request ids are the user's own, so
+    /// another user's id finds nothing.
+    pub async fn request_answer(
+        &self,
+        event: &EventId,
+        user: &UserId,
+        request_id: &RequestId,
+    ) -> Result<Option<PurchaseOutcome>, EngineError> {
+        let mut meta = self.meta(event).await?;
+        let hash = user_hash(user);
+        let rid = [user.as_str(), "/", request_id.as_str()].concat();
+        for attempt in 0..3 {
+            if meta.status == EventStatus::Closed {
+                return Err(EngineError::NotOnSale {
+                    event: event.clone(),
+                    why: "closed",
+                });
+            }
+            let bucket = Self::order_home(&meta, hash);
+            let record = match self.store.request_record(&bucket, &rid).await {
+                Ok(record) => record,
+                Err(StoreError::Stale(_)) if attempt < 2 => {
+                    meta = self.settled(event).await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let record = match record {
+                None => return Ok(None),
+                Some(RequestRecord::Pending { .. }) => {
+                    return Err(EngineError::OutcomeUnknown(
+                        "the purchase is under way".into(),
+                    ));
+                }
+                Some(record) => record,
+            };
+            let saga = Saga {
+                home: home(hash, meta.spec.buckets),
+                rid,
+                keep: true,
+                limited: meta.spec.per_user_limit.is_some(),
+                user: user.clone(),
+                qty: record.qty(),
+                order_id: OrderId::generate(event, hash),
+                started_ms: self.clock.now_ms(),
+                marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
+                pay_by: None,
+            };
+            let mut answer = self.answer(&meta, &saga, record)?;
+            // The order as it is now: held, confirmed, cancelled or expired.
+            if let Ok(order) = &mut answer
+                && let Ok(view) = self.order(order.order_id.as_str()).await
+            {
+                order.pay_by = view.pay_by;
+                order.status = Some(view.status)
+                    .filter(|s| view.pay_by.is_some() || *s != OrderStatus::Confirmed);
+            }
+            return Ok(Some(PurchaseOutcome {
+                result: answer,
+                replayed: true,
+            }));
+        }
+        Err(EngineError::Contention { passes: 0 })
     }
 
     /// The order as its home bucket knows it (orders of a live event).

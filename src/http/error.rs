@@ -34,6 +34,10 @@ pub enum ApiError {
     /// 404 `unknown-order`.
     #[error("no order {0:?}")]
     UnknownOrder(String),
+    /// 404 `unknown-request`: no answer is kept for this request id (never
+    /// sent, sent without an id, or, after a close, refused).
+    #[error("{0}")]
+    UnknownRequest(String),
     /// 409 `event-exists`.
     #[error("event {0:?} exists")]
     EventExists(String),
@@ -93,6 +97,7 @@ impl ApiError {
             Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             UnknownEvent(_) => (StatusCode::NOT_FOUND, "unknown-event", "Unknown event"),
             UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
+            UnknownRequest(_) => (StatusCode::NOT_FOUND, "unknown-request", "Unknown request"),
             EventExists(_) => (StatusCode::CONFLICT, "event-exists", "Event exists"),
             SoldOut { .. } => (StatusCode::CONFLICT, "sold-out", "Sold out"),
             LimitExceeded { .. } => (

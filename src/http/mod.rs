@@ -17,6 +17,7 @@ pub mod error;
 mod events;
 pub mod guard;
 mod held;
+mod lookup;
 mod meters;
 mod openapi;
 mod ops;
@@ -171,6 +172,7 @@ pub fn router<S: Store>(state: AppState<S>, server: &ServerSettings) -> Router {
         .merge(events::router())
         .merge(purchases::router())
         .merge(orders::router())
+        .merge(lookup::router())
         .merge(ops::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)

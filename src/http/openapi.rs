@@ -33,7 +33,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{events, ops, orders, purchases};
+use super::{events, lookup, ops, orders, purchases};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -48,13 +48,14 @@ use super::{events, ops, orders, purchases};
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, purchases::purchase, orders::order, orders::cancel,
-        orders::confirm,
+        orders::confirm, lookup::user_orders, lookup::request_answer,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
         schemas(Problem),
         responses(
-            BadRequest, Unauthorized, UnknownEvent, UnknownOrder, EventExists, PurchaseRefused,
+            BadRequest, Unauthorized, UnknownEvent, UnknownOrder, UnknownRequest, EventExists,
+            PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused,
         ),
@@ -157,6 +158,8 @@ problems! {
     UnknownEvent => [ApiError::UnknownEvent("sneaker-42".into())];
     /// No such order
     UnknownOrder => [ApiError::UnknownOrder("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into())];
+    /// No answer is kept for this request id of this user
+    UnknownRequest => [ApiError::UnknownRequest("no answer is kept for request id 9f1c-0001 of user u-1001".into())];
     /// The event id is taken
     EventExists => [ApiError::EventExists("sneaker-42".into())];
     /// The purchase is refused; a refusal is stored like a success and replayed

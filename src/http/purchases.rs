@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState, Meters, events::event_id};
 use crate::domain::ids::{EventId, RequestId, UserId};
-use crate::domain::model::{Order, OrderStatus};
+use crate::domain::model::Order;
 use crate::engine::{EngineError, PurchaseOutcome, PurchaseRequest};
 use crate::store::Store;
 
@@ -173,17 +173,7 @@ async fn from_ledger<S: Store>(
     match order {
         Some(o) if o.quantity != req.quantity => Err(ApiError::IdempotencyConflict),
         Some(o) => Ok(PurchaseOutcome {
-            result: Ok(Order {
-                order_id: o.order_id,
-                event_id: o.event_id,
-                user_id: o.user_id,
-                quantity: o.quantity,
-                bucket: o.bucket,
-                probes: 0,
-                status: Some(o.status)
-                    .filter(|s| o.pay_by.is_some() || *s != OrderStatus::Confirmed),
-                pay_by: o.pay_by,
-            }),
+            result: Ok(Order::from_view(o)),
             replayed: true,
         }),
         None if db.closed => Err(match refused {

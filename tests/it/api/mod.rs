@@ -5,6 +5,7 @@ mod admin;
 mod contract;
 mod events;
 mod holds;
+mod lookup;
 mod ops;
 mod orders;
 mod purchases;
