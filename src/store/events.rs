@@ -76,6 +76,10 @@ pub trait Events {
     /// event in both sets (retired again next time), never in neither.
     fn retire_event(&self, event: &EventId) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Takes a retired event out of the listing (`DELETE /v1/events/{id}`);
+    /// its meta stays readable and the ledger keeps its orders. Idempotent.
+    fn archive_event(&self, event: &EventId) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The event's meta, `None` if it has none.
     fn load_meta(
         &self,

@@ -43,6 +43,7 @@ impl Events for MemoryStore {
                 leader: LeaseSlot::default(),
                 epochs_due: None,
                 retired: false,
+                archived: false,
                 settled: Default::default(),
             },
         );
@@ -57,16 +58,29 @@ impl Events for MemoryStore {
 
     async fn list_events(&self) -> Result<Vec<EventId>, StoreError> {
         let events = self.inner.events.lock().expect("event map poisoned");
-        Ok(events.keys().cloned().collect())
+        Ok(events
+            .iter()
+            .filter(|(_, s)| !s.archived)
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 
     async fn list_open_events(&self) -> Result<Vec<EventId>, StoreError> {
         let events = self.inner.events.lock().expect("event map poisoned");
         Ok(events
             .iter()
-            .filter(|(_, s)| !s.retired)
+            .filter(|(_, s)| !s.retired && !s.archived)
             .map(|(id, _)| id.clone())
             .collect())
+    }
+
+    /// Out of both sets: the slot stays, marked archived.
+    async fn archive_event(&self, event: &EventId) -> Result<(), StoreError> {
+        self.with_event(event, |s| {
+            s.retired = true;
+            s.archived = true;
+        });
+        Ok(())
     }
 
     /// `ss:events` → `ss:retired`: the slot stays, marked retired.

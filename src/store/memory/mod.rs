@@ -148,6 +148,8 @@ struct EventSlot {
     epochs_due: Option<u64>,
     /// Closed and flushed: listed, but no longer visited by background work.
     retired: bool,
+    /// Archived by an operator: not listed any more.
+    archived: bool,
     /// Layout generation -> the token below which its transfers are closed
     /// (`xsettled`).
     settled: HashMap<u32, u64>,

@@ -113,6 +113,14 @@ impl Events for RedisStore {
         self.members(self.events_key()).await
     }
 
+    async fn archive_event(&self, event: &EventId) -> Result<(), StoreError> {
+        for key in [self.retired_key(), self.events_key()] {
+            self.call(|| self.client.srem::<(), _, _>(key.clone(), event.as_str()))
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn retire_event(&self, event: &EventId) -> Result<(), StoreError> {
         // Two keys in two slots (a Cluster refuses SMOVE across them): add
         // first, so a crash in between leaves the event listed twice, not lost.

@@ -376,6 +376,7 @@ faulty_sections! {
         fn list_events() -> Vec<EventId>;
         fn list_open_events() -> Vec<EventId>;
         fn retire_event(event: &EventId) -> ();
+        fn archive_event(event: &EventId) -> ();
         fn load_meta(event: &EventId) -> Option<EventMeta>;
         fn set_status(event: &EventId, from: EventStatus, to: EventStatus) -> bool;
         fn set_layout(event: &EventId, generation: u32, buckets: u32, retired: &[(u32, u32)]) -> bool;
