@@ -222,6 +222,15 @@ const SEEDS: &[u64] = &[
     // Retries answered try-again on a healed store: an open transfer again.
     5045, // What looked like false sold-outs in the quiet phase (the view's count).
     9033, 1269515,
+    // Holds in the schedules (issue 42), open when found: a retry whose home
+    // step's reply was lost answered another call's order as fresh, without
+    // its hold (holds_answered); a retry while a close was cut off answered
+    // from a ledger not yet drained, showing held an order the client had
+    // been told expired (answers_in_order, about one run in ten). Seed 5036
+    // above: a confirm during a stopped reshard answered "no such order", so
+    // the HTTP layer found the order in the ledger and said the event was
+    // closed (bought_once).
+    7319047, 7319283,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

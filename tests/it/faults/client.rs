@@ -7,14 +7,16 @@
 //! asks the ledger instead (`http::purchases::from_ledger`); [`Rig::from_ledger`]
 //! does the same here, so late retries are judged by what a client would
 //! read: the order, "no order was made" once the ledger marked the event
-//! closed, or an unknown outcome while the close is under way.
+//! closed, or an unknown outcome while the close is under way. A confirm or
+//! cancel the engine answers "no such order" is looked up in the ledger too
+//! (`http::orders`): found there, the answer is "the event is closed".
 
 use std::time::Duration;
 
 use shardstock::domain::ids::OrderId;
-use shardstock::domain::model::{Order, OrderStatus};
+use shardstock::domain::model::{EventStatus, Order, OrderStatus};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest};
-use shardstock::store::Store;
+use shardstock::store::{Store, StoreError};
 use shardstock::{Engine, EngineError};
 
 use super::log::Answer;
@@ -109,7 +111,12 @@ impl<S: Store> Rig<S> {
         crash: Option<Duration>,
     ) {
         let sent_ms = self.clock.now_ms();
-        let done = maybe_crash(crash, Box::pin(engine.confirm(oid.as_str()))).await;
+        let done = match maybe_crash(crash, Box::pin(engine.confirm(oid.as_str()))).await {
+            Some(Err(EngineError::UnknownOrder(_))) => {
+                Some(self.unknown_order(oid, "confirm").await)
+            }
+            done => done,
+        };
         let answered_ms = self.clock.now_ms();
         self.log
             .lock()
@@ -120,11 +127,46 @@ impl<S: Store> Rig<S> {
     /// A cancel of `oid`, logged.
     pub async fn cancel(&self, engine: &Engine<Faulty<S>>, oid: &OrderId, crash: Option<Duration>) {
         let sent_ms = self.clock.now_ms();
-        let done = maybe_crash(crash, Box::pin(engine.cancel(oid.as_str()))).await;
+        let done = match maybe_crash(crash, Box::pin(engine.cancel(oid.as_str()))).await {
+            Some(Err(EngineError::UnknownOrder(_))) => {
+                Some(self.unknown_order(oid, "cancel").await)
+            }
+            done => done,
+        };
         let answered_ms = self.clock.now_ms();
         self.log
             .lock()
             .unwrap()
             .cancelled(oid, done, sent_ms, answered_ms);
+    }
+
+    /// What the HTTP layer answers a confirm or cancel the engine answered
+    /// "no such order": the ledger's order means the event closed (409, as
+    /// "only a closed sale's orders live in the ledger alone"), none means
+    /// 404. An event that is not closed makes the 409 untrue: recorded.
+    async fn unknown_order<T>(&self, oid: &OrderId, call: &str) -> Result<T, EngineError> {
+        let (id, event, _) = OrderId::parse(oid.as_str()).expect("an order id");
+        match self.ledger.order(&id, &event).await {
+            Ok(Some(_)) => {
+                let status = self.engines[0].store().inner().load_meta(&event).await;
+                if !matches!(&status, Ok(Some(m)) if m.status == EventStatus::Closed) {
+                    let status = status.map(|m| m.map(|m| m.status));
+                    self.log.lock().unwrap().errors.push((
+                        "bought_once",
+                        format!(
+                            "{call} of {oid}: answered \"event is closed\" while it is {status:?}"
+                        ),
+                    ));
+                }
+                Err(EngineError::NotOnSale {
+                    event,
+                    why: "closed",
+                })
+            }
+            Ok(None) => Err(EngineError::UnknownOrder(oid.to_string())),
+            Err(e) => {
+                Err(StoreError::Unavailable(format!("the database did not answer ({e})")).into())
+            }
+        }
     }
 }
