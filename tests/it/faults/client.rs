@@ -21,6 +21,7 @@ use shardstock::{Engine, EngineError};
 
 use super::log::Answer;
 use super::rig::Rig;
+use super::told::Via;
 use crate::harness::faulty::Faulty;
 
 /// Runs `fut`, or drops it after `crash` (a client that went away, a
@@ -44,21 +45,24 @@ impl<S: Store> Rig<S> {
         let sent_ms = self.clock.now_ms();
         let heard = match maybe_crash(crash, Box::pin(engine.purchase(req))).await {
             None => Err(Answer::Unknown("dropped mid-call".into())),
-            Some(Ok(out)) => Ok(out),
+            Some(Ok(out)) if out.replayed => Ok((out, Via::Replay)),
+            Some(Ok(out)) => Ok((out, Via::Purchase)),
             Some(Err(e)) => match e {
                 EngineError::NotOnSale { why: "closed", .. } | EngineError::UnknownEvent(_) => {
-                    self.from_ledger(req).await
+                    self.from_ledger(req).await.map(|out| (out, Via::Ledger))
                 }
                 e => Err(Answer::of_error(&e)),
             },
         };
         let answered_ms = self.clock.now_ms();
-        self.log.lock().unwrap().answered(
-            req,
-            heard.as_ref().map_err(Clone::clone),
-            sent_ms,
-            answered_ms,
-        )
+        let heard = match &heard {
+            Ok((out, via)) => Ok((out, *via)),
+            Err(answer) => Err(answer.clone()),
+        };
+        self.log
+            .lock()
+            .unwrap()
+            .answered(req, heard, sent_ms, answered_ms)
     }
 
     /// What the HTTP layer answers a keyed purchase the engine refused

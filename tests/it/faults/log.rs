@@ -16,7 +16,7 @@ use shardstock::engine::{
 };
 use shardstock::store::StoreError;
 
-use super::told::{Call, Story, Told};
+use super::told::{Call, Story, Told, Via};
 
 /// What one answer to a purchase says about the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,19 +132,19 @@ impl Log {
     }
 
     /// Records what a client heard back from a purchase made at `sent_ms`:
-    /// an outcome (an order or a refusal), or what an error says. Returns
-    /// the answer.
+    /// an outcome (an order or a refusal; from the ledger, after the close),
+    /// or what an error says. Returns the answer.
     pub fn answered(
         &mut self,
         req: &PurchaseRequest,
-        heard: Result<&PurchaseOutcome, Answer>,
+        heard: Result<(&PurchaseOutcome, Via), Answer>,
         sent_ms: i64,
         answered_ms: i64,
     ) -> Answer {
         let answer = match heard {
-            Ok(out) => {
+            Ok((out, via)) => {
                 if let Ok(order) = &out.result {
-                    self.bought(order, out.replayed, sent_ms, answered_ms);
+                    self.bought(order, via, sent_ms, answered_ms);
                 }
                 Answer::of(out)
             }
@@ -177,8 +177,8 @@ impl Log {
 
     /// A 201: what it shows of the order. A fresh one (not a replay) shows a
     /// hold with its deadline on an event with holds, and neither elsewhere.
-    fn bought(&mut self, order: &Order, replayed: bool, sent_ms: i64, answered_ms: i64) {
-        if !replayed {
+    fn bought(&mut self, order: &Order, via: Via, sent_ms: i64, answered_ms: i64) {
+        if via == Via::Purchase {
             let shape_ok = match self.hold_ms {
                 Some(hold) => {
                     order.status == Some(OrderStatus::Held)
@@ -199,17 +199,17 @@ impl Log {
             }
         }
         let told = order.status.map_or(Told::Bought, Told::status);
-        self.hear(&order.order_id, told, sent_ms, answered_ms);
+        self.hear(&order.order_id, told, via, sent_ms, answered_ms);
     }
 
-    fn hear(&mut self, oid: &OrderId, told: Told, sent_ms: i64, answered_ms: i64) {
+    fn hear(&mut self, oid: &OrderId, told: Told, via: Via, sent_ms: i64, answered_ms: i64) {
         if !self.stories.contains_key(oid) {
             self.told.push(oid.clone());
         }
         self.stories
             .entry(oid.clone())
             .or_default()
-            .hear(told, sent_ms, answered_ms);
+            .hear(told, via, sent_ms, answered_ms);
     }
 
     pub fn count(&mut self, what: String) {
@@ -238,7 +238,7 @@ impl Log {
             Some(Err(_)) | None => Told::Unknown(Call::Cancel),
         };
         self.count(format!("cancel {told:?}"));
-        self.hear(oid, told, sent_ms, answered_ms);
+        self.hear(oid, told, Via::Cancel, sent_ms, answered_ms);
     }
 
     /// Records a confirm's result (`None`: the call was dropped).
@@ -266,7 +266,7 @@ impl Log {
             Some(Err(_)) | None => Told::Unknown(Call::Confirm),
         };
         self.count(format!("confirm {told:?}"));
-        self.hear(oid, told, sent_ms, answered_ms);
+        self.hear(oid, told, Via::Confirm, sent_ms, answered_ms);
     }
 
     /// Requests a replay may pick: answered finally or with an unknown outcome

@@ -27,7 +27,7 @@ use shardstock::{Engine, EngineError};
 
 use super::log::Answer;
 use super::rig::{Rig, flush_options};
-use super::told::Call;
+use super::told::{Call, Via};
 use crate::harness::faulty::Faulty;
 use crate::harness::{eventually, user};
 
@@ -384,7 +384,11 @@ impl<S: Store> Rig<S> {
             let answered_ms = self.clock.now_ms();
             self.log.lock().unwrap().answered(
                 &req,
-                result.as_ref().map_err(Answer::of_error),
+                match &result {
+                    Ok(out) if out.replayed => Ok((out, Via::Replay)),
+                    Ok(out) => Ok((out, Via::Purchase)),
+                    Err(e) => Err(Answer::of_error(e)),
+                },
                 sent_ms,
                 answered_ms,
             );

@@ -83,10 +83,25 @@ impl Told {
     }
 }
 
-/// One answer, and when its call began and ended (the schedule's clock).
+/// Which call an answer came from (for a report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A purchase's first answer.
+    Purchase,
+    /// A purchase with a request id seen before, answered by the engine.
+    Replay,
+    /// A purchase after the close, answered from the ledger.
+    Ledger,
+    Confirm,
+    Cancel,
+}
+
+/// One answer, from which call, and when that call began and ended (the
+/// schedule's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heard {
     pub told: Told,
+    pub via: Via,
     pub sent_ms: i64,
     pub answered_ms: i64,
 }
@@ -114,9 +129,10 @@ const WITHOUT_HOLDS: &[&[OrderStatus]] = {
 };
 
 impl Story {
-    pub fn hear(&mut self, told: Told, sent_ms: i64, answered_ms: i64) {
+    pub fn hear(&mut self, told: Told, via: Via, sent_ms: i64, answered_ms: i64) {
         self.heard.push(Heard {
             told,
+            via,
             sent_ms,
             answered_ms,
         });
@@ -195,7 +211,7 @@ mod tests {
     fn story(told: &[Told]) -> Story {
         let mut s = Story::default();
         for (i, t) in told.iter().enumerate() {
-            s.hear(*t, 10 * i as i64, 10 * i as i64 + 5);
+            s.hear(*t, Via::Replay, 10 * i as i64, 10 * i as i64 + 5);
         }
         s
     }
@@ -285,9 +301,9 @@ mod tests {
         // The same two answers from calls that overlapped: the read may
         // have come first.
         let mut s = Story::default();
-        s.hear(Told::Held, 0, 5);
-        s.hear(Told::Confirmed, 10, 20);
-        s.hear(Told::Held, 15, 30);
+        s.hear(Told::Held, Via::Purchase, 0, 5);
+        s.hear(Told::Confirmed, Via::Confirm, 10, 20);
+        s.hear(Told::Held, Via::Replay, 15, 30);
         assert_eq!(s.may_end_in_order(true), [Confirmed]);
         // In order, the strict reading agrees with the loose one.
         let story = story(&[Told::Held, Told::Confirmed, Told::Unknown(Call::Cancel)]);
