@@ -4,7 +4,7 @@
 //! The engine answers a purchase while the event is open and after its
 //! window ended (a request id that bought learns its order from the
 //! bucket). Once the event closed the engine refuses, and the HTTP layer
-//! asks the ledger instead (`http::purchases::from_ledger`); [`Rig::from_ledger`]
+//! asks the ledger instead (`http::purchases::from_ledger`); [`Rig::ask_ledger`]
 //! does the same here, so late retries are judged by what a client would
 //! read: the order, "no order was made" once the ledger marked the event
 //! closed, or an unknown outcome while the close is under way. A confirm or
@@ -49,7 +49,7 @@ impl<S: Store> Rig<S> {
             Some(Ok(out)) => Ok((out, Via::Purchase)),
             Some(Err(e)) => match e {
                 EngineError::NotOnSale { why: "closed", .. } | EngineError::UnknownEvent(_) => {
-                    self.from_ledger(req).await.map(|out| (out, Via::Ledger))
+                    self.ask_ledger(req).await.map(|out| (out, Via::Ledger))
                 }
                 e => Err(Answer::of_error(&e)),
             },
@@ -68,7 +68,7 @@ impl<S: Store> Rig<S> {
     /// What the HTTP layer answers a keyed purchase the engine refused
     /// because the event closed: its order from the ledger, as
     /// `http::purchases::from_ledger` builds it.
-    async fn from_ledger(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, Answer> {
+    async fn ask_ledger(&self, req: &PurchaseRequest) -> Result<PurchaseOutcome, Answer> {
         let rid = req.request_id.as_ref().expect("every request has an id");
         let unknown = |e: shardstock::ledger::LedgerError| {
             Answer::Unknown(format!("the database did not answer ({e})"))
