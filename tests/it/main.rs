@@ -35,9 +35,10 @@
 //! - `replicas`: the durability setting (`WAIT`): a purchase acknowledged
 //!   only once a replica has it.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
-//! - `faults`: randomized schedules of purchases, cancels, replays,
-//!   transfers, reshards, closes and dropped calls over `Faulty` stores,
-//!   then the promises checked.
+//! - `faults`: randomized schedules of purchases, holds, confirms, cancels,
+//!   expiry, replays (also after the window and the close), transfers,
+//!   reshards, closes, checkpoint crashes and dropped calls over `Faulty`
+//!   stores, then the promises checked, the last from the database alone.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `telemetry`: a probing purchase as one trace under the caller's
 //!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.

@@ -1,17 +1,21 @@
 //! The answers held against the ledger, once the close drained every
-//! stream into it: units, limits, one order per 201, replays, and whether
-//! "nothing deducted" was true.
+//! stream into it: units, limits, one order per 201, replays, whether
+//! "nothing deducted" was true, and the oracle from the database alone
+//! (`harness::oracle`) held against what every client was told
+//! (`told`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use shardstock::domain::ids::OrderId;
 use shardstock::domain::model::OrderStatus;
 use shardstock::ledger::DbOrder;
 use shardstock::store::Store;
 
-use super::log::{Answer, Cancelled, Reply};
+use super::log::{Answer, Reply};
 use super::rig::Rig;
 use super::settle::Violations;
+use super::told::Story;
+use crate::harness::oracle;
 
 impl<S: Store> Rig<S> {
     /// The answers against the ledger (every stream is drained by the close).
@@ -81,8 +85,8 @@ impl<S: Store> Rig<S> {
                     && !seen.contains(&oid)
                 {
                     seen.push(oid);
-                    let cancelled = log.cancels.get(oid).copied().unwrap_or(Cancelled::No);
-                    self.check_order(rid, oid, *qty, cancelled, v).await;
+                    let may_end = log.stories[oid].may_end(log.holds());
+                    self.check_order(rid, oid, *qty, &may_end, v).await;
                 }
             }
         }
@@ -94,14 +98,16 @@ impl<S: Store> Rig<S> {
         }
     }
 
-    /// One order answered 201: in the ledger, with its quantity, cancelled
-    /// exactly when a cancel said so.
+    /// One order answered 201: in the ledger, with its quantity, and a
+    /// status its answers explain (`told`): cancelled exactly when a cancel
+    /// said so, confirmed when a confirm said so, a hold never confirmed
+    /// expired.
     async fn check_order(
         &self,
         rid: &str,
         oid: &OrderId,
         qty: u32,
-        cancelled: Cancelled,
+        may_end: &[OrderStatus],
         v: &mut Violations,
     ) {
         let row = self
@@ -116,22 +122,87 @@ impl<S: Store> Rig<S> {
             ));
             return;
         };
-        let status_ok = match cancelled {
-            Cancelled::Yes => row.status == OrderStatus::Cancelled,
-            Cancelled::No => row.status == OrderStatus::Confirmed,
-            Cancelled::Unknown => true,
-        };
-        if row.quantity != qty || !status_ok {
+        if row.quantity != qty || !may_end.contains(&row.status) {
             v.push((
                 "bought_once",
-                format!("{rid}: order {oid} answered 201 for {qty} (cancel: {cancelled:?}) is {row:?} in the ledger"),
+                format!("{rid}: order {oid} answered 201 for {qty} (may end {may_end:?}) is {row:?} in the ledger"),
             ));
+        }
+    }
+
+    /// The oracle from the database alone, then every order in it against
+    /// what its client was told (`told`): an order no answer named is one
+    /// nobody could confirm or cancel. Every order a client was told of is
+    /// there, and no request answered "no order" has one.
+    pub(super) async fn check_database(&self, v: &mut Violations) {
+        let sale = oracle::closed_sale(&self.ledger, &self.id, self.plan.spec.stock).await;
+        v.extend(sale.broken.into_iter().map(|b| ("database_oracle", b)));
+        let log = self.log.lock().unwrap().clone();
+        let stories: HashMap<&str, &Story> =
+            log.stories.iter().map(|(o, s)| (o.as_str(), s)).collect();
+        let untold = Story::default();
+        for (oid, order) in &sale.orders {
+            let story = stories.get(oid.as_str()).copied().unwrap_or(&untold);
+            let may_end = story.may_end(log.holds());
+            let check = if !may_end.contains(&order.status) {
+                "database_oracle"
+            } else if !story.may_end_in_order(log.holds()).contains(&order.status) {
+                "answers_in_order"
+            } else {
+                continue;
+            };
+            v.push((
+                check,
+                format!(
+                    "order {oid} ({} units) is {:?} in the database; its clients heard {:?} \
+                     (it may end {may_end:?})",
+                    order.quantity, order.status, story.heard
+                ),
+            ));
+        }
+        for oid in &log.told {
+            if !sale.orders.contains_key(oid.as_str()) {
+                v.push((
+                    "database_oracle",
+                    format!("order {oid}, which clients were told of, is not in the database"),
+                ));
+            }
+        }
+        let requests: HashSet<(&str, &str)> = sale
+            .orders
+            .values()
+            .filter_map(|o| Some((o.user_id.as_str(), o.request_id.as_deref()?)))
+            .collect();
+        for rid in &log.order {
+            let sent = &log.sent[rid];
+            if let Some(no) = sent.answers().find(|a| a.says_no_order())
+                && requests.contains(&(sent.req.user.as_str(), rid.as_str()))
+            {
+                v.push((
+                    "database_oracle",
+                    format!("{rid} was answered {no:?}, but the database has an order of it"),
+                ));
+            }
         }
     }
 }
 
-/// Once a request had a final answer, every later final answer is the same.
+/// Once a request had a final answer, every later final answer is the same;
+/// a request told it bought is never told it made no order.
 fn replays_agree(rid: &str, replies: &[Reply], v: &mut Violations) {
+    let bought = replies
+        .iter()
+        .find(|r| matches!(r.answer, Answer::Bought(..)));
+    let no_order = replies.iter().find(|r| r.answer == Answer::NoOrder);
+    if let (Some(b), Some(n)) = (bought, no_order) {
+        v.push((
+            "replays_agree",
+            format!(
+                "{rid}: answered {:?}, and after the close {:?}",
+                b.answer, n.answer
+            ),
+        ));
+    }
     let mut finals = replies.iter().map(|r| &r.answer).filter(|a| a.is_final());
     let Some(want) = finals.next() else {
         return;

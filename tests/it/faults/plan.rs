@@ -7,12 +7,21 @@
 //! the seed; the interleaving of the actors is not (it is real concurrency),
 //! but the fault decisions are keyed by call count per step, so a seed
 //! reproduces the same kinds of trouble.
+//!
+//! What came before holds is drawn first and as it always was, so a seed
+//! found then still draws its purchases, cancels, reshards and closes; the
+//! rest comes from a second generator of the same seed: whether the event
+//! holds its purchases (half the schedules), confirms, expiry sweeps and
+//! moves of the clock past deadlines put between those operations, a sale
+//! window that ends mid-schedule (a quarter), and a reshard or close cut at
+//! a named checkpoint (half of those that reshard or close).
 
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardstock::EngineOptions;
+use shardstock::control::checkpoint::Checkpoint;
 use shardstock::domain::model::EventSpec;
 use shardstock::store::Store;
 
@@ -59,6 +68,18 @@ pub enum Op {
         crash: Option<Duration>,
     },
     Flush,
+    /// Confirm an order its client was told of and may still pay (`pick`
+    /// among them).
+    Confirm {
+        pick: usize,
+        crash: Option<Duration>,
+    },
+    /// One expiry sweep (every due bucket, as the sweeper's tick does).
+    Expire,
+    /// The clock passes every deadline of the holds made so far.
+    Advance,
+    /// The clock passes the end of the sale window.
+    End,
 }
 
 /// A schedule, drawn from its seed.
@@ -70,7 +91,14 @@ pub struct Plan {
     pub fault_rate: f64,
     pub max_delay: Duration,
     pub actors: Vec<Vec<Op>>,
+    /// A reshard or close cut at this checkpoint the nth time a run reaches
+    /// it (once): the run stops as if its process died there.
+    pub cut: Option<(Checkpoint, u32)>,
 }
+
+/// How far the sale window ends after the schedule starts: only [`Op::End`]
+/// gets there (every [`Op::Advance`] together moves the clock minutes).
+pub const WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 impl Plan {
     pub fn draw(seed: u64) -> Self {
@@ -123,13 +151,70 @@ impl Plan {
             let crash = crash(&mut rng);
             actors[actor].insert(at, Op::Close { crash });
         }
-        Plan {
+        let fault_rate = rng.random_range(0.005..0.06);
+        let max_delay = Duration::from_millis(rng.random_range(2..=20));
+        let mut more = StdRng::seed_from_u64(seed ^ 0x401d_5eed);
+        spec.hold_seconds = more.random_bool(0.5).then(|| more.random_range(1..=20));
+        for ops in &mut actors {
+            let extra = more.random_range(ops.len() / 8..=ops.len() / 4);
+            for _ in 0..extra {
+                let op = match more.random_range(0..100) {
+                    0..60 => Op::Confirm {
+                        pick: more.random_range(0..1000),
+                        crash: crash(&mut more),
+                    },
+                    60..85 if spec.hold_seconds.is_some() => Op::Expire,
+                    _ => Op::Advance,
+                };
+                let at = more.random_range(0..=ops.len());
+                ops.insert(at, op);
+            }
+        }
+        // A quarter of the schedules' sale windows end while they run;
+        // retries of earlier request ids follow.
+        if more.random_bool(0.25) {
+            let actor = more.random_range(0..ACTORS);
+            let len = actors[actor].len();
+            let at = more.random_range(len / 3..=len * 2 / 3);
+            actors[actor].insert(at, Op::End);
+            for _ in 0..3 {
+                let ops = &mut actors[more.random_range(0..ACTORS)];
+                let at = more.random_range(ops.len() * 2 / 3..=ops.len());
+                ops.insert(
+                    at,
+                    Op::Replay {
+                        pick: more.random_range(0..1000),
+                    },
+                );
+            }
+        }
+        let mut plan = Plan {
             seed,
             spec,
-            fault_rate: rng.random_range(0.005..0.06),
-            max_delay: Duration::from_millis(rng.random_range(2..=20)),
+            fault_rate,
+            max_delay,
             actors,
+            cut: None,
+        };
+        let mut cuts = Vec::new();
+        if plan.reshards() {
+            cuts.extend(Checkpoint::reshard_steps());
+            cuts.push(Checkpoint::PruneRetired);
         }
+        if plan.closes() {
+            cuts.extend([
+                Checkpoint::CloseBegin,
+                Checkpoint::CloseFenced,
+                Checkpoint::CloseSealed,
+                Checkpoint::CloseRetired,
+                Checkpoint::CloseDrained,
+            ]);
+        }
+        if !cuts.is_empty() && more.random_bool(0.5) {
+            let at = cuts[more.random_range(0..cuts.len())];
+            plan.cut = Some((at, more.random_range(1..=2)));
+        }
+        plan
     }
 
     /// Whether the schedule reshards the event.
@@ -138,6 +223,26 @@ impl Plan {
             .iter()
             .flatten()
             .any(|op| matches!(op, Op::Reshard { .. }))
+    }
+
+    /// Whether the schedule closes the sale: by hand, or by the leader of a
+    /// rebalancer round once the window ended.
+    pub fn closes(&self) -> bool {
+        self.actors
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::Close { .. } | Op::End))
+    }
+
+    /// Whether the sale window ends during the schedule.
+    pub fn ends(&self) -> bool {
+        self.actors.iter().flatten().any(|op| matches!(op, Op::End))
+    }
+
+    /// How far an [`Op::Advance`] moves the clock: past the deadline of
+    /// every hold made so far.
+    pub fn advance_by(&self) -> Duration {
+        Duration::from_secs(u64::from(self.spec.hold_seconds.unwrap_or(1)) + 1)
     }
 
     pub fn ops(&self) -> usize {

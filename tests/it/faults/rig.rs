@@ -1,10 +1,12 @@
 //! The engines of one schedule, running its plan: each actor's operations in
-//! order, the actors side by side, every answer into the [`Log`].
+//! order, the actors side by side, every answer into the [`Log`] (the calls
+//! a client makes, and how their answers are read: `client`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardstock::Engine;
+use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::control::{lifecycle, reshard};
@@ -15,8 +17,10 @@ use shardstock::ledger::Ledger;
 use shardstock::store::Store;
 use tokio_util::sync::CancellationToken;
 
-use super::log::{Answer, Log, now_ms};
-use super::plan::{ENGINES, Op, Plan};
+use super::client::maybe_crash;
+use super::clock::ScheduleClock;
+use super::log::Log;
+use super::plan::{ENGINES, Op, Plan, WINDOW};
 use crate::harness::faulty::Faulty;
 use crate::harness::user;
 
@@ -28,6 +32,8 @@ pub struct Rig<S: Store> {
     /// One rebalancer per engine (a leader keeps its state between rounds).
     pub rebalancers: Vec<tokio::sync::Mutex<Rebalancer<Faulty<S>>>>,
     pub ledger: Ledger,
+    /// Every engine's time (the settling engine's too).
+    pub clock: Arc<ScheduleClock>,
     pub log: Mutex<Log>,
     pub stop: CancellationToken,
 }
@@ -57,15 +63,6 @@ pub fn flush_options() -> FlushOptions {
         workers: 2,
         idle: Duration::from_millis(10),
         claim_idle_ms: 200,
-    }
-}
-
-/// Runs `fut`, or drops it after `crash` (a client that went away, a
-/// process that died mid-call); `None` when it was dropped.
-async fn maybe_crash<T>(crash: Option<Duration>, fut: impl Future<Output = T>) -> Option<T> {
-    match crash {
-        Some(after) => tokio::time::timeout(after, fut).await.ok(),
-        None => Some(fut.await),
     }
 }
 
@@ -105,41 +102,46 @@ impl<S: Store> Rig<S> {
         }
     }
 
-    async fn buy(
-        &self,
-        engine: &Engine<Faulty<S>>,
-        req: &PurchaseRequest,
-        crash: Option<Duration>,
-    ) {
-        let sent_ms = now_ms();
-        let answer = match maybe_crash(crash, Box::pin(engine.purchase(req))).await {
-            Some(result) => Answer::of(result),
-            None => Answer::Unknown("dropped mid-call".into()),
-        };
-        self.log.lock().unwrap().answered(req, answer, sent_ms);
-    }
-
     async fn apply(&self, engine: &Arc<Engine<Faulty<S>>>, actor: usize, i: usize, op: Op) {
         let store = engine.store();
         match op {
             Op::Buy { user, qty, crash } => {
                 let req = self.request(user, qty, format!("s{}-a{actor}-{i}", self.plan.seed));
-                self.buy(engine, &req, crash).await;
+                self.purchase(engine, &req, crash).await;
             }
             Op::Replay { pick } => {
                 let all = self.log.lock().unwrap().replayable();
                 if !all.is_empty() {
-                    self.buy(engine, &all[pick % all.len()], None).await;
+                    self.purchase(engine, &all[pick % all.len()], None).await;
                 }
             }
             Op::Cancel { pick, crash } => {
                 let all = self.log.lock().unwrap().cancellable();
-                if all.is_empty() {
-                    return;
+                if !all.is_empty() {
+                    self.cancel(engine, &all[pick % all.len()], crash).await;
                 }
-                let oid = all[pick % all.len()].clone();
-                let done = maybe_crash(crash, Box::pin(engine.cancel(oid.as_str()))).await;
-                self.log.lock().unwrap().cancelled(&oid, done);
+            }
+            Op::Confirm { pick, crash } => {
+                let all = self.log.lock().unwrap().confirmable();
+                if !all.is_empty() {
+                    self.confirm(engine, &all[pick % all.len()], crash).await;
+                }
+            }
+            Op::Expire => {
+                let swept = Box::pin(sweep_due(engine, &ExpiryOptions::default(), 4)).await;
+                self.tally(match swept {
+                    Ok(0) => "expire none",
+                    Ok(_) => "expire some",
+                    Err(_) => "expire failed",
+                });
+            }
+            Op::Advance => {
+                self.clock.advance(self.plan.advance_by());
+                self.tally("clock past deadlines");
+            }
+            Op::End => {
+                self.clock.advance(WINDOW);
+                self.tally("clock past the window");
             }
             Op::Transfer { from, to, units } => {
                 let Ok(meta) = engine.reload(&self.id).await else {

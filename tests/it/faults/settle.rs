@@ -2,28 +2,32 @@
 //! faults cut short, and check the promises of docs/DESIGN.md.
 //!
 //! Settling is what clients and operators do: retry every request whose
-//! outcome is unknown with its request id, retry every cancel that failed,
-//! resume a reshard that stopped half way, close the sale (again, if a close
-//! was cut short), which drains every stream into the ledger. Then the
-//! answers are held against the ledger (`checks`). Each check is a named
+//! outcome is unknown with its request id, retry every confirm and cancel
+//! that failed, resume a reshard that stopped half way, let the expiry
+//! sweeper run, close the sale (again, if a close was cut short), which
+//! drains every stream into the ledger, then ask once more with every
+//! request id (the ledger answers after the close). Then the answers are
+//! held against the ledger (`checks`). Each check is a named
 //! switch in [`super::CHECKS`]; every violation names its check, so a failing
 //! seed says which promise broke, and checks that are off still report.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::Flusher;
 use shardstock::control::sweeper::{self, SweepOptions};
 use shardstock::control::{audit, lifecycle, reshard};
-use shardstock::domain::ids::{OrderId, RequestId};
+use shardstock::domain::ids::RequestId;
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventStatus, RequestRecord};
 use shardstock::engine::{Lease, PurchaseRequest, Refusal, mover};
 use shardstock::store::{Buckets, Leases, Store, Transfers};
 use shardstock::{Engine, EngineError};
 
-use super::log::{Answer, Cancelled, now_ms};
+use super::log::Answer;
 use super::rig::{Rig, flush_options};
+use super::told::{Call, Via};
 use crate::harness::faulty::Faulty;
 use crate::harness::{eventually, user};
 
@@ -69,13 +73,21 @@ impl<S: Store> Rig<S> {
         // rebalancer round) left it to expire: until then nobody may move
         // units, and a purchase that needs an open transfer completed answers
         // try-again. That is the lease's bound, not a defect; the promises
-        // are judged once no dead holder blocks the event.
-        eventually(
-            "the mover lease of a dropped holder to expire",
-            Duration::from_secs(40),
-            async || matches!(plain.store().lease_holder(&self.id).await, Ok(None)).then_some(()),
-        )
-        .await;
+        // are judged once no dead holder blocks the event. A closed event
+        // sells nothing more, and the close that finishes it (below) seizes
+        // the lease from a close cut off while holding it (30 s to expire).
+        let closed =
+            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
+        if !closed {
+            eventually(
+                "the mover lease of a dropped holder to expire",
+                Duration::from_secs(40),
+                async || {
+                    matches!(plain.store().lease_holder(&self.id).await, Ok(None)).then_some(())
+                },
+            )
+            .await;
+        }
         // Nobody drives a saga now: every one still pending is the sweeper's
         // (a reshard or a close settles its own), with no wait for its bound.
         let sweep = SweepOptions {
@@ -96,13 +108,28 @@ impl<S: Store> Rig<S> {
                 format!("{pending} sagas still pending after healing and a sweep"),
             ));
         }
-        let closed =
-            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
         if !closed {
             self.retry_unknown(plain, &mut v).await;
-            self.retry_cancels(plain).await;
+            self.retry_orders(plain).await;
+            // Holds whose deadline passed go back on sale now, as the
+            // sweeper's next tick would do them.
+            let swept = Box::pin(sweep_due(plain.as_ref(), &ExpiryOptions::default(), 64)).await;
+            if let Err(e) = swept {
+                v.push((
+                    "conservation",
+                    format!("the expiry sweep on a healed store failed: {e}"),
+                ));
+            }
             self.audit(plain, "before the close", &mut v).await;
-            self.sell_out(plain, pending, &mut v).await;
+            if self.window_ended() {
+                // Nothing sells after the window: no quiet phase to judge.
+                self.log
+                    .lock()
+                    .unwrap()
+                    .count("no quiet phase: the window ended".into());
+            } else {
+                self.sell_out(plain, pending, &mut v).await;
+            }
         }
         let mut flusher = Flusher::new(
             plain.clone(),
@@ -119,10 +146,12 @@ impl<S: Store> Rig<S> {
             ));
             return v;
         }
+        self.ask_after_close(plain, &mut v).await;
         self.audit(plain, "after the close", &mut v).await;
         self.check_ledger(&mut v).await;
+        self.check_database(&mut v).await;
         let errors = self.log.lock().unwrap().errors.clone();
-        v.extend(errors.into_iter().map(|e| ("bought_once", e)));
+        v.extend(errors);
         if self.plan.reshards() {
             // Every promise a reshard can break is one known defect family
             // today (see the check `across_reshards`).
@@ -193,13 +222,10 @@ impl<S: Store> Rig<S> {
         for req in open {
             let mut last = None;
             for _ in 0..RETRIES {
-                let sent_ms = now_ms();
-                let answer = Answer::of(Box::pin(plain.purchase(&req)).await);
-                self.log
-                    .lock()
-                    .unwrap()
-                    .answered(&req, answer.clone(), sent_ms);
-                if answer.is_final() {
+                let answer = self.purchase(plain, &req, None).await;
+                // Final, or the sale is over: once it is closed the ledger
+                // answers (`ask_after_close`).
+                if answer.is_final() || matches!(answer, Answer::NotOnSale | Answer::NoOrder) {
                     last = None;
                     break;
                 }
@@ -221,19 +247,48 @@ impl<S: Store> Rig<S> {
         }
     }
 
-    /// Retries every cancel whose outcome is unknown.
-    async fn retry_cancels(&self, plain: &Engine<Faulty<S>>) {
-        let open: Vec<OrderId> = {
+    /// Retries every confirm, then every cancel, whose outcome is unknown
+    /// and whose client has not learnt since how its order ended.
+    async fn retry_orders(&self, plain: &Engine<Faulty<S>>) {
+        let confirms = self.log.lock().unwrap().unresolved(Call::Confirm);
+        for oid in confirms {
+            self.confirm(plain, &oid, None).await;
+        }
+        let cancels = self.log.lock().unwrap().unresolved(Call::Cancel);
+        for oid in cancels {
+            self.cancel(plain, &oid, None).await;
+        }
+    }
+
+    /// Whether the sale window ended (nothing sells any more).
+    fn window_ended(&self) -> bool {
+        self.plan
+            .spec
+            .ends_at
+            .is_some_and(|end| self.clock.now_ms() >= end)
+    }
+
+    /// After the close every request id is asked once more, as a client
+    /// that never learnt (or forgot) what it bought: the engine refuses, the
+    /// ledger answers. Each one must now learn its fate: its order, or that
+    /// it made none.
+    async fn ask_after_close(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        let all: Vec<PurchaseRequest> = {
             let log = self.log.lock().unwrap();
-            log.cancels
+            log.order
                 .iter()
-                .filter(|(_, c)| **c == Cancelled::Unknown)
-                .map(|(oid, _)| oid.clone())
+                .map(|rid| log.sent[rid].req.clone())
                 .collect()
         };
-        for oid in open {
-            let done = Box::pin(plain.cancel(oid.as_str())).await;
-            self.log.lock().unwrap().cancelled(&oid, Some(done));
+        for req in all {
+            let answer = self.purchase(plain, &req, None).await;
+            if !matches!(answer, Answer::Bought(..) | Answer::NoOrder) {
+                let rid = req.request_id.as_ref().map(RequestId::as_str).unwrap_or("");
+                v.push((
+                    "replays_agree",
+                    format!("{rid}: asked after the close, answered {answer:?} (not its order, nor that it made none)"),
+                ));
+            }
         }
     }
 
@@ -301,7 +356,7 @@ impl<S: Store> Rig<S> {
                     RequestId::parse(format!("s{}-quiet-{i}", self.plan.seed)).unwrap(),
                 ),
             };
-            let sent_ms = now_ms();
+            let sent_ms = self.clock.now_ms();
             let result = Box::pin(plain.purchase(&req)).await;
             let refused_at = match &result {
                 Ok(out) => match &out.result {
@@ -326,10 +381,17 @@ impl<S: Store> Rig<S> {
                     return;
                 }
             };
-            self.log
-                .lock()
-                .unwrap()
-                .answered(&req, Answer::of(result), sent_ms);
+            let answered_ms = self.clock.now_ms();
+            self.log.lock().unwrap().answered(
+                &req,
+                match &result {
+                    Ok(out) if out.replayed => Ok((out, Via::Replay)),
+                    Ok(out) => Ok((out, Via::Purchase)),
+                    Err(e) => Err(Answer::of_error(e)),
+                },
+                sent_ms,
+                answered_ms,
+            );
             if remaining == 0 && refused_at.is_none() && result_bought(&self.log, &req) {
                 v.push((
                     "no_double_sale",
