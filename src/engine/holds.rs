@@ -57,7 +57,11 @@ impl<S: Store> Engine<S> {
             .await;
         let (order_id, event, reply) = match confirmed {
             Ok(done) => done,
-            Err(EngineError::UnknownOrder(_) | EngineError::Store(StoreError::Stale(_))) => {
+            // Its home bucket is sealed: the event closed, or a reshard is
+            // moving it (then nothing changed, and a retry finds the new
+            // layout). It said "no such order" during a long reshard, and
+            // the HTTP layer then told a buyer the event was closed.
+            Err(EngineError::Store(StoreError::Stale(why))) => {
                 if let Ok((_, event, _)) = OrderId::parse(raw)
                     && let Ok(meta) = self.reload(&event).await
                     && meta.status == EventStatus::Closed
@@ -67,7 +71,7 @@ impl<S: Store> Engine<S> {
                         why: "closed",
                     });
                 }
-                return Err(EngineError::UnknownOrder(raw.to_owned()));
+                return Err(StoreError::Stale(why).into());
             }
             Err(e) => return Err(e),
         };

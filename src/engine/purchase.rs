@@ -474,9 +474,13 @@ impl<S: Store> Engine<S> {
                         replayed: false,
                     })
                 }
+                // An earlier call's answer with this request id (this call's
+                // own order would have its entry): a replay, whose hold the
+                // purchase's answer then reads. It answered as a fresh 201
+                // without the hold's status and pay-by.
                 (None, Some(record)) if saga.keep => Ok(PurchaseOutcome {
                     result: self.answer(meta, &saga, record)?,
-                    replayed: false,
+                    replayed: true,
                 }),
                 // Nothing written: the step never ran.
                 _ => Err(StoreError::Unavailable(why).into()),

@@ -206,12 +206,14 @@ async fn from_ledger<S: Store>(
         .await
         .map_err(database_error)?;
     match order {
-        Some(o) => Ok(Some(PurchaseOutcome {
+        Some(o) if db.closed => Ok(Some(PurchaseOutcome {
             result: Ok(Order::from_view(o)),
             replayed: true,
         })),
         None if db.closed => Ok(None),
-        None => Err(ApiError::Unavailable {
+        // A close under way: a later change of the order may not be in the
+        // ledger yet.
+        _ => Err(ApiError::Unavailable {
             detail: format!(
                 "event {event} is closing; an order of request id {rid} may still reach the database; retry later"
             ),

@@ -27,6 +27,36 @@ fn record_event(order: &str) {
 }
 
 impl<S: Store> AppState<S> {
+    /// A confirm or cancel of an order its event's store no longer knows: if
+    /// the ledger has the event closed and the order, the sale is over; if
+    /// it has the order but not the event closed, the answer is not known
+    /// yet (a close under way): try again; else no such order.
+    async fn closed_or_unknown(&self, id: String) -> ApiError {
+        let order = match self.flushed_order(&id).await {
+            Ok(order) => order,
+            Err(e) => return e,
+        };
+        let Some(order) = order else {
+            return ApiError::UnknownOrder(id);
+        };
+        match self.ledger.event(&order.event_id).await {
+            Ok(Some(db)) if db.closed => {
+                ApiError::NotOnSale(format!("event {} is closed", order.event_id))
+            }
+            Ok(_) => ApiError::TryAgain(format!(
+                "event {} is closing; retry once it is closed",
+                order.event_id
+            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "ledger failed");
+                ApiError::Unavailable {
+                    detail: "the database is unreachable".into(),
+                    outcome_unknown: false,
+                }
+            }
+        }
+    }
+
     /// The order from the ledger, when the store no longer has it.
     async fn flushed_order(&self, raw: &str) -> Result<Option<OrderView>, ApiError> {
         let Ok((oid, event, _)) = OrderId::parse(raw) else {
@@ -94,14 +124,8 @@ pub(super) async fn cancel<S: Store>(
             }
             Ok(Json(outcome.order))
         }
-        Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
-            // Only a closed sale's orders live in the ledger alone.
-            Some(order) => Err(ApiError::NotOnSale(format!(
-                "event {} is closed",
-                order.event_id
-            ))),
-            None => Err(ApiError::UnknownOrder(id)),
-        },
+        // Only a closed sale's orders live in the ledger alone.
+        Err(EngineError::UnknownOrder(_)) => Err(state.closed_or_unknown(id).await),
         Err(e) => Err(e.into()),
     }
 }
@@ -153,14 +177,8 @@ pub(super) async fn confirm<S: Store>(
                 }
             }
         }
-        Err(EngineError::UnknownOrder(_)) => match state.flushed_order(&id).await? {
-            // Only a closed sale's orders live in the ledger alone.
-            Some(order) => Err(ApiError::NotOnSale(format!(
-                "event {} is closed",
-                order.event_id
-            ))),
-            None => Err(ApiError::UnknownOrder(id)),
-        },
+        // Only a closed sale's orders live in the ledger alone.
+        Err(EngineError::UnknownOrder(_)) => Err(state.closed_or_unknown(id).await),
         Err(e) => Err(e.into()),
     }
 }

@@ -144,10 +144,12 @@ pub(super) async fn purchase<S: Store>(
 
 /// A purchase the store cannot answer (the event closed, or is held after
 /// the store lost state): a request with the client's request id learns from
-/// the ledger what it bought. A close drains every order into the ledger
-/// before the ledger marks the event closed, so once it is, "no order" there
-/// means the request bought nothing; before that (a close under way, a held
-/// event) the answer is `outcome: unknown`, which a later retry resolves.
+/// the ledger what it bought. A close drains every order and every later
+/// change (confirm, cancel, expiry) into the ledger before the ledger marks
+/// the event closed, so once it is, its answer is final: the order as it is,
+/// or no order (the request bought nothing). Before that (a close under way,
+/// a held event) the answer is `outcome: unknown`, which a later retry
+/// resolves.
 async fn from_ledger<S: Store>(
     state: &AppState<S>,
     req: PurchaseRequest,
@@ -172,7 +174,10 @@ async fn from_ledger<S: Store>(
         .map_err(|e| unknown(format!("the database did not answer ({e})")))?;
     match order {
         Some(o) if o.quantity != req.quantity => Err(ApiError::IdempotencyConflict),
-        Some(o) => Ok(PurchaseOutcome {
+        // Only a closed ledger's word is final: before, a later confirm,
+        // cancel or expiry may not have reached it, and a status read then
+        // could go back on one the client was told.
+        Some(o) if db.closed => Ok(PurchaseOutcome {
             result: Ok(Order::from_view(o)),
             replayed: true,
         }),
@@ -182,13 +187,13 @@ async fn from_ledger<S: Store>(
             }
             other => other,
         }),
-        None if state.held.contains(&req.event) => Err(unknown(format!(
-            "event {} is held until an operator recovers it; an order of request id {rid} \
-             may still reach the database",
+        _ if state.held.contains(&req.event) => Err(unknown(format!(
+            "event {} is held until an operator recovers it; the order of request id {rid} \
+             is not final in the database yet",
             req.event
         ))),
-        None => Err(unknown(format!(
-            "event {} is closing; an order of request id {rid} may still reach the database",
+        _ => Err(unknown(format!(
+            "event {} is closing; the order of request id {rid} is not final in the database yet",
             req.event
         ))),
     }

@@ -78,7 +78,8 @@ pub trait Events {
 
     /// Takes a retired event out of the listing (`DELETE /v1/events/{id}`);
     /// its meta stays readable and the ledger keeps its orders. Idempotent.
-    fn archive_event(&self, event: &EventId) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn archive_event(&self, event: &EventId)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The event's meta, `None` if it has none.
     fn load_meta(

@@ -74,6 +74,8 @@ on_each_backend_apart!(
     a_resumed_reshard_never_brings_back_holds_that_expired_meanwhile,
     a_close_after_a_reshard_leaves_paid_holds_confirmed_and_voids_live_ones_once,
     a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once,
+    a_confirm_or_cancel_during_a_stopped_reshard_answers_try_again,
+    a_retry_whose_first_answer_was_lost_shows_its_hold,
 );
 
 const HOLD_S: u32 = 60;
@@ -825,4 +827,90 @@ async fn a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once<S: Store
     assert_eq!(seen.pay_by, probed.pay_by);
     stop.cancel();
     running.await.unwrap().unwrap();
+}
+
+/// A reshard stopped after its restore leaves the event resharding: the
+/// order's home bucket is sealed and the new layout not yet current. A
+/// confirm or a cancel then changes nothing and says so (the layout is
+/// changing: retry), and once the reshard is resumed the confirm goes
+/// through. It answered "no such order", which the HTTP layer, finding the
+/// order in the ledger, turned into "the event is closed" (fault seeds 5036,
+/// 1269488).
+async fn a_confirm_or_cancel_during_a_stopped_reshard_answers_try_again<S: Store>(
+    engine: Engine<S>,
+) {
+    use shardstock::EngineError;
+    use shardstock::control::checkpoint::{self, Checkpoint, Flow};
+    use shardstock::store::StoreError;
+    let opts = EngineOptions {
+        reshard_wait: Duration::from_millis(200),
+        ..engine.options().clone()
+    };
+    let r = rig(Engine::new(engine.store().clone(), opts)).await;
+    let id = r.create("confirm-resharding", 20, 2, 4).await;
+    let order = r.buy(&id, "u-1", 1).await.unwrap();
+    checkpoint::inject(
+        &id,
+        Arc::new(|cp| {
+            Box::pin(async move {
+                if cp == Checkpoint::ReshardRestored {
+                    Flow::Crash
+                } else {
+                    Flow::Go
+                }
+            })
+        }),
+    );
+    assert!(
+        shardstock::control::reshard::reshard(&r.engine, &id, 3)
+            .await
+            .is_err()
+    );
+    checkpoint::clear(&id);
+    let oid = order.order_id.as_str();
+    let confirm = r.engine.confirm(oid).await;
+    assert!(
+        matches!(confirm, Err(EngineError::Store(StoreError::Stale(_)))),
+        "a confirm while resharding: {confirm:?}"
+    );
+    let cancel = r.engine.cancel(oid).await;
+    assert!(
+        matches!(cancel, Err(EngineError::Store(StoreError::Stale(_)))),
+        "a cancel while resharding: {cancel:?}"
+    );
+    shardstock::control::reshard::reshard(&r.engine, &id, 3)
+        .await
+        .unwrap();
+    let c = r.engine.confirm(oid).await.unwrap();
+    assert_eq!(c.result.unwrap().status, OrderStatus::Confirmed);
+}
+
+/// A purchase that applied while its answer was lost, retried with its
+/// request id: the retry, whose own home step found the first call's record,
+/// answers it as a replay showing the hold (`held`, the first call's
+/// `pay_by`). It answered a fresh 201 without either (fault seed 7319047).
+async fn a_retry_whose_first_answer_was_lost_shows_its_hold<S: Store>(engine: Engine<S>) {
+    let faulty = Faulty::plain(engine.store().clone());
+    let r = rig(Engine::new(faulty.clone(), engine.options().clone())).await;
+    let id = r.create("lost-answer", 20, 2, 4).await;
+    let req = PurchaseRequest {
+        event: id.clone(),
+        user: user("u-1"),
+        quantity: 1,
+        request_id: Some(RequestId::parse("lost-1").unwrap()),
+    };
+    let first = r.engine.purchase(&req).await.unwrap();
+    let pay_by = first.result.as_ref().unwrap().pay_by;
+    assert!(pay_by.is_some());
+    // The retry's own home step applies (it finds the record) and its reply
+    // is lost: the engine reads back what the step left.
+    faulty.arm("purchase", faulty.calls("purchase") + 1, When::After);
+    let retry = r.engine.purchase(&req).await.unwrap();
+    let order = retry.result.as_ref().unwrap();
+    assert!(retry.replayed, "{retry:?}");
+    assert_eq!(
+        (order.status, order.pay_by),
+        (Some(OrderStatus::Held), pay_by)
+    );
+    assert_eq!(order.order_id, first.result.unwrap().order_id);
 }

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use shardstock::domain::ids::OrderId;
-use shardstock::domain::model::{EventStatus, Order, OrderStatus};
+use shardstock::domain::model::{EventStatus, Order};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest};
 use shardstock::store::{Store, StoreError};
 use shardstock::{Engine, EngineError};
@@ -86,23 +86,14 @@ impl<S: Store> Rig<S> {
                 "idempotency conflict: {} units asked, the ledger's order has {}",
                 req.quantity, o.quantity
             ))),
-            Some(o) => Ok(PurchaseOutcome {
-                result: Ok(Order {
-                    order_id: o.order_id,
-                    event_id: o.event_id,
-                    user_id: o.user_id,
-                    quantity: o.quantity,
-                    bucket: o.bucket,
-                    probes: 0,
-                    status: Some(o.status)
-                        .filter(|s| o.pay_by.is_some() || *s != OrderStatus::Confirmed),
-                    pay_by: o.pay_by,
-                }),
+            // Only a closed ledger's word is final (http::purchases::from_ledger).
+            Some(o) if db.closed => Ok(PurchaseOutcome {
+                result: Ok(Order::from_view(o)),
                 replayed: true,
             }),
             None if db.closed => Err(Answer::NoOrder),
-            None => Err(Answer::Unknown(
-                "the event is closing; an order may still reach the database".into(),
+            _ => Err(Answer::Unknown(
+                "the event is closing; its orders are not final in the database yet".into(),
             )),
         }
     }
@@ -145,32 +136,39 @@ impl<S: Store> Rig<S> {
     }
 
     /// What the HTTP layer answers a confirm or cancel the engine answered
-    /// "no such order": the ledger's order means the event closed (409, as
-    /// "only a closed sale's orders live in the ledger alone"), none means
-    /// 404. An event that is not closed makes the 409 untrue: recorded.
+    /// "no such order" (`http::orders`, `closed_or_unknown`): the ledger's
+    /// order and the ledger's word that the event closed mean the sale is
+    /// over (409); the order without that word, a close under way (503, try
+    /// again: nothing changed); no order, 404. Saying "closed" of an event
+    /// the store does not have closed is untrue: recorded.
     async fn unknown_order<T>(&self, oid: &OrderId, call: &str) -> Result<T, EngineError> {
         let (id, event, _) = OrderId::parse(oid.as_str()).expect("an order id");
+        let unavailable = |e: shardstock::ledger::LedgerError| -> EngineError {
+            StoreError::Unavailable(format!("the database did not answer ({e})")).into()
+        };
         match self.ledger.order(&id, &event).await {
-            Ok(Some(_)) => {
-                let status = self.engines[0].store().inner().load_meta(&event).await;
-                if !matches!(&status, Ok(Some(m)) if m.status == EventStatus::Closed) {
-                    let status = status.map(|m| m.map(|m| m.status));
-                    self.log.lock().unwrap().errors.push((
-                        "bought_once",
-                        format!(
-                            "{call} of {oid}: answered \"event is closed\" while it is {status:?}"
-                        ),
-                    ));
+            Ok(Some(_)) => match self.ledger.event(&event).await {
+                Ok(Some(db)) if db.closed => {
+                    let status = self.engines[0].store().inner().load_meta(&event).await;
+                    if !matches!(&status, Ok(Some(m)) if m.status == EventStatus::Closed) {
+                        let status = status.map(|m| m.map(|m| m.status));
+                        self.log.lock().unwrap().errors.push((
+                            "bought_once",
+                            format!(
+                                "{call} of {oid}: answered \"event is closed\" while it is {status:?}"
+                            ),
+                        ));
+                    }
+                    Err(EngineError::NotOnSale {
+                        event,
+                        why: "closed",
+                    })
                 }
-                Err(EngineError::NotOnSale {
-                    event,
-                    why: "closed",
-                })
-            }
+                Ok(_) => Err(StoreError::Stale(format!("{event} is closing")).into()),
+                Err(e) => Err(unavailable(e)),
+            },
             Ok(None) => Err(EngineError::UnknownOrder(oid.to_string())),
-            Err(e) => {
-                Err(StoreError::Unavailable(format!("the database did not answer ({e})")).into())
-            }
+            Err(e) => Err(unavailable(e)),
         }
     }
 }
