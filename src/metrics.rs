@@ -42,6 +42,8 @@ pub const BUCKET_SKEW: &str = "shardstock_bucket_skew_ratio";
 pub const EVENT_STOCK: &str = "shardstock_event_stock";
 /// gauge {event}: units left (buckets + in transfer).
 pub const EVENT_REMAINING: &str = "shardstock_event_remaining";
+/// gauge {event}: units a closed event had left (set by its close).
+pub const EVENT_LEFTOVER: &str = "shardstock_event_leftover_units";
 /// gauge {event}: buckets of the current layout.
 pub const EVENT_BUCKETS: &str = "shardstock_event_buckets";
 
@@ -139,6 +141,10 @@ pub fn describe() {
     );
     describe_gauge!(EVENT_STOCK, "An event's stock");
     describe_gauge!(EVENT_REMAINING, "Units left in an event");
+    describe_gauge!(
+        EVENT_LEFTOVER,
+        "Units a closed event had left (set by its close; absent while it sells)"
+    );
     describe_gauge!(EVENT_BUCKETS, "Buckets of an event's current layout");
     describe_counter!(
         REBALANCE_MOVED_UNITS,

@@ -25,6 +25,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +44,16 @@ use crate::store::{MemoryStore, RedisStore, Store};
 /// The process-wide Prometheus recorder (installed once, shared by every app
 /// in the process: tests run several).
 pub fn metrics_handle() -> PrometheusHandle {
+    metrics_handle_keeping(Duration::from_millis(
+        crate::config::ServerSettings::default().metrics_retention_ms,
+    ))
+}
+
+/// [`metrics_handle`], dropping every series not updated for `retention`
+/// (the first call in a process sets it): a closed or archived event's
+/// series go; the open events' are refreshed within it (`control::gauges`),
+/// and every handle kept is looked up again within it (`http::Meters`).
+pub fn metrics_handle_keeping(retention: Duration) -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -54,6 +65,7 @@ pub fn metrics_handle() -> PrometheusHandle {
                 0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
             ];
             let handle = PrometheusBuilder::new()
+                .idle_timeout(MetricKindMask::ALL, Some(retention))
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(m::PROBE_DEPTH.into()), &counts)
@@ -104,7 +116,8 @@ impl Application {
 
     /// Builds on a given store (the embedded one, or Redis).
     pub async fn with_store<S: Store>(store: S, settings: Settings) -> anyhow::Result<Self> {
-        let metrics = metrics_handle();
+        let retention = Duration::from_millis(settings.server.metrics_retention_ms);
+        let metrics = metrics_handle_keeping(retention);
         let db = &settings.database;
         let ledger = Ledger::connect(&db.url, db.max_connections)
             .await
@@ -149,7 +162,7 @@ impl Application {
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.
-            meters: Arc::new(http::Meters::default()),
+            meters: Arc::new(http::Meters::refreshed_within(retention)),
             held: Arc::new(Held::lost(refused)),
             flush: options::flush(db, ledger.kind()),
             rebalance: options::rebalance(&settings.rebalancer),
@@ -166,6 +179,7 @@ impl Application {
         tasks.spawn(quietly(crate::control::gauges::run(
             engine.clone(),
             interval,
+            retention,
             stop.clone(),
         )));
         let flusher = Flusher::new(
@@ -327,6 +341,7 @@ async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
             _ = tick.tick() => {
                 state.metrics.run_upkeep();
                 state.limits.forget_idle();
+                state.meters.forget_old();
             }
         }
     }

@@ -84,6 +84,7 @@ numeric! {
     "server.body_limit_bytes": server.body_limit_bytes in 256, 16 << 20;
     "server.request_timeout_ms": server.request_timeout_ms in 100, 600_000;
     "server.gauges_interval_ms": server.gauges_interval_ms in 10, HOUR_MS;
+    "server.metrics_retention_ms": server.metrics_retention_ms in 1_000, DAY_MS;
     "server.shutdown_grace_ms": server.shutdown_grace_ms in 0, 600_000;
     "server.header_read_timeout_ms": server.header_read_timeout_ms in 100, 600_000;
     // Idle keep-alive connections hold their place until

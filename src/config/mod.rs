@@ -85,6 +85,11 @@ pub struct ServerSettings {
     pub request_timeout_ms: u64,
     /// How often the bucket gauges are refreshed.
     pub gauges_interval_ms: u64,
+    /// A series of `/metrics` not updated this long is dropped: a closed or
+    /// archived event's gauges and counters go this long after its last
+    /// change (the open events' are refreshed well within it). Read once a
+    /// process: the first application built sets it.
+    pub metrics_retention_ms: u64,
     /// How long shutdown may take in all: in-flight requests, then the
     /// background tasks' last work (the flusher's final drain). Past it the
     /// process exits anyway, non-zero if orders were left unflushed.
@@ -112,6 +117,7 @@ impl Default for ServerSettings {
             body_limit_bytes: 16 * 1024,
             request_timeout_ms: 10_000,
             gauges_interval_ms: 1_000,
+            metrics_retention_ms: 900_000,
             shutdown_grace_ms: 10_000,
             header_read_timeout_ms: 10_000,
             max_connections: 8_192,

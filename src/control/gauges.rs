@@ -12,10 +12,17 @@
 //! the last tick (`engine::Activity`), those seen for the first time, and one
 //! other open event per tick, round-robin, so what other instances sell (or
 //! the rebalancer moves) shows up within one pass over the open events.
-//! Closed events and events whose sale window has ended are not read at all
-//! (their last gauges stay; the close's view is in the API).
+//! Closed events and events whose sale window has ended are not read at all.
+//!
+//! The recorder drops a gauge or counter not updated for
+//! `server.metrics_retention_ms` (`app::metrics_handle_keeping`). So, every
+//! third of that, this task sets every open event's gauges again from its
+//! last view and touches its counters: an idle open event keeps its series,
+//! while a closed one's go. A close sets its final values at once
+//! ([`publish_closed`]), and an event that left the open set (closed by
+//! another instance, or archived) gets them from here, once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +48,23 @@ pub fn publish(view: &EventView) {
     metrics::gauge!(m::EVENT_BUCKETS, "event" => event).set(f64::from(view.bucket_count));
 }
 
-/// Registers every per-event counter at 0.
+/// The gauges of an event whose sale is over: nothing remaining or held in
+/// any bucket, the leftover as the close counted it.
+pub fn publish_closed(view: &EventView) {
+    let mut over = view.clone();
+    over.remaining = 0;
+    over.held = 0;
+    for b in &mut over.buckets {
+        b.remaining = 0;
+    }
+    publish(&over);
+    if let Some(leftover) = view.leftover {
+        metrics::gauge!(m::EVENT_LEFTOVER, "event" => view.id.to_string()).set(leftover as f64);
+    }
+}
+
+/// Registers every per-event counter at 0 (and keeps it alive: the
+/// recorder drops series not updated for a while).
 pub fn initialise(event: &EventId) {
     let e = event.to_string();
     for outcome in [
@@ -73,11 +96,19 @@ pub fn initialise(event: &EventId) {
     metrics::gauge!(m::LEADER, "event" => e).set(0.0);
 }
 
-/// Refreshes the gauges every `interval` until `stop`.
-pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: CancellationToken) {
-    let mut seen: HashSet<EventId> = HashSet::new();
+/// Refreshes the gauges every `interval` until `stop`; every open event's
+/// series at least every third of `retention`.
+pub async fn run<S: Store>(
+    engine: Arc<Engine<S>>,
+    interval: Duration,
+    retention: Duration,
+    stop: CancellationToken,
+) {
+    // Each open event this task has seen, and its last view.
+    let mut seen: HashMap<EventId, Option<EventView>> = HashMap::new();
     let mut others: VecDeque<EventId> = VecDeque::new();
     let mut since = Instant::now();
+    let mut refreshed = Instant::now();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -97,9 +128,28 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: Can
         let mut due = engine.activity().events_since(since);
         since = now;
         for event in &open {
-            if seen.insert(event.clone()) {
+            if !seen.contains_key(event) {
+                seen.insert(event.clone(), None);
                 initialise(event);
                 due.push(event.clone());
+            }
+        }
+        // Left the open set (closed and flushed here or elsewhere, or
+        // archived): its final values once, then its series age out.
+        seen.retain(|event, last| {
+            let kept = open.contains(event);
+            if !kept && let Some(view) = last {
+                publish_closed(view);
+            }
+            kept
+        });
+        if now.duration_since(refreshed) >= retention / 3 {
+            refreshed = now;
+            for (event, last) in &seen {
+                initialise(event);
+                if let Some(view) = last {
+                    publish(view);
+                }
             }
         }
         if others.is_empty() {
@@ -115,7 +165,12 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, interval: Duration, stop: Can
                 continue;
             }
             match engine.view(&event).await {
-                Ok(view) => publish(&view),
+                Ok(view) => {
+                    publish(&view);
+                    if let Some(last) = seen.get_mut(&event) {
+                        *last = Some(view);
+                    }
+                }
                 Err(e) => tracing::debug!(%event, error = %e, "gauges: view failed"),
             }
         }

@@ -222,7 +222,10 @@ pub async fn close<S: Store>(
     engine.activity().forget(event);
     engine.forget(event);
     ledger.forget_event(event);
-    final_view(engine, ledger, event).await
+    let view = final_view(engine, ledger, event).await?;
+    // Its gauges say the sale is over now, not at the next refresh.
+    crate::control::gauges::publish_closed(&view);
+    Ok(view)
 }
 
 /// Sets the status to `closed` from whatever it is: a compare-and-set,

@@ -19,7 +19,10 @@ use crate::store::Store;
 pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
         .route("/v1/events", get(list::<S>).post(create::<S>))
-        .route("/v1/events/{id}", get(view::<S>))
+        .route(
+            "/v1/events/{id}",
+            get(view::<S>).delete(super::archive::archive::<S>),
+        )
         .route("/v1/events/{id}/close", post(close::<S>))
         .route("/v1/events/{id}/buckets", put(reshard::<S>))
         .route("/v1/events/{id}/rebalance", post(rebalance::<S>))

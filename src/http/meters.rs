@@ -11,9 +11,15 @@
 //!
 //! Label sets stay bounded as before: routes are the matched paths, events
 //! only those that exist (the handlers pass `unknown` otherwise).
+//!
+//! The recorder drops a series not updated for `server.metrics_retention_ms`
+//! (so a closed event's series go), and a handle kept past that would record
+//! into a series no longer exported: every handle is looked up again once it
+//! is a third of that old, and entries not used for that long are forgotten.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::http::Method;
 use metrics::{Counter, Histogram};
@@ -63,10 +69,12 @@ impl EventMeters {
     }
 }
 
-/// One route and method: its latency, and its count per status.
+/// One route and method: its latency, and its count per status (the handles
+/// since `since`).
 struct RouteMeters {
     duration: Histogram,
     statuses: Vec<(u16, Counter)>,
+    since: Instant,
 }
 
 /// A route, a method label, and their series.
@@ -74,37 +82,84 @@ type RouteEntry = (String, &'static str, Arc<RwLock<RouteMeters>>);
 
 /// The handles, shared by every request (in `AppState`).
 pub struct Meters {
-    events: RwLock<HashMap<String, Arc<EventMeters>>>,
+    /// Each event's handles and when they were looked up.
+    events: RwLock<HashMap<String, (Instant, Arc<EventMeters>)>>,
+    /// How old a handle may grow before it is looked up again.
+    refresh: Duration,
     /// Few (matched routes × standard methods): scanned, not hashed.
     routes: RwLock<Vec<RouteEntry>>,
-    /// `shardstock_purchase_duration_seconds{path}`.
-    pub fast: Histogram,
-    pub probe: Histogram,
+    /// `shardstock_purchase_duration_seconds{path}`: fast, probe, and when
+    /// they were looked up.
+    durations: RwLock<(Instant, Histogram, Histogram)>,
 }
 
 impl Default for Meters {
     fn default() -> Self {
-        Self {
-            events: RwLock::default(),
-            routes: RwLock::default(),
-            fast: metrics::histogram!(m::PURCHASE_DURATION, "path" => "fast"),
-            probe: metrics::histogram!(m::PURCHASE_DURATION, "path" => "probe"),
-        }
+        Self::refreshed_within(Duration::from_secs(900))
     }
 }
 
 impl Meters {
+    /// Handles looked up again well within `retention` (the recorder's idle
+    /// timeout).
+    pub fn refreshed_within(retention: Duration) -> Self {
+        Self {
+            events: RwLock::default(),
+            refresh: retention / 3,
+            routes: RwLock::default(),
+            durations: RwLock::new(durations()),
+        }
+    }
+
+    /// The fast path's latency series.
+    pub fn fast(&self) -> Histogram {
+        self.durations().1
+    }
+
+    /// The probe saga's latency series.
+    pub fn probe(&self) -> Histogram {
+        self.durations().2
+    }
+
+    fn durations(&self) -> (Instant, Histogram, Histogram) {
+        let now = self.durations.read().expect("meters poisoned").clone();
+        if now.0.elapsed() < self.refresh {
+            return now;
+        }
+        let fresh = durations();
+        *self.durations.write().expect("meters poisoned") = fresh.clone();
+        fresh
+    }
+
     /// The purchase series of `event` (a label: an existing event or `unknown`).
     pub fn event(&self, event: &str) -> Arc<EventMeters> {
-        if let Some(meters) = self.events.read().expect("meters poisoned").get(event) {
+        let now = Instant::now();
+        if let Some((since, meters)) = self.events.read().expect("meters poisoned").get(event)
+            && now.duration_since(*since) < self.refresh
+        {
             return meters.clone();
         }
+        let meters = Arc::new(EventMeters::new(event));
         self.events
             .write()
             .expect("meters poisoned")
-            .entry(event.to_owned())
-            .or_insert_with(|| Arc::new(EventMeters::new(event)))
-            .clone()
+            .insert(event.to_owned(), (now, meters.clone()));
+        meters
+    }
+
+    /// Forgets the handles of events not served for a while (a closed
+    /// event's, whose series the recorder drops).
+    pub fn forget_old(&self) {
+        let now = Instant::now();
+        self.events
+            .write()
+            .expect("meters poisoned")
+            .retain(|_, (since, _)| now.duration_since(*since) < self.refresh);
+    }
+
+    /// Events with handles.
+    pub fn events(&self) -> usize {
+        self.events.read().expect("meters poisoned").len()
     }
 
     /// Records one answered request: `shardstock_http_requests_total` and
@@ -112,6 +167,19 @@ impl Meters {
     pub fn request(&self, route: &str, method: &Method, status: u16, seconds: f64) {
         let method = method_label(method);
         let route_meters = self.route(route, method);
+        {
+            let stale = route_meters
+                .read()
+                .expect("meters poisoned")
+                .since
+                .elapsed()
+                >= self.refresh;
+            if stale {
+                let mut r = route_meters.write().expect("meters poisoned");
+                r.statuses.clear();
+                r.since = Instant::now();
+            }
+        }
         let found = {
             let r = route_meters.read().expect("meters poisoned");
             r.duration.record(seconds);
@@ -158,10 +226,20 @@ impl Meters {
                 "method" => method
             ),
             statuses: Vec::new(),
+            since: Instant::now(),
         }));
         routes.push((route.to_owned(), method, meters.clone()));
         meters
     }
+}
+
+/// `shardstock_purchase_duration_seconds{path}`, looked up now.
+fn durations() -> (Instant, Histogram, Histogram) {
+    (
+        Instant::now(),
+        metrics::histogram!(m::PURCHASE_DURATION, "path" => "fast"),
+        metrics::histogram!(m::PURCHASE_DURATION, "path" => "probe"),
+    )
 }
 
 /// The `method` label: the standard methods by name, any other as `OTHER`

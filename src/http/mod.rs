@@ -13,6 +13,7 @@
 //! serves the document generated from the handlers' annotations
 //! (`GET /openapi.json`).
 
+mod archive;
 pub mod error;
 mod events;
 pub mod guard;

@@ -217,9 +217,9 @@ fn respond(
         }) => {
             if !replayed {
                 let path = if order.probes == 0 {
-                    &meters.fast
+                    meters.fast()
                 } else {
-                    &meters.probe
+                    meters.probe()
                 };
                 path.record(elapsed);
                 event.probe_depth.record(f64::from(order.probes));
@@ -239,7 +239,7 @@ fn respond(
             replayed,
         }) => {
             if !replayed {
-                meters.probe.record(elapsed);
+                meters.probe().record(elapsed);
             }
             let e = ApiError::from(refusal);
             let outcome = e.outcome();

@@ -179,3 +179,93 @@ async fn event_ids_of_dots_only_are_refused() {
         problem(r, 400, "invalid-request").await;
     }
 }
+
+/// The recorder keeps a series `server.metrics_retention_ms` after its last
+/// update: a closed and archived event's series leave `/metrics` (a
+/// 16-bucket event added 20-odd series that stayed for the life of the
+/// process), while an open event's stay, refreshed within the retention
+/// however idle it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_events_series_leave_metrics_and_an_idle_open_events_stay() {
+    use crate::harness::TOKEN;
+    let service = Service::with_config(
+        "retention",
+        &format!(
+            "gauges_interval_ms = 50\nmetrics_retention_ms = 1500\n[database]\nurl = \"{}\"\n",
+            sqlite_url()
+        ),
+    );
+    let base = format!("http://127.0.0.1:{}", service.port);
+    let client = reqwest::Client::new();
+    let (gone, kept) = (
+        crate::harness::eid("retention-gone"),
+        crate::harness::eid("retention-kept"),
+    );
+    for (id, buckets) in [(&gone, 16), (&kept, 4)] {
+        let r = client
+            .post(format!("{base}/v1/events"))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({"id": id, "stock": 100, "buckets": buckets}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let r = client
+        .post(format!("{base}/v1/events/{gone}/purchases"))
+        .json(&serde_json::json!({"user_id": "u-1", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let series = async |event: &str| -> usize {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let label = format!("event=\"{event}\"");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&label))
+            .count()
+    };
+    crate::harness::eventually("the events' series", Duration::from_secs(10), async || {
+        (series(&gone).await > 16 && series(&kept).await > 4).then_some(())
+    })
+    .await;
+    for call in ["close", ""] {
+        let r = if call.is_empty() {
+            client.delete(format!("{base}/v1/events/{gone}"))
+        } else {
+            client
+                .post(format!("{base}/v1/events/{gone}/close"))
+                .json(&serde_json::json!({}))
+        }
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+        assert!(r.status().is_success(), "{call}: {}", r.status());
+    }
+    let started = Instant::now();
+    crate::harness::eventually(
+        "the archived event's series to go",
+        Duration::from_secs(20),
+        async || {
+            let left = series(&gone).await;
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+    // Well past the retention since the open event last sold (never): its
+    // series are still there.
+    assert!(started.elapsed() >= Duration::from_millis(1_000));
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(
+        series(&kept).await > 4,
+        "the idle open event keeps its series"
+    );
+}

@@ -11,6 +11,8 @@ on_memory_and_redis!(
     a_live_event_is_resharded_and_rebalanced_over_http,
     close_ends_the_sale_and_the_audit_balances_throughout,
     the_live_page_is_served,
+    a_close_sets_the_final_gauges_at_once,
+    a_closed_event_is_archived_out_of_the_listing_and_keeps_its_orders,
 );
 
 async fn admin(
@@ -241,4 +243,144 @@ async fn the_live_page_is_served(b: Backend) {
     assert!(r.text().await.unwrap().contains("/v1/events"));
     let root = app.client.get(app.url("/")).send().await.unwrap();
     assert_eq!(root.url().path(), "/ui", "/ redirects to the live page");
+}
+
+/// The gauges of a closed event say so at once: nothing remaining, nothing
+/// held, the leftover. They showed the last refresh's numbers for minutes
+/// after the close (remaining 63, held 37, while the API said 0 and 0).
+async fn a_close_sets_the_final_gauges_at_once(b: Backend) {
+    use crate::harness::sample;
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-final-gauges");
+    app.create(&id, 100, 4, json!({"hold_seconds": 600})).await;
+    for u in 0..5 {
+        let r = app
+            .buy(&id, &format!("u-{u}"), 2, Some(&format!("g-{u}")))
+            .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    crate::harness::eventually(
+        "the gauges to show the holds",
+        std::time::Duration::from_secs(10),
+        async || {
+            let text = app.metrics().await;
+            (sample(
+                &text,
+                "shardstock_event_held_units",
+                &[("event", id.as_str())],
+            ) == Some(10.0))
+            .then_some(())
+        },
+    )
+    .await;
+    let r = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{id}/close"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = app.metrics().await;
+    let event = [("event", id.as_str())];
+    assert_eq!(
+        sample(&text, "shardstock_event_remaining", &event),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "shardstock_event_held_units", &event),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "shardstock_event_leftover_units", &event),
+        Some(100.0)
+    );
+    for bucket in 0..4 {
+        let b = bucket.to_string();
+        assert_eq!(
+            sample(
+                &text,
+                "shardstock_bucket_remaining",
+                &[("event", id.as_str()), ("bucket", &b)]
+            ),
+            Some(0.0),
+            "bucket {b}"
+        );
+    }
+}
+
+/// An operator archives a closed event: it leaves the listing, its orders
+/// stay readable from the database; an open event cannot be archived, and
+/// archiving needs the token.
+async fn a_closed_event_is_archived_out_of_the_listing_and_keeps_its_orders(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-archive");
+    app.create(&id, 10, 2, json!({})).await;
+    let order: Value = app
+        .buy(&id, "u-1", 1, Some("a-1"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let oid = order["order_id"].as_str().unwrap();
+    let r = admin(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/v1/events/{id}"),
+        None,
+    )
+    .await;
+    let p = problem(r, 409, "not-on-sale").await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("close it first"),
+        "{p}"
+    );
+    let r = app
+        .client
+        .delete(app.url(&format!("/v1/events/{id}")))
+        .send()
+        .await
+        .unwrap();
+    problem(r, 401, "unauthorized").await;
+    let r = admin(
+        &app,
+        reqwest::Method::POST,
+        &format!("/v1/events/{id}/close"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let listed: Vec<String> = app.get("/v1/events").await.json().await.unwrap();
+    assert!(listed.contains(&id), "a closed event is still listed");
+    for _ in 0..2 {
+        let r = admin(
+            &app,
+            reqwest::Method::DELETE,
+            &format!("/v1/events/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            r.status(),
+            StatusCode::NO_CONTENT,
+            "archived (twice is the same)"
+        );
+    }
+    let listed: Vec<String> = app.get("/v1/events").await.json().await.unwrap();
+    assert!(!listed.contains(&id), "{listed:?}");
+    let got: Value = app
+        .get(&format!("/v1/orders/{oid}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "confirmed", "{got}");
+    let r = admin(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/v1/events/{}", eid("ghost")),
+        None,
+    )
+    .await;
+    problem(r, 404, "unknown-event").await;
 }
