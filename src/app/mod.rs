@@ -331,8 +331,8 @@ impl Application {
     }
 }
 
-/// Small periodic chores: the Prometheus histogram upkeep, forgetting idle
-/// rate-limit keys.
+/// Small periodic chores: the Prometheus upkeep (it also drops series past
+/// their retention), forgetting the HTTP meters of events not served lately.
 async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
@@ -340,7 +340,6 @@ async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {
                 state.metrics.run_upkeep();
-                state.limits.forget_idle();
                 state.meters.forget_old();
             }
         }

@@ -28,6 +28,7 @@
 //! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
 //! ss:{<event>#<gen>#<b>}:hq      LIST  "pay_by|order id" of holds bought on the fast path, in deadline order (the hot path's deadline queue; entries of confirmed or cancelled orders are dropped when due)
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
+//! ss:{u#<user>}:rate             STR   the user's theoretical arrival time for the shared per-user rate, µs (PX)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -42,6 +43,12 @@ use crate::domain::ids::EventId;
 /// (one key, beside `ss:events`).
 pub fn hold_index_key(ns: &str) -> String {
     format!("{ns}:holds")
+}
+
+/// A buyer's shared rate-limit state in namespace `ns`, under the user's own
+/// hash tag (users spread over a Cluster's masters).
+pub fn user_rate_key(ns: &str, user: &crate::domain::ids::UserId) -> String {
+    format!("{ns}:{{u#{user}}}:rate")
 }
 
 /// The keys of one event's meta slot.

@@ -2,21 +2,23 @@
 //!
 //! The token is compared in constant time (`subtle`), so response timing does
 //! not reveal how much of a guess was right. Rate limits (seed 000's first
-//! layer: refuse floods before they reach the store) are GCRA token buckets
-//! from `governor`: one for the whole instance and one per user; both are off
-//! unless configured.
+//! layer: refuse floods before they reach the store) are GCRA token buckets:
+//! the whole instance's from `governor`, in process; each user's in the store
+//! (`store::Limits`), so replicas share it: N instances allow a user the
+//! configured rate, not N times it. Both are off unless configured.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use crate::config::RateLimitSettings;
 use crate::domain::ids::UserId;
+use crate::store::{Admit, Rate, Store};
 
 /// Checks `Authorization: Bearer <token>` against the configured token; with
 /// no token configured every admin request is refused.
@@ -39,7 +41,7 @@ pub fn require_admin(expected: Option<&str>, headers: &HeaderMap) -> Result<(), 
 /// The configured rate limits.
 pub struct RateLimits {
     global: Option<DefaultDirectRateLimiter>,
-    per_user: Option<DefaultKeyedRateLimiter<UserId>>,
+    per_user: Option<Rate>,
     clock: DefaultClock,
 }
 
@@ -49,42 +51,47 @@ fn quota(per_sec: u32, burst: Option<u32>) -> Option<Quota> {
     Some(Quota::per_second(rate).allow_burst(burst))
 }
 
+fn wait(d: Duration) -> ApiError {
+    ApiError::RateLimited {
+        retry_after_s: d.as_secs_f64().ceil().max(1.0) as u64,
+    }
+}
+
 impl RateLimits {
     pub fn new(s: &RateLimitSettings) -> Self {
         Self {
             global: quota(s.global_per_sec, s.burst).map(RateLimiter::direct),
-            per_user: quota(s.per_user_per_sec, s.burst).map(RateLimiter::keyed),
+            per_user: (s.per_user_per_sec > 0).then(|| Rate {
+                per_sec: s.per_user_per_sec,
+                burst: s.burst.filter(|b| *b > 0).unwrap_or(s.per_user_per_sec),
+            }),
             clock: DefaultClock::default(),
         }
     }
 
-    /// Refuses the request when the instance or the user is over the rate.
-    pub fn check(&self, user: &UserId) -> Result<(), ApiError> {
-        let now = self.clock.now();
-        let wait = |d: Duration| ApiError::RateLimited {
-            retry_after_s: d.as_secs_f64().ceil().max(1.0) as u64,
-        };
-        if let Some(per_user) = &self.per_user
-            && let Err(not_until) = per_user.check_key(user)
-        {
-            metrics::counter!(crate::metrics::RATE_LIMITED, "scope" => "user").increment(1);
-            return Err(wait(not_until.wait_time_from(now)));
+    /// Refuses the request when the user (shared by every instance, one
+    /// store call) or the instance is over the rate. A store that does not
+    /// answer lets the request through: the purchase meets the same store.
+    pub async fn check<S: Store>(&self, store: &S, user: &UserId) -> Result<(), ApiError> {
+        if let Some(rate) = self.per_user {
+            // Boxed: a store call's state would otherwise be part of every
+            // purchase's future, limited or not.
+            match Box::pin(store.admit(user, rate)).await {
+                Ok(Admit::Yes) => {}
+                Ok(Admit::Wait(d)) => {
+                    metrics::counter!(crate::metrics::RATE_LIMITED, "scope" => "user").increment(1);
+                    return Err(wait(d));
+                }
+                Err(e) => tracing::debug!(error = %e, "the shared rate limit did not answer"),
+            }
         }
         if let Some(global) = &self.global
             && let Err(not_until) = global.check()
         {
             metrics::counter!(crate::metrics::RATE_LIMITED, "scope" => "global").increment(1);
-            return Err(wait(not_until.wait_time_from(now)));
+            return Err(wait(not_until.wait_time_from(self.clock.now())));
         }
         Ok(())
-    }
-
-    /// Forgets users idle long enough to be back at a full bucket.
-    pub fn forget_idle(&self) {
-        if let Some(per_user) = &self.per_user {
-            per_user.retain_recent();
-            per_user.shrink_to_fit();
-        }
     }
 }
 
@@ -106,20 +113,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_user_over_the_rate_is_refused_with_a_retry_after() {
+    #[tokio::test]
+    async fn a_user_over_the_rate_is_refused_with_a_retry_after() {
+        let store = crate::store::MemoryStore::new();
         let limits = RateLimits::new(&RateLimitSettings {
             per_user_per_sec: 2,
             global_per_sec: 0,
             burst: None,
         });
         let u = UserId::parse("u-1").unwrap();
-        assert!(limits.check(&u).is_ok());
-        assert!(limits.check(&u).is_ok());
+        assert!(limits.check(&store, &u).await.is_ok());
+        assert!(limits.check(&store, &u).await.is_ok());
         assert!(matches!(
-            limits.check(&u),
+            limits.check(&store, &u).await,
             Err(ApiError::RateLimited { retry_after_s: 1 })
         ));
-        assert!(limits.check(&UserId::parse("u-2").unwrap()).is_ok());
+        let other = UserId::parse("u-2").unwrap();
+        assert!(limits.check(&store, &other).await.is_ok());
     }
 }

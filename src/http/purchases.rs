@@ -97,7 +97,7 @@ pub(super) async fn purchase<S: Store>(
             request_id: request_id(&headers, body.request_id)?,
             event,
         };
-        state.limits.check(&req.user)?;
+        state.limits.check(state.engine.store(), &req.user).await?;
         let event = req.event.clone();
         if let Some(refused) = state.held.refusal(&event) {
             return Box::pin(from_ledger(&state, req, refused)).await;

@@ -34,6 +34,7 @@ pub mod buckets;
 pub mod events;
 pub mod holds;
 pub mod leases;
+pub mod limits;
 pub mod memory;
 pub mod redis;
 pub mod retire;
@@ -51,6 +52,7 @@ pub use buckets::{
 pub use events::{CreateEventReply, EndReshardReply, Events, SeqBump};
 pub use holds::{ConfirmReply, ExpireReply, Holds};
 pub use leases::Leases;
+pub use limits::{Admit, Limits, Rate};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
@@ -97,7 +99,18 @@ impl StoreError {
 ///
 /// Futures are `Send` so the engine can run on a multi-threaded runtime.
 pub trait Store:
-    Events + Buckets + Holds + Leases + Transfers + Streams + Retirement + Clone + Send + Sync + 'static
+    Events
+    + Buckets
+    + Holds
+    + Leases
+    + Limits
+    + Transfers
+    + Streams
+    + Retirement
+    + Clone
+    + Send
+    + Sync
+    + 'static
 {
     /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
     fn kind(&self) -> &'static str;

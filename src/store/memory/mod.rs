@@ -13,6 +13,7 @@ mod buckets;
 mod events;
 mod holds;
 mod leases;
+mod limits;
 mod retire;
 mod streams;
 mod transfers;
@@ -161,6 +162,8 @@ struct Inner {
     buckets: RwLock<HashMap<BucketRef, Arc<Mutex<Bucket>>>>,
     /// The deadline index of buckets with holds (`ss:holds`).
     hold_index: Mutex<HashMap<BucketRef, i64>>,
+    /// Each buyer's theoretical arrival time, µs (`ss:{u#<user>}:rate`).
+    rates: Mutex<HashMap<UserId, u64>>,
 }
 
 /// The in-process store (the embedded default).

@@ -21,6 +21,7 @@ mod durability;
 mod events;
 mod holds;
 mod leases;
+mod limits;
 mod retire;
 mod scripts;
 mod streams;

@@ -150,6 +150,8 @@ scripts! {
     // leases.rs
     lease_acquire: [OK, HELD],
     lease_renew: [],
+    // limits.rs
+    rate_admit: [],
     // transfers.rs
     transfer_out: [STALE, FENCED, DUPLICATE, APPLIED],
     raise_fence: [],

@@ -35,10 +35,10 @@ use shardstock::domain::model::{
 use shardstock::domain::stream::{StreamEntry, StreamId};
 use shardstock::domain::transfer::Forget;
 use shardstock::store::{
-    BucketAudit, BucketContents, Buckets, CancelReply, ConfirmReply, CreateEventReply,
-    EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, Leases, OpenTransfer,
-    PurchaseEntry, PurchaseReply, RestoreReply, Retirement, SeqBump, Store, StoreError, Streams,
-    TakeArgs, TakeReply, TransferReply, Transfers,
+    Admit, BucketAudit, BucketContents, Buckets, CancelReply, ConfirmReply, CreateEventReply,
+    EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, Leases, Limits,
+    OpenTransfer, PurchaseEntry, PurchaseReply, Rate, RestoreReply, Retirement, SeqBump, Store,
+    StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
 };
 
 /// What goes wrong with a step.
@@ -458,6 +458,9 @@ faulty_sections! {
         fn renew_lease(event: &EventId, owner: &str, token: u64, ttl_ms: u64) -> bool;
         fn release_lease(event: &EventId, owner: &str, token: u64) -> ();
         fn lease_holder(event: &EventId) -> Option<(String, u64)>;
+    }
+    Limits {
+        fn admit(user: &UserId, rate: Rate) -> Admit;
     }
     Transfers {
         fn transfer_out(bucket: &BucketRef, token: u64, xid: &str, target: u32, units: u64) -> TransferReply;
