@@ -65,6 +65,7 @@ impl<S: Store> Engine<S> {
                     return Err(EngineError::NotOnSale {
                         event,
                         why: "closed",
+                        starts_at: None,
                     });
                 }
                 return Err(EngineError::UnknownOrder(raw.to_owned()));

@@ -88,6 +88,7 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::NotOnSale {
                 event,
                 why: "closed",
+                starts_at: None,
             });
         };
         let (entry, already) = match reply {
