@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, ConfigSource, Settings};
 
 /// Segmented hot-stock inventory for flash sales.
 ///
@@ -42,8 +42,10 @@ pub enum Command {
     /// with the same arguments (`shardstock bench --help` lists them).
     #[command(disable_help_flag = true)]
     Bench(BenchArgs),
-    /// Check a configuration file and print the events it declares.
-    CheckConfig(ConfigArgs),
+    /// Check the configuration `serve` would run with (the file, then flags
+    /// and environment) and print it, secrets masked, saying which file it
+    /// read or that none was found.
+    CheckConfig(ServeArgs),
 }
 
 /// Everything after `bench`, for `shardstock-bench`.
@@ -109,20 +111,34 @@ pub struct EventArgs {
     pub backends: BackendArgs,
 }
 
+/// Settings and where they came from.
+#[derive(Debug)]
+pub struct Resolved {
+    pub settings: Settings,
+    pub source: ConfigSource,
+}
+
 impl ConfigArgs {
     /// Loads the file; the default path may be absent (built-in defaults).
-    pub fn load(&self) -> Result<Settings, ConfigError> {
+    pub fn load(&self) -> Result<Resolved, ConfigError> {
         if !self.config.exists() && self.config == *"config/shardstock.toml" {
-            return Ok(Settings::default());
+            return Ok(Resolved {
+                settings: Settings::default(),
+                source: ConfigSource::defaults(&self.config),
+            });
         }
-        Settings::load(&self.config)
+        Ok(Resolved {
+            settings: Settings::load(&self.config)?,
+            source: ConfigSource::file(&self.config),
+        })
     }
 }
 
 impl BackendArgs {
     /// The file with the store and database overrides applied (not validated yet).
-    fn apply(&self) -> Result<Settings, ConfigError> {
-        let mut s = self.config.load()?;
+    fn apply(&self) -> Result<Resolved, ConfigError> {
+        let mut resolved = self.config.load()?;
+        let s = &mut resolved.settings;
         if let Some(url) = &self.redis {
             s.store.redis_url = Some(url.clone()).filter(|u| !u.is_empty());
         }
@@ -132,11 +148,11 @@ impl BackendArgs {
         if let Some(n) = self.min_replicas {
             s.store.min_replicas = n;
         }
-        Ok(s)
+        Ok(resolved)
     }
 
     pub fn settings(&self) -> Result<Settings, ConfigError> {
-        let s = self.apply()?;
+        let s = self.apply()?.settings;
         s.validate()?;
         Ok(s)
     }
@@ -180,7 +196,13 @@ impl BenchArgs {
 impl ServeArgs {
     /// The file, with flags and environment on top, validated again.
     pub fn settings(&self) -> Result<Settings, ConfigError> {
-        let mut s = self.backends.apply()?;
+        self.resolve().map(|r| r.settings)
+    }
+
+    /// [`ServeArgs::settings`], and where they came from.
+    pub fn resolve(&self) -> Result<Resolved, ConfigError> {
+        let mut resolved = self.backends.apply()?;
+        let s = &mut resolved.settings;
         if let Some(listen) = &self.listen {
             s.server.listen = listen.clone();
         }
@@ -194,7 +216,7 @@ impl ServeArgs {
             s.server.worker_threads = n;
         }
         s.validate()?;
-        Ok(s)
+        Ok(resolved)
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Problem {
     pub limit: Option<u32>,
     pub held: Option<u64>,
     pub outcome: Option<String>,
+    /// `not-on-sale` before the sale opens: when it opens (RFC 3339).
+    #[serde(default)]
+    pub starts_at: Option<String>,
 }
 
 /// `POST /v1/events`.
@@ -121,6 +124,10 @@ pub struct Event {
     /// The layouts over time, the current one last.
     #[serde(default)]
     pub bucket_history: Vec<Layout>,
+    /// Only in the answer to create: what was accepted but unwise (a small
+    /// stock per bucket); empty when there is nothing to say.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// One entry of [`Event::bucket_history`].

@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::Parser;
 use shardstock::app::{self, Application};
-use shardstock::cli::{Cli, Command};
-use shardstock::config::{LogFormat, Settings};
+use shardstock::cli::{Cli, Command, Resolved};
+use shardstock::config::LogFormat;
 
 /// mimalloc: the hot path allocates small, short-lived buffers at a high rate,
 /// and glibc's allocator showed up in profiles.
@@ -15,16 +15,18 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // `serve` reads its log format from its settings; the other commands log text.
     let serve = match &cli.command {
-        Command::Serve(args) => Some(args.settings()?),
+        Command::Serve(args) => Some(args.resolve()?),
         _ => None,
     };
     let format = serve
         .as_ref()
-        .map_or(LogFormat::Text, |s| s.server.log_format);
+        .map_or(LogFormat::Text, |r| r.settings.server.log_format);
     // Held to the end: dropping it flushes the last spans to the exporter.
     let _telemetry = shardstock::telemetry::init(format)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    let workers = serve.as_ref().map_or(0, |s| s.server.worker_threads);
+    let workers = serve
+        .as_ref()
+        .map_or(0, |r| r.settings.server.worker_threads);
     if workers > 0 {
         runtime.worker_threads(workers);
     }
@@ -34,10 +36,12 @@ fn main() -> anyhow::Result<()> {
         .block_on(run(cli.command, serve))
 }
 
-async fn run(command: Command, serve: Option<Settings>) -> anyhow::Result<()> {
+async fn run(command: Command, serve: Option<Resolved>) -> anyhow::Result<()> {
     match command {
         Command::Serve(_) => {
-            let settings = serve.context("serve's settings are read before the runtime starts")?;
+            let Resolved { settings, source } =
+                serve.context("serve's settings are read before the runtime starts")?;
+            source.log();
             Application::build(settings)
                 .await?
                 .run_until_stopped()
@@ -54,13 +58,8 @@ async fn run(command: Command, serve: Option<Settings>) -> anyhow::Result<()> {
         }
         Command::Recover(args) => app::recover(args.backends.settings()?, &args.event).await,
         Command::CheckConfig(args) => {
-            let settings = args.load()?;
-            for spec in settings.event_specs()? {
-                println!(
-                    "{}: {} units in {} buckets",
-                    spec.id, spec.stock, spec.buckets
-                );
-            }
+            let Resolved { settings, source } = args.resolve()?;
+            print!("{}", shardstock::config::show(&settings, &source)?);
             Ok(())
         }
     }

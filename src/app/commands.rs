@@ -1,7 +1,9 @@
 //! The operator commands that work on a deployment without serving it:
 //! `shardstock audit EVENT` and `shardstock recover EVENT` (a lost event, or
 //! a partial loss). Both need the
-//! shared store (Redis) and the database the service uses.
+//! shared store (Redis) and the database the service uses. The embedded
+//! store lives inside the serving process, so on it `audit` says how to ask
+//! that process instead (`GET /v1/events/{id}/audit`).
 
 use anyhow::Context;
 
@@ -29,8 +31,37 @@ async fn connect(settings: &Settings) -> anyhow::Result<(Engine<RedisStore>, Led
 /// `shardstock audit EVENT`.
 pub async fn audit(settings: Settings, event: &str) -> anyhow::Result<Audit> {
     let event = EventId::parse(event)?;
+    if options::redis(&settings).is_none() {
+        anyhow::bail!(
+            "`shardstock audit` reads a shared store, and this configuration has none (no \
+             --redis or store.redis_url): the embedded store lives inside the running \
+             `shardstock serve`. Ask it over HTTP:\n  \
+             curl -sS -H \"Authorization: Bearer $SHARDSTOCK_ADMIN_TOKEN\" {}/v1/events/{event}/audit\n\
+             with SHARDSTOCK_ADMIN_TOKEN set to its admin token (`[server] admin_token`); \
+             the answer's `balanced` is what this command checks.",
+            instance_url(&settings.server.listen)
+        );
+    }
     let (engine, ledger) = connect(&settings).await?;
     Ok(crate::control::audit::audit(&engine, &ledger, &event).await?)
+}
+
+/// Where a local client reaches an instance listening on `listen`: an
+/// unspecified address (`0.0.0.0`, `[::]`) is reached on the loopback.
+fn instance_url(listen: &str) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    match listen.parse::<SocketAddr>() {
+        Ok(mut addr) => {
+            if addr.ip().is_unspecified() {
+                addr.set_ip(match addr.ip() {
+                    IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                });
+            }
+            format!("http://{addr}")
+        }
+        Err(_) => format!("http://{listen}"),
+    }
 }
 
 /// `shardstock recover EVENT`: rebuild an event the store lost from the
@@ -77,4 +108,17 @@ pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
     lifecycle::rebuild(&engine, &ledger, &db).await?;
     println!("rebuilt {event} from the database; running instances serve it from now on");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_listening_everywhere_is_reached_on_the_loopback() {
+        assert_eq!(instance_url("127.0.0.1:8080"), "http://127.0.0.1:8080");
+        assert_eq!(instance_url("0.0.0.0:9000"), "http://127.0.0.1:9000");
+        assert_eq!(instance_url("[::]:8080"), "http://[::1]:8080");
+        assert_eq!(instance_url("10.0.0.5:80"), "http://10.0.0.5:80");
+    }
 }

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{LostState, Settings};
+use crate::config::{LostState, Settings, mask_url};
 use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::control::rebalancer::Rebalancer;
@@ -107,7 +107,7 @@ impl Application {
             Some(opts) => {
                 let store = RedisStore::connect(&opts)
                     .await
-                    .with_context(|| format!("connecting to Redis at {}", opts.url))?;
+                    .with_context(|| format!("connecting to Redis at {}", mask_url(&opts.url)))?;
                 Self::with_store(store, settings).await
             }
             None => Self::with_store(MemoryStore::new(), settings).await,
@@ -121,7 +121,7 @@ impl Application {
         let db = &settings.database;
         let ledger = Ledger::connect(&db.url, db.max_connections)
             .await
-            .with_context(|| format!("connecting to the database at {}", db.url))?;
+            .with_context(|| format!("connecting to the database at {}", mask_url(&db.url)))?;
         let policy = db.lost_state.unwrap_or(if store.kind() == "memory" {
             LostState::Rebuild
         } else {
@@ -138,10 +138,18 @@ impl Application {
             .await
             .context("checking the store against the database")?;
         if !rebuilt.is_empty() {
-            tracing::warn!(
-                ?rebuilt,
-                "rebuilt events the store had lost, from the database"
-            );
+            let events = rebuilt
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            // The embedded store starts empty at every start: rebuilding its
+            // events is the normal start. Redis losing them is not.
+            if engine.store().kind() == "memory" {
+                tracing::info!(%events, "rebuilt the events on sale from the database");
+            } else {
+                tracing::warn!(%events, "rebuilt events the store had lost, from the database");
+            }
         }
         let resizing = options::rebalance(&settings.rebalancer).resizing;
         for spec in settings.event_specs()? {
@@ -153,12 +161,17 @@ impl Application {
             tracing::info!(event = %id, created, "configured event ready");
         }
         let stop = CancellationToken::new();
+        let admin_token = Some(settings.server.admin_token.as_str()).filter(|t| !t.is_empty());
+        if admin_token.is_none() {
+            tracing::warn!(
+                "no admin token is configured: the admin endpoints are disabled (they answer \
+                 401); set [server] admin_token or SHARDSTOCK_ADMIN_TOKEN"
+            );
+        }
         let state = AppState::new(http::Shared {
             engine: engine.clone(),
             ledger: ledger.clone(),
-            admin_token: Some(settings.server.admin_token.as_str())
-                .filter(|t| !t.is_empty())
-                .map(Arc::from),
+            admin_token: admin_token.map(Arc::from),
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.

@@ -4,20 +4,26 @@
 //! Every section has defaults, so an empty file is a valid configuration (the
 //! embedded memory store, no events). Unknown keys are errors, and every error
 //! names the field it is about: a typo in a flash-sale config should stop the
-//! start, not be ignored.
+//! start, not be ignored. Defaults are not silent either: `source` says which
+//! file was read or that none was (the start logs it), and `show` writes the
+//! resolved settings back as TOML with the secrets masked (`check-config`).
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod bounds;
+mod show;
+mod source;
 pub use bounds::{NUMERIC, Numeric, numeric};
+pub use show::{mask_url, show};
+pub use source::ConfigSource;
 
 use crate::domain::ids::EventId;
 use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
 
 /// What to do with an event the ledger has on sale but the store lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LostState {
     /// Recreate the buckets from the ledger.
@@ -27,7 +33,7 @@ pub enum LostState {
 }
 
 /// How log lines are written (`[server] log_format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// Human-readable lines (the default).
@@ -49,6 +55,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid {field}: {reason}")]
     Invalid { field: String, reason: String },
+    #[error("cannot write the settings as TOML: {0}")]
+    Show(String),
 }
 
 fn invalid(field: impl Into<String>, reason: impl ToString) -> ConfigError {
@@ -59,7 +67,7 @@ fn invalid(field: impl Into<String>, reason: impl ToString) -> ConfigError {
 }
 
 /// The whole configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
     pub server: ServerSettings,
@@ -69,15 +77,17 @@ pub struct Settings {
     pub rate_limit: RateLimitSettings,
     pub rebalancer: RebalancerSettings,
     pub batching: BatchSettings,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventSettings>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     /// Address to listen on.
     pub listen: String,
-    /// Bearer token for admin endpoints; empty: admin endpoints answer 401.
+    /// Bearer token for admin endpoints; empty: admin endpoints are disabled
+    /// (a warning at start; each answers a 401 that says so).
     pub admin_token: String,
     /// Largest request body accepted.
     pub body_limit_bytes: usize,
@@ -127,7 +137,7 @@ impl Default for ServerSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSettings {
     /// Absent: the embedded memory store. `redis://host:port` (standalone) or
@@ -163,7 +173,7 @@ impl Default for StoreSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseSettings {
     /// `sqlite://data/shardstock.db` (embedded default) or `postgres://…`.
@@ -216,7 +226,7 @@ impl Default for DatabaseSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSettings {
     pub max_passes: u32,
@@ -250,7 +260,7 @@ impl Default for EngineSettings {
 }
 
 /// Seed 000's first layer: refuse floods before they reach the store. Off by default.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitSettings {
     /// Purchases per second per user (0 = off).
@@ -261,7 +271,7 @@ pub struct RateLimitSettings {
     pub burst: Option<u32>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RebalancerSettings {
     pub enabled: bool,
@@ -321,7 +331,7 @@ impl Default for RebalancerSettings {
 }
 
 /// Group commit of concurrent purchases per bucket (see the README).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BatchSettings {
     pub enabled: bool,
@@ -353,7 +363,7 @@ impl Default for BatchSettings {
 }
 
 /// An event declared in the configuration: created at start-up when absent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventSettings {
     pub id: String,
@@ -371,7 +381,7 @@ pub struct EventSettings {
 }
 
 /// `buckets` in `[[events]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum BucketsSetting {
     Count(u32),
@@ -418,6 +428,16 @@ impl EventSettings {
         };
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;
+            if let BucketRange { min, max } = e {
+                // The domain's message is the API's, in JSON; this file is TOML.
+                return invalid(
+                    field("buckets"),
+                    format!(
+                        "{{ min = {min}, max = {max} }}: need 1 ≤ min ≤ max ≤ {}",
+                        crate::domain::model::MAX_BUCKETS
+                    ),
+                );
+            }
             let f = match e {
                 Buckets(_) | BucketRange { .. } => "buckets",
                 Stock(_) => "stock",
@@ -631,6 +651,10 @@ mod tests {
                 "{bad}"
             );
         }
+        // This file is TOML: its error quotes the range as TOML (the API's, as JSON).
+        let text = "[[events]]\nid = \"a\"\nstock = 5\nbuckets = { min = 8, max = 2 }\n";
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.contains("{ min = 8, max = 2 }"), "{e}");
     }
 
     #[test]

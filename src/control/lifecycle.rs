@@ -443,7 +443,9 @@ pub async fn rebuild<S: Store>(
         .set_status(&spec.id, EventStatus::Creating, EventStatus::OnSale)
         .await?;
     engine.forget(&spec.id);
-    tracing::warn!(event = %spec.id, remaining, "rebuilt the event's buckets from the ledger");
+    // Info: on the embedded store this is every start. Whether a rebuild is
+    // an alarm is the caller's to say (a store that lost its state is).
+    tracing::info!(event = %spec.id, remaining, "rebuilt the event's buckets from the ledger");
     Ok(())
 }
 

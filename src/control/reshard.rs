@@ -171,6 +171,7 @@ fn not_on_sale(event: &EventId) -> ControlError {
     EngineError::NotOnSale {
         event: event.clone(),
         why: "not on sale",
+        starts_at: None,
     }
     .into()
 }

@@ -49,7 +49,10 @@ pub struct EventSpec {
 }
 
 /// Bounds of an adaptive bucket count (`buckets = "auto"` or `{ min, max }`).
+/// No other member: the API refuses one (`http::whole::buckets`), and its
+/// document says so (`additionalProperties: false`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BucketRange {
     #[schema(minimum = 1, maximum = 1024)]
     pub min: u32,
@@ -135,7 +138,7 @@ pub enum SpecError {
     Window,
     #[error("hold_seconds must be between 1 and {MAX_HOLD_SECONDS}, got {0}")]
     HoldSeconds(u32),
-    #[error("buckets {{min = {min}, max = {max}}}: need 1 <= min <= max <= {MAX_BUCKETS}")]
+    #[error("buckets {{\"min\": {min}, \"max\": {max}}}: need 1 ≤ min ≤ max ≤ {MAX_BUCKETS}")]
     BucketRange { min: u32, max: u32 },
 }
 
@@ -180,6 +183,33 @@ impl EventSpec {
     /// one unit each over the first buckets.
     pub fn split(&self) -> Vec<u64> {
         split_even(self.stock, self.buckets)
+    }
+}
+
+/// Each bucket should hold at least this many of the largest orders (the
+/// README's sizing rule, stock / N ≥ 100 × `max_per_order`): below it a
+/// bucket runs dry after a few orders, and purchases probe other buckets.
+pub const ORDERS_PER_BUCKET: u64 = 100;
+
+impl EventSpec {
+    /// What is accepted but unwise about this spec, in words a client is
+    /// shown (`warnings` of the create answer) and the log keeps. One
+    /// bucket has no other to run dry against, so only a split is judged.
+    pub fn warnings(&self) -> Vec<String> {
+        let buckets = u64::from(self.buckets);
+        let wanted = ORDERS_PER_BUCKET * u64::from(self.max_per_order);
+        let per_bucket = self.stock / buckets.max(1);
+        if buckets <= 1 || per_bucket >= wanted {
+            return Vec::new();
+        }
+        let fits = (self.stock / wanted).max(1);
+        vec![format!(
+            "stock per bucket is {per_bucket} ({} units over {buckets} buckets), below \
+             {ORDERS_PER_BUCKET} × max_per_order = {wanted}: buckets run dry after a few orders \
+             and purchases probe other buckets; use at most {fits} bucket{}, or more stock",
+            self.stock,
+            if fits == 1 { "" } else { "s" },
+        )]
     }
 }
 
@@ -759,6 +789,40 @@ mod tests {
         assert_eq!(spec(3, 4).split(), vec![1, 1, 1, 0]);
         assert_eq!(spec(0, 2).split(), vec![0, 0]);
         assert_eq!(spec(1 << 53, 1024).split().iter().sum::<u64>(), 1 << 53);
+    }
+
+    #[test]
+    fn a_small_stock_per_bucket_is_warned_about_not_refused() {
+        // 16 buckets of 3 units with orders of up to 10: warned, and the
+        // advice is a count that meets the rule.
+        let small = spec(3, 16);
+        assert_eq!(small.validate(), Ok(()));
+        let w = small.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("stock per bucket is 0"), "{w:?}");
+        assert!(w[0].contains("1000"), "{w:?}");
+        assert!(w[0].contains("at most 1 bucket,"), "{w:?}");
+        // One bucket has nothing to probe: nothing to say.
+        assert!(spec(3, 1).warnings().is_empty());
+        // Exactly at the rule: nothing to say.
+        let mut at = spec(16 * 100 * 2, 16);
+        at.max_per_order = 2;
+        assert!(at.warnings().is_empty());
+        at.stock -= 16;
+        assert!(
+            at.warnings()[0].contains("at most 15 buckets"),
+            "{:?}",
+            at.warnings()
+        );
+    }
+
+    #[test]
+    fn a_bucket_range_out_of_order_is_told_in_json() {
+        let mut s = spec(10, 2);
+        s.auto_buckets = Some(BucketRange { min: 8, max: 2 });
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains(r#"{"min": 8, "max": 2}"#), "{e}");
+        assert!(!e.contains("min = 8"), "{e}");
     }
 
     #[test]

@@ -69,6 +69,7 @@ impl<S: Store> Engine<S> {
                     return Err(EngineError::NotOnSale {
                         event,
                         why: "closed",
+                        starts_at: None,
                     });
                 }
                 return Err(StoreError::Stale(why).into());

@@ -57,8 +57,14 @@ pub enum EngineError {
     UnknownOrder(String),
     #[error("event {0} exists")]
     EventExists(EventId),
+    /// `starts_at` is the sale's opening (Unix ms) when `why` is that it has
+    /// not started, so a client can be told when to come back.
     #[error("event {event} is not on sale ({why})")]
-    NotOnSale { event: EventId, why: &'static str },
+    NotOnSale {
+        event: EventId,
+        why: &'static str,
+        starts_at: Option<i64>,
+    },
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
     #[error(transparent)]

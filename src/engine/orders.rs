@@ -81,6 +81,7 @@ impl<S: Store> Engine<S> {
                 return Err(EngineError::NotOnSale {
                     event: event.clone(),
                     why: "closed",
+                    starts_at: None,
                 });
             }
             let bucket = Self::order_home(&meta, hash);
@@ -160,6 +161,7 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::NotOnSale {
                 event,
                 why: "closed",
+                starts_at: None,
             });
         };
         let (entry, already) = match reply {

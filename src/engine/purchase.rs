@@ -61,26 +61,25 @@ pub(super) type Answer = Result<Order, Refusal>;
 
 /// Refuses what may not be bought now.
 fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
-    let why = match meta.status {
-        EventStatus::OnSale | EventStatus::Resharding => None,
-        EventStatus::Creating => Some("being created"),
-        EventStatus::Closed => Some("closed"),
-    };
-    let why = why
-        .or_else(|| {
-            meta.spec
-                .starts_at
-                .filter(|&s| now < s)
-                .map(|_| "not started")
-        })
-        .or_else(|| meta.spec.ends_at.filter(|&e| now >= e).map(|_| "ended"));
-    match why {
-        Some(why) => Err(EngineError::NotOnSale {
+    let refused = |why, starts_at| {
+        Err(EngineError::NotOnSale {
             event: meta.spec.id.clone(),
             why,
-        }),
-        None => Ok(()),
+            starts_at,
+        })
+    };
+    match meta.status {
+        EventStatus::OnSale | EventStatus::Resharding => {}
+        EventStatus::Creating => return refused("being created", None),
+        EventStatus::Closed => return refused("closed", None),
     }
+    if let Some(opens) = meta.spec.starts_at.filter(|&s| now < s) {
+        return refused("not started", Some(opens));
+    }
+    if meta.spec.ends_at.is_some_and(|e| now >= e) {
+        return refused("ended", None);
+    }
+    Ok(())
 }
 
 pub(super) fn order(

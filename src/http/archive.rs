@@ -9,8 +9,9 @@
 //! flushed) may be archived; archiving twice changes nothing.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 
+use super::guard::Admin;
 use super::{ApiError, AppState, events::event_id};
 use crate::domain::ids::EventId;
 use crate::engine::EngineError;
@@ -33,10 +34,9 @@ use crate::store::Store;
 )]
 pub(super) async fn archive<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.require_admin(&headers)?;
     let id = event_id(id)?;
     let db = state.ledger.event(&id).await.map_err(|e| {
         tracing::warn!(error = %e, "ledger failed");

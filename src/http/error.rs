@@ -2,7 +2,9 @@
 //!
 //! Handlers return `Result<_, ApiError>`; engine errors convert with `?`. The
 //! JSON extractor wrapper [`ApiJson`] turns axum's body rejections into the same
-//! format, the router's fallbacks answer unknown routes and methods, and
+//! format (serde's message, which names the field, without axum's sentence
+//! around it; the bodies refuse unknown members, so a typo is named too),
+//! the router's fallbacks answer unknown routes and methods, and
 //! [`problemize`] converts anything else a layer produced (a timeout, a body
 //! over the limit) so no client ever sees a non-problem error body. 5xx details
 //! say little; the cause is logged.
@@ -25,9 +27,17 @@ pub enum ApiError {
     /// 400 (413 for a body too large, 415 for a wrong content type) `invalid-request`.
     #[error("{detail}")]
     Invalid { status: StatusCode, detail: String },
-    /// 401 `unauthorized`.
+    /// 401 `unauthorized` with `WWW-Authenticate: Bearer`: no token, or the wrong one.
     #[error("a valid `Authorization: Bearer <token>` is required")]
     Unauthorized,
+    /// 401 `unauthorized` with `WWW-Authenticate: Bearer`: no admin token is
+    /// configured, so no token can be right (told apart from a wrong token,
+    /// which an operator would otherwise chase).
+    #[error(
+        "no admin token is configured: the admin endpoints are disabled until \
+         `[server] admin_token` (or SHARDSTOCK_ADMIN_TOKEN) is set"
+    )]
+    AdminDisabled,
     /// 404 `unknown-event`.
     #[error("no event {0:?}")]
     UnknownEvent(String),
@@ -50,6 +60,10 @@ pub enum ApiError {
     /// 409 `not-on-sale`.
     #[error("{0}")]
     NotOnSale(String),
+    /// 409 `not-on-sale` before the sale opens, member `starts_at`, with
+    /// `Retry-After` (the seconds until it opens).
+    #[error("event {event} is not on sale until its starts_at, {}", rfc3339(*.starts_at))]
+    NotStarted { event: String, starts_at: i64 },
     /// 409 `idempotency-conflict`.
     #[error("this request id was used before for a different purchase")]
     IdempotencyConflict,
@@ -94,7 +108,9 @@ impl ApiError {
         use ApiError::*;
         match self {
             Invalid { status, .. } => (*status, "invalid-request", "Invalid request"),
-            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Unauthorized | AdminDisabled => {
+                (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized")
+            }
             UnknownEvent(_) => (StatusCode::NOT_FOUND, "unknown-event", "Unknown event"),
             UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
             UnknownRequest(_) => (StatusCode::NOT_FOUND, "unknown-request", "Unknown request"),
@@ -105,7 +121,9 @@ impl ApiError {
                 "limit-exceeded",
                 "Per-user limit exceeded",
             ),
-            NotOnSale(_) => (StatusCode::CONFLICT, "not-on-sale", "Not on sale"),
+            NotOnSale(_) | NotStarted { .. } => {
+                (StatusCode::CONFLICT, "not-on-sale", "Not on sale")
+            }
             IdempotencyConflict => (
                 StatusCode::CONFLICT,
                 "idempotency-conflict",
@@ -145,6 +163,7 @@ impl ApiError {
             Self::LimitExceeded { .. } => "limit_exceeded",
             Self::Invalid { .. }
             | Self::NotOnSale(_)
+            | Self::NotStarted { .. }
             | Self::UnknownEvent(_)
             | Self::IdempotencyConflict => "invalid",
             Self::RateLimited { .. } => "rate_limited",
@@ -169,7 +188,15 @@ impl From<EngineError> for ApiError {
             E::UnknownEvent(id) => Self::UnknownEvent(id.to_string()),
             E::UnknownOrder(id) => Self::UnknownOrder(id),
             E::EventExists(id) => Self::EventExists(id.to_string()),
-            E::NotOnSale { event, why } => Self::NotOnSale(format!("event {event} is {why}")),
+            E::NotOnSale {
+                event,
+                starts_at: Some(starts_at),
+                ..
+            } => Self::NotStarted {
+                event: event.to_string(),
+                starts_at,
+            },
+            E::NotOnSale { event, why, .. } => Self::NotOnSale(format!("event {event} is {why}")),
             E::Invalid { field, reason } => Self::invalid(format!("{field} {reason}")),
             E::Id(e) => Self::invalid(e),
             E::Spec(e) => Self::invalid(e),
@@ -248,6 +275,19 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^unknown$")]
     pub outcome: Option<&'static str>,
+    /// `not-on-sale` before the sale opens: when it opens (RFC 3339, UTC);
+    /// `Retry-After` says the same in seconds.
+    #[serde(
+        with = "crate::domain::model::rfc3339_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub starts_at: Option<i64>,
+}
+
+/// Unix milliseconds as RFC 3339, UTC (as every time in a body is written).
+fn rfc3339(ms: i64) -> String {
+    crate::domain::model::rfc3339_ms::format(ms)
 }
 
 impl ApiError {
@@ -263,6 +303,7 @@ impl ApiError {
             limit: None,
             held: None,
             outcome: None,
+            starts_at: None,
         };
         match self {
             Self::SoldOut { remaining } => body.remaining = Some(*remaining),
@@ -274,17 +315,24 @@ impl ApiError {
                 outcome_unknown: true,
                 ..
             } => body.outcome = Some("unknown"),
+            Self::NotStarted { starts_at, .. } => body.starts_at = Some(*starts_at),
             Self::Internal(_) => body.detail = "internal error; see the server log".into(),
             _ => {}
         }
         (status, body)
     }
 
-    /// Seconds for `Retry-After`, on the answers that carry it.
+    /// Seconds for `Retry-After`, on the answers that carry it. Before a
+    /// sale opens: the whole seconds until it does, at least 1 (read from
+    /// the system clock, the engine's in production, when answering).
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             Self::RateLimited { retry_after_s } => Some(*retry_after_s),
             Self::TryAgain(_) | Self::Unavailable { .. } => Some(1),
+            Self::NotStarted { starts_at, .. } => Some(seconds_until(
+                *starts_at,
+                crate::engine::Clock::system().now_ms(),
+            )),
             _ => None,
         }
     }
@@ -299,8 +347,24 @@ impl IntoResponse for ApiError {
         if let Some(s) = self.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if matches!(self, Self::Unauthorized | Self::AdminDisabled) {
+            // RFC 9110 §11.6.1: a 401 names the scheme that would do.
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(CHALLENGE),
+            );
+        }
         response
     }
+}
+
+/// The challenge of every 401: the admin endpoints take a bearer token.
+pub const CHALLENGE: &str = "Bearer realm=\"shardstock\"";
+
+/// Whole seconds from `now_ms` until `at_ms`, rounded up, at least 1.
+fn seconds_until(at_ms: i64, now_ms: i64) -> u64 {
+    let ms = at_ms.saturating_sub(now_ms).max(1) as u64;
+    ms.div_ceil(1000)
 }
 
 /// `Json<T>` whose rejections are problems.
@@ -348,16 +412,24 @@ where
     }
 }
 
+/// What axum puts before serde's message when a body is JSON of the wrong
+/// shape. serde's part names the field (`quantity: invalid value: …`,
+/// `unknown field `qty`, expected one of …`); axum's sentence names a Rust
+/// "target type", which means nothing to a client.
+const AXUM_DATA_ERROR: &str = "Failed to deserialize the JSON body into the target type: ";
+
 /// A rejection of axum's JSON extractor as a problem.
 fn rejected(rejection: JsonRejection) -> ApiError {
     let status = match rejection.status() {
         s @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => s,
         _ => StatusCode::BAD_REQUEST,
     };
-    ApiError::Invalid {
-        status,
-        detail: rejection.body_text(),
-    }
+    let text = rejection.body_text();
+    let detail = match text.strip_prefix(AXUM_DATA_ERROR) {
+        Some(serde) => serde.to_owned(),
+        None => text,
+    };
+    ApiError::Invalid { status, detail }
 }
 
 /// `application/json` or `application/<anything>+json`, parameters aside
@@ -424,6 +496,64 @@ pub fn problemize(response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_of_the_wrong_shape_is_told_in_serde_s_words_only() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Body {
+            quantity: u32,
+        }
+        for (body, says) in [
+            (&br#"{"quantity": 1, "qty": 5}"#[..], "unknown field `qty`"),
+            (br#"{"quantity": "1"}"#, "quantity: invalid type"),
+        ] {
+            let rejection = axum::Json::<Body>::from_bytes(body).unwrap_err();
+            assert!(rejection.body_text().starts_with(AXUM_DATA_ERROR));
+            let ApiError::Invalid { status, detail } = rejected(rejection) else {
+                panic!("not invalid-request")
+            };
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(detail.contains(says), "{detail}");
+            assert!(!detail.contains("Failed to deserialize"), "{detail}");
+        }
+    }
+
+    #[test]
+    fn before_the_sale_opens_the_answer_says_when() {
+        assert_eq!(seconds_until(10_000, 10_000), 1, "at least a second");
+        assert_eq!(seconds_until(10_001, 10_000), 1);
+        assert_eq!(seconds_until(11_001, 10_000), 2, "rounded up");
+        assert_eq!(seconds_until(5_000, 10_000), 1, "opened since: retry now");
+        let opens = crate::engine::Clock::system().now_ms() + 90_000;
+        let e = ApiError::from(EngineError::NotOnSale {
+            event: crate::domain::ids::EventId::parse("e").unwrap(),
+            why: "not started",
+            starts_at: Some(opens),
+        });
+        let (status, body) = e.problem();
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(body.kind, "urn:shardstock:not-on-sale");
+        assert_eq!(body.starts_at, Some(opens));
+        assert!((89..=90).contains(&e.retry_after().unwrap()));
+        let response = e.into_response();
+        assert!(response.headers().contains_key(header::RETRY_AFTER));
+    }
+
+    #[test]
+    fn every_401_challenges_bearer_and_a_disabled_admin_says_so() {
+        for e in [ApiError::Unauthorized, ApiError::AdminDisabled] {
+            let detail = e.to_string();
+            let response = e.into_response();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(response.headers()[header::WWW_AUTHENTICATE], CHALLENGE);
+            assert_eq!(
+                detail.contains("no admin token is configured"),
+                detail != ApiError::Unauthorized.to_string()
+            );
+        }
+    }
 
     #[test]
     fn a_fenced_mover_answers_try_again_not_internal() {

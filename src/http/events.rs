@@ -1,11 +1,12 @@
 //! `/v1/events`: create (admin), list, view, close (admin), audit (admin).
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use super::guard::Admin;
 use super::{ApiError, ApiJson, AppState};
 use crate::control::ControlError;
 use crate::control::audit::Audit;
@@ -29,8 +30,10 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
         .route("/v1/events/{id}/audit", get(audit::<S>))
 }
 
-/// `POST /v1/events`.
+/// `POST /v1/events`. An unknown member is refused, naming it (a typo such
+/// as `per_user_limt` must not create an event without its limit).
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "sneaker-42", "stock": 10000, "buckets": 16, "per_user_limit": 2, "max_per_order": 2}))]
 pub(super) struct CreateEvent {
     #[schema(value_type = EventId)]
@@ -181,7 +184,7 @@ impl<S: Store> AppState<S> {
     security(("bearer" = [])),
     request_body = CreateEvent,
     responses(
-        (status = 201, description = "The event", body = EventView),
+        (status = 201, description = "The event, and `warnings` when the event was created but is unwisely sized", body = Created),
         (status = 400, response = super::openapi::BadRequest),
         (status = 401, response = super::openapi::Unauthorized),
         (status = 409, response = super::openapi::EventExists),
@@ -193,10 +196,9 @@ impl<S: Store> AppState<S> {
 )]
 pub(super) async fn create<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<CreateEvent>,
-) -> Result<(StatusCode, Json<EventView>), ApiError> {
-    state.require_admin(&headers)?;
+) -> Result<(StatusCode, Json<Created>), ApiError> {
     let spec = EventSpec {
         id: event_id(body.id)?,
         stock: body.stock,
@@ -210,11 +212,28 @@ pub(super) async fn create<S: Store>(
     };
     let spec = lifecycle::starting_layout(&state.engine, spec, &state.rebalance.resizing);
     let id = spec.id.clone();
-    let view = lifecycle::create(&state.engine, &state.ledger, spec)
+    let warnings = spec.warnings();
+    let event = lifecycle::create(&state.engine, &state.ledger, spec)
         .await
         .map_err(|e| state.control_error(&id, e))?;
     crate::control::gauges::initialise(&id);
-    Ok((StatusCode::CREATED, Json(view)))
+    for warning in &warnings {
+        // The request's span carries the event id.
+        tracing::warn!("event created as asked, with a warning: {warning}");
+    }
+    Ok((StatusCode::CREATED, Json(Created { event, warnings })))
+}
+
+/// `201` of `POST /v1/events`: the event view, and what was accepted but
+/// unwise about the request.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct Created {
+    #[serde(flatten)]
+    event: EventView,
+    /// Present only when there is something to say: e.g. a stock per bucket
+    /// below 100 × `max_per_order`. The event was created as asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// One event: stock, remaining, sold, per-bucket remaining, skew, status.
@@ -275,10 +294,9 @@ pub(super) async fn list<S: Store>(
 )]
 pub(super) async fn close<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
-    state.require_admin(&headers)?;
     let id = event_id(id)?;
     let consumer = format!("{}/close", state.engine.instance());
     let mut flusher = Flusher::new(
@@ -315,10 +333,9 @@ pub(super) async fn close<S: Store>(
 )]
 pub(super) async fn audit<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<Audit>, ApiError> {
-    state.require_admin(&headers)?;
     let id = event_id(id)?;
     let audit = crate::control::audit::audit(&state.engine, &state.ledger, &id)
         .await
@@ -326,8 +343,9 @@ pub(super) async fn audit<S: Store>(
     Ok(Json(audit))
 }
 
-/// `PUT /v1/events/{id}/buckets`.
+/// `PUT /v1/events/{id}/buckets`; an unknown member is refused.
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"buckets": 32}))]
 pub(super) struct Reshard {
     #[serde(deserialize_with = "super::whole::u32")]
@@ -355,11 +373,10 @@ pub(super) struct Reshard {
 )]
 pub(super) async fn reshard<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Reshard>,
 ) -> Result<Json<EventView>, ApiError> {
-    state.require_admin(&headers)?;
     let id = event_id(id)?;
     let view = state
         .on_its_own(&id, "reshard", {
@@ -400,10 +417,9 @@ pub(super) struct Rebalanced {
 )]
 pub(super) async fn rebalance<S: Store>(
     State(state): State<AppState<S>>,
-    headers: HeaderMap,
+    _admin: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<Rebalanced>, ApiError> {
-    state.require_admin(&headers)?;
     let id = event_id(id)?;
     let meta = state
         .engine

@@ -1,41 +1,73 @@
 //! Request guards: the admin bearer token and the rate limits.
 //!
-//! The token is compared in constant time (`subtle`), so response timing does
-//! not reveal how much of a guess was right. Rate limits (seed 000's first
-//! layer: refuse floods before they reach the store) are GCRA token buckets:
-//! the whole instance's from `governor`, in process; each user's in the store
+//! [`Admin`] is an extractor: an admin handler names it before its body, so
+//! the token is checked before the body is read, and an unauthenticated
+//! caller learns nothing of the body's schema. The token is compared in
+//! constant time (`subtle`), so response timing does not reveal how much of
+//! a guess was right. Rate limits (seed 000's first layer: refuse floods
+//! before they reach the store) are GCRA token buckets: the whole
+//! instance's from `governor`, in process; each user's in the store
 //! (`store::Limits`), so replicas share it: N instances allow a user the
 //! configured rate, not N times it. Both are off unless configured.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use subtle::ConstantTimeEq;
 
+use super::AppState;
 use super::error::ApiError;
 use crate::config::RateLimitSettings;
 use crate::domain::ids::UserId;
 use crate::store::{Admit, Rate, Store};
 
+/// Proof that the request carries the admin token. Extracted from the
+/// headers alone, and listed before the body in every admin handler: axum
+/// runs extractors in the order of the handler's arguments and stops at the
+/// first that rejects, so the body is never parsed for a caller without it.
+pub struct Admin;
+
+impl<S: Store> FromRequestParts<AppState<S>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState<S>,
+    ) -> Result<Self, Self::Rejection> {
+        require_admin(state.admin_token.as_deref(), &parts.headers).map(|()| Self)
+    }
+}
+
 /// Checks `Authorization: Bearer <token>` against the configured token; with
-/// no token configured every admin request is refused.
+/// no token configured every admin request is refused, with its own detail.
 pub fn require_admin(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = expected else {
-        return Err(ApiError::Unauthorized);
+        return Err(ApiError::AdminDisabled);
     };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .ok_or(ApiError::Unauthorized)?;
     if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)
     }
+}
+
+/// The token of a `Bearer` credential. The scheme is matched in any case
+/// (RFC 9110 §11.1: `bearer`, `BEARER`), and one or more spaces may follow it.
+fn bearer_token(credentials: &str) -> Option<&str> {
+    let (scheme, token) = credentials.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
 }
 
 /// The configured rate limits.
@@ -108,9 +140,28 @@ mod tests {
         h.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
         assert!(require_admin(Some("s3cret"), &h).is_ok());
         assert!(
-            require_admin(None, &h).is_err(),
-            "no token configured: refused"
+            matches!(require_admin(None, &h), Err(ApiError::AdminDisabled)),
+            "no token configured: refused, and told apart from a wrong token"
         );
+    }
+
+    #[test]
+    fn the_scheme_is_matched_in_any_case() {
+        let mut h = HeaderMap::new();
+        for accepted in ["bearer s3cret", "BEARER s3cret", "BeArEr  s3cret"] {
+            h.insert(header::AUTHORIZATION, accepted.parse().unwrap());
+            assert!(require_admin(Some("s3cret"), &h).is_ok(), "{accepted}");
+        }
+        for refused in ["Bearers3cret", "Basic s3cret", "Bearer", "s3cret"] {
+            h.insert(header::AUTHORIZATION, refused.parse().unwrap());
+            assert!(
+                matches!(
+                    require_admin(Some("s3cret"), &h),
+                    Err(ApiError::Unauthorized)
+                ),
+                "{refused}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -100,10 +100,6 @@ impl<S: Store> std::ops::Deref for AppState<S> {
 }
 
 impl<S: Store> AppState<S> {
-    fn require_admin(&self, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
-        guard::require_admin(self.admin_token.as_deref(), headers)
-    }
-
     /// An engine error, but a held event's "unknown" becomes a clear 503.
     fn engine_error(&self, event: &EventId, e: crate::engine::EngineError) -> ApiError {
         if matches!(e, crate::engine::EngineError::UnknownEvent(_))
@@ -191,13 +187,15 @@ struct Observe {
 /// Around every request: its span, the request timeout (a `408` that
 /// [`error::problemize`] answers as `503`, outcome unknown), its metrics
 /// (request count and latency, labelled by the matched route, not the raw
-/// URI whose ids would explode the label set), and a problem body for any
-/// error answer.
+/// URI whose ids would explode the label set), a problem body for any
+/// error answer, and the request's `X-Request-Id` on every answer, errors
+/// included (the client's, or the one made for it: what its log lines carry).
 async fn observe(State(o): State<Observe>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", |p| p.as_str());
     let method = req.method().clone();
-    let span = trace::span(&req, route);
+    let request_id = trace::request_id(&req);
+    let span = trace::span(&req, route, &request_id);
     let start = Instant::now();
     let response = tokio::time::timeout(o.timeout, next.run(req))
         .instrument(span.clone())
@@ -208,5 +206,9 @@ async fn observe(State(o): State<Observe>, req: Request, next: Next) -> Response
     o.meters
         .request(route, &method, status, elapsed.as_secs_f64());
     trace::answered(&span, status, elapsed);
-    error::problemize(response)
+    let mut response = error::problemize(response);
+    if let Ok(value) = HeaderValue::try_from(request_id) {
+        response.headers_mut().insert(trace::X_REQUEST_ID, value);
+    }
+    response
 }

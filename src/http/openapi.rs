@@ -8,9 +8,12 @@
 //! document. What it adds here by hand is what no handler carries: the
 //! problem responses ([`problems!`]: each lists its `urn:shardstock:` types,
 //! with examples rendered from [`ApiError`] values through the same code that
-//! answers them), the bearer scheme of the admin endpoints, and the links
+//! answers them), the bearer scheme of the admin endpoints, the
+//! `X-Request-Id` every answer carries ([`RequestIds`]), and the links
 //! between operations (create event → purchase → get order → cancel) that a
-//! stateful contract tester follows.
+//! stateful contract tester follows. Every request body refuses unknown
+//! members (`deny_unknown_fields`, which `utoipa` writes as
+//! `additionalProperties: false`).
 //!
 //! `utoipa-axum` could also register the routes from the same attributes, but
 //! its `routes!` macro pastes `__path_` onto the handler's path, and every
@@ -42,7 +45,12 @@ use super::{archive, events, lookup, ops, orders, purchases};
         title = "shardstock",
         description = "Segmented hot-stock inventory for flash sales. The prose contract \
                        (semantics, idempotency, ordering) is docs/API.md; this document is \
-                       generated from the handlers and types.",
+                       generated from the handlers and types.\n\n\
+                       Two different request ids: the idempotency key (a purchase's \
+                       `request_id`, or the `Idempotency-Key` header) makes a retry safe, \
+                       never buying twice. `X-Request-Id` only correlates log lines: every \
+                       answer echoes it (the client's, or one made up), and it does not \
+                       deduplicate purchases: the same value sent twice buys twice.",
         license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
     ),
     paths(
@@ -60,7 +68,7 @@ use super::{archive, events, lookup, ops, orders, purchases};
             ConfirmRefused,
         ),
     ),
-    modifiers(&Security, &Links),
+    modifiers(&Security, &RequestIds, &Links),
     tags(
         (name = "events", description = "Events: create, view, and the admin operations"),
         (name = "purchases", description = "The hot path"),
@@ -126,6 +134,14 @@ fn problem_response(description: &str, errors: &[ApiError], headers: &[(&str, &s
 }
 
 const RETRY_AFTER: (&str, &str) = ("Retry-After", "Seconds to wait before retrying");
+const OPENS_IN: (&str, &str) = (
+    "Retry-After",
+    "`not-on-sale` before the sale opens: the seconds until `starts_at` (at least 1)",
+);
+const CHALLENGE: (&str, &str) = (
+    "WWW-Authenticate",
+    "`Bearer realm=\"shardstock\"`: the admin endpoints take a bearer token",
+);
 const REPLAYED: (&str, &str) = (
     "Idempotent-Replayed",
     "`true` when this is the stored answer to an earlier request with the same request id",
@@ -152,8 +168,10 @@ macro_rules! problems {
 problems! {
     /// A malformed body or id, a bad field, a quantity out of bounds
     BadRequest => [ApiError::invalid("quantity must be between 1 and 2")];
-    /// The admin endpoints need `Authorization: Bearer <token>`
-    Unauthorized => [ApiError::Unauthorized];
+    /// The admin endpoints need `Authorization: Bearer <token>` (the scheme
+    /// in any case); with no admin token configured they are disabled, and
+    /// the detail says so
+    Unauthorized => [ApiError::Unauthorized, ApiError::AdminDisabled], CHALLENGE;
     /// No such event
     UnknownEvent => [ApiError::UnknownEvent("sneaker-42".into())];
     /// No such order
@@ -162,13 +180,15 @@ problems! {
     UnknownRequest => [ApiError::UnknownRequest("no answer is kept for request id 9f1c-0001 of user u-1001".into())];
     /// The event id is taken
     EventExists => [ApiError::EventExists("sneaker-42".into())];
-    /// The purchase is refused; a refusal is stored like a success and replayed
+    /// The purchase is refused; a refusal is stored like a success and
+    /// replayed. Before the sale opens, `not-on-sale` has `starts_at` and
+    /// `Retry-After`
     PurchaseRefused => [
         ApiError::SoldOut { remaining: 1 },
         ApiError::LimitExceeded { limit: 2, held: 2 },
-        ApiError::NotOnSale("event sneaker-42 is scheduled".into()),
+        ApiError::NotStarted { event: "sneaker-42".into(), starts_at: 4_102_444_800_000 },
         ApiError::IdempotencyConflict,
-    ], REPLAYED;
+    ], REPLAYED, OPENS_IN;
     /// The order cannot be confirmed: its pay-by deadline passed (its units
     /// are back on sale), it was cancelled, or its event is closed
     ConfirmRefused => [
@@ -213,6 +233,55 @@ impl Modify for Security {
                     .build(),
             ),
         );
+    }
+}
+
+/// `X-Request-Id` on every response: one header in `components.headers`,
+/// referenced from each response (the shared problem responses and each
+/// operation's own).
+struct RequestIds;
+
+/// The name of the header and of its component.
+const X_REQUEST_ID: &str = "X-Request-Id";
+
+impl Modify for RequestIds {
+    fn modify(&self, doc: &mut Document) {
+        let header = HeaderBuilder::new()
+            .schema(Some(
+                ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String),
+            ))
+            .description(Some(
+                "The request's `X-Request-Id` if it is 1 to 128 of `[A-Za-z0-9_.:-]`, else one \
+                 made for it: what the request's log lines carry. It correlates logs only and \
+                 does not deduplicate purchases (the idempotency key is `request_id` / \
+                 `Idempotency-Key`).",
+            ))
+            .build();
+        let reference = || RefOr::Ref(Ref::new(format!("#/components/headers/{X_REQUEST_ID}")));
+        let add = |response: &mut RefOr<Response>| {
+            if let RefOr::T(response) = response {
+                response
+                    .headers
+                    .insert(X_REQUEST_ID.to_owned(), reference());
+            }
+        };
+        let components = doc.components.get_or_insert_with(Default::default);
+        components
+            .headers
+            .insert(X_REQUEST_ID.to_owned(), RefOr::T(header));
+        components.responses.values_mut().for_each(add);
+        for item in doc.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                op.responses.responses.values_mut().for_each(add);
+            }
+        }
     }
 }
 

@@ -21,36 +21,45 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new().route("/v1/events/{id}/purchases", post(purchase::<S>))
 }
 
-/// `POST /v1/events/{id}/purchases`.
+/// `POST /v1/events/{id}/purchases`. An unknown member is refused, naming
+/// it (`"qty": 5` must not buy the default quantity).
 #[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"user_id": "u-1001", "quantity": 2, "request_id": "9f1c-0001"}))]
 pub(super) struct PurchaseBody {
     #[schema(value_type = UserId)]
     user_id: String,
     /// 1 to the event's `max_per_order`.
-    #[serde(deserialize_with = "super::whole::u32")]
+    #[serde(deserialize_with = "super::whole::quantity")]
     #[schema(minimum = 1)]
     quantity: u32,
-    /// The idempotency key (or the `Idempotency-Key` header; both given: equal).
+    /// The idempotency key (or the `Idempotency-Key` header; both given:
+    /// equal). Not `X-Request-Id`, which only correlates log lines.
     #[schema(value_type = Option<RequestId>)]
     request_id: Option<String>,
 }
 
-/// The request id from the body or the `Idempotency-Key` header (they must agree).
+/// The request id from the body or the `Idempotency-Key` header (they must
+/// agree). Both are held to `RequestId`'s one rule: a header value that is
+/// not ASCII is refused as the same characters in the body are, and an error
+/// names the header when the header was wrong.
 fn request_id(headers: &HeaderMap, body: Option<String>) -> Result<Option<RequestId>, ApiError> {
     let header = headers
         .get("idempotency-key")
-        .map(|v| v.to_str().map(str::to_owned))
-        .transpose()
-        .map_err(|_| ApiError::invalid("Idempotency-Key must be ASCII"))?;
-    let raw = match (header, body) {
+        .map(|v| {
+            RequestId::parse(String::from_utf8_lossy(v.as_bytes()))
+                .map_err(|e| ApiError::invalid(format!("the Idempotency-Key header: {e}")))
+        })
+        .transpose()?;
+    let body = body
+        .map(|b| RequestId::parse(b).map_err(ApiError::invalid))
+        .transpose()?;
+    match (header, body) {
         (Some(h), Some(b)) if h != b => {
-            return Err(ApiError::invalid("Idempotency-Key and request_id differ"));
+            Err(ApiError::invalid("Idempotency-Key and request_id differ"))
         }
-        (h, b) => h.or(b),
-    };
-    raw.map(|r| RequestId::parse(r).map_err(ApiError::invalid))
-        .transpose()
+        (h, b) => Ok(h.or(b)),
+    }
 }
 
 /// Buys `quantity` units: from the user's home bucket, else from the ring.
@@ -61,7 +70,7 @@ fn request_id(headers: &HeaderMap, body: Option<String>) -> Result<Option<Reques
     post, path = "/v1/events/{id}/purchases", tag = "purchases", operation_id = "purchase",
     params(
         ("id" = EventId, Path, description = "The event"),
-        ("Idempotency-Key" = Option<RequestId>, Header, description = "The request id (same as the body's `request_id`)"),
+        ("Idempotency-Key" = Option<RequestId>, Header, description = "The idempotency key (same as the body's `request_id`, same characters): a retry with it never buys twice. `X-Request-Id` is not one: it only correlates log lines, and the same `X-Request-Id` sent twice buys twice."),
     ),
     request_body = PurchaseBody,
     responses(

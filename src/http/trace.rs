@@ -3,7 +3,9 @@
 //!
 //! The span (`request`, at `info`) holds the method, the matched route, a
 //! request id (the client's `X-Request-Id` when it is a sane token, else a
-//! fresh one), and, recorded by the handlers once they have parsed them, the
+//! fresh one, which the answer echoes in its own `X-Request-Id`: it
+//! correlates log lines, it deduplicates nothing), and, recorded by the
+//! handlers once they have parsed them, the
 //! `event` and the `user`; every line logged while serving the request is
 //! logged inside it. With a W3C `traceparent` header the span continues the
 //! caller's trace (exported only when an OTLP endpoint is configured, see
@@ -17,10 +19,14 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// The longest client request id kept; longer or odd ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
 
+/// The header of the request id, in the request and in its answer.
+pub const X_REQUEST_ID: &str = "x-request-id";
+
 /// The client's `X-Request-Id` if it is a plain token, else a fresh id.
-fn request_id(req: &Request) -> String {
+/// Either way a valid header value.
+pub fn request_id(req: &Request) -> String {
     req.headers()
-        .get("x-request-id")
+        .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| {
             !v.is_empty()
@@ -31,15 +37,16 @@ fn request_id(req: &Request) -> String {
         .map_or_else(|| format!("{:016x}", rand::random::<u64>()), str::to_owned)
 }
 
-/// The request's span; `route` is its matched path.
-pub fn span(req: &Request, route: &str) -> tracing::Span {
+/// The request's span; `route` is its matched path, `request_id` what
+/// [`request_id`] made of the request.
+pub fn span(req: &Request, route: &str, request_id: &str) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         "otel.kind" = "server",
         "otel.name" = format_args!("{} {route}", req.method()),
         method = %req.method(),
         route,
-        request_id = request_id(req),
+        request_id,
         event = Empty,
         user = Empty,
         status = Empty,

@@ -83,6 +83,28 @@ pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     exact_u32(&serde_json::Number::deserialize(d)?).map_err(D::Error::custom)
 }
 
+/// A purchase's `quantity`: any whole number. One outside `u32` (a negative,
+/// or past 2^32 − 1) is outside every event's range and reads as 0, which
+/// the engine refuses with that event's own range ("must be between 1 and
+/// {max_per_order}"): quoting "≥ 0" for -1 named a range 0 is not in.
+pub fn quantity<'de, D: Deserializer<'de>>(d: D) -> Result<std::primitive::u32, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    let whole = match (n.as_i64(), n.as_u64(), n.as_f64()) {
+        (Some(i), _, _) => Some(i128::from(i)),
+        (_, Some(u), _) => Some(i128::from(u)),
+        // Saturates past i128, which is out of range all the same.
+        (_, _, Some(f)) if f.fract() == 0.0 => Some(f as i128),
+        _ => None,
+    };
+    whole
+        .map(|v| std::primitive::u32::try_from(v).unwrap_or(0))
+        .ok_or_else(|| {
+            D::Error::custom(format!(
+                "invalid value: {n}, expected a whole number from 1 to the event's max_per_order"
+            ))
+        })
+}
+
 /// An optional `u32` count (`null` or absent: `None`; use with `#[serde(default)]`).
 pub fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::primitive::u32>, D::Error> {
     #[derive(Deserialize)]
@@ -131,6 +153,32 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct Purchase {
+        #[serde(deserialize_with = "super::quantity")]
+        quantity: u32,
+    }
+
+    #[test]
+    fn a_quantity_outside_u32_reads_as_0_for_the_engine_to_refuse() {
+        let q = |json: &str| {
+            serde_json::from_str::<Purchase>(json)
+                .map(|p| p.quantity)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(q(r#"{"quantity": 2}"#), Ok(2));
+        assert_eq!(q(r#"{"quantity": 2.0}"#), Ok(2));
+        assert_eq!(q(r#"{"quantity": 4294967295}"#), Ok(u32::MAX));
+        for out in ["-1", "-1.0", "4294967296", "1e300", "-9223372036854775808"] {
+            assert_eq!(q(&format!(r#"{{"quantity": {out}}}"#)), Ok(0), "{out}");
+        }
+        for bad in ["1.5", "\"2\"", "null"] {
+            let e = q(&format!(r#"{{"quantity": {bad}}}"#)).unwrap_err();
+            assert!(!e.contains('≥'), "{bad}: {e}");
+        }
+        assert!(q(r#"{"quantity": 1.5}"#).unwrap_err().contains("from 1 to"));
     }
 
     #[derive(Deserialize, Debug)]

@@ -295,7 +295,9 @@ enum End {
 /// round, markers that outlive their sagas …). `store.min_replicas` stays 0:
 /// there is no replica here (the failover and replica tests run it at 1).
 fn at_end(end: End, only: Option<&str>) -> shardstock::config::Settings {
-    let mut s = crate::harness::settings_in(SUITE, crate::harness::Backend::Redis);
+    // A namespace of its own: these apps' flushers must not flush the
+    // backlog the engine tests above build in theirs.
+    let mut s = crate::harness::settings_in("bounds-apps", crate::harness::Backend::Redis);
     for n in shardstock::config::NUMERIC {
         if only.is_none_or(|o| o == n.name) {
             (n.set)(&mut s, if end == End::Min { n.min } else { n.max });
@@ -333,11 +335,24 @@ async fn sale_through_outage_reshard_and_close(
     settings.database.url = db.replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
     let app = crate::harness::TestApp::spawn_with(settings).await;
     let event = crate::harness::eid("bounds");
-    app.create(
-        &event,
-        STOCK,
-        buckets,
-        json!({"per_user_limit": 20, "max_per_order": 10}),
+    // A create cut short by the request timeout (at its smallest, 100 ms, on
+    // a loaded machine) is sent again, as a client would; "exists" means the
+    // first one landed.
+    crate::harness::eventually(
+        &format!("{what}: the event created"),
+        Duration::from_secs(60),
+        async || {
+            let r = app
+                .client
+                .post(app.url("/v1/events"))
+                .bearer_auth(crate::harness::TOKEN)
+                .json(&json!({"id": event, "stock": STOCK, "buckets": buckets,
+                          "per_user_limit": 20, "max_per_order": 10}))
+                .send()
+                .await
+                .ok()?;
+            matches!(r.status().as_u16(), 201 | 409).then_some(())
+        },
     )
     .await;
     let bought = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -369,7 +384,7 @@ async fn sale_through_outage_reshard_and_close(
     proxy.restore();
     crate::harness::eventually(
         &format!("{what}: the backlog in the ledger"),
-        Duration::from_secs(120),
+        Duration::from_secs(180),
         async || {
             let a = app.audit(&event).await;
             (a["balanced"] == true && a["sold_unflushed"] == 0).then_some(())

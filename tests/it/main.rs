@@ -35,6 +35,8 @@
 //! - `replicas`: the durability setting (`WAIT`): a purchase acknowledged
 //!   only once a replica has it.
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
+//! - `cli`: the binary as an operator meets it: `check-config`, `audit` on
+//!   the embedded store, and what `serve` says at start.
 //! - `faults`: randomized schedules of purchases, holds, confirms, cancels,
 //!   expiry, replays (also after the window and the close), transfers,
 //!   reshards, closes, checkpoint crashes and dropped calls over `Faulty`
@@ -66,6 +68,7 @@ mod harness;
 mod adaptive;
 mod api;
 mod bounds;
+mod cli;
 mod concurrency;
 mod deploy_local;
 mod durability;

@@ -10,6 +10,8 @@ use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem}
 
 on_memory_and_redis!(
     the_document_is_served_and_every_operation_in_it_is_routed,
+    every_request_body_refuses_unknown_members_in_the_document,
+    the_document_tells_the_two_request_ids_and_the_new_members_apart,
     whole_number_floats_are_counts,
     the_largest_limit_accepted_is_documented_where_it_is_answered,
     concurrent_reshards_answer_a_layout_or_try_again,
@@ -60,6 +62,120 @@ async fn the_document_is_served_and_every_operation_in_it_is_routed(b: Backend) 
     let create = &doc["paths"]["/v1/events"]["post"];
     assert_eq!(create["security"], json!([{"bearer": []}]));
     assert!(doc["paths"]["/v1/events/{id}/purchases"]["post"]["security"].is_null());
+}
+
+/// Resolves a `$ref` to `#/components/…` in the document.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => doc
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{r} resolves to nothing")),
+        None => schema,
+    }
+}
+
+/// Every request body, and the objects inside them, says
+/// `additionalProperties: false`, so schemathesis sends unknown members and
+/// expects them refused (which the service does: `api::events` and
+/// `api::purchases`).
+async fn every_request_body_refuses_unknown_members_in_the_document(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let mut bodies = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let Some(content) = op["requestBody"]["content"].as_object() else {
+                continue;
+            };
+            for media in content.values() {
+                let schema = resolve(&doc, &media["schema"]);
+                assert_eq!(
+                    schema["additionalProperties"],
+                    json!(false),
+                    "{method} {path}: {schema}"
+                );
+                bodies.push(format!("{method} {path}"));
+            }
+        }
+    }
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        [
+            "post /v1/events",
+            "post /v1/events/{id}/purchases",
+            "put /v1/events/{id}/buckets",
+        ],
+        "every body the API reads"
+    );
+    let range = &doc["components"]["schemas"]["BucketRange"];
+    assert_eq!(range["additionalProperties"], json!(false), "{range}");
+}
+
+/// What the document says of the additions: `X-Request-Id` on every answer
+/// (logs only, no idempotency), the 401's challenge, and `starts_at` with
+/// `Retry-After` before a sale opens.
+async fn the_document_tells_the_two_request_ids_and_the_new_members_apart(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let header = &doc["components"]["headers"]["X-Request-Id"];
+    let said = header["description"].as_str().unwrap();
+    assert!(
+        said.contains("does not deduplicate") && said.contains("Idempotency-Key"),
+        "{said}"
+    );
+    assert!(
+        doc["info"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("`X-Request-Id` only correlates log lines")
+    );
+    let mut responses = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                let response = resolve(&doc, response);
+                assert_eq!(
+                    response["headers"]["X-Request-Id"]["$ref"],
+                    "#/components/headers/X-Request-Id",
+                    "{method} {path} {status}"
+                );
+                responses += 1;
+            }
+        }
+    }
+    assert!(responses > 50, "{responses}");
+    let key = doc["paths"]["/v1/events/{id}/purchases"]["post"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .unwrap();
+    assert!(
+        key["description"]
+            .as_str()
+            .unwrap()
+            .contains("X-Request-Id"),
+        "{key}"
+    );
+    let responses = &doc["components"]["responses"];
+    assert!(
+        responses["Unauthorized"]["headers"]["WWW-Authenticate"].is_object(),
+        "{}",
+        responses["Unauthorized"]
+    );
+    assert!(responses["PurchaseRefused"]["headers"]["Retry-After"].is_object());
+    let starts_at = &doc["components"]["schemas"]["Problem"]["properties"]["starts_at"];
+    assert_eq!(starts_at["format"], "date-time", "{starts_at}");
+    let created = doc["paths"]["/v1/events"]["post"]["responses"]["201"].to_string();
+    assert!(created.contains("Created"), "{created}");
+    assert!(
+        doc["components"]["schemas"]["Created"]
+            .to_string()
+            .contains("warnings"),
+        "{}",
+        doc["components"]["schemas"]["Created"]
+    );
 }
 
 /// JSON Schema's `integer` is any number with no fraction: `16.0` is valid

@@ -162,6 +162,7 @@ impl<S: Store> Rig<S> {
                     Err(EngineError::NotOnSale {
                         event,
                         why: "closed",
+                        starts_at: None,
                     })
                 }
                 Ok(_) => Err(StoreError::Stale(format!("{event} is closing")).into()),
