@@ -460,7 +460,11 @@ impl<S: Store> Engine<S> {
                     }),
                 ) => {
                     // The pending record may be another call's with this
-                    // request id: drive that saga, under its order id.
+                    // request id: drive that saga, under its order id. Then
+                    // it answers an earlier call (a replay: its hold began
+                    // then). It answered as fresh, with a pay-by older than
+                    // this call (fault seed 20261641).
+                    let replayed = order_id != saga.order_id;
                     let mut saga = saga;
                     saga.order_id = order_id;
                     saga.started_ms = at_ms;
@@ -470,7 +474,7 @@ impl<S: Store> Engine<S> {
                             .drive(meta, &saga, Driver::Again)
                             .await
                             .map_err(|e| after_home_of(&saga, e))?,
-                        replayed: false,
+                        replayed,
                     })
                 }
                 // An earlier call's answer with this request id (this call's

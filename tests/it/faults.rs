@@ -231,6 +231,10 @@ const SEEDS: &[u64] = &[
     // the HTTP layer found the order in the ledger and said the event was
     // closed (bought_once).
     7319047, 7319283,
+    // A retry whose home step's reply was lost drove an earlier call's
+    // pending saga and answered it as fresh: a pay-by older than the retry
+    // (holds_answered; seen once in a campaign of 1400, timing-dependent).
+    20261641,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

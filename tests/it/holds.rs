@@ -19,7 +19,7 @@ use shardstock::control::lifecycle;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::domain::ids::{EventId, OrderId, RequestId};
 use shardstock::domain::model::{Order, OrderStatus};
-use shardstock::engine::{ConfirmRefusal, ManualClock, PurchaseRequest, Refusal};
+use shardstock::engine::{ConfirmRefusal, EngineError, ManualClock, PurchaseRequest, Refusal};
 use shardstock::ledger::Ledger;
 use shardstock::store::Store;
 use shardstock::{Engine, EngineOptions};
@@ -76,6 +76,7 @@ on_each_backend_apart!(
     a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once,
     a_confirm_or_cancel_during_a_stopped_reshard_answers_try_again,
     a_retry_whose_first_answer_was_lost_shows_its_hold,
+    a_retry_that_drives_an_earlier_calls_saga_answers_a_replay,
 );
 
 const HOLD_S: u32 = 60;
@@ -913,4 +914,48 @@ async fn a_retry_whose_first_answer_was_lost_shows_its_hold<S: Store>(engine: En
         (Some(OrderStatus::Held), pay_by)
     );
     assert_eq!(order.order_id, first.result.unwrap().order_id);
+}
+
+/// A purchase whose home step left a pending record (the bucket was short)
+/// and whose caller never learned more; a retry with its request id, whose
+/// own home step's reply was lost too, finds that record and drives the
+/// earlier call's saga. It answers a replay of that call, with the hold
+/// that began then. It answered as fresh, with a pay-by older than the
+/// retry itself (fault seed 20261641).
+async fn a_retry_that_drives_an_earlier_calls_saga_answers_a_replay<S: Store>(engine: Engine<S>) {
+    let faulty = Faulty::plain(engine.store().clone());
+    let r = rig(Engine::new(faulty.clone(), engine.options().clone())).await;
+    // One unit a bucket: buying two always goes through the ring.
+    let id = r.create("earlier-saga", 2, 2, 4).await;
+    let req = PurchaseRequest {
+        event: id.clone(),
+        user: user("u-1"),
+        quantity: 2,
+        request_id: Some(RequestId::parse("earlier-1").unwrap()),
+    };
+    // The first call's home step runs (a pending record) and its reply is
+    // lost; every read-back fails, so it cannot tell what happened.
+    faulty.arm("purchase", faulty.calls("purchase") + 1, When::After);
+    let reads = faulty.calls("request_record");
+    for n in 1..=3 {
+        faulty.arm("request_record", reads + n, When::Before);
+    }
+    let first = r.engine.purchase(&req).await;
+    assert!(
+        matches!(first, Err(EngineError::OutcomeUnknown(_))),
+        "{first:?}"
+    );
+    let started = r.clock.now_ms();
+    r.clock.advance(Duration::from_secs(5));
+    // The retry's home step finds the record; its reply is lost as well.
+    faulty.arm("purchase", faulty.calls("purchase") + 1, When::After);
+    let retry = r.engine.purchase(&req).await.unwrap();
+    assert!(retry.replayed, "{retry:?}");
+    let order = retry.result.unwrap();
+    assert_eq!(order.status, Some(OrderStatus::Held));
+    let pay_by = order.pay_by.expect("a hold shows its pay-by");
+    assert!(
+        (started..started + 1_000).contains(&(pay_by - HOLD_S as i64 * 1_000)),
+        "the hold began with the first call at {started}, pay-by {pay_by}"
+    );
 }
