@@ -7,7 +7,7 @@ use clap::Parser;
 use crate::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL};
 use crate::compare::{CompareOptions, compare, markdown};
 use crate::cost::{CostOptions, Peer, Row, http_cost, serve_peer};
-use crate::http::service_binary;
+use crate::http::{Setup, service_binary};
 use crate::{
     EngineStrategy, HttpStrategy, PgConditionalUpdate, PgForUpdate, PgVersionCas,
     RedisDecrRollback, RedisLuaSingleKey, Report, Strategy, Workload, run,
@@ -49,9 +49,21 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// pg-for-update, pg-conditional-update, pg-version-cas, redis-decr-rollback,
-    /// redis-lua-single-key, engine, http.
+    /// redis-lua-single-key, engine, http (the service binary on Redis and
+    /// PostgreSQL), http-embedded (the service binary as the quickstart runs
+    /// it: the embedded store, SQLite in a scratch file; no Redis, no
+    /// PostgreSQL).
     #[arg(long, default_value = "engine")]
     pub strategy: String,
+    /// Run the HTTP load against a service already running at this URL
+    /// (e.g. http://10.0.0.5:8080) instead of starting one: the bench creates
+    /// its event there with --admin-token, and closes it at the end.
+    #[arg(long, value_name = "URL", requires = "admin_token",
+          conflicts_with_all = ["strategy", "compare", "http_cost"])]
+    pub target: Option<String>,
+    /// The target's admin token (`server.admin_token`), for --target.
+    #[arg(long, env = "SHARDSTOCK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Buckets for the engine and http strategies.
     #[arg(long, default_value_t = 16)]
     pub buckets: u32,
@@ -250,32 +262,12 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let c = w.concurrency;
-    let report = match a.strategy.as_str() {
-        "pg-for-update" => one(&PgForUpdate::connect(&a.pg, c).await?, &w, a.json).await?,
-        "pg-conditional-update" => {
-            one(&PgConditionalUpdate::connect(&a.pg, c).await?, &w, a.json).await?
-        }
-        "pg-version-cas" => one(&PgVersionCas::connect(&a.pg, c).await?, &w, a.json).await?,
-        "redis-decr-rollback" => {
-            one(&RedisDecrRollback::connect(&a.redis).await?, &w, a.json).await?
-        }
-        "redis-lua-single-key" => {
-            one(&RedisLuaSingleKey::connect(&a.redis).await?, &w, a.json).await?
-        }
-        "engine" => {
-            let url = a.cluster.as_deref().unwrap_or(&a.redis);
-            let batch = (!a.unbatched).then_some(64);
-            let mut s = EngineStrategy::connect_with(url, a.buckets, batch, a.min_replicas).await?;
-            if let Some(share) = a.holds {
-                s = s.with_holds(share);
-            }
-            one(&s, &w, a.json).await?
-        }
-        "http" => {
-            let s = HttpStrategy::start(&service()?, &a.redis, &a.pg, a.buckets, c).await?;
-            one(&s, &w, a.json).await?
-        }
-        other => anyhow::bail!("unknown strategy {other:?}"),
+    let report = if let Some(url) = &a.target {
+        let token = a.admin_token.as_deref().unwrap_or_default();
+        let s = HttpStrategy::target(url, token, a.buckets, c).await?;
+        one(&s, &w, a.json).await?
+    } else {
+        by_name(&a, &w).await?
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -288,4 +280,81 @@ pub async fn command(a: BenchArgs) -> anyhow::Result<()> {
         report.verdict
     );
     Ok(())
+}
+
+/// The strategy `--strategy` names, run once.
+async fn by_name(a: &BenchArgs, w: &Workload) -> anyhow::Result<Report> {
+    let c = w.concurrency;
+    Ok(match a.strategy.as_str() {
+        "pg-for-update" => one(&PgForUpdate::connect(&a.pg, c).await?, w, a.json).await?,
+        "pg-conditional-update" => {
+            one(&PgConditionalUpdate::connect(&a.pg, c).await?, w, a.json).await?
+        }
+        "pg-version-cas" => one(&PgVersionCas::connect(&a.pg, c).await?, w, a.json).await?,
+        "redis-decr-rollback" => {
+            one(&RedisDecrRollback::connect(&a.redis).await?, w, a.json).await?
+        }
+        "redis-lua-single-key" => {
+            one(&RedisLuaSingleKey::connect(&a.redis).await?, w, a.json).await?
+        }
+        "engine" => {
+            let url = a.cluster.as_deref().unwrap_or(&a.redis);
+            let batch = (!a.unbatched).then_some(64);
+            let mut s = EngineStrategy::connect_with(url, a.buckets, batch, a.min_replicas).await?;
+            if let Some(share) = a.holds {
+                s = s.with_holds(share);
+            }
+            one(&s, w, a.json).await?
+        }
+        "http" | "http-embedded" => {
+            let setup = if a.strategy == "http" {
+                Setup::Redis {
+                    redis: a.redis.clone(),
+                    database: a.pg.clone(),
+                }
+            } else {
+                Setup::Embedded
+            };
+            let binary = service_binary(a.service.as_deref())?;
+            let s = HttpStrategy::start(&binary, &setup, a.buckets, c).await?;
+            one(&s, w, a.json).await?
+        }
+        other => anyhow::bail!("unknown strategy {other:?}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_needs_an_admin_token_and_runs_alone() {
+        let parse = |args: &[&str]| {
+            BenchArgs::try_parse_from(["shardstock-bench"].iter().chain(args)).map_err(|e| e.kind())
+        };
+        let a = parse(&["--target", "http://127.0.0.1:8080", "--admin-token", "t"]).unwrap();
+        assert_eq!(a.target.as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(a.admin_token.as_deref(), Some("t"));
+        // The token may come from the environment instead; only without it
+        // is a missing flag an error.
+        if std::env::var_os("SHARDSTOCK_ADMIN_TOKEN").is_none() {
+            assert_eq!(
+                parse(&["--target", "http://127.0.0.1:8080"]).unwrap_err(),
+                clap::error::ErrorKind::MissingRequiredArgument
+            );
+        }
+        for other in [
+            &["--compare"][..],
+            &["--http-cost"],
+            &["--strategy", "engine"],
+        ] {
+            let mut args = vec!["--target", "http://x", "--admin-token", "t"];
+            args.extend(other);
+            assert_eq!(
+                parse(&args).unwrap_err(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{other:?}"
+            );
+        }
+    }
 }

@@ -15,6 +15,7 @@ use crate::baselines::{
     PgConditionalUpdate, PgForUpdate, PgVersionCas, RedisDecrRollback, RedisLuaSingleKey,
 };
 use crate::cluster::LocalCluster;
+use crate::http::Setup;
 use crate::{EngineStrategy, HttpStrategy, Report, Strategy, Workload, redis_ceiling, run};
 
 /// What to compare, and where to write.
@@ -156,7 +157,11 @@ pub async fn compare(o: &CompareOptions) -> anyhow::Result<Comparison> {
     }
     drop(local);
     {
-        let s = HttpStrategy::start(&o.binary, &o.redis, &o.pg, 16, c).await?;
+        let setup = Setup::Redis {
+            redis: o.redis.clone(),
+            database: o.pg.clone(),
+        };
+        let s = HttpStrategy::start(&o.binary, &setup, 16, c).await?;
         rows.push(row(&s, w, o.progress, Some((&host, port))).await?);
     }
     let cmp = Comparison {

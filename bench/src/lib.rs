@@ -22,7 +22,8 @@
 //! - [`report`]: [`Report`], its verdict, `Display` and JSON.
 //! - [`baselines`]: the PostgreSQL and single-key Redis strategies.
 //! - [`engine`], [`http`]: shardstock as strategies — the engine in process,
-//!   and the service binary over HTTP.
+//!   and the service over HTTP: the binary on Redis and PostgreSQL or on the
+//!   embedded store and SQLite, or a service already running at a URL.
 //! - [`ceiling`]: the raw Redis ceiling measured with `redis-benchmark`.
 //! - [`cluster`]: a throwaway local Redis Cluster, free ports, scratch dirs.
 //! - [`compare`]: every strategy on one workload, written to `BENCHMARKS.md`.

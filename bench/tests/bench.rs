@@ -1,7 +1,9 @@
 //! The benchmark harness against real backends: a tiny workload through each
-//! of the five baselines on the machine's PostgreSQL and Redis, the verdict
-//! on deliberately broken in-memory strategies, the seeded picker, and the
-//! `redis-benchmark` ceiling.
+//! of the five baselines on the machine's PostgreSQL and Redis, and through
+//! the shardstock strategies (the engine, the service over HTTP on Redis and
+//! PostgreSQL, on the embedded store and SQLite, and at a `--target` URL); the
+//! verdict on deliberately broken in-memory strategies, the seeded picker, and
+//! the `redis-benchmark` ceiling.
 //!
 //! When Redis or PostgreSQL is down these tests fail with the command that
 //! starts it; they never skip.
@@ -9,6 +11,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use shardstock_bench::baselines::{DEFAULT_PG_URL, DEFAULT_REDIS_URL, START_REDIS};
+use shardstock_bench::http::Setup;
 use shardstock_bench::{
     Outcome, PgConditionalUpdate, PgForUpdate, PgVersionCas, Picker, RedisDecrRollback,
     RedisLuaSingleKey, Report, Strategy, Workload, redis_ceiling, run,
@@ -272,6 +275,19 @@ async fn a_backend_that_is_down_is_reported_with_its_start_command() {
     assert!(e.contains("pg_ctlcluster"), "{e}");
 }
 
+/// The shardstock strategies' tiny sale: 600 attempts on 200 units, a
+/// tenth of them retries.
+fn smoke() -> Workload {
+    Workload {
+        stock: 200,
+        users: 100,
+        attempts: 600,
+        concurrency: 16,
+        retry_rate: 0.1,
+        ..Workload::default()
+    }
+}
+
 /// A tiny run of the shardstock strategies (smoke: the harness and the
 /// strategies work end to end; speed is measured by `shardstock-bench`). The
 /// service runs in process here: cargo builds the `shardstock` binary for the
@@ -279,14 +295,7 @@ async fn a_backend_that_is_down_is_reported_with_its_start_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_shardstock_strategies_run_clean() {
     use shardstock_bench::{EngineStrategy, HttpStrategy};
-    let w = Workload {
-        stock: 200,
-        users: 100,
-        attempts: 600,
-        concurrency: 16,
-        retry_rate: 0.1,
-        ..Workload::default()
-    };
+    let w = smoke();
     for batch in [None, Some(64)] {
         let s = EngineStrategy::connect("redis://127.0.0.1:6379", 4, batch)
             .await
@@ -300,14 +309,110 @@ async fn the_shardstock_strategies_run_clean() {
     // know (CI once failed on exactly that).
     let db = format!("shardstock_bench_smoke_{}", std::process::id());
     let pg = format!("postgres://postgres@127.0.0.1:5432/{db}");
-    let s = HttpStrategy::in_process("redis://127.0.0.1:6379", &pg, 4, 16)
-        .await
-        .unwrap();
+    let setup = Setup::Redis {
+        redis: "redis://127.0.0.1:6379".into(),
+        database: pg,
+    };
+    let s = HttpStrategy::in_process(&setup, 4, 16).await.unwrap();
     let r = run(&s, &w, false).await.unwrap();
     drop(s);
     drop_database(&db).await;
     assert_eq!(r.verdict, "clean", "{r}");
     assert_eq!(r.units_sold, 200, "{r}");
+}
+
+/// The quickstart setup measured: the service on the embedded store with
+/// SQLite, no Redis and no PostgreSQL (`--strategy http-embedded`, in process
+/// here as above, with the settings the binary is given), sells exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_embedded_setup_sells_exactly_the_stock() {
+    use shardstock_bench::HttpStrategy;
+    let w = smoke();
+    let s = HttpStrategy::in_process(&Setup::Embedded, 4, 16)
+        .await
+        .unwrap();
+    assert_eq!(s.name(), "shardstock-http-embedded-n4");
+    let r = run(&s, &w, false).await.unwrap();
+    assert_eq!(r.verdict, "clean", "{r}");
+    assert_eq!((r.units_sold, r.remaining), (200, 0), "{r}");
+    assert_eq!(r.errors, 0, "{r}");
+}
+
+/// `--target`: the load against a service the bench did not start (one
+/// started here as an adopter runs it, with the operator's own token). The
+/// event is created through the admin API and closed at the end; a wrong
+/// token or nothing at the URL is said at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_http_load_runs_against_a_service_already_running() {
+    use shardstock_bench::HttpStrategy;
+    const TOKEN: &str = "the-operators-token";
+    let (base, _stop) = running_service(TOKEN).await;
+    let w = smoke();
+    let wrong = HttpStrategy::target(&base, "not-the-token", 4, 16)
+        .await
+        .unwrap();
+    let e = format!("{:#}", run(&wrong, &w, false).await.unwrap_err());
+    assert!(e.contains("unauthorized"), "{e}");
+    let s = HttpStrategy::target(&base, TOKEN, 4, 16).await.unwrap();
+    assert_eq!(s.name(), "shardstock-http-target-n4");
+    let r = run(&s, &w, false).await.unwrap();
+    assert_eq!(r.verdict, "clean", "{r}");
+    assert_eq!((r.units_sold, r.remaining), (200, 0), "{r}");
+    // The service holds the run's event (the only one: the wrong token
+    // created none), sold out and closed.
+    let http = reqwest::Client::new();
+    let ids: Vec<String> = http
+        .get(format!("{base}/v1/events"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let view: serde_json::Value = http
+        .get(format!("{base}/v1/events/{}", ids[0]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&view["status"], &view["sold"], &view["leftover"]),
+        (
+            &serde_json::json!("closed"),
+            &serde_json::json!(200),
+            &serde_json::json!(0)
+        ),
+        "{view}"
+    );
+    let port = shardstock_bench::cluster::free_port();
+    let e = HttpStrategy::target(&format!("http://127.0.0.1:{port}"), TOKEN, 4, 16)
+        .await
+        .err()
+        .expect("nothing listens there")
+        .to_string();
+    assert!(e.contains("/readyz"), "{e}");
+}
+
+/// A service as an adopter runs it (embedded store, SQLite), apart from the
+/// bench: its base URL, and the sender whose drop stops it.
+async fn running_service(token: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
+    use shardstock::app::Application;
+    use shardstock::config::Settings;
+    let dir = shardstock_bench::cluster::scratch_dir("bench-target");
+    let mut settings = Settings::default();
+    settings.server.listen = "127.0.0.1:0".into();
+    settings.server.admin_token = token.into();
+    settings.database.url = format!("sqlite://{}", dir.join("ledger.db").display());
+    let app = Application::build(settings).await.unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
+    (base, stop)
 }
 
 /// Drops a scratch database, closing whatever sessions still hold it.

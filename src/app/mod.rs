@@ -181,6 +181,7 @@ impl Application {
             rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
             admin_wait: Duration::from_millis(settings.server.request_timeout_ms * 3 / 4),
+            live: http::Live::default(),
         });
         let router = http::router(state.clone(), &settings.server);
         let listener = TcpListener::bind(&settings.server.listen)

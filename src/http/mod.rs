@@ -1,7 +1,7 @@
 //! The HTTP API (`API.md`): axum routes, state, and the layers around them.
 //!
-//! Each area builds its own router (`events`, `purchases`, `orders`, `ops`);
-//! [`router`] merges them and wraps each route in one middleware,
+//! Each area builds its own router (`events`, `purchases`, `orders`, `live`,
+//! `ops`); [`router`] merges them and wraps each route in one middleware,
 //! [`observe`] (with the body limit inside it), which runs the request in
 //! its span (`trace`: request id, event, user, the caller's trace) under the
 //! request timeout, records the per-route metrics labelled by the matched
@@ -18,6 +18,7 @@ pub mod error;
 mod events;
 pub mod guard;
 mod held;
+mod live;
 mod lookup;
 mod meters;
 mod openapi;
@@ -51,6 +52,7 @@ use crate::store::Store;
 pub use error::{ApiError, ApiJson};
 use guard::RateLimits;
 pub use held::{Held, Hold};
+pub use live::Live;
 pub use meters::Meters;
 
 /// What every handler can reach: one `Arc`, so the clone axum makes for
@@ -77,6 +79,8 @@ pub struct Shared<S: Store> {
     /// own task; kept under the request timeout, which would cut the answer
     /// to an ambiguous "outcome unknown".
     pub admin_wait: Duration,
+    /// The snapshot `GET /v1/live` answers from (read at most once a second).
+    pub live: Live,
 }
 
 impl<S: Store> AppState<S> {
@@ -170,6 +174,7 @@ pub fn router<S: Store>(state: AppState<S>, server: &ServerSettings) -> Router {
         .merge(purchases::router())
         .merge(orders::router())
         .merge(lookup::router())
+        .merge(live::router())
         .merge(ops::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)

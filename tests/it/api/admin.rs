@@ -240,7 +240,10 @@ async fn the_live_page_is_served(b: Backend) {
             .unwrap()
             .starts_with("text/html")
     );
-    assert!(r.text().await.unwrap().contains("/v1/events"));
+    assert!(
+        r.text().await.unwrap().contains("fetch(\"/v1/live\")"),
+        "the page reads every event in one request"
+    );
     let root = app.client.get(app.url("/")).send().await.unwrap();
     assert_eq!(root.url().path(), "/ui", "/ redirects to the live page");
 }

@@ -5,6 +5,7 @@ mod admin;
 mod contract;
 mod events;
 mod holds;
+mod live;
 mod lookup;
 mod ops;
 mod orders;

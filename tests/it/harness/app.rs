@@ -7,6 +7,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use shardstock::app::Application;
 use shardstock::config::Settings;
+use shardstock::store::Store;
 use tokio_util::sync::CancellationToken;
 
 pub const TOKEN: &str = "test-admin-token";
@@ -62,6 +63,19 @@ impl TestApp {
                 super::START_REDIS
             )
         });
+        Self::serve(app)
+    }
+
+    /// The app on a store the test holds too (a `Faulty` wrapper that counts
+    /// the store's calls, say).
+    pub async fn spawn_on<S: Store>(store: S, settings: Settings) -> Self {
+        let app = Application::with_store(store, settings)
+            .await
+            .unwrap_or_else(|e| panic!("cannot build the app: {e:#}"));
+        Self::serve(app)
+    }
+
+    fn serve(app: Application) -> Self {
         let base = format!("http://127.0.0.1:{}", app.port());
         let stop = CancellationToken::new();
         let signal = stop.clone();
