@@ -135,7 +135,20 @@ impl<S: Store> Engine<S> {
     pub async fn order(&self, raw: &str) -> Result<OrderView, EngineError> {
         let (order_id, event, entry) = self
             .on_order_home(raw, |bucket, oid| async move {
-                self.store.order_entry(&bucket, &oid).await
+                let read = self.store.order_entry(&bucket, &oid).await?;
+                // A sealed bucket of a layout the event has left shows the
+                // order as the reshard found it, not as it is now: an
+                // instance that missed the reshard answered `held` after a
+                // confirm or a cancel in the new layout (fault seed
+                // 20261930). Sealed buckets are rare (a close, a reshard):
+                // only then is the layout read again.
+                if read.sealed {
+                    let now = self.store.load_meta(&bucket.event).await?;
+                    if now.is_none_or(|m| m.generation != bucket.generation) {
+                        return Err(StoreError::Stale(bucket.tag()));
+                    }
+                }
+                Ok(read.entry)
             })
             .await?;
         let entry = entry.ok_or_else(|| EngineError::UnknownOrder(raw.to_owned()))?;

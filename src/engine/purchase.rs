@@ -441,7 +441,10 @@ impl<S: Store> Engine<S> {
         for delay_ms in [20, 100, 400] {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
             let (entry, record) = match (
-                self.store.order_entry(&bucket, &saga.order_id).await,
+                self.store
+                    .order_entry(&bucket, &saga.order_id)
+                    .await
+                    .map(|read| read.entry),
                 self.store.request_record(&bucket, &saga.rid).await,
             ) {
                 (Ok(entry), Ok(record)) => (entry, record),

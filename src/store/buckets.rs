@@ -216,6 +216,16 @@ pub enum FinishReply {
     NoRecord,
 }
 
+/// An order's entry read from its home bucket, and whether that bucket was
+/// sealed when read. A sealed bucket's index is final for its layout: right
+/// for a closed event or one whose reshard is moving that layout, stale once
+/// a newer layout took over (the reader's cached layout is old).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexRead {
+    pub entry: Option<OrderEntry>,
+    pub sealed: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelReply {
     Cancelled(OrderEntry),
@@ -352,12 +362,13 @@ pub trait Buckets {
         order: &OrderId,
     ) -> impl Future<Output = Result<CancelReply, StoreError>> + Send;
 
-    /// The order's entry in its home bucket's index.
+    /// The order's entry in its home bucket's index, and whether the bucket
+    /// was sealed (read after the entry: unsealed then means current then).
     fn order_entry(
         &self,
         bucket: &BucketRef,
         order: &OrderId,
-    ) -> impl Future<Output = Result<Option<OrderEntry>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<IndexRead, StoreError>> + Send;
 
     /// The record stored under a request id in its home bucket.
     fn request_record(

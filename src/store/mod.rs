@@ -46,8 +46,8 @@ use std::future::Future;
 use crate::domain::ids::EventId;
 
 pub use buckets::{
-    Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply, TakeArgs,
-    TakeReply,
+    Buckets, CancelReply, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry, PurchaseReply,
+    TakeArgs, TakeReply,
 };
 pub use events::{CreateEventReply, EndReshardReply, Events, SeqBump};
 pub use holds::{ConfirmReply, ExpireReply, Holds};

@@ -1054,6 +1054,7 @@ async fn one_call_for_several_buckets_answers_each_as_its_own_call<S: Store>(eng
             .order_entry(&bucket(1), &g.order_id)
             .await
             .unwrap()
+            .entry
             .is_some_and(|e| e.qty == 1 && e.user == user("g"))
     );
 }
@@ -1137,10 +1138,15 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
             .order_entry(&b, &entries[3].order_id)
             .await
             .unwrap()
+            .entry
             .is_some_and(|e| e.qty == 1)
     );
     assert_eq!(
-        store.order_entry(&b, &entries[1].order_id).await.unwrap(),
+        store
+            .order_entry(&b, &entries[1].order_id)
+            .await
+            .unwrap()
+            .entry,
         None
     );
     // The pending saga is listed for the sweeper; what was bought, in the stream.
@@ -1165,7 +1171,14 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
         "{replies:?}"
     );
     for e in [&x, &y] {
-        assert!(store.order_entry(&b, &e.order_id).await.unwrap().is_some());
+        assert!(
+            store
+                .order_entry(&b, &e.order_id)
+                .await
+                .unwrap()
+                .entry
+                .is_some()
+        );
         assert_eq!(store.held(&b, &e.user).await.unwrap(), 1);
     }
     assert_eq!(store.stream_len(&b).await.unwrap(), 4);
@@ -1262,10 +1275,20 @@ async fn an_entry_over_the_limit_is_refused_without_slowing_its_call<S: Store>(e
     }
     assert_eq!(store.bucket_state(&b).await.unwrap().stock, 3);
     for o in [&a, &c, &e] {
-        assert!(store.order_entry(&b, &o.order_id).await.unwrap().is_some());
+        assert!(
+            store
+                .order_entry(&b, &o.order_id)
+                .await
+                .unwrap()
+                .entry
+                .is_some()
+        );
     }
     for o in [&over, &again, &third] {
-        assert_eq!(store.order_entry(&b, &o.order_id).await.unwrap(), None);
+        assert_eq!(
+            store.order_entry(&b, &o.order_id).await.unwrap().entry,
+            None
+        );
     }
 }
 

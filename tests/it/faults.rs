@@ -235,6 +235,10 @@ const SEEDS: &[u64] = &[
     // pending saga and answered it as fresh: a pay-by older than the retry
     // (holds_answered; seen once in a campaign of 1400, timing-dependent).
     20261641,
+    // An instance that had missed a reshard read an order in the old,
+    // sealed layout and answered `held` after a cancel in the new one had
+    // answered `cancelled` (answers_in_order).
+    20261930,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

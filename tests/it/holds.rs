@@ -77,6 +77,7 @@ on_each_backend_apart!(
     a_confirm_or_cancel_during_a_stopped_reshard_answers_try_again,
     a_retry_whose_first_answer_was_lost_shows_its_hold,
     a_retry_that_drives_an_earlier_calls_saga_answers_a_replay,
+    an_instance_that_missed_a_reshard_reads_orders_where_they_live,
 );
 
 const HOLD_S: u32 = 60;
@@ -958,4 +959,38 @@ async fn a_retry_that_drives_an_earlier_calls_saga_answers_a_replay<S: Store>(en
         (started..started + 1_000).contains(&(pay_by - HOLD_S as i64 * 1_000)),
         "the hold began with the first call at {started}, pay-by {pay_by}"
     );
+}
+
+/// Two instances; one reshards the event and cancels a hold and confirms
+/// another in the new layout. The other instance last saw the old layout
+/// (sealed, its index as the reshard found it): reading the orders there, it
+/// answered them `held`, after the client had been told otherwise (fault
+/// seed 20261930, answers_in_order). A sealed bucket of an event still
+/// selling is a stale layout: the read reloads and reads where the order
+/// lives now.
+async fn an_instance_that_missed_a_reshard_reads_orders_where_they_live<S: Store>(
+    engine: Engine<S>,
+) {
+    let other = Engine::new(engine.store().clone(), engine.options().clone());
+    let r = rig(engine).await;
+    let other = other.with_clock(r.clock.clone().into());
+    let id = r.create("missed-reshard", 20, 2, 4).await;
+    let cancelled = r.buy(&id, "u-1", 2).await.unwrap();
+    let confirmed = r.buy(&id, "u-2", 2).await.unwrap();
+    // The other instance caches the layout of two buckets.
+    for o in [&cancelled, &confirmed] {
+        let seen = other.order(o.order_id.as_str()).await.unwrap();
+        assert_eq!(seen.status, OrderStatus::Held);
+    }
+    shardstock::control::reshard::reshard(&r.engine, &id, 3)
+        .await
+        .unwrap();
+    let c = r.engine.cancel(cancelled.order_id.as_str()).await.unwrap();
+    assert_eq!(c.order.status, OrderStatus::Cancelled);
+    let p = r.engine.confirm(confirmed.order_id.as_str()).await.unwrap();
+    assert_eq!(p.result.unwrap().status, OrderStatus::Confirmed);
+    let seen = other.order(cancelled.order_id.as_str()).await.unwrap();
+    assert_eq!(seen.status, OrderStatus::Cancelled, "{seen:?}");
+    let seen = other.order(confirmed.order_id.as_str()).await.unwrap();
+    assert_eq!(seen.status, OrderStatus::Confirmed, "{seen:?}");
 }

@@ -9,7 +9,7 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
-    Buckets, CancelReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply,
+    Buckets, CancelReply, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry, PurchaseReply,
     StoreError, TakeArgs, TakeReply,
 };
 
@@ -425,12 +425,11 @@ impl Buckets for MemoryStore {
         })
     }
 
-    async fn order_entry(
-        &self,
-        b: &BucketRef,
-        order: &OrderId,
-    ) -> Result<Option<OrderEntry>, StoreError> {
-        self.with(b, |bk| bk.idx.get(order).cloned())
+    async fn order_entry(&self, b: &BucketRef, order: &OrderId) -> Result<IndexRead, StoreError> {
+        self.with(b, |bk| IndexRead {
+            entry: bk.idx.get(order).cloned(),
+            sealed: bk.sealed,
+        })
     }
 
     async fn request_record(

@@ -12,10 +12,10 @@ use super::{
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, OrderEntry, RequestRecord};
+use crate::domain::model::{BucketState, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
-    Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, PurchaseEntry,
+    Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry,
     PurchaseReply, StoreError, TakeArgs, TakeReply,
 };
 
@@ -493,16 +493,29 @@ impl Buckets for RedisStore {
         &self,
         bucket: &BucketRef,
         order: &OrderId,
-    ) -> Result<Option<OrderEntry>, StoreError> {
-        let v: Value = self
-            .call(|| self.client.hget(self.keys(bucket).idx, order.as_str()))
+    ) -> Result<IndexRead, StoreError> {
+        let k = self.keys(bucket);
+        // One round trip, the entry first: a bucket unsealed after it was
+        // read was current when it was read (sealing is for good).
+        let (v, sealed): (Value, u32) = self
+            .call(|| async {
+                let pipeline = self.client.pipeline();
+                let () = pipeline.hget(&k.idx, order.as_str()).await?;
+                let () = pipeline.exists(&k.sealed).await?;
+                pipeline.all().await
+            })
             .await?;
         // What confirms a purchase must be on the replicas too (durability.rs).
         self.replicated(bucket).await?;
-        if v.is_null() {
-            return Ok(None);
-        }
-        order_entry(&v).map(Some)
+        let entry = if v.is_null() {
+            None
+        } else {
+            Some(order_entry(&v)?)
+        };
+        Ok(IndexRead {
+            entry,
+            sealed: sealed == 1,
+        })
     }
 
     async fn request_record(

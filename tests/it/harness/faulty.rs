@@ -36,9 +36,9 @@ use shardstock::domain::stream::{StreamEntry, StreamId};
 use shardstock::domain::transfer::Forget;
 use shardstock::store::{
     Admit, BucketAudit, BucketContents, Buckets, CancelReply, ConfirmReply, CreateEventReply,
-    EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, Leases, Limits,
-    OpenTransfer, PurchaseEntry, PurchaseReply, Rate, RestoreReply, Retirement, SeqBump, Store,
-    StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
+    EndReshardReply, Events, ExpireReply, FinishArgs, FinishReply, Holds, IndexRead, Leases,
+    Limits, OpenTransfer, PurchaseEntry, PurchaseReply, Rate, RestoreReply, Retirement, SeqBump,
+    Store, StoreError, Streams, TakeArgs, TakeReply, TransferReply, Transfers,
 };
 
 /// What goes wrong with a step.
@@ -396,7 +396,7 @@ faulty_sections! {
         fn stale_pending(bucket: &BucketRef, before_ms: i64, count: u32) -> Vec<(String, RequestRecord)>;
         fn finish(bucket: &BucketRef, now_ms: i64, args: &FinishArgs) -> FinishReply;
         fn cancel(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> CancelReply;
-        fn order_entry(bucket: &BucketRef, order: &OrderId) -> Option<OrderEntry>;
+        fn order_entry(bucket: &BucketRef, order: &OrderId) -> IndexRead;
         fn request_record(bucket: &BucketRef, rid: &str) -> Option<RequestRecord>;
         fn held(bucket: &BucketRef, user: &UserId) -> u64;
         fn counters(bucket: &BucketRef) -> (u64, u64);
