@@ -2,8 +2,9 @@
 //! `shardstock audit EVENT` and `shardstock recover EVENT` (a lost event, or
 //! a partial loss). Both need the
 //! shared store (Redis) and the database the service uses. The embedded
-//! store lives inside the serving process, so on it `audit` says how to ask
-//! that process instead (`GET /v1/events/{id}/audit`).
+//! store lives inside the serving process, so on it both say how to ask
+//! that process instead (`GET /v1/events/{id}/audit`; the process rebuilds
+//! lost events itself at start).
 
 use anyhow::Context;
 
@@ -71,6 +72,17 @@ fn instance_url(listen: &str) -> String {
 /// once their next audit balances.
 pub async fn recover(settings: Settings, event: &str) -> anyhow::Result<()> {
     let event = EventId::parse(event)?;
+    if options::redis(&settings).is_none() {
+        anyhow::bail!(
+            "`shardstock recover` repairs a shared store, and this configuration has none (no \
+             --redis or store.redis_url). The embedded store needs no recovery command: at \
+             start, `shardstock serve` rebuilds every open event from the database \
+             (`database.lost_state`, \"rebuild\" by default there), and a running instance's \
+             audits repair a partial loss. To check {event}, ask the running instance:\n  \
+             curl -sS -H \"Authorization: Bearer $SHARDSTOCK_ADMIN_TOKEN\" {}/v1/events/{event}/audit",
+            instance_url(&settings.server.listen)
+        );
+    }
     let (engine, ledger) = connect(&settings).await?;
     if engine.store().load_meta(&event).await?.is_some() {
         return match reconcile::reconcile(&engine, &ledger, &event, true).await? {

@@ -16,12 +16,31 @@ use serde_json::{Value, json};
 
 use crate::harness::{free_port, wait_until};
 
-/// A fresh scratch folder for one test.
-fn scratch(name: &str) -> PathBuf {
+/// A fresh scratch folder for one test, removed when dropped (kept when the
+/// test failed, for its logs).
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("shardstock-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// `shardstock` run in `dir` with nothing of this process's environment.
@@ -176,7 +195,7 @@ fn check_config_names_its_file_and_masks_every_secret() {
 }
 
 #[test]
-fn audit_on_the_embedded_store_points_at_the_running_instance() {
+fn audit_and_recover_on_the_embedded_store_point_at_the_running_instance() {
     let dir = scratch("audit");
     std::fs::write(dir.join("s.toml"), "[server]\nlisten = \"0.0.0.0:18080\"\n").unwrap();
     let out = shardstock(&dir)
@@ -193,6 +212,18 @@ fn audit_on_the_embedded_store_points_at_the_running_instance() {
         "{stderr}"
     );
     assert!(stderr.contains("embedded store"), "{stderr}");
+    // `recover` too: nothing to run there (the instance rebuilds at start).
+    let out = shardstock(&dir)
+        .args(["recover", "sneaker-42", "--config", "s.toml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("needs no recovery command"), "{stderr}");
+    assert!(
+        stderr.contains("http://127.0.0.1:18080/v1/events/sneaker-42/audit"),
+        "{stderr}"
+    );
 }
 
 /// Started from a folder without its file, `serve` says it runs on the
