@@ -14,7 +14,7 @@ is 1 if there was any.
     expected are there and wired together (labels, ports, probes, Secret and
     ConfigMap references, kustomization resources);
   - the shardstock TOML configs (compose, ConfigMap) parse and use only keys
-    src/config.rs knows (the service refuses unknown keys), and turn the
+    src/config knows (the service refuses unknown keys), and turn the
     durability setting on (store.min_replicas ≥ 1: every master has a replica);
   - alerts.yml: one top-level comparison per expr, severity and summary;
   - grafana/shardstock.json and its provisioning: parse, datasource uid,
@@ -89,8 +89,8 @@ def check_metric_names(names, kinds):
 
 # ---------------------------------------------------------------- config.rs / TOML
 def config_schema():
-    """{section: {keys}} and the event keys, read from src/config.rs."""
-    text = (REPO / "src" / "config.rs").read_text()
+    """{section: {keys}} and the event keys, read from src/config/*.rs."""
+    text = "\n".join(f.read_text() for f in sorted((REPO / "src" / "config").glob("*.rs")))
     structs = {}
     for m in re.finditer(r"pub struct (\w+) \{(.*?)\n\}", text, re.S):
         structs[m.group(1)] = set(re.findall(r"^\s*pub (\w+):", m.group(2), re.M))
@@ -108,13 +108,13 @@ def check_toml(text, where, schema, events_expected=None):
         return None
     for section, value in cfg.items():
         if section not in schema:
-            err(where, f"unknown section [{section}] (src/config.rs refuses it)")
+            err(where, f"unknown section [{section}] (src/config refuses it)")
             continue
         items = value if isinstance(value, list) else [value]
         for item in items:
             for key in item:
                 if key not in schema[section]:
-                    err(where, f"unknown key {section}.{key} (src/config.rs refuses it)")
+                    err(where, f"unknown key {section}.{key} (src/config refuses it)")
     for i, ev in enumerate(cfg.get("events", [])):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(ev.get("id", ""))):
             err(where, f"events[{i}].id {ev.get('id')!r} is not [A-Za-z0-9_.-]{{1,64}}")
