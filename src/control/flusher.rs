@@ -256,7 +256,7 @@ impl<S: Store> Flusher<S> {
             return Ok((0, unfinished));
         }
         for (b, _) in &read {
-            self.register(&b.event).await?;
+            self.register(&b.event, stop, batch.len()).await?;
         }
         let started = Instant::now();
         let applied = self
@@ -291,20 +291,13 @@ impl<S: Store> Flusher<S> {
         batch: &[FlushRecord],
         stop: &CancellationToken,
     ) -> Result<usize, FlushError> {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::default();
         loop {
             match self.ledger.apply(batch, self.engine.clock().now_ms()).await {
                 Ok(applied) => return Ok(applied.new_records),
-                Err(e) => {
-                    metrics::counter!(m::FLUSH_ERRORS).increment(1);
-                    tracing::warn!(error = %e, records = batch.len(), ?backoff, "flush failed; retrying");
-                }
+                Err(e) => backoff.failed("flush failed; retrying", &e, batch.len()),
             }
-            tokio::select! {
-                _ = stop.cancelled() => return Err(FlushError::Stopped),
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            backoff.wait(stop).await?;
         }
     }
 
@@ -312,14 +305,32 @@ impl<S: Store> Flusher<S> {
     /// (The ledger remembers which it registered, for the whole process and
     /// until the event closes: a set a flusher kept for itself grew with
     /// every event it ever flushed.)
-    async fn register(&mut self, event: &EventId) -> Result<(), FlushError> {
-        if self.ledger.is_registered(event) {
-            return Ok(());
-        }
-        if let Some(meta) = self.engine.store().load_meta(event).await? {
-            self.ledger
-                .register_event(&meta.spec, meta.created_ms)
-                .await?;
+    ///
+    /// Retried like the write: the batch is read, pending under this
+    /// consumer, and a batch given up here waited `claim_idle_ms` (up to an
+    /// hour) for a claim once the database was back.
+    async fn register(
+        &self,
+        event: &EventId,
+        stop: &CancellationToken,
+        records: usize,
+    ) -> Result<(), FlushError> {
+        let mut backoff = Backoff::default();
+        while !self.ledger.is_registered(event) {
+            let done: Result<(), FlushError> = async {
+                if let Some(meta) = self.engine.store().load_meta(event).await? {
+                    self.ledger
+                        .register_event(&meta.spec, meta.created_ms)
+                        .await?;
+                }
+                Ok(())
+            }
+            .await;
+            match done {
+                Ok(()) => return Ok(()),
+                Err(e) => backoff.failed("registering the event failed; retrying", &e, records),
+            }
+            backoff.wait(stop).await?;
         }
         Ok(())
     }
@@ -517,5 +528,34 @@ impl<S: Store> Flusher<S> {
             }
         }
         Ok(out)
+    }
+}
+
+/// The pause between tries of a step that failed on an error that passes (a
+/// database or store outage): from 50 ms to 2 s. What a round has read stays
+/// pending meanwhile; it is never given up but for `stop`.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self(Duration::from_millis(50))
+    }
+}
+
+impl Backoff {
+    /// Counts and logs a failed try.
+    fn failed(&self, what: &'static str, error: &dyn std::fmt::Display, records: usize) {
+        metrics::counter!(m::FLUSH_ERRORS).increment(1);
+        tracing::warn!(error = %error, records, backoff = ?self.0, "{what}");
+    }
+
+    /// Waits before the next try; `Stopped` when `stop` fires first.
+    async fn wait(&mut self, stop: &CancellationToken) -> Result<(), FlushError> {
+        tokio::select! {
+            _ = stop.cancelled() => return Err(FlushError::Stopped),
+            _ = tokio::time::sleep(self.0) => {}
+        }
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        Ok(())
     }
 }
