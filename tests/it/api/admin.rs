@@ -4,9 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem};
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     admin_endpoints_need_the_token_and_refusals_change_nothing,
     a_live_event_is_resharded_and_rebalanced_over_http,
     close_ends_the_sale_and_the_audit_balances_throughout,

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use shardstock::MemoryStore;
 
 use crate::harness::faulty::Faulty;
-use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, settings};
+use crate::harness::{Backend, TestApp, eid, on_every_backend, settings};
 
-on_memory_and_redis!(every_listed_event_is_in_one_answer);
+on_every_backend!(app: every_listed_event_is_in_one_answer);
 
 /// The snapshot as the page reads it.
 async fn live(app: &TestApp) -> Value {

@@ -7,9 +7,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TestApp, eid, eventually, on_memory_and_redis, problem};
+use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     a_users_orders_are_listed_live_and_after_the_close,
     a_request_ids_answer_is_read_without_buying,
 );

@@ -1,5 +1,6 @@
 //! `TestApp`: the real application on 127.0.0.1:0, and a client for it;
-//! problem+json and Prometheus helpers; `on_memory_and_redis!`.
+//! problem+json and Prometheus helpers. (Tests run on each `Backend` with
+//! `on_every_backend!(app: …)`.)
 
 use std::time::Duration;
 
@@ -246,26 +247,3 @@ pub fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
             ok.then(|| value.parse().ok()).flatten()
         })
 }
-
-/// Runs each listed `async fn name(backend)` on memory and on Redis.
-macro_rules! on_memory_and_redis {
-    ($($name:ident),* $(,)?) => {
-        mod on_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::Backend::Memory).await;
-                }
-            )*
-        }
-        mod on_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::Backend::Redis).await;
-                }
-            )*
-        }
-    };
-}
-pub(crate) use on_memory_and_redis;

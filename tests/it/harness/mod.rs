@@ -3,11 +3,12 @@
 //! - `fixtures`: unique event ids, users, specs.
 //! - `backends`: engines on memory, the machine's Redis and the test Cluster;
 //!   a Redis namespace per suite; this process's PostgreSQL database;
-//!   `on_every_backend!`.
+//!   `on_every_backend!`, the one backend matrix (engines, or apps with
+//!   `app:`).
 //! - `servers`: private `redis-server`s and the shared 3-master Cluster.
 //! - `replicated`: a private Cluster of 3 masters with a replica each, whose
 //!   masters a test kills and whose failovers it waits for.
-//! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
+//! - `app`: `TestApp`, the real application on port 0.
 //! - `service`: the `shardstock` binary as a child process.
 //! - `tools`: Chromium, Prometheus and promtool, installed on first use
 //!   (`.ci/tools.sh`).
@@ -29,7 +30,6 @@ mod service;
 mod tools;
 mod wait;
 
-pub(crate) use app::on_memory_and_redis;
 pub use app::{Backend, TOKEN, TestApp, eid, problem, sample, settings, settings_in};
 pub(crate) use backends::on_every_backend;
 pub use backends::{
