@@ -1,6 +1,6 @@
 //! The harness every suite shares. Real backends only: nothing is mocked.
 //!
-//! - `fixtures`: unique event ids, users, specs.
+//! - `fixtures`: unique event ids, users, specs, purchase requests (`req`).
 //! - `backends`: engines on memory, the machine's Redis and the test Cluster;
 //!   a Redis namespace per suite; this process's PostgreSQL database;
 //!   `on_every_backend!`, the one backend matrix (engines, or apps with
@@ -36,7 +36,7 @@ pub use backends::{
     START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_pool, pg_url, sqlite_url,
     standalone, suite_of, unbatched,
 };
-pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
+pub use fixtures::{event_id, purchase_final, req, spec, user, user_homed_at};
 pub use proxy::DbProxy;
 pub use replicated::ReplicatedCluster;
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
