@@ -159,10 +159,7 @@ async fn a_closed_event_leaves_the_open_set_and_is_still_listed_viewed_and_audit
         app.buy(&closed, "u-1", 2, None).await.status(),
         StatusCode::CREATED
     );
-    let r = app
-        .admin_post(&format!("/v1/events/{closed}/close"), json!({}))
-        .await;
-    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    app.close(&closed).await;
     let store = crate::harness::connect(&server.url(), SUITE).await;
     let ids = |v: Vec<EventId>| v.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
     let open_now = ids(store.list_open_events().await.unwrap());

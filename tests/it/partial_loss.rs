@@ -44,7 +44,7 @@ use shardstock::domain::keys::BucketRef;
 use shardstock::store::Store;
 
 use crate::harness::{
-    Backend, RedisServer, TOKEN, TestApp, eid, event_id, eventually, ledger_for, problem, sample,
+    Backend, RedisServer, TestApp, eid, event_id, eventually, ledger_for, problem, sample,
     settings_in, spec,
 };
 
@@ -273,16 +273,7 @@ async fn close_and_check(run: Run) {
             acked.insert(answer["order_id"].as_str().unwrap().to_owned(), at);
         }
     }
-    let r = app
-        .client
-        .post(app.url(&format!("/v1/events/{event}/close")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let closed: Value = r.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{closed}");
+    let closed = app.close(&event).await;
     let audit = app.audit(&event).await;
     let ledger = ledger_for("redis").await;
     let id = EventId::parse(event.clone()).unwrap();

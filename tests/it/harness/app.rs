@@ -145,6 +145,46 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// `POST /v1/events/{id}/close` with the admin token, whatever it answers
+    /// (a close refused or cut off; [`TestApp::close`] for one that must end
+    /// the sale).
+    pub async fn close_request(&self, id: &str) -> Response {
+        self.admin_post(&format!("/v1/events/{id}/close"), json!({}))
+            .await
+    }
+
+    /// Closes `id`: the close must answer 200, which it does once every order
+    /// is drained to the database; the final view (`status`, `sold`,
+    /// `leftover`).
+    pub async fn close(&self, id: &str) -> Value {
+        let r = self.close_request(id).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "closing {id}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("closing {id}: {e}: {text}"))
+    }
+
+    /// Closes `id`, asking again until the close answers 200 (while a reshard
+    /// holds the event, or a close before it was cut off), for at most
+    /// `within`; the final view.
+    pub async fn close_eventually(&self, id: &str, within: Duration) -> Value {
+        super::eventually(&format!("{id} to close"), within, async || {
+            let r = self
+                .client
+                .post(self.url(&format!("/v1/events/{id}/close")))
+                .bearer_auth(TOKEN)
+                .json(&json!({}))
+                .send()
+                .await
+                .ok()?;
+            if r.status() != StatusCode::OK {
+                return None;
+            }
+            r.json().await.ok()
+        })
+        .await
+    }
+
     /// `GET /v1/events/{id}/audit` with the admin token, as JSON.
     pub async fn audit(&self, id: &str) -> Value {
         self.client
