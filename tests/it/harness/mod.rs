@@ -16,6 +16,8 @@
 //! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
 //!   steps from a seed, before or after they apply.
 //! - `oracle`: a closed sale checked from the database alone.
+//! - `sale`: `Sale`, clients buying over HTTP until stopped: the load a test
+//!   crashes, cuts or restarts things under.
 //! - `proxy`: `DbProxy`, a TCP proxy a test cuts and restores (a database outage).
 
 mod app;
@@ -25,6 +27,7 @@ mod fixtures;
 pub mod oracle;
 mod proxy;
 mod replicated;
+mod sale;
 mod servers;
 mod service;
 mod tools;
@@ -39,6 +42,7 @@ pub use backends::{
 pub use fixtures::{event_id, purchase_final, req, spec, user, user_homed_at};
 pub use proxy::DbProxy;
 pub use replicated::ReplicatedCluster;
+pub use sale::{Sale, answered};
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;
 pub use tools::ensure_test_tools;
