@@ -15,7 +15,7 @@ use shardstock::control::checkpoint::{self, Checkpoint, Flow};
 use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::control::lifecycle;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer, Resizing};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{BucketRange, EventStatus, Order};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
@@ -23,7 +23,7 @@ use shardstock::ledger::Ledger;
 use shardstock::store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{event_id, ledger_for, on_every_backend, spec, user};
+use crate::harness::{event_id, ledger_for, on_every_backend, req, spec};
 
 on_every_backend!(
     a_sale_grows_from_one_bucket_and_shrinks_back_while_selling,
@@ -113,15 +113,6 @@ async fn setup<S: Store>(
     (ledger, id)
 }
 
-fn req(event: &EventId, u: &str, qty: u32, rid: &str) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(u),
-        quantity: qty,
-        request_id: Some(RequestId::parse(rid).unwrap()),
-    }
-}
-
 /// A purchase, asked again (same request id) while the engine answers an
 /// error: a layout switching under it is not an answer.
 async fn purchase<S: Store>(engine: &Engine<S>, r: &PurchaseRequest) -> PurchaseOutcome {
@@ -161,7 +152,7 @@ async fn buyers<S: Store>(
                 for i in 0.. {
                     let u = format!("{tag}-{t}-{}", i / 3);
                     let qty = 1 + (i % 2) as u32;
-                    let r = req(&id, &u, qty, &format!("{tag}-{t}-{i}"));
+                    let r = req(&id, &u, qty, Some(&format!("{tag}-{t}-{i}")));
                     let sent = Instant::now();
                     let out = purchase(&engine, &r).await;
                     let sold_out = matches!(out.result, Err(Refusal::SoldOut { remaining: 0 }));
@@ -502,7 +493,7 @@ async fn a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next<S: Store>(
         let log: Log = Arc::default();
         let mut sold = 0u64;
         for i in 0..30 {
-            let r = req(&id, &format!("k-{}", i / 2), 1, &format!("k-{i}"));
+            let r = req(&id, &format!("k-{}", i / 2), 1, Some(&format!("k-{i}")));
             let sent = Instant::now();
             let out = purchase(&engine, &r).await;
             sold += u64::from(out.result.as_ref().map(|o| o.quantity).unwrap_or(0));
@@ -561,15 +552,15 @@ async fn a_leader_dying_in_an_automatic_reshard_leaves_it_to_the_next<S: Store>(
         }
         assert_eq!(remaining(&engine, &id).await, STOCK - sold, "{step:?}");
         // Limits carried over: k-0 bought 2 of its 4.
-        let more = purchase(&engine, &req(&id, "k-0", 2, "k-more")).await;
+        let more = purchase(&engine, &req(&id, "k-0", 2, Some("k-more"))).await;
         assert!(more.result.is_ok(), "{step:?}: {more:?}");
-        let over = purchase(&engine, &req(&id, "k-0", 1, "k-over")).await;
+        let over = purchase(&engine, &req(&id, "k-0", 1, Some("k-over"))).await;
         assert!(
             matches!(over.result, Err(Refusal::LimitExceeded { .. })),
             "{step:?}: {over:?}"
         );
         log.lock().unwrap().push((
-            req(&id, "k-0", 2, "k-more"),
+            req(&id, "k-0", 2, Some("k-more")),
             Instant::now(),
             Instant::now(),
             more,

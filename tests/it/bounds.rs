@@ -420,12 +420,7 @@ async fn sale_through_outage_reshard_and_close(
     )
     .await;
     sell("after", 160).await;
-    admin(
-        reqwest::Method::POST,
-        format!("/v1/events/{event}/close"),
-        json!({}),
-    )
-    .await;
+    app.close_eventually(&event, Duration::from_secs(120)).await;
     let ledger = shardstock::ledger::Ledger::connect(&db, 2).await.unwrap();
     let id = shardstock::domain::ids::EventId::parse(event.as_str()).unwrap();
     let sale = crate::harness::oracle::closed_sale(&ledger, &id, STOCK).await;

@@ -6,14 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rand::Rng;
-use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
 use shardstock::store::Store;
 use shardstock::{Engine, EngineError};
 
-use crate::harness::{event_id, on_every_backend, purchase_final, spec, standalone, user};
+use crate::harness::{event_id, on_every_backend, purchase_final, req, spec, standalone, user};
 
 on_every_backend!(a_sale_under_real_concurrency_keeps_every_invariant);
 
@@ -57,15 +56,6 @@ struct Ledger {
     orders: Vec<(String, u32, String)>,
     replays_checked: u64,
     cancelled_units: u64,
-}
-
-fn request(event: &EventId, u: usize, qty: u32, rid: Option<String>) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(format!("u-{u}")),
-        quantity: qty,
-        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
-    }
 }
 
 fn same_answer(a: &PurchaseOutcome, b: &PurchaseOutcome) -> bool {
@@ -142,7 +132,7 @@ async fn a_sale_under_real_concurrency_keeps_every_invariant<S: Store>(engine: E
                 let u = rand::rng().random_range(0..USERS);
                 let qty = rand::rng().random_range(1..=3);
                 let rid = (roll < 0.9).then(|| format!("t{t}-{i}"));
-                let req = request(&id, u, qty, rid);
+                let req = req(&id, &format!("u-{u}"), qty, rid.as_deref());
                 if roll > 0.8 && req.request_id.is_some() {
                     // The same request sent twice at once (a client that timed out and retried).
                     let (a, b) = tokio::join!(engine.purchase(&req), engine.purchase(&req));
@@ -203,7 +193,7 @@ async fn a_sale_under_real_concurrency_keeps_every_invariant<S: Store>(engine: E
     let mut sold_after = 0;
     for i in 0.. {
         match engine
-            .purchase(&request(&id, USERS + i, 1, None))
+            .purchase(&req(&id, &format!("u-{}", USERS + i), 1, None))
             .await
             .unwrap()
             .result

@@ -15,84 +15,18 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Backend, RedisServer, Service, TOKEN, TestApp, eid, eventually, free_port, namespace, pg_pool,
-    pg_url, problem, sample, settings_in, sqlite_url,
+    Backend, RedisServer, Sale, Service, TOKEN, TestApp, answered, eid, eventually, free_port,
+    namespace, pg_pool, pg_url, problem, sample, settings_in, sqlite_url,
 };
 use sqlx::AssertSqlSafe;
 
 /// How long a step may take: a sale to move on, the ledger to catch up.
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A sale over HTTP: concurrent clients buying one unit each until stopped;
-/// errors (the service or a backend gone) are retried after a pause.
-struct Sale {
-    /// Order ids a client was answered 201 for.
-    answered: Arc<Mutex<HashSet<String>>>,
-    stop: Arc<AtomicBool>,
-    clients: tokio::task::JoinSet<()>,
-}
-
-impl Sale {
-    fn start(base: &str, event: &str, clients: usize) -> Self {
-        let answered: Arc<Mutex<HashSet<String>>> = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .unwrap();
-        let mut tasks = tokio::task::JoinSet::new();
-        for t in 0..clients {
-            let (client, answered, stop) = (client.clone(), answered.clone(), stop.clone());
-            let url = format!("{base}/v1/events/{event}/purchases");
-            tasks.spawn(async move {
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    let body = json!({"user_id": format!("u-{t}-{i}"), "quantity": 1, "request_id": format!("r-{t}-{i}")});
-                    match client.post(&url).json(&body).send().await {
-                        Ok(r) if r.status() == 201 => {
-                            let order: Value = r.json().await.unwrap();
-                            answered.lock().unwrap().insert(order["order_id"].as_str().unwrap().to_owned());
-                        }
-                        Ok(r) if r.status() == 409 => return,
-                        _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                    }
-                }
-            });
-        }
-        Self {
-            answered,
-            stop,
-            clients: tasks,
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.answered.lock().unwrap().len()
-    }
-
-    /// Waits until `more` further orders have been answered 201.
-    async fn sells(&self, more: usize, what: &str) {
-        let want = self.count() + more;
-        eventually(what, WAIT, async || (self.count() >= want).then_some(())).await;
-    }
-
-    /// Stops the clients; the order ids answered 201.
-    async fn stop(mut self) -> HashSet<String> {
-        self.stop.store(true, Ordering::Relaxed);
-        while let Some(client) = self.clients.join_next().await {
-            client.unwrap();
-        }
-        self.answered.lock().unwrap().clone()
-    }
-}
 
 /// A config for a service the test kills: listening on `port`, the suite's
 /// Redis namespace and the database at `db`, the background audit off, and
@@ -216,7 +150,7 @@ async fn killed_mid_sale(name: &str, db: &str) {
     service.child.wait().unwrap();
     let _restarted = Service::start(&config, port);
     sale.sells(100, "orders from the restarted service").await;
-    let answered = sale.stop().await;
+    let answered = answered(&sale.stop().await);
     assert!(
         answered.len() > 100,
         "only {} purchases before and after the kill",
@@ -264,7 +198,7 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
     let at_kill = eventually("the first expiries", WAIT, async || {
         let v = view().await;
         let held = v["held"].as_u64().unwrap();
-        let answered = sale.count() as u64;
+        let answered = sale.bought() as u64;
         (held > 0 && held < answered).then_some((held, answered))
     })
     .await;
@@ -272,7 +206,7 @@ async fn a_service_killed_mid_expiry_expires_each_hold_once() {
     service.child.wait().unwrap();
     let _restarted = Service::start(&config, port);
     sale.sells(100, "holds from the restarted service").await;
-    let answered = sale.stop().await;
+    let answered = answered(&sale.stop().await);
     let after = eventually("every hold to expire", WAIT, async || {
         let v = view().await;
         (v["held"] == 0).then_some(v)
@@ -348,7 +282,7 @@ async fn a_database_outage_only_delays_the_ledger() {
     .await;
     proxy.restore();
     sale.sells(100, "orders after the outage").await;
-    let answered = sale.stop().await;
+    let answered = answered(&sale.stop().await);
     assert_in_ledger_once(&app.base, &event, &answered, &pg_url()).await;
     println!("lag while the database was down: {lag}");
 }
@@ -378,7 +312,7 @@ async fn a_redis_crash_with_aof_loses_no_acknowledged_order() {
     })
     .unwrap();
     sale.sells(100, "orders after Redis came back").await;
-    let answered = sale.stop().await;
+    let answered = answered(&sale.stop().await);
     let after = app.view(&event).await["sold"].as_u64().unwrap();
     assert!(
         after >= before,

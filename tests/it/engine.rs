@@ -7,16 +7,16 @@
 use std::time::Duration;
 
 use shardstock::domain::ids::OrderId;
-use shardstock::domain::ids::{EventId, RequestId, UserId};
+use shardstock::domain::ids::{EventId, UserId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::RequestRecord;
 use shardstock::domain::model::{EventSpec, Order, SpecError};
 use shardstock::domain::routing::{home, user_hash};
-use shardstock::engine::{CrashPoint, ManualClock, PurchaseOutcome, PurchaseRequest, Refusal};
+use shardstock::engine::{CrashPoint, ManualClock, PurchaseOutcome, Refusal};
 use shardstock::store::{PurchaseEntry, PurchaseReply, Store};
 use shardstock::{Engine, EngineError};
 
-use crate::harness::{event_id, eventually, on_every_backend, spec, user, user_homed_at};
+use crate::harness::{event_id, eventually, on_every_backend, req, spec, user, user_homed_at};
 
 on_every_backend!(
     creating_splits_the_stock_and_refuses_to_overwrite,
@@ -50,15 +50,6 @@ on_every_backend!(
     a_stream_read_hands_out_new_records_once_and_claims_the_idle,
     a_retry_after_the_window_ended_learns_what_its_request_did,
 );
-
-fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(user_id),
-        quantity: qty,
-        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
-    }
-}
 
 async fn buy<S: Store>(
     engine: &Engine<S>,

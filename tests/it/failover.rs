@@ -49,8 +49,7 @@ use shardstock::domain::keys::{BucketRef, slot};
 use shardstock_bench::cluster::redis_cli;
 
 use crate::harness::{
-    Backend, ReplicatedCluster, TOKEN, TestApp, eventually, ledger_for, namespace, settings_in,
-    suite_of,
+    Backend, ReplicatedCluster, TestApp, eventually, ledger_for, namespace, settings_in, suite_of,
 };
 
 const STOCK: u64 = 6_000;
@@ -307,16 +306,7 @@ async fn sale_through_a_failover(min_replicas: u32) -> Run {
     }
 
     // Close the sale: every stream drained into the ledger.
-    let r = app
-        .client
-        .post(app.url(&format!("/v1/events/{id}/close")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let closed: Value = r.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{closed}");
+    let closed = app.close(&id).await;
     let ledger = ledger_for("redis-cluster").await;
     let confirmed: HashMap<String, u64> = ledger
         .confirmed_orders(&event)

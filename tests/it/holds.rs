@@ -6,8 +6,9 @@
 //! checks every scenario. Time is a `ManualClock` moved by hand (no test
 //! waits for a deadline). The deadline index is deployment-wide and a sweep
 //! judges deadlines by its own engine's clock, so each Redis test runs in a
-//! namespace of its own (`on_every_backend!` shares one per suite: a test
-//! that moves its clock an hour on would expire a neighbour's holds).
+//! namespace of its own (`on_every_backend!(namespace_per_test: …)`; the
+//! plain matrix shares one per suite: a test that moves its clock an hour on
+//! would expire a neighbour's holds).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,42 +27,12 @@ use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::faulty::{Faulty, When};
-use crate::harness::{event_id, pg_url, purchase_final, spec, sqlite_url, user, user_homed_at};
+use crate::harness::{
+    event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user, user_homed_at,
+};
 
-/// `on_every_backend!`'s memory, Redis and Cluster, each test in its own
-/// key namespace (see the module docs).
-macro_rules! on_each_backend_apart {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::memory()).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let apart = format!("holds-{:08x}", rand::random::<u32>());
-                    super::$name($crate::harness::standalone(&apart).await).await;
-                }
-            )*
-        }
-        mod cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let apart = format!("holds-{:08x}", rand::random::<u32>());
-                    super::$name($crate::harness::cluster(&apart).await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_each_backend_apart!(
+on_every_backend!(
+    namespace_per_test:
     a_hold_answers_its_deadline_and_confirms_once,
     an_unpaid_hold_expires_once_and_its_units_sell_again,
     a_cancelled_hold_is_released_at_once_and_cannot_be_confirmed,

@@ -27,7 +27,7 @@ use shardstock::{Engine, EngineOptions, Store};
 
 use crate::harness::{
     Backend, RedisServer, TOKEN, TestApp, eid, eventually, ledger_for, on_every_backend,
-    on_memory_and_redis, settings_in, spec, user,
+    settings_in, spec, user,
 };
 
 const SUITE: &str = "idle";
@@ -121,7 +121,7 @@ async fn a_sale_after_a_long_idle_is_flushed_at_once(b: Backend) {
     app.stop().await;
 }
 
-on_memory_and_redis!(a_sale_after_a_long_idle_is_flushed_at_once);
+on_every_backend!(app: a_sale_after_a_long_idle_is_flushed_at_once);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bucket_another_instance_wrote_reaches_the_ledger_through_the_sweep() {
@@ -159,10 +159,7 @@ async fn a_closed_event_leaves_the_open_set_and_is_still_listed_viewed_and_audit
         app.buy(&closed, "u-1", 2, None).await.status(),
         StatusCode::CREATED
     );
-    let r = app
-        .admin_post(&format!("/v1/events/{closed}/close"), json!({}))
-        .await;
-    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    app.close(&closed).await;
     let store = crate::harness::connect(&server.url(), SUITE).await;
     let ids = |v: Vec<EventId>| v.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
     let open_now = ids(store.list_open_events().await.unwrap());

@@ -72,22 +72,6 @@ async fn held_order(app: &TestApp, event: &str, user: &str, qty: u32) -> String 
     order["order_id"].as_str().unwrap().to_owned()
 }
 
-/// Closes over HTTP (retrying while a background reshard holds the event)
-/// and returns the final view.
-async fn close(app: &TestApp, event: &str) -> Value {
-    eventually("the close to answer", WAIT, async || {
-        let (status, view) = admin(
-            app,
-            reqwest::Method::POST,
-            &format!("/v1/events/{event}/close"),
-            json!({}),
-        )
-        .await;
-        (status == 200).then_some(view)
-    })
-    .await
-}
-
 /// The oracle on the app's database `db`, with the audit beside it.
 async fn check_closed(app: &TestApp, db: &str, event: &str, stock: u64) {
     let ledger = Ledger::connect(db, 2).await.unwrap();
@@ -197,7 +181,7 @@ async fn a_reshard_resumed_after_the_deadlines_puts_the_stock_back_once(on: On) 
             .unwrap();
         assert_eq!(o["status"], "expired", "{o}");
     }
-    let closed = close(&second, &event).await;
+    let closed = second.close_eventually(&event, WAIT).await;
     assert_eq!(closed["leftover"], STOCK, "{closed}");
     check_closed(&second, &db, &event, STOCK).await;
 }
@@ -236,7 +220,7 @@ async fn a_close_right_after_a_reshard_keeps_paid_holds_confirmed(on: On) {
             .await;
         assert_eq!(r.status(), StatusCode::OK);
     }
-    let closed = close(&app, &event).await;
+    let closed = app.close_eventually(&event, WAIT).await;
     assert_eq!(closed["leftover"], STOCK - 6, "{closed}");
     for (i, oid) in orders.iter().enumerate() {
         let o: Value = app
@@ -305,7 +289,7 @@ async fn a_retry_after_the_window_and_after_the_close_learns_its_order(on: On) {
     let r = app.buy_final(&event, "u-9", 1, "late-9").await;
     crate::harness::problem(r, 409, "not-on-sale").await;
 
-    close(&app, &event).await;
+    app.close_eventually(&event, WAIT).await;
     let again = replayed(app.buy_final(&event, "u-1", 2, "late-1").await).await;
     assert_eq!(again["order_id"], bought["order_id"], "after the close");
     let r = app.buy_final(&event, "u-1", 3, "late-1").await;
@@ -356,19 +340,18 @@ async fn a_retry_during_a_close_under_way_waits_for_the_final_answer(on: On) {
             })
         }),
     );
-    let (status, body) = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{event}/close"),
-        json!({}),
-    )
-    .await;
-    assert_ne!(status, 200, "the close is cut off: {body}");
+    let r = app.close_request(&event).await;
+    assert_ne!(
+        r.status(),
+        200,
+        "the close is cut off: {}",
+        r.text().await.unwrap()
+    );
     checkpoint::clear(&id);
     let r = app.buy(&event, "u-1", 1, Some("u-1-r")).await;
     let p = crate::harness::problem(r, 503, "backend-unavailable").await;
     assert_eq!(p["outcome"], "unknown", "{p}");
-    let closed = close(&app, &event).await;
+    let closed = app.close_eventually(&event, WAIT).await;
     assert_eq!(closed["status"], "closed");
     let r = app.buy(&event, "u-1", 1, Some("u-1-r")).await;
     assert_eq!(r.status(), StatusCode::CREATED);

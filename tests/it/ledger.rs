@@ -8,17 +8,17 @@ use std::sync::Arc;
 use shardstock::config::LostState;
 use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::control::lifecycle;
-use shardstock::domain::ids::{EventId, OrderId, RequestId};
+use shardstock::domain::ids::{EventId, OrderId};
 use shardstock::domain::model::OrderStatus;
 use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
-use shardstock::engine::{PurchaseRequest, Refusal};
+use shardstock::engine::Refusal;
 use shardstock::ledger::{FlushRecord, Ledger};
 use shardstock::store::{MemoryStore, Store};
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{
-    event_id, eventually, on_every_backend, pg_url, purchase_final, spec, sqlite_url, user,
+    event_id, eventually, on_every_backend, pg_url, purchase_final, req, spec, sqlite_url,
     user_homed_at,
 };
 
@@ -95,15 +95,6 @@ async fn instances_starting_together_all_ensure_a_configured_event<S: Store>(eng
     }
 }
 
-fn req(event: &EventId, u: &str, qty: u32, rid: Option<String>) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(u),
-        quantity: qty,
-        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
-    }
-}
-
 /// A sale with fast and slow purchases, replays and cancels; returns the
 /// orders answered (order id → (qty, cancelled)).
 async fn sale<S: Store>(
@@ -120,7 +111,7 @@ async fn sale<S: Store>(
                     let u = format!("u-{}", (t * 31 + i * 7) % 50);
                     let out = purchase_final(
                         &engine,
-                        &req(&event, &u, 1 + (i % 3) as u32, Some(format!("r{t}-{i}"))),
+                        &req(&event, &u, 1 + (i % 3) as u32, Some(&format!("r{t}-{i}"))),
                     )
                     .await
                     .unwrap();
@@ -897,7 +888,7 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
         let u = format!("u-{}", i % 4);
         let out = r
             .engine
-            .purchase(&req(&id, &u, 3, Some(format!("k{i}"))))
+            .purchase(&req(&id, &u, 3, Some(&format!("k{i}"))))
             .await
             .unwrap();
         if let Ok(o) = out.result {
@@ -921,7 +912,7 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
     );
     // Limits still hold, replays still answer.
     let limited = fresh
-        .purchase(&req(&id, "u-0", 3, Some("new".into())))
+        .purchase(&req(&id, "u-0", 3, Some("new")))
         .await
         .unwrap();
     assert_eq!(
@@ -932,7 +923,7 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
         })
     );
     let replay = fresh
-        .purchase(&req(&id, "u-0", 3, Some("k0".into())))
+        .purchase(&req(&id, "u-0", 3, Some("k0")))
         .await
         .unwrap();
     assert!(replay.replayed && replay.result.is_ok(), "{replay:?}");

@@ -172,10 +172,7 @@ async fn the_live_page_shows_the_events_numbers() {
     for i in 0..3 {
         bought(&app, &closed_id, &format!("c-{i}"), 10).await;
     }
-    let r = app
-        .admin_post(&format!("/v1/events/{closed_id}/close"), json!({}))
-        .await;
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    app.close(&closed_id).await;
     // A skewed event: two of its four buckets emptied by their own buyers
     // (skew 10 ÷ 5 = 2.0, over the default threshold of 1.5).
     let skew_id = eid("live-skew");

@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //! - `harness`: backends, namespaces, private Redis servers, the shared
-//!   Cluster, `TestApp`, `on_every_backend!`, waiting for conditions.
+//!   Cluster, `TestApp`, `on_every_backend!` (the one backend matrix),
+//!   purchase requests, a sale over HTTP, waiting for conditions.
 //! - `engine`: the engine's conformance suite, on every backend.
 //! - `bounds`: every accepted setting at its bounds (the largest batch, the
 //!   largest flush over a backlog).

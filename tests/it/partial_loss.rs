@@ -31,8 +31,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -44,7 +42,7 @@ use shardstock::domain::keys::BucketRef;
 use shardstock::store::Store;
 
 use crate::harness::{
-    Backend, RedisServer, TOKEN, TestApp, eid, event_id, eventually, ledger_for, problem, sample,
+    Backend, RedisServer, Sale, TestApp, eid, event_id, eventually, ledger_for, problem, sample,
     settings_in, spec,
 };
 
@@ -55,96 +53,10 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Orders made after the cut that reach the database before the crash.
 const FLUSHED_AFTER_CUT: usize = 50;
 
-/// One purchase sent: its body, its first answer, when that came.
-struct Sent {
-    body: Value,
-    status: u16,
-    answer: Value,
-    at: Instant,
-}
-
 /// Whether an answer is final: bought, refused, or "nothing deducted" (a
 /// 503 without `outcome`: the purchase did not happen).
 fn is_final(status: u16, answer: &Value) -> bool {
     status == 201 || status == 409 || (status == 503 && answer.get("outcome").is_none())
-}
-
-/// Clients buying one unit each with a fresh request id, until stopped.
-struct Sale {
-    sent: Arc<Mutex<Vec<Sent>>>,
-    stop: Arc<AtomicBool>,
-    clients: tokio::task::JoinSet<()>,
-}
-
-impl Sale {
-    fn start(base: &str, event: &str) -> Self {
-        let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .unwrap();
-        let mut clients = tokio::task::JoinSet::new();
-        for c in 0..CLIENTS {
-            let (http, sent, stop) = (http.clone(), sent.clone(), stop.clone());
-            let url = format!("{base}/v1/events/{event}/purchases");
-            clients.spawn(async move {
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    let body = json!({"user_id": format!("u-{c}-{i}"), "quantity": 1, "request_id": format!("r-{c}-{i}")});
-                    let (status, answer) = match http.post(&url).json(&body).send().await {
-                        Ok(r) => {
-                            let status = r.status().as_u16();
-                            (status, r.json().await.unwrap_or(Value::Null))
-                        }
-                        Err(e) => (0, json!(e.to_string())),
-                    };
-                    if status != 201 {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    sent.lock().unwrap().push(Sent {
-                        body,
-                        status,
-                        answer,
-                        at: Instant::now(),
-                    });
-                }
-            });
-        }
-        Self {
-            sent,
-            stop,
-            clients,
-        }
-    }
-
-    fn bought(&self) -> usize {
-        self.sent
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| s.status == 201)
-            .count()
-    }
-
-    /// Waits until `more` further orders are answered 201.
-    async fn sells(&self, more: usize, what: &str) {
-        let want = self.bought() + more;
-        eventually(what, WAIT, async || (self.bought() >= want).then_some(())).await;
-    }
-
-    async fn stop(mut self) -> Vec<Sent> {
-        self.stop.store(true, Ordering::Relaxed);
-        while let Some(c) = self.clients.join_next().await {
-            c.unwrap();
-        }
-        Arc::try_unwrap(self.sent)
-            .ok()
-            .unwrap()
-            .into_inner()
-            .unwrap()
-    }
 }
 
 /// The AOF file Redis appends to now (Redis 7: the last `*.incr.aof` of
@@ -191,7 +103,7 @@ async fn sale_through_a_partial_loss(policy: LostState) -> Run {
     let app = TestApp::spawn_with(settings.clone()).await;
     let event = eid("aofcut");
     app.create(&event, STOCK, 4, json!({})).await;
-    let sale = Sale::start(&app.base, &event);
+    let sale = Sale::start(&app.base, &event, CLIENTS);
     sale.sells(300, "orders before the cut").await;
 
     // The disk as of now: everything answered so far is in it.
@@ -273,16 +185,7 @@ async fn close_and_check(run: Run) {
             acked.insert(answer["order_id"].as_str().unwrap().to_owned(), at);
         }
     }
-    let r = app
-        .client
-        .post(app.url(&format!("/v1/events/{event}/close")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let closed: Value = r.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{closed}");
+    let closed = app.close(&event).await;
     let audit = app.audit(&event).await;
     let ledger = ledger_for("redis").await;
     let id = EventId::parse(event.clone()).unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use shardstock::control::flusher::FlushOptions;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{ManualClock, PurchaseOutcome, PurchaseRequest, Refusal};
@@ -19,7 +19,7 @@ use shardstock::{Engine, EngineError};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{
-    event_id, eventually, ledger_for, on_every_backend, spec, user, user_homed_at,
+    event_id, eventually, ledger_for, on_every_backend, req, spec, user, user_homed_at,
 };
 
 on_every_backend!(
@@ -59,15 +59,6 @@ fn flush() -> FlushOptions {
 
 fn rebalancer<S: Store>(engine: &Arc<Engine<S>>, ledger: &Ledger, ttl: u64) -> Rebalancer<S> {
     Rebalancer::new(engine.clone(), ledger.clone(), flush(), options(ttl))
-}
-
-fn req(event: &EventId, u: &str, qty: u32, rid: Option<String>) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(u),
-        quantity: qty,
-        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
-    }
 }
 
 async fn drain<S: Store>(engine: &Engine<S>, event: &EventId, b: u32, n: u32, salt: &str) {
@@ -339,7 +330,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
                         &id,
                         &format!("u-{}", (t * 13 + i) % 2_000),
                         1 + (i % 3) as u32,
-                        Some(format!("t{t}-{i}")),
+                        Some(&format!("t{t}-{i}")),
                     );
                     match engine.purchase(&r).await {
                         Ok(out) => answers.lock().unwrap().push((r, out)),

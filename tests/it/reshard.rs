@@ -16,7 +16,7 @@ use shardstock::control::lifecycle;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::control::reshard::reshard;
 use shardstock::control::{ControlError, audit::audit};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventStatus, Order};
 use shardstock::domain::routing::{home, user_hash};
@@ -27,7 +27,7 @@ use shardstock::{Engine, EngineError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{event_id, ledger_for, on_every_backend, spec, user, user_homed_at};
+use crate::harness::{event_id, ledger_for, on_every_backend, req, spec, user, user_homed_at};
 
 on_every_backend!(
     a_stale_reshard_run_writes_nothing_into_the_live_layout,
@@ -57,18 +57,9 @@ async fn setup<S: Store>(
     (engine, ledger, id)
 }
 
-fn req(event: &EventId, u: &str, qty: u32, rid: &str) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(u),
-        quantity: qty,
-        request_id: Some(RequestId::parse(rid).unwrap()),
-    }
-}
-
 async fn buy<S: Store>(engine: &Engine<S>, event: &EventId, u: &str, qty: u32, rid: &str) -> Order {
     engine
-        .purchase(&req(event, u, qty, rid))
+        .purchase(&req(event, u, qty, Some(rid)))
         .await
         .unwrap()
         .result
@@ -227,7 +218,10 @@ async fn a_stale_reshard_run_writes_nothing_into_the_live_layout<S: Store>(engin
         1,
         "x's holdings were reset"
     );
-    let replay = engine.purchase(&req(&id, "x-1", 1, "x-b")).await.unwrap();
+    let replay = engine
+        .purchase(&req(&id, "x-1", 1, Some("x-b")))
+        .await
+        .unwrap();
     assert!(replay.replayed);
     assert_balanced(&engine, &ledger, &id).await;
     // 60 units: 13 sold, 2 of them given back.
@@ -298,7 +292,7 @@ async fn a_reshard_crashed_at_every_step_resumes_whole<S: Store>(engine: Engine<
             let want = if i == 0 { 0 } else { u64::from(order.quantity) };
             assert_eq!(held(&engine, &id, &u).await, want, "{step:?}: {u}");
             let again = engine
-                .purchase(&req(&id, &u, order.quantity, &format!("r-{i}")))
+                .purchase(&req(&id, &u, order.quantity, Some(&format!("r-{i}"))))
                 .await
                 .unwrap();
             assert!(again.replayed, "{step:?}: r-{i}");
@@ -329,7 +323,7 @@ fn leader<S: Store>(engine: &Arc<Engine<S>>, ledger: &Ledger) -> Rebalancer<S> {
 async fn assert_closed<S: Store>(engine: &Engine<S>, ledger: &Ledger, id: &EventId, sold: u64) {
     let meta = engine.store().load_meta(id).await.unwrap().unwrap();
     assert_eq!(meta.status, EventStatus::Closed);
-    match engine.purchase(&req(id, "after", 1, "after-1")).await {
+    match engine.purchase(&req(id, "after", 1, Some("after-1"))).await {
         Err(EngineError::NotOnSale { why: "closed", .. }) => {}
         other => panic!("a purchase after the close got {other:?}"),
     }

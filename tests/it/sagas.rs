@@ -17,11 +17,11 @@ use serde_json::json;
 use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::control::sweeper::{SweepOptions, sweep_event};
 use shardstock::control::{audit, lifecycle, reshard};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{EventSpec, Order, RequestRecord};
 use shardstock::domain::routing::{home, user_hash};
-use shardstock::engine::{CrashPoint, ManualClock, PurchaseRequest};
+use shardstock::engine::{CrashPoint, ManualClock};
 use shardstock::store::{Leases, Store};
 use shardstock::{Engine, EngineError, EngineOptions};
 use tokio_util::sync::CancellationToken;
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::harness::faulty::{Faulty, When};
 use crate::harness::{
     Backend, TestApp, connect, event_id, eventually, ledger_for, namespace, on_every_backend,
-    problem, settings_in, spec, standalone, user, user_homed_at,
+    problem, req, settings_in, spec, standalone, user, user_homed_at,
 };
 
 on_every_backend!(
@@ -43,15 +43,6 @@ on_every_backend!(
     a_retry_of_a_saga_that_took_is_not_refused_by_a_later_sold_out_mark,
     a_sold_out_verdict_after_a_concurrent_abort_answers_try_again,
 );
-
-fn req(event: &EventId, user_id: &str, qty: u32, rid: &str) -> PurchaseRequest {
-    PurchaseRequest {
-        event: event.clone(),
-        user: user(user_id),
-        quantity: qty,
-        request_id: Some(RequestId::parse(rid).unwrap()),
-    }
-}
 
 /// `engine`'s store behind `Faulty`, on a manual clock, with `engine`'s options.
 fn faulty<S: Store>(engine: &Engine<S>) -> (Arc<Engine<Faulty<S>>>, Faulty<S>, ManualClock) {
@@ -82,7 +73,7 @@ async fn drain_to<S: Store>(engine: &Engine<S>, id: &EventId, b: u32, n: u32, ke
     let left = engine.view(id).await.unwrap().buckets[b as usize].remaining;
     for i in keep..left {
         let u = user_homed_at(b, n, &format!("drain{i}"));
-        let r = req(id, &u, 1, &format!("d{i}"));
+        let r = req(id, &u, 1, Some(&format!("d{i}")));
         let order = engine.purchase(&r).await.unwrap().result.unwrap();
         assert_eq!((order.bucket, order.probes), (b, 0));
     }
@@ -159,7 +150,7 @@ async fn a_take_lost_after_it_applied_is_answered_unknown_and_the_sweeper_confir
     drain_to(&engine, &id, 0, 3, 0).await;
     let u = user_homed_at(0, 3, "lost");
     faults.arm("take", faults.calls("take") + 1, When::After);
-    let cut = engine.purchase(&req(&id, &u, 1, "k1")).await;
+    let cut = engine.purchase(&req(&id, &u, 1, Some("k1"))).await;
     assert!(
         matches!(cut, Err(EngineError::OutcomeUnknown(_))),
         "a take applied, so the answer must be 'unknown': {cut:?}"
@@ -176,7 +167,7 @@ async fn a_take_lost_after_it_applied_is_answered_unknown_and_the_sweeper_confir
     assert_eq!(sweep_event(&engine, &id, &opts).await.unwrap(), 1);
     assert_eq!(sweep_event(&engine, &id, &opts).await.unwrap(), 0, "once");
     assert_eq!(pending_sagas(&engine, &id, 3).await, 0);
-    let retry = engine.purchase(&req(&id, &u, 1, "k1")).await.unwrap();
+    let retry = engine.purchase(&req(&id, &u, 1, Some("k1"))).await.unwrap();
     assert!(retry.replayed);
     let order = retry.result.unwrap();
     assert_eq!(
@@ -216,18 +207,18 @@ async fn a_failed_finish_is_answered_unknown_and_a_retry_ends_the_saga<S: Store>
     for (n, when) in [When::Before, When::After].into_iter().enumerate() {
         let u = user_homed_at(0, 3, &format!("fin{n}"));
         faults.arm("finish", faults.calls("finish") + 1, when);
-        let cut = engine.purchase(&req(&id, &u, 1, "k")).await;
+        let cut = engine.purchase(&req(&id, &u, 1, Some("k"))).await;
         assert!(
             matches!(cut, Err(EngineError::OutcomeUnknown(_))),
             "finish {when:?}: {cut:?}"
         );
         let before = sold(&engine, &id).await;
-        let retry = engine.purchase(&req(&id, &u, 1, "k")).await.unwrap();
+        let retry = engine.purchase(&req(&id, &u, 1, Some("k"))).await.unwrap();
         let order: Order = retry.result.unwrap();
         assert!(retry.replayed);
         assert_eq!(sold(&engine, &id).await, before, "no second take");
         assert_eq!(held(&engine, &id, &u, 3).await, 1);
-        let again = engine.purchase(&req(&id, &u, 1, "k")).await.unwrap();
+        let again = engine.purchase(&req(&id, &u, 1, Some("k"))).await.unwrap();
         assert_eq!(again.result.unwrap().order_id, order.order_id);
         orders.push((u, order));
     }
@@ -246,7 +237,7 @@ async fn a_failed_finish_is_answered_unknown_and_a_retry_ends_the_saga<S: Store>
 async fn fragmented<S: Store>(engine: &Engine<S>, id: &EventId) -> Order {
     engine.create_event(spec(id, 8, 4)).await.unwrap();
     let v = user_homed_at(2, 4, "v");
-    let emptied = engine.purchase(&req(id, &v, 2, "v")).await.unwrap();
+    let emptied = engine.purchase(&req(id, &v, 2, Some("v"))).await.unwrap();
     for b in [0, 1, 3] {
         drain_to(engine, id, b, 4, 1).await;
     }
@@ -268,7 +259,7 @@ async fn a_dropped_purchase_still_ends_its_saga<S: Store>(engine: Engine<S>) {
     let id = event_id("dropped");
     fragmented(&engine, &id).await;
     let u = user_homed_at(0, 4, "gone");
-    let call = engine.purchase_detached(req(&id, &u, 2, "k"));
+    let call = engine.purchase_detached(req(&id, &u, 2, Some("k")));
     let cut = tokio::time::timeout(Duration::from_millis(20), call).await;
     assert!(cut.is_err(), "the caller left mid-saga: {cut:?}");
     assert!(
@@ -304,11 +295,11 @@ async fn two_sweepers_and_a_retry_end_a_saga_once<S: Store>(engine: Engine<S>) {
     drain_to(&a, &id, 0, 3, 0).await;
     let u = user_homed_at(0, 3, "race");
     a.inject_crash(CrashPoint::AfterTake);
-    let crashed = a.purchase(&req(&id, &u, 1, "k")).await;
+    let crashed = a.purchase(&req(&id, &u, 1, Some("k"))).await;
     assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))));
     let opts = SweepOptions::default();
     clock.advance(opts.stale_after + Duration::from_millis(1));
-    let again = req(&id, &u, 1, "k");
+    let again = req(&id, &u, 1, Some("k"));
     let (sa, sb, retry) = tokio::join!(
         sweep_event(&a, &id, &opts),
         sweep_event(&b, &id, &opts),
@@ -336,7 +327,7 @@ async fn a_retry_after_try_again_buys_from_a_bucket_that_was_probed<S: Store>(en
     let id = event_id("retry");
     let emptied = fragmented(&engine, &id).await;
     let u = user_homed_at(0, 4, "again");
-    let first = engine.purchase(&req(&id, &u, 2, "k")).await;
+    let first = engine.purchase(&req(&id, &u, 2, Some("k"))).await;
     assert!(
         matches!(first, Err(EngineError::Contention { .. })),
         "{first:?}"
@@ -344,7 +335,7 @@ async fn a_retry_after_try_again_buys_from_a_bucket_that_was_probed<S: Store>(en
     assert_eq!(pending_sagas(&engine, &id, 4).await, 0);
     // Units arrive in bucket 2, which the first attempt probed.
     engine.cancel(emptied.order_id.as_str()).await.unwrap();
-    let retry = engine.purchase(&req(&id, &u, 2, "k")).await.unwrap();
+    let retry = engine.purchase(&req(&id, &u, 2, Some("k"))).await.unwrap();
     let order = retry.result.expect("the retry buys");
     assert_eq!(order.bucket, 2);
     assert_eq!(sold(&engine, &id).await, 5);
@@ -357,10 +348,16 @@ async fn a_user_id_that_looks_like_a_marker_keeps_its_replay_across_a_reshard<S:
 ) {
     let id = event_id("tcolon");
     engine.create_event(spec(&id, 40, 4)).await.unwrap();
-    let first = engine.purchase(&req(&id, "t:x", 1, "r1")).await.unwrap();
+    let first = engine
+        .purchase(&req(&id, "t:x", 1, Some("r1")))
+        .await
+        .unwrap();
     let order = first.result.unwrap();
     reshard::reshard(&engine, &id, 8).await.unwrap();
-    let replay = engine.purchase(&req(&id, "t:x", 1, "r1")).await.unwrap();
+    let replay = engine
+        .purchase(&req(&id, "t:x", 1, Some("r1")))
+        .await
+        .unwrap();
     assert!(replay.replayed, "the request record moved with its user");
     assert_eq!(replay.result.unwrap().order_id, order.order_id);
     assert_eq!(sold(&engine, &id).await, 1, "no second purchase");
@@ -405,7 +402,7 @@ async fn an_order_the_event_cannot_serve_is_refused_without_a_probe<S: Store>(en
             let id = id.clone();
             tokio::spawn(async move {
                 engine
-                    .purchase(&req(&id, &format!("crowd{i}"), 2, &format!("c{i}")))
+                    .purchase(&req(&id, &format!("crowd{i}"), 2, Some(&format!("c{i}"))))
                     .await
             })
         })
@@ -419,7 +416,7 @@ async fn an_order_the_event_cannot_serve_is_refused_without_a_probe<S: Store>(en
     let before = store.total_calls();
     for i in 0..20 {
         let r = engine
-            .purchase(&req(&id, &format!("late{i}"), 2, &format!("l{i}")))
+            .purchase(&req(&id, &format!("late{i}"), 2, Some(&format!("l{i}"))))
             .await;
         assert_eq!(refused(r), 1, "the mark says how many are left");
     }
@@ -431,11 +428,11 @@ async fn an_order_the_event_cannot_serve_is_refused_without_a_probe<S: Store>(en
     assert_eq!(store.calls("take"), 0, "no refusal probed the ring");
     // The mark refuses only orders of more than what is left.
     let last = engine
-        .purchase(&req(&id, "one-unit", 1, "o1"))
+        .purchase(&req(&id, "one-unit", 1, Some("o1")))
         .await
         .unwrap();
     assert!(last.result.is_ok(), "the last unit sells: {last:?}");
-    let after = engine.purchase(&req(&id, "too-late", 1, "o2")).await;
+    let after = engine.purchase(&req(&id, "too-late", 1, Some("o2"))).await;
     assert_eq!(refused(after), 0);
     assert_eq!(sold(&engine, &id).await, 1);
 }
@@ -457,17 +454,23 @@ async fn a_retry_of_a_saga_that_took_is_not_refused_by_a_later_sold_out_mark<S: 
     let buyer = user_homed_at(0, n, "retrier");
     // The take applies, and its reply is lost: answered unknown.
     store.arm("take", store.calls("take") + 1, When::After);
-    let r = engine.purchase(&req(&id, &buyer, 1, "r1")).await;
+    let r = engine.purchase(&req(&id, &buyer, 1, Some("r1"))).await;
     assert!(
         matches!(r, Err(EngineError::OutcomeUnknown(_))),
         "a lost take is unknown: {r:?}"
     );
     // Another buyer finds the event empty and marks it sold out.
     let other = user_homed_at(0, n, "other");
-    let r = engine.purchase(&req(&id, &other, 1, "x1")).await.unwrap();
+    let r = engine
+        .purchase(&req(&id, &other, 1, Some("x1")))
+        .await
+        .unwrap();
     assert!(r.result.is_err(), "nothing left for another buyer: {r:?}");
     // The retry finds its take: bought, once.
-    let again = engine.purchase(&req(&id, &buyer, 1, "r1")).await.unwrap();
+    let again = engine
+        .purchase(&req(&id, &buyer, 1, Some("r1")))
+        .await
+        .unwrap();
     let order = again.result.expect("the retry finds its take");
     assert_eq!(order.bucket, 1);
     assert_eq!(sold(&engine, &id).await, 2);
@@ -514,7 +517,7 @@ async fn a_refused_request_leaves_less_than_a_kibibyte_in_redis() {
     );
     for i in 0..100 {
         let r = engine
-            .purchase(&req(&id, &format!("u-{i}"), 2, &format!("r{i}")))
+            .purchase(&req(&id, &format!("u-{i}"), 2, Some(&format!("r{i}"))))
             .await
             .unwrap();
         assert!(r.result.is_err(), "1 unit left: refused");
@@ -558,11 +561,11 @@ async fn a_purchase_cut_short_by_the_request_timeout_is_unknown_and_still_ends()
     // timeout this test needs could cut an ordinary purchase on a loaded
     // machine too.
     let v = user_homed_at(2, 4, "v");
-    let bought = side.purchase(&req(&id, &v, 2, "v")).await.unwrap();
+    let bought = side.purchase(&req(&id, &v, 2, Some("v"))).await.unwrap();
     assert!(bought.result.is_ok(), "{bought:?}");
     for b in [0, 1, 3] {
         let u = user_homed_at(b, 4, "d");
-        let bought = side.purchase(&req(&id, &u, 1, "d")).await.unwrap();
+        let bought = side.purchase(&req(&id, &u, 1, Some("d"))).await.unwrap();
         assert!(bought.result.is_ok(), "{bought:?}");
     }
     let token = side
@@ -627,7 +630,7 @@ async fn the_apps_sweeper_ends_a_saga_whose_instance_crashed() {
     }
     let u = user_homed_at(0, 3, "crash");
     crashed.inject_crash(CrashPoint::AfterTake);
-    let r = crashed.purchase(&req(&id, &u, 1, "k")).await;
+    let r = crashed.purchase(&req(&id, &u, 1, Some("k"))).await;
     assert!(matches!(r, Err(EngineError::InjectedCrash(_))), "{r:?}");
     let order_id = eventually(
         "the sweeper to end the saga",
@@ -689,7 +692,7 @@ async fn a_sold_out_verdict_after_a_concurrent_abort_answers_try_again<S: Store>
         },
     );
     let u = user_homed_at(0, n, "racer");
-    let r = req(&id, &u, 3, "r1");
+    let r = req(&id, &u, 3, Some("r1"));
     let buying = tokio::spawn({
         let (engine, r) = (engine.clone(), r.clone());
         async move { engine.purchase(&r).await }

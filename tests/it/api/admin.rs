@@ -4,9 +4,10 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem};
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     admin_endpoints_need_the_token_and_refusals_change_nothing,
     a_live_event_is_resharded_and_rebalanced_over_http,
     close_ends_the_sale_and_the_audit_balances_throughout,
@@ -86,14 +87,7 @@ async fn admin_endpoints_need_the_token_and_refusals_change_nothing(b: Backend) 
     )
     .await;
     problem(r, 404, "unknown-event").await;
-    let r = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{ghost}/close"),
-        None,
-    )
-    .await;
-    problem(r, 404, "unknown-event").await;
+    problem(app.close_request(&ghost).await, 404, "unknown-event").await;
     assert_eq!(app.view(&id).await, before);
 }
 
@@ -173,16 +167,7 @@ async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
     let audit = audit_of(&app, &id).await;
     assert_eq!(audit["balanced"], true, "{audit}");
     assert_eq!(audit["stock"], 50);
-    let r = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{id}/close"),
-        None,
-    )
-    .await;
-    let status = r.status();
-    let closed: Value = r.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{closed}");
+    let closed = app.close(&id).await;
     assert_eq!(
         (
             closed["status"].as_str(),
@@ -215,15 +200,8 @@ async fn close_ends_the_sale_and_the_audit_balances_throughout(b: Backend) {
         .await
         .unwrap();
     assert_eq!(order["status"], "confirmed");
-    let again = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{id}/close"),
-        None,
-    )
-    .await;
     assert_eq!(
-        again.json::<Value>().await.unwrap()["leftover"],
+        app.close(&id).await["leftover"],
         31,
         "closing twice changes nothing"
     );
@@ -276,14 +254,7 @@ async fn a_close_sets_the_final_gauges_at_once(b: Backend) {
         },
     )
     .await;
-    let r = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{id}/close"),
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(r.status(), StatusCode::OK);
+    app.close(&id).await;
     let text = app.metrics().await;
     let event = [("event", id.as_str())];
     assert_eq!(
@@ -345,14 +316,7 @@ async fn a_closed_event_is_archived_out_of_the_listing_and_keeps_its_orders(b: B
         .await
         .unwrap();
     problem(r, 401, "unauthorized").await;
-    let r = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/v1/events/{id}/close"),
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(r.status(), StatusCode::OK);
+    app.close(&id).await;
     let listed: Vec<String> = app.get("/v1/events").await.json().await.unwrap();
     assert!(listed.contains(&id), "a closed event is still listed");
     for _ in 0..2 {

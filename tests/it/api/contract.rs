@@ -6,9 +6,10 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem};
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     the_document_is_served_and_every_operation_in_it_is_routed,
     every_request_body_refuses_unknown_members_in_the_document,
     the_document_tells_the_two_request_ids_and_the_new_members_apart,

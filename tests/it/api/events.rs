@@ -3,9 +3,10 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::harness::{Backend, TOKEN, TestApp, eid, on_memory_and_redis, problem, settings};
+use crate::harness::{Backend, TOKEN, TestApp, eid, on_every_backend, problem, settings};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     creating_an_event_splits_its_stock_and_shows_it,
     creating_needs_the_admin_token,
     creating_is_refused_without_a_configured_token,

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 
 use shardstock::client::{NewEvent, NewPurchase};
 
-use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem};
+use crate::harness::{Backend, TestApp, eid, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     a_held_purchase_is_confirmed_once_and_a_cancelled_one_refused,
     hold_seconds_out_of_bounds_is_refused,
     an_event_without_holds_answers_as_before,

@@ -7,9 +7,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TestApp, eid, eventually, on_memory_and_redis, problem};
+use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     a_users_orders_are_listed_live_and_after_the_close,
     a_request_ids_answer_is_read_without_buying,
 );
@@ -20,13 +21,6 @@ async fn orders_of(app: &TestApp, event: &str, user: &str) -> Value {
         .await;
     assert_eq!(r.status(), StatusCode::OK);
     r.json().await.unwrap()
-}
-
-async fn close(app: &TestApp, event: &str) {
-    let r = app
-        .admin_post(&format!("/v1/events/{event}/close"), json!({}))
-        .await;
-    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
 }
 
 /// A user's two orders (one cancelled) are listed with their statuses, and
@@ -66,7 +60,7 @@ async fn a_users_orders_are_listed_live_and_after_the_close(b: Backend) {
         assert_eq!(orders[0]["request_id"], "l-1");
     };
     check(&listed);
-    close(&app, &id).await;
+    app.close(&id).await;
     check(&orders_of(&app, &id, "u-1").await);
     assert_eq!(
         orders_of(&app, &id, "nobody").await["orders"],
@@ -117,7 +111,7 @@ async fn a_request_ids_answer_is_read_without_buying(b: Backend) {
     let view = app.view(&id).await;
     assert_eq!(view["sold"], 2, "a lookup never buys: {view}");
 
-    close(&app, &id).await;
+    app.close(&id).await;
     let r = ask("u-1", "q-1").await;
     assert_eq!(r.status(), StatusCode::OK);
     let order: Value = r.json().await.unwrap();

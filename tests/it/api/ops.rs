@@ -6,10 +6,11 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Backend, RedisServer, TestApp, eid, eventually, on_memory_and_redis, problem, sample, settings,
+    Backend, RedisServer, TestApp, eid, eventually, on_every_backend, problem, sample, settings,
 };
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     health_and_readiness_answer,
     unknown_routes_and_methods_are_problems,
     metrics_count_the_sale_with_the_right_labels,

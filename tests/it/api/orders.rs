@@ -3,9 +3,10 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem};
+use crate::harness::{Backend, TestApp, eid, on_every_backend, problem};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     an_order_can_be_read_and_cancelled_once,
     unknown_orders_are_problems
 );

@@ -6,9 +6,10 @@ use serde_json::{Value, json};
 
 use shardstock::client::{NewEvent, NewPurchase};
 
-use crate::harness::{Backend, TestApp, eid, on_memory_and_redis, problem, settings};
+use crate::harness::{Backend, TestApp, eid, on_every_backend, problem, settings};
 
-on_memory_and_redis!(
+on_every_backend!(
+    app:
     a_purchase_returns_the_order,
     a_retry_replays_the_original_answer_with_the_header,
     refusals_are_problems_and_change_nothing,

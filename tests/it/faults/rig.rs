@@ -10,7 +10,7 @@ use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::{FlushOptions, Flusher};
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::control::{lifecycle, reshard};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventStatus;
 use shardstock::engine::{Lease, PurchaseRequest, mover};
 use shardstock::ledger::Ledger;
@@ -22,7 +22,7 @@ use super::clock::ScheduleClock;
 use super::log::Log;
 use super::plan::{ENGINES, Op, Plan, WINDOW};
 use crate::harness::faulty::Faulty;
-use crate::harness::user;
+use crate::harness::req;
 
 /// The engines of a schedule and what they share.
 pub struct Rig<S: Store> {
@@ -94,12 +94,7 @@ impl<S: Store> Rig<S> {
     }
 
     fn request(&self, user_index: usize, qty: u32, rid: String) -> PurchaseRequest {
-        PurchaseRequest {
-            event: self.id.clone(),
-            user: user(format!("u{user_index}")),
-            quantity: qty,
-            request_id: Some(RequestId::parse(rid).expect("a valid request id")),
-        }
+        req(&self.id, &format!("u{user_index}"), qty, Some(&rid))
     }
 
     async fn apply(&self, engine: &Arc<Engine<Faulty<S>>>, actor: usize, i: usize, op: Op) {

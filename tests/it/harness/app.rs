@@ -1,5 +1,6 @@
 //! `TestApp`: the real application on 127.0.0.1:0, and a client for it;
-//! problem+json and Prometheus helpers; `on_memory_and_redis!`.
+//! problem+json and Prometheus helpers. (Tests run on each `Backend` with
+//! `on_every_backend!(app: …)`.)
 
 use std::time::Duration;
 
@@ -144,6 +145,46 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// `POST /v1/events/{id}/close` with the admin token, whatever it answers
+    /// (a close refused or cut off; [`TestApp::close`] for one that must end
+    /// the sale).
+    pub async fn close_request(&self, id: &str) -> Response {
+        self.admin_post(&format!("/v1/events/{id}/close"), json!({}))
+            .await
+    }
+
+    /// Closes `id`: the close must answer 200, which it does once every order
+    /// is drained to the database; the final view (`status`, `sold`,
+    /// `leftover`).
+    pub async fn close(&self, id: &str) -> Value {
+        let r = self.close_request(id).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "closing {id}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("closing {id}: {e}: {text}"))
+    }
+
+    /// Closes `id`, asking again until the close answers 200 (while a reshard
+    /// holds the event, or a close before it was cut off), for at most
+    /// `within`; the final view.
+    pub async fn close_eventually(&self, id: &str, within: Duration) -> Value {
+        super::eventually(&format!("{id} to close"), within, async || {
+            let r = self
+                .client
+                .post(self.url(&format!("/v1/events/{id}/close")))
+                .bearer_auth(TOKEN)
+                .json(&json!({}))
+                .send()
+                .await
+                .ok()?;
+            if r.status() != StatusCode::OK {
+                return None;
+            }
+            r.json().await.ok()
+        })
+        .await
+    }
+
     /// `GET /v1/events/{id}/audit` with the admin token, as JSON.
     pub async fn audit(&self, id: &str) -> Value {
         self.client
@@ -246,26 +287,3 @@ pub fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
             ok.then(|| value.parse().ok()).flatten()
         })
 }
-
-/// Runs each listed `async fn name(backend)` on memory and on Redis.
-macro_rules! on_memory_and_redis {
-    ($($name:ident),* $(,)?) => {
-        mod on_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::Backend::Memory).await;
-                }
-            )*
-        }
-        mod on_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::Backend::Redis).await;
-                }
-            )*
-        }
-    };
-}
-pub(crate) use on_memory_and_redis;

@@ -1,5 +1,6 @@
 //! Engines on every backend, the namespaces that keep suites apart on the
-//! shared Redis, the databases beside them, and `on_every_backend!`.
+//! shared Redis, the databases beside them, and `on_every_backend!` (the one
+//! backend matrix: engines, engines each in a namespace of its own, apps).
 //!
 //! - `memory()`: the embedded store, fresh per test.
 //! - `standalone(suite)`: the machine's Redis on 127.0.0.1:6379 (each test
@@ -186,62 +187,71 @@ pub async fn ledger_for(kind: &str) -> shardstock::ledger::Ledger {
     shardstock::ledger::Ledger::connect(&url, 4).await.unwrap()
 }
 
-/// Runs each listed `async fn name<S: Store>(engine: Engine<S>)` against the
-/// memory store, the machine's Redis and the test Cluster (home steps batched,
-/// the default), and again on memory and Redis with batching off. The tests
-/// are named `<suite>::<backend>::<name>`, and use the suite's namespace.
+/// The backend matrix: runs each listed test on every backend it can meet,
+/// one module a backend, so a test is named `<suite>::<backend>::<name>`.
+///
+/// - `on_every_backend!(a, b)`: each `async fn name<S: Store>(engine:
+///   Engine<S>)` on the memory store, the machine's Redis and the test
+///   Cluster (home steps batched, the default) — modules `memory`, `redis`,
+///   `cluster` — and again on memory and Redis with batching off
+///   (`unbatched_memory`, `unbatched_redis`). Redis tests use the suite's
+///   namespace.
+/// - `on_every_backend!(namespace_per_test: a, b)`: the same on `memory`,
+///   `redis` and `cluster` (batched only), each Redis test in a key namespace
+///   of its own (`<suite>-<random>`), for tests that move an engine's clock
+///   over deployment-wide state (the holds' deadline index).
+/// - `on_every_backend!(app: a, b)`: each `async fn name(backend: Backend)`
+///   on every backend a `TestApp` runs on: `on_memory` and `on_redis`.
 macro_rules! on_every_backend {
+    (app: $($name:ident),* $(,)?) => {
+        $crate::harness::on_every_backend!(@app on_memory, Memory; $($name),*);
+        $crate::harness::on_every_backend!(@app on_redis, Redis; $($name),*);
+    };
+    (namespace_per_test: $($name:ident),* $(,)?) => {
+        $crate::harness::on_every_backend!(@engine memory, |_suite| $crate::harness::memory(); $($name),*);
+        $crate::harness::on_every_backend!(@engine redis, |suite| {
+            let apart = format!("{suite}-{:08x}", rand::random::<u32>());
+            $crate::harness::standalone(&apart).await
+        }; $($name),*);
+        $crate::harness::on_every_backend!(@engine cluster, |suite| {
+            let apart = format!("{suite}-{:08x}", rand::random::<u32>());
+            $crate::harness::cluster(&apart).await
+        }; $($name),*);
+    };
+    (@app $module:ident, $backend:ident; $($name:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::harness::Backend::$backend).await;
+                }
+            )*
+        }
+    };
+    (@engine $module:ident, |$suite:ident| $engine:expr; $($name:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let $suite = $crate::harness::suite_of(module_path!());
+                    super::$name($engine).await;
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::harness::memory()).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let suite = $crate::harness::suite_of(module_path!());
-                    super::$name($crate::harness::standalone(suite).await).await;
-                }
-            )*
-        }
-        mod cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let suite = $crate::harness::suite_of(module_path!());
-                    super::$name($crate::harness::cluster(suite).await).await;
-                }
-            )*
-        }
-        /// The same tests without group commit of the home step.
-        mod unbatched_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let engine = shardstock::Engine::new(
-                        shardstock::MemoryStore::new(),
-                        $crate::harness::unbatched(),
-                    );
-                    super::$name(engine).await;
-                }
-            )*
-        }
-        mod unbatched_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let suite = $crate::harness::suite_of(module_path!());
-                    let store = $crate::harness::standalone(suite).await.store().clone();
-                    let engine = shardstock::Engine::new(store, $crate::harness::unbatched());
-                    super::$name(engine).await;
-                }
-            )*
-        }
+        $crate::harness::on_every_backend!(@engine memory, |_suite| $crate::harness::memory(); $($name),*);
+        $crate::harness::on_every_backend!(@engine redis, |suite| $crate::harness::standalone(suite).await; $($name),*);
+        $crate::harness::on_every_backend!(@engine cluster, |suite| $crate::harness::cluster(suite).await; $($name),*);
+        // The same tests without group commit of the home step.
+        $crate::harness::on_every_backend!(@engine unbatched_memory, |_suite| shardstock::Engine::new(
+            shardstock::MemoryStore::new(),
+            $crate::harness::unbatched(),
+        ); $($name),*);
+        $crate::harness::on_every_backend!(@engine unbatched_redis, |suite| shardstock::Engine::new(
+            $crate::harness::standalone(suite).await.store().clone(),
+            $crate::harness::unbatched(),
+        ); $($name),*);
     };
 }
 pub(crate) use on_every_backend;

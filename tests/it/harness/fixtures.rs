@@ -1,8 +1,9 @@
-//! Test data: unique event ids, users, specs, and users homed at a bucket.
+//! Test data: unique event ids, users, specs, users homed at a bucket, and
+//! purchase requests.
 
 use std::time::Duration;
 
-use shardstock::domain::ids::{EventId, UserId};
+use shardstock::domain::ids::{EventId, RequestId, UserId};
 use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec};
 use shardstock::domain::routing::{home, user_hash};
 use shardstock::engine::{Engine, EngineError, PurchaseOutcome, PurchaseRequest};
@@ -15,6 +16,17 @@ pub fn event_id(prefix: &str) -> EventId {
 
 pub fn user(name: impl Into<String>) -> UserId {
     UserId::parse(name.into()).unwrap()
+}
+
+/// A purchase of `qty` units of `event` by `user_id`, with the request id
+/// `rid` (`None`: a purchase that cannot be retried).
+pub fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> PurchaseRequest {
+    PurchaseRequest {
+        event: event.clone(),
+        user: user(user_id),
+        quantity: qty,
+        request_id: rid.map(|r| RequestId::parse(r).unwrap()),
+    }
 }
 
 /// An event of `stock` units in `buckets` buckets, with no limit and no window.

@@ -1,13 +1,14 @@
 //! The harness every suite shares. Real backends only: nothing is mocked.
 //!
-//! - `fixtures`: unique event ids, users, specs.
+//! - `fixtures`: unique event ids, users, specs, purchase requests (`req`).
 //! - `backends`: engines on memory, the machine's Redis and the test Cluster;
 //!   a Redis namespace per suite; this process's PostgreSQL database;
-//!   `on_every_backend!`.
+//!   `on_every_backend!`, the one backend matrix (engines, or apps with
+//!   `app:`).
 //! - `servers`: private `redis-server`s and the shared 3-master Cluster.
 //! - `replicated`: a private Cluster of 3 masters with a replica each, whose
 //!   masters a test kills and whose failovers it waits for.
-//! - `app`: `TestApp`, the real application on port 0; `on_memory_and_redis!`.
+//! - `app`: `TestApp`, the real application on port 0.
 //! - `service`: the `shardstock` binary as a child process.
 //! - `tools`: Chromium, Prometheus and promtool, installed on first use
 //!   (`.ci/tools.sh`).
@@ -15,6 +16,8 @@
 //! - `faulty`: `Faulty`, a store wrapper that fails, delays or times out
 //!   steps from a seed, before or after they apply.
 //! - `oracle`: a closed sale checked from the database alone.
+//! - `sale`: `Sale`, clients buying over HTTP until stopped: the load a test
+//!   crashes, cuts or restarts things under.
 //! - `proxy`: `DbProxy`, a TCP proxy a test cuts and restores (a database outage).
 
 mod app;
@@ -24,21 +27,22 @@ mod fixtures;
 pub mod oracle;
 mod proxy;
 mod replicated;
+mod sale;
 mod servers;
 mod service;
 mod tools;
 mod wait;
 
-pub(crate) use app::on_memory_and_redis;
 pub use app::{Backend, TOKEN, TestApp, eid, problem, sample, settings, settings_in};
 pub(crate) use backends::on_every_backend;
 pub use backends::{
     START_REDIS, cluster, connect, ledger_for, memory, namespace, pg_pool, pg_url, sqlite_url,
     standalone, suite_of, unbatched,
 };
-pub use fixtures::{event_id, purchase_final, spec, user, user_homed_at};
+pub use fixtures::{event_id, purchase_final, req, spec, user, user_homed_at};
 pub use proxy::DbProxy;
 pub use replicated::ReplicatedCluster;
+pub use sale::{Sale, answered};
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;
 pub use tools::ensure_test_tools;
