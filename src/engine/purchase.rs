@@ -26,7 +26,9 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use super::saga::{Driver, Saga};
-use super::{CrashPoint, Engine, EngineError};
+#[cfg(feature = "fault-injection")]
+use super::CrashPoint;
+use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
@@ -311,6 +313,7 @@ impl<S: Store> Engine<S> {
             }
             Err(e) => return Err(e.into()),
         };
+        #[cfg(feature = "fault-injection")]
         self.crash_at(CrashPoint::AfterHome)?;
         let fresh = |result| PurchaseOutcome {
             result,
