@@ -114,9 +114,9 @@ fn after_home_of(saga: &Saga, e: EngineError) -> EngineError {
         EngineError::Store(StoreError::Stale(why)) if !saga.keep => {
             EngineError::OutcomeUnknown(why)
         }
-        EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why)) => {
-            EngineError::OutcomeUnknown(why)
-        }
+        EngineError::Store(
+            StoreError::Unavailable(why) | StoreError::Moving(why) | StoreError::Protocol(why),
+        ) => EngineError::OutcomeUnknown(why),
         EngineError::Mover(m) => EngineError::OutcomeUnknown(m.to_string()),
         other => other,
     }
@@ -178,7 +178,9 @@ impl<S: Store> Engine<S> {
             return answer;
         }
         match answer {
-            Err(EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why))) => {
+            Err(EngineError::Store(
+                StoreError::Unavailable(why) | StoreError::Moving(why) | StoreError::Protocol(why),
+            )) => {
                 Err(EngineError::OutcomeUnknown(format!(
                     "{why} (an earlier attempt with this request id may have bought)"
                 )))
@@ -308,8 +310,8 @@ impl<S: Store> Engine<S> {
             Ok(reply) => reply,
             // The rare paths are boxed: their state would otherwise make
             // every purchase's future (moved into its box whole) kilobytes larger.
-            Err(StoreError::Unavailable(why)) => {
-                return Box::pin(self.resolve(meta, saga, why)).await;
+            Err(e @ (StoreError::Unavailable(_) | StoreError::Moving(_))) => {
+                return Box::pin(self.resolve(meta, saga, e)).await;
             }
             Err(e) => return Err(e.into()),
         };
@@ -432,13 +434,14 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// The home step failed in transit: it may or may not have run. Look at
-    /// what it would have written before answering.
+    /// The home step failed in transit (`failed`: unavailable, or refused
+    /// while slots moved): it may or may not have run. Look at what it would
+    /// have written before answering.
     async fn resolve(
         &self,
         meta: &EventMeta,
         saga: Saga,
-        why: String,
+        failed: StoreError,
     ) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
         for delay_ms in [20, 100, 400] {
@@ -492,10 +495,10 @@ impl<S: Store> Engine<S> {
                     replayed: true,
                 }),
                 // Nothing written: the step never ran.
-                _ => Err(StoreError::Unavailable(why).into()),
+                _ => Err(failed.into()),
             };
         }
-        Err(EngineError::OutcomeUnknown(why))
+        Err(EngineError::OutcomeUnknown(failed.detail().to_owned()))
     }
 }
 

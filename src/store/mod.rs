@@ -72,25 +72,35 @@ pub enum StoreError {
     /// The backend answered something this version does not understand.
     #[error("unexpected store reply: {0}")]
     Protocol(String),
+    /// The step was only ever refused, never run, because a Redis Cluster's
+    /// slots were moving (`TRYAGAIN`, redirections) for longer than its time
+    /// allowed. A kind of unavailability: callers that resolve unknown
+    /// outcomes treat it as [`StoreError::Unavailable`], and the HTTP layer
+    /// answers "try again" instead. The text carries its `slots moving: `
+    /// prefix, so it reads as it did when it was an `Unavailable`.
+    #[error("store unavailable: {0}")]
+    Moving(String),
 }
 
-/// The start of an [`StoreError::Unavailable`]'s text when the step was only
-/// ever refused because a Redis Cluster's slots were moving (`TRYAGAIN`,
-/// redirections) for longer than its time allowed: it never ran.
-const MOVING: &str = "slots moving: ";
-
 impl StoreError {
-    /// A step refused, never run, while the Cluster's slots moved
-    /// (`Unavailable`, so callers that resolve unknown outcomes treat it as
-    /// they treat any unreachable store).
+    /// A step refused, never run, while the Cluster's slots moved.
     pub fn moving(why: impl std::fmt::Display) -> Self {
-        Self::Unavailable(format!("{MOVING}{why}"))
+        Self::Moving(format!("slots moving: {why}"))
     }
 
-    /// Whether this is [`StoreError::moving`]: nothing ran, the caller may
+    /// Whether this is [`StoreError::Moving`]: nothing ran, the caller may
     /// say "try again" rather than "unavailable".
     pub fn is_moving(&self) -> bool {
-        matches!(self, Self::Unavailable(why) if why.starts_with(MOVING))
+        matches!(self, Self::Moving(_))
+    }
+
+    /// What went wrong, without the variant's own words.
+    pub fn detail(&self) -> &str {
+        match self {
+            Self::Unavailable(why) | Self::Stale(why) | Self::Protocol(why) | Self::Moving(why) => {
+                why
+            }
+        }
     }
 }
 
