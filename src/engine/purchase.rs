@@ -25,9 +25,9 @@ use std::task::{Context, Poll};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::saga::{Driver, Saga};
 #[cfg(feature = "fault-injection")]
 use super::CrashPoint;
+use super::saga::{Driver, Saga};
 use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
@@ -180,11 +180,9 @@ impl<S: Store> Engine<S> {
         match answer {
             Err(EngineError::Store(
                 StoreError::Unavailable(why) | StoreError::Moving(why) | StoreError::Protocol(why),
-            )) => {
-                Err(EngineError::OutcomeUnknown(format!(
-                    "{why} (an earlier attempt with this request id may have bought)"
-                )))
-            }
+            )) => Err(EngineError::OutcomeUnknown(format!(
+                "{why} (an earlier attempt with this request id may have bought)"
+            ))),
             Err(EngineError::Contention { passes: 0 }) => Err(EngineError::OutcomeUnknown(
                 "the event's layout kept changing before the request's record was read".into(),
             )),

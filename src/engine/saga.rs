@@ -40,9 +40,9 @@
 use futures::future::try_join_all;
 use tracing::Instrument;
 
-use super::purchase::{Answer, order};
 #[cfg(feature = "fault-injection")]
 use super::CrashPoint;
+use super::purchase::{Answer, order};
 use super::{Engine, EngineError, Lease, Refusal};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::model::{EventMeta, EventStatus, RequestRecord};

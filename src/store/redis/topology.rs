@@ -248,7 +248,11 @@ mod tests {
         .await;
         let e = r.unwrap_err();
         assert!(matches!(e, StoreError::Moving(_)), "{e}");
-        assert!(e.to_string().starts_with("store unavailable: slots moving: "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("store unavailable: slots moving: "),
+            "{e}"
+        );
         assert!(calls > 2, "tried {calls} times");
         let mut calls = 0;
         let r: Result<(), _> = retrying(Duration::from_secs(1), || {
