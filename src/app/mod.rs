@@ -122,13 +122,14 @@ impl Application {
         let ledger = Ledger::connect(&db.url, db.max_connections)
             .await
             .with_context(|| format!("connecting to the database at {}", mask_url(&db.url)))?;
-        let policy = db.lost_state.unwrap_or(if store.kind() == "memory" {
-            LostState::Rebuild
-        } else {
+        let backend = store.capabilities();
+        let policy = db.lost_state.unwrap_or(if backend.durable {
             LostState::Refuse
+        } else {
+            LostState::Rebuild
         });
         let mut engine_options = options::engine(&settings);
-        if store.kind() == "memory" {
+        if !backend.remote {
             // Group commit saves round trips; in process there are none, and
             // the batcher's queue, channel and driver task only cost.
             engine_options.max_batch = None;
@@ -145,7 +146,7 @@ impl Application {
                 .join(", ");
             // The embedded store starts empty at every start: rebuilding its
             // events is the normal start. Redis losing them is not.
-            if engine.store().kind() == "memory" {
+            if !backend.durable {
                 tracing::info!(%events, "rebuilt the events on sale from the database");
             } else {
                 tracing::warn!(%events, "rebuilt events the store had lost, from the database");

@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in seven sections, one trait and one file each; both backends
+//! The steps come in eight sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -19,6 +19,7 @@
 //! - [`holds`]: held orders — confirm, expiry, and the index of buckets
 //!   with holds the sweeper follows.
 //! - [`leases`]: the rebalancer's leadership and the mover lease.
+//! - [`limits`]: a buyer's rate, shared by every instance (one GCRA step).
 //! - [`transfers`]: fenced, journaled moves of units between buckets.
 //! - [`streams`]: the flusher's reads and acknowledgements of order streams.
 //! - [`retire`]: a bucket that stops selling — seal, leftover, audit, what it
@@ -104,6 +105,34 @@ impl StoreError {
     }
 }
 
+/// What a backend is, as far as the policies above it care: the app's
+/// defaults (what to do about lost state, whether to batch purchases) are
+/// decided on these, never on [`Store::kind`]'s name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The state outlives this process (a Redis): a restart finds it. Without
+    /// it (the embedded store) every start is empty, and rebuilding the
+    /// events on sale from the ledger is the normal start, not a loss.
+    pub durable: bool,
+    /// Each call is a round trip to a server, which group commit (several
+    /// purchases in one script call) saves. In process there is none, and a
+    /// batcher's queue, channel and driver task would only cost.
+    pub remote: bool,
+}
+
+impl Capabilities {
+    /// A Redis server or Cluster.
+    pub const REDIS: Self = Self {
+        durable: true,
+        remote: true,
+    };
+    /// The embedded store, in this process's memory.
+    pub const EMBEDDED: Self = Self {
+        durable: false,
+        remote: false,
+    };
+}
+
 /// Every step of every section: what the engine and the control plane ask of
 /// a backend. Callers write `S: Store`.
 ///
@@ -122,8 +151,17 @@ pub trait Store:
     + Sync
     + 'static
 {
-    /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
+    /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`);
+    /// policies read [`Store::capabilities`].
     fn kind(&self) -> &'static str;
+
+    /// What the backend is, for the policies that differ by it. The default
+    /// is a Redis's ([`Capabilities::REDIS`]): a store that keeps its state
+    /// elsewhere. (A wrapper that does not forward it, such as the tests'
+    /// fault injector, is never what the app runs on.)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::REDIS
+    }
 
     /// Does the backend answer?
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
