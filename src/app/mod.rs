@@ -173,7 +173,7 @@ impl Application {
             engine: engine.clone(),
             ledger: ledger.clone(),
             admin_token: admin_token.map(Arc::from),
-            limits: Arc::new(RateLimits::new(&settings.rate_limit)),
+            limits: Arc::new(RateLimits::new(&options::rate_limits(&settings.rate_limit))),
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.
             meters: Arc::new(http::Meters::refreshed_within(retention)),
@@ -184,7 +184,7 @@ impl Application {
             admin_wait: Duration::from_millis(settings.server.request_timeout_ms * 3 / 4),
             live: http::Live::default(),
         });
-        let router = http::router(state.clone(), &settings.server);
+        let router = http::router(state.clone(), &options::router(&settings));
         let listener = TcpListener::bind(&settings.server.listen)
             .await
             .with_context(|| format!("binding {}", settings.server.listen))?;
