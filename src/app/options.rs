@@ -38,7 +38,7 @@ pub fn sweep(settings: &Settings) -> SweepOptions {
     SweepOptions {
         interval: Duration::from_millis(e.sweep_interval_ms),
         stale_after: Duration::from_millis(e.stale_saga_after_ms),
-        ..SweepOptions::default()
+        per_bucket: SweepOptions::PER_BUCKET,
     }
 }
 
@@ -77,6 +77,27 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
             one_server_max: r.grow_max_one_server,
             grow_past_masters: r.grow_past_masters,
         },
+    }
+}
+
+// The layers' defaults are the default settings', mapped as above: written
+// once, in `config` (whose test holds `config/shardstock.toml` to them).
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        engine(&Settings::default())
+    }
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        sweep(&Settings::default())
+    }
+}
+
+impl Default for Resizing {
+    fn default() -> Self {
+        rebalance(&RebalancerSettings::default()).resizing
     }
 }
 

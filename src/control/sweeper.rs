@@ -33,7 +33,8 @@ use crate::engine::Engine;
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
-/// The sweeper's pace and bounds.
+/// The sweeper's pace and bounds. Its `Default` is the default settings'
+/// (`[engine]`; the impl is in `app::options`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepOptions {
     /// How often every event is swept.
@@ -44,14 +45,9 @@ pub struct SweepOptions {
     pub per_bucket: u32,
 }
 
-impl Default for SweepOptions {
-    fn default() -> Self {
-        Self {
-            interval: Duration::from_secs(5),
-            stale_after: Duration::from_secs(30),
-            per_bucket: 64,
-        }
-    }
+impl SweepOptions {
+    /// At most this many stale sagas per bucket and round (not a setting).
+    pub const PER_BUCKET: u32 = 64;
 }
 
 /// Ends the stale sagas of one event; returns how many this call ended.

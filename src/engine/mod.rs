@@ -111,7 +111,9 @@ pub struct CachedEntries {
     pub store: usize,
 }
 
-/// Tunables of the engine.
+/// Tunables of the engine. Its `Default` is what the default settings map to
+/// (`[engine]` and `[batching]`; the impl is in `app::options`, which knows
+/// both): the defaults are written once, in `config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
     /// How many passes over the ring (with a consolidation between them) before giving up.
@@ -136,22 +138,6 @@ pub struct EngineOptions {
     /// sooner, except a take that stands. A driver stops probing past half of
     /// it (the sweeper ends such a saga long before).
     pub marker_ttl: Duration,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        Self {
-            max_passes: 4,
-            sold_out_mark_ttl: Duration::from_secs(1),
-            reshard_wait: Duration::from_secs(5),
-            gather_lease_ttl: Duration::from_secs(2),
-            gather_wait: Duration::from_secs(2),
-            max_batch: Some(64),
-            batch_wait: Duration::ZERO,
-            shared_lanes: 2,
-            marker_ttl: Duration::from_secs(3600),
-        }
-    }
 }
 
 /// How often the purchase that waits for a reshard's end reads the meta.
