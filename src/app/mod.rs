@@ -34,6 +34,7 @@ use crate::config::{LostState, Settings, mask_url};
 use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::control::rebalancer::Rebalancer;
+use crate::control::ticker::Ticker;
 use crate::engine::Engine;
 use crate::http::serve::ServeOptions;
 use crate::http::{self, AppState, Held, guard::RateLimits};
@@ -349,15 +350,10 @@ impl Application {
 /// Small periodic chores: the Prometheus upkeep (it also drops series past
 /// their retention), forgetting the HTTP meters of events not served lately.
 async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {
-                state.metrics.run_upkeep();
-                state.meters.forget_old();
-            }
-        }
+    let mut ticker = Ticker::new(Duration::from_secs(5), &stop);
+    while ticker.tick().await {
+        state.metrics.run_upkeep();
+        state.meters.forget_old();
     }
 }
 

@@ -26,6 +26,7 @@ use futures::future::try_join_all;
 use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
+use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::EventStatus;
@@ -117,13 +118,8 @@ async fn announce_holds<S: Store>(
 /// Sweeps every open event each `interval` until `stop`. Never fails: a
 /// round that could not finish is logged and the next one tries again.
 pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(opts.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(opts.interval, &stop);
+    while ticker.tick().await {
         // Shutdown never waits for a round: every step of it is idempotent,
         // and the next sweep (of any instance) resumes.
         tokio::select! {
