@@ -120,7 +120,7 @@ pub struct Event {
     pub held: u64,
     /// The bounds of an adaptive bucket count (absent: fixed).
     #[serde(default)]
-    pub auto_buckets: Option<crate::domain::model::BucketRange>,
+    pub auto_buckets: Option<BucketRange>,
     /// The layouts over time, the current one last.
     #[serde(default)]
     pub bucket_history: Vec<Layout>,
@@ -128,6 +128,14 @@ pub struct Event {
     /// stock per bucket); empty when there is nothing to say.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// The document's `BucketRange`: the bounds of an adaptive bucket count
+/// ([`Event::auto_buckets`]). The client's own, like every answer type here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct BucketRange {
+    pub min: u32,
+    pub max: u32,
 }
 
 /// One entry of [`Event::bucket_history`].

@@ -12,7 +12,7 @@
 //! only) and is joined to it by `control`. The `layering` test below checks it.
 //! - [`domain`]: ids, the key layout, routing, the model and the order-stream
 //!   entries with their stored encodings (pure).
-//! - [`store`]: the `Store` trait of per-bucket atomic steps in six sections,
+//! - [`store`]: the `Store` trait of per-bucket atomic steps in eight sections,
 //!   and its two backends, `memory` (embedded) and `redis` (Lua scripts from
 //!   `lua/`).
 //! - [`ledger`]: the database (PostgreSQL or SQLite) behind Redis: orders,
@@ -70,56 +70,112 @@ pub use store::{MemoryStore, RedisStore, Store, StoreError};
 /// import against the grain fails a test instead of slowly tangling the crate.
 #[cfg(test)]
 mod layering {
+    use std::collections::BTreeSet;
     use std::path::Path;
 
-    /// Every `crate::<module>` a folder of `src/` names.
-    fn imports(folder: &str) -> std::collections::BTreeSet<String> {
-        fn walk(dir: &Path, found: &mut std::collections::BTreeSet<String>) {
+    /// Every `crate::<module>` a text names.
+    fn scan(text: &str, found: &mut BTreeSet<String>) {
+        for (i, _) in text.match_indices("crate::") {
+            let name: String = text[i + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            found.insert(name);
+        }
+    }
+
+    /// Every `crate::<module>` a module of `src/` names (a folder, or a file
+    /// `src/<module>.rs`), itself aside.
+    fn imports(module: &str) -> BTreeSet<String> {
+        fn walk(dir: &Path, found: &mut BTreeSet<String>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
                 if path.is_dir() {
                     walk(&path, found);
                 } else if path.extension().is_some_and(|e| e == "rs") {
-                    let text = std::fs::read_to_string(&path).unwrap();
-                    for (i, _) in text.match_indices("crate::") {
-                        let name: String = text[i + 7..]
-                            .chars()
-                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                            .collect();
-                        found.insert(name);
-                    }
+                    scan(&std::fs::read_to_string(&path).unwrap(), found);
                 }
             }
         }
-        let mut found = std::collections::BTreeSet::new();
-        walk(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("src")
-                .join(folder),
-            &mut found,
-        );
-        found.remove(folder);
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = BTreeSet::new();
+        let (folder, file) = (src.join(module), src.join(format!("{module}.rs")));
+        if folder.is_dir() {
+            walk(&folder, &mut found);
+        }
+        if file.is_file() {
+            scan(&std::fs::read_to_string(&file).unwrap(), &mut found);
+        }
+        found.remove(module);
         found
     }
 
+    /// What each top-level module may import (docs/DESIGN.md, "Code map").
+    const ALLOWED: &[(&str, &[&str])] = &[
+        ("domain", &[]),
+        ("metrics", &[]),
+        ("config", &["domain"]),
+        ("cli", &["config"]),
+        ("telemetry", &["config"]),
+        ("client", &[]),
+        ("store", &["domain", "metrics"]),
+        ("ledger", &["domain", "metrics"]),
+        ("engine", &["domain", "store", "metrics"]),
+        (
+            "control",
+            &["domain", "store", "ledger", "engine", "metrics", "config"],
+        ),
+        (
+            "http",
+            &[
+                "domain",
+                "store",
+                "ledger",
+                "engine",
+                "control",
+                "metrics",
+                "telemetry",
+            ],
+        ),
+        (
+            "app",
+            &[
+                "domain",
+                "store",
+                "ledger",
+                "engine",
+                "control",
+                "http",
+                "metrics",
+                "config",
+                "telemetry",
+            ],
+        ),
+    ];
+
     #[test]
     fn each_layer_imports_only_the_layers_below_it() {
-        let allowed: &[(&str, &[&str])] = &[
-            ("domain", &[]),
-            ("store", &["domain", "metrics"]),
-            ("ledger", &["domain", "metrics"]),
-            ("engine", &["domain", "store", "metrics"]),
-            (
-                "control",
-                &["domain", "store", "ledger", "engine", "metrics", "config"],
-            ),
-        ];
-        for (layer, may) in allowed {
+        for (layer, may) in ALLOWED {
             let stray: Vec<String> = imports(layer)
                 .into_iter()
                 .filter(|m| !may.contains(&m.as_str()))
                 .collect();
             assert!(stray.is_empty(), "{layer} imports {stray:?}");
         }
+    }
+
+    #[test]
+    fn every_top_level_module_has_its_rule() {
+        let lib = include_str!("lib.rs");
+        let declared: BTreeSet<&str> = lib
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("pub mod ")
+                    .or_else(|| l.strip_prefix("mod "))
+            })
+            .filter_map(|l| l.strip_suffix(';'))
+            .collect();
+        let ruled: BTreeSet<&str> = ALLOWED.iter().map(|(m, _)| *m).collect();
+        assert_eq!(declared, ruled);
     }
 }

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
 use crate::control::reconcile::{Reconciled, reconcile as reconcile_event};
+use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::engine::Engine;
 use crate::http::{Held, Hold};
@@ -44,16 +45,11 @@ pub(super) async fn run<S: Store>(
     react: Reaction,
     stop: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = Ticker::new(every, &stop);
     let mut since = std::time::Instant::now();
     let mut again: Vec<EventId> = Vec::new();
     let mut reported: HashMap<EventId, u64> = HashMap::new();
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    while ticker.tick().await {
         let now = std::time::Instant::now();
         let mut events = engine.activity().events_since(since);
         since = now;

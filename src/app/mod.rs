@@ -34,6 +34,7 @@ use crate::config::{LostState, Settings, mask_url};
 use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::control::rebalancer::Rebalancer;
+use crate::control::ticker::Ticker;
 use crate::engine::Engine;
 use crate::http::serve::ServeOptions;
 use crate::http::{self, AppState, Held, guard::RateLimits};
@@ -122,13 +123,14 @@ impl Application {
         let ledger = Ledger::connect(&db.url, db.max_connections)
             .await
             .with_context(|| format!("connecting to the database at {}", mask_url(&db.url)))?;
-        let policy = db.lost_state.unwrap_or(if store.kind() == "memory" {
-            LostState::Rebuild
-        } else {
+        let backend = store.capabilities();
+        let policy = db.lost_state.unwrap_or(if backend.durable {
             LostState::Refuse
+        } else {
+            LostState::Rebuild
         });
         let mut engine_options = options::engine(&settings);
-        if store.kind() == "memory" {
+        if !backend.remote {
             // Group commit saves round trips; in process there are none, and
             // the batcher's queue, channel and driver task only cost.
             engine_options.max_batch = None;
@@ -145,7 +147,7 @@ impl Application {
                 .join(", ");
             // The embedded store starts empty at every start: rebuilding its
             // events is the normal start. Redis losing them is not.
-            if engine.store().kind() == "memory" {
+            if !backend.durable {
                 tracing::info!(%events, "rebuilt the events on sale from the database");
             } else {
                 tracing::warn!(%events, "rebuilt events the store had lost, from the database");
@@ -172,7 +174,7 @@ impl Application {
             engine: engine.clone(),
             ledger: ledger.clone(),
             admin_token: admin_token.map(Arc::from),
-            limits: Arc::new(RateLimits::new(&settings.rate_limit)),
+            limits: Arc::new(RateLimits::new(&options::rate_limits(&settings.rate_limit))),
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.
             meters: Arc::new(http::Meters::refreshed_within(retention)),
@@ -183,7 +185,7 @@ impl Application {
             admin_wait: Duration::from_millis(settings.server.request_timeout_ms * 3 / 4),
             live: http::Live::default(),
         });
-        let router = http::router(state.clone(), &settings.server);
+        let router = http::router(state.clone(), &options::router(&settings));
         let listener = TcpListener::bind(&settings.server.listen)
             .await
             .with_context(|| format!("binding {}", settings.server.listen))?;
@@ -348,15 +350,10 @@ impl Application {
 /// Small periodic chores: the Prometheus upkeep (it also drops series past
 /// their retention), forgetting the HTTP meters of events not served lately.
 async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {
-                state.metrics.run_upkeep();
-                state.meters.forget_old();
-            }
-        }
+    let mut ticker = Ticker::new(Duration::from_secs(5), &stop);
+    while ticker.tick().await {
+        state.metrics.run_upkeep();
+        state.meters.forget_old();
     }
 }
 

@@ -5,13 +5,15 @@
 
 use std::time::Duration;
 
-use crate::config::{DatabaseSettings, RebalancerSettings, Settings};
+use crate::config::{DatabaseSettings, RateLimitSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
 use crate::control::sweeper::SweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
+use crate::http::{RateLimitOptions, RouterOptions};
 use crate::ledger::DbKind;
+use crate::store::Rate;
 use crate::store::redis::RedisOptions;
 
 /// The engine's tunables and group commit.
@@ -36,7 +38,7 @@ pub fn sweep(settings: &Settings) -> SweepOptions {
     SweepOptions {
         interval: Duration::from_millis(e.sweep_interval_ms),
         stale_after: Duration::from_millis(e.stale_saga_after_ms),
-        ..SweepOptions::default()
+        per_bucket: SweepOptions::PER_BUCKET,
     }
 }
 
@@ -78,6 +80,27 @@ pub fn rebalance(r: &RebalancerSettings) -> RebalanceOptions {
     }
 }
 
+// The layers' defaults are the default settings', mapped as above: written
+// once, in `config` (whose test holds `config/shardstock.toml` to them).
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        engine(&Settings::default())
+    }
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        sweep(&Settings::default())
+    }
+}
+
+impl Default for Resizing {
+    fn default() -> Self {
+        rebalance(&RebalancerSettings::default()).resizing
+    }
+}
+
 /// How to reach Redis; `None` for the embedded store.
 pub fn redis(settings: &Settings) -> Option<RedisOptions> {
     let s = &settings.store;
@@ -90,6 +113,29 @@ pub fn redis(settings: &Settings) -> Option<RedisOptions> {
         min_replicas: s.min_replicas,
         replica_timeout: Duration::from_millis(s.replica_timeout_ms),
     })
+}
+
+/// The bounds of every request.
+pub fn router(settings: &Settings) -> RouterOptions {
+    RouterOptions {
+        request_timeout: Duration::from_millis(settings.server.request_timeout_ms),
+        body_limit_bytes: settings.server.body_limit_bytes,
+    }
+}
+
+/// The rate limits: a rate of 0 is off, and the burst is one second's worth
+/// unless set (0 counts as unset).
+pub fn rate_limits(r: &RateLimitSettings) -> RateLimitOptions {
+    let rate = |per_sec: u32| {
+        (per_sec > 0).then(|| Rate {
+            per_sec,
+            burst: r.burst.filter(|b| *b > 0).unwrap_or(per_sec),
+        })
+    };
+    RateLimitOptions {
+        global: rate(r.global_per_sec),
+        per_user: rate(r.per_user_per_sec),
+    }
 }
 
 /// The accept loop's bounds.
@@ -105,9 +151,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_settings_are_the_engines_defaults() {
-        assert_eq!(engine(&Settings::default()), EngineOptions::default());
-        assert_eq!(sweep(&Settings::default()), SweepOptions::default());
+    fn a_rate_of_zero_is_off_and_the_burst_is_a_seconds_worth_unless_set() {
+        let mut r = Settings::default().rate_limit;
+        assert_eq!(rate_limits(&r), RateLimitOptions::default());
+        (r.per_user_per_sec, r.global_per_sec, r.burst) = (2, 0, None);
+        let limits = rate_limits(&r);
+        assert_eq!(limits.global, None);
+        assert_eq!(
+            limits.per_user,
+            Some(Rate {
+                per_sec: 2,
+                burst: 2
+            })
+        );
+        (r.global_per_sec, r.burst) = (100, Some(0));
+        assert_eq!(
+            rate_limits(&r).global,
+            Some(Rate {
+                per_sec: 100,
+                burst: 100
+            })
+        );
+        r.burst = Some(7);
+        let limits = rate_limits(&r);
+        assert_eq!(
+            limits.global,
+            Some(Rate {
+                per_sec: 100,
+                burst: 7
+            })
+        );
+        assert_eq!(
+            limits.per_user,
+            Some(Rate {
+                per_sec: 2,
+                burst: 7
+            })
+        );
     }
 
     #[test]

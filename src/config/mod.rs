@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod bounds;
+#[cfg(test)]
+mod shipped;
 mod show;
 mod source;
 pub use bounds::{NUMERIC, Numeric, numeric};
@@ -243,8 +245,8 @@ pub struct EngineSettings {
 }
 
 impl Default for EngineSettings {
-    /// The engine's own defaults (`EngineOptions::default`; a test in
-    /// `app::options` keeps the two equal).
+    /// The engine's defaults: `EngineOptions::default` and the sweeper's are
+    /// these (`app::options`), and `config/shardstock.toml` states them.
     fn default() -> Self {
         Self {
             max_passes: 4,

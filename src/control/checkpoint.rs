@@ -15,10 +15,17 @@
 //! Hooks are keyed by event id in one process-wide table, so tests running in
 //! parallel on other events never see each other's hooks; without a hook a
 //! checkpoint costs one read of an empty table.
+//!
+//! The hooks exist in test builds only (feature `fault-injection`, which the
+//! tests turn on): the service's own build keeps the [`Checkpoint`] names the
+//! runs mark, and [`reach`] does nothing there.
 
+#[cfg(feature = "fault-injection")]
 use std::collections::HashMap;
+#[cfg(feature = "fault-injection")]
 use std::sync::{Arc, LazyLock, RwLock};
 
+#[cfg(feature = "fault-injection")]
 use futures::future::BoxFuture;
 
 use crate::domain::ids::EventId;
@@ -98,6 +105,7 @@ impl Checkpoint {
 }
 
 /// What a hook tells the run to do.
+#[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
     Go,
@@ -105,11 +113,14 @@ pub enum Flow {
 }
 
 /// A test's hook: called at every checkpoint of the event's runs.
+#[cfg(feature = "fault-injection")]
 pub type Hook = Arc<dyn Fn(Checkpoint) -> BoxFuture<'static, Flow> + Send + Sync>;
 
+#[cfg(feature = "fault-injection")]
 static HOOKS: LazyLock<RwLock<HashMap<EventId, Hook>>> = LazyLock::new(RwLock::default);
 
 /// Registers `hook` for every run on `event` (replacing one registered before).
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub fn inject(event: &EventId, hook: Hook) {
     HOOKS
@@ -119,6 +130,7 @@ pub fn inject(event: &EventId, hook: Hook) {
 }
 
 /// Removes the hook of `event`.
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub fn clear(event: &EventId) {
     HOOKS
@@ -128,6 +140,7 @@ pub fn clear(event: &EventId) {
 }
 
 /// A run on `event` reached `at`: runs the hook, if any; `Err` when it crashes there.
+#[cfg(feature = "fault-injection")]
 pub async fn reach(event: &EventId, at: Checkpoint) -> Result<(), EngineError> {
     let hook = HOOKS
         .read()
@@ -138,4 +151,12 @@ pub async fn reach(event: &EventId, at: Checkpoint) -> Result<(), EngineError> {
         Some(hook) if hook(at).await == Flow::Crash => Err(EngineError::InjectedCrash(at.name())),
         _ => Ok(()),
     }
+}
+
+/// A run on `event` reached `at`: without test hooks, nothing to do.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn reach(event: &EventId, at: Checkpoint) -> Result<(), EngineError> {
+    let _ = (event, at);
+    Ok(())
 }

@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
+use crate::control::ticker::Ticker;
 use crate::engine::{Engine, EngineError};
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
@@ -126,13 +127,8 @@ pub async fn sweep_due<S: Store>(
 /// Sweeps due holds every `interval` until `stop`. Never fails: a round that
 /// could not finish is logged, and the next one (of any instance) resumes.
 pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: ExpiryOptions, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(opts.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(opts.interval, &stop);
+    while ticker.tick().await {
         // Sweeps again at once while a call expired something: a sale whose
         // buyers do not pay makes holds due as fast as it sells, faster than
         // 16 index reads a tick would keep up with (`expiry_lag` in

@@ -46,6 +46,7 @@ use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
 use crate::control::sweep::{Lag, SWEEP_PER_S, Sweep};
+use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::StreamId;
@@ -409,12 +410,12 @@ impl<S: Store> Flusher<S> {
         }
         let (lag, store, lag_stop) = (self.lag.clone(), self.engine.store().clone(), stop.clone());
         let lag_task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
+            let mut ticker = Ticker::new(Duration::from_secs(1), &lag_stop);
+            while ticker.tick().await {
+                // Shutdown does not wait for a count under way: cut short.
                 tokio::select! {
                     _ = lag_stop.cancelled() => return,
-                    _ = tick.tick() => lag.publish(&store).await,
+                    () = lag.publish(&store) => {}
                 }
             }
         });

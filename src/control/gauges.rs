@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::domain::model::EventStatus;
 use crate::engine::{Engine, EventView};
@@ -109,13 +110,8 @@ pub async fn run<S: Store>(
     let mut others: VecDeque<EventId> = VecDeque::new();
     let mut since = Instant::now();
     let mut refreshed = Instant::now();
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(interval, &stop);
+    while ticker.tick().await {
         let now = Instant::now();
         let open = match engine.store().list_open_events().await {
             Ok(events) => events,

@@ -32,6 +32,8 @@ pub mod reshard;
 pub mod sweep;
 /// Ends pending sagas no driver will end.
 pub mod sweeper;
+/// The pace of every background loop: a round each period until stopped.
+pub mod ticker;
 
 use crate::domain::ids::EventId;
 use crate::engine::EngineError;

@@ -26,6 +26,7 @@ use futures::future::try_join_all;
 use tokio_util::sync::CancellationToken;
 
 use crate::control::ControlError;
+use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::EventStatus;
@@ -33,7 +34,8 @@ use crate::engine::Engine;
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
-/// The sweeper's pace and bounds.
+/// The sweeper's pace and bounds. Its `Default` is the default settings'
+/// (`[engine]`; the impl is in `app::options`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepOptions {
     /// How often every event is swept.
@@ -44,14 +46,9 @@ pub struct SweepOptions {
     pub per_bucket: u32,
 }
 
-impl Default for SweepOptions {
-    fn default() -> Self {
-        Self {
-            interval: Duration::from_secs(5),
-            stale_after: Duration::from_secs(30),
-            per_bucket: 64,
-        }
-    }
+impl SweepOptions {
+    /// At most this many stale sagas per bucket and round (not a setting).
+    pub const PER_BUCKET: u32 = 64;
 }
 
 /// Ends the stale sagas of one event; returns how many this call ended.
@@ -121,13 +118,8 @@ async fn announce_holds<S: Store>(
 /// Sweeps every open event each `interval` until `stop`. Never fails: a
 /// round that could not finish is logged and the next one tries again.
 pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(opts.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(opts.interval, &stop);
+    while ticker.tick().await {
         // Shutdown never waits for a round: every step of it is idempotent,
         // and the next sweep (of any instance) resumes.
         tokio::select! {

@@ -28,6 +28,7 @@ mod settle;
 mod view;
 
 use std::collections::HashMap;
+#[cfg(feature = "fault-injection")]
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -86,7 +87,9 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Mover(#[from] MoverError),
-    /// A fault injected by a test (`Faults`): the engine stopped as if it crashed.
+    /// A fault injected by a test ([`CrashPoint`], `control::checkpoint`):
+    /// the engine stopped as if it crashed. Test builds only.
+    #[cfg(feature = "fault-injection")]
     #[error("injected crash at {0}")]
     InjectedCrash(&'static str),
 }
@@ -108,7 +111,9 @@ pub struct CachedEntries {
     pub store: usize,
 }
 
-/// Tunables of the engine.
+/// Tunables of the engine. Its `Default` is what the default settings map to
+/// (`[engine]` and `[batching]`; the impl is in `app::options`, which knows
+/// both): the defaults are written once, in `config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
     /// How many passes over the ring (with a consolidation between them) before giving up.
@@ -135,26 +140,12 @@ pub struct EngineOptions {
     pub marker_ttl: Duration,
 }
 
-impl Default for EngineOptions {
-    fn default() -> Self {
-        Self {
-            max_passes: 4,
-            sold_out_mark_ttl: Duration::from_secs(1),
-            reshard_wait: Duration::from_secs(5),
-            gather_lease_ttl: Duration::from_secs(2),
-            gather_wait: Duration::from_secs(2),
-            max_batch: Some(64),
-            batch_wait: Duration::ZERO,
-            shared_lanes: 2,
-            marker_ttl: Duration::from_secs(3600),
-        }
-    }
-}
-
 /// How often the purchase that waits for a reshard's end reads the meta.
 const SETTLE_POLL: Duration = Duration::from_millis(5);
 
 /// Where a test can make the engine "crash" (return without finishing).
+/// Test builds only (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -174,6 +165,8 @@ pub struct Engine<S: Store> {
     instance: String,
     events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
     batcher: Option<batch::Batcher<S>>,
+    /// The [`CrashPoint`] a test armed.
+    #[cfg(feature = "fault-injection")]
     crash: AtomicU8,
     clock: Clock,
     /// What this process wrote: the flusher, gauges and rebalancer follow it.
@@ -202,6 +195,7 @@ impl<S: Store> Engine<S> {
             opts,
             instance: format!("i{:016x}", rand::random::<u64>()),
             events: RwLock::new(HashMap::new()),
+            #[cfg(feature = "fault-injection")]
             crash: AtomicU8::new(CrashPoint::None as u8),
             clock: Clock::system(),
             prechecks: precheck::Prechecks::default(),
@@ -246,11 +240,13 @@ impl<S: Store> Engine<S> {
         &self.instance
     }
 
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn inject_crash(&self, at: CrashPoint) {
         self.crash.store(at as u8, Ordering::SeqCst);
     }
 
+    #[cfg(feature = "fault-injection")]
     fn crash_at(&self, at: CrashPoint) -> Result<(), EngineError> {
         if self.crash.load(Ordering::SeqCst) == at as u8 {
             return Err(EngineError::InjectedCrash(match at {

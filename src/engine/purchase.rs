@@ -25,8 +25,10 @@ use std::task::{Context, Poll};
 use futures::FutureExt;
 use tracing::Instrument;
 
+#[cfg(feature = "fault-injection")]
+use super::CrashPoint;
 use super::saga::{Driver, Saga};
-use super::{CrashPoint, Engine, EngineError};
+use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
@@ -112,9 +114,9 @@ fn after_home_of(saga: &Saga, e: EngineError) -> EngineError {
         EngineError::Store(StoreError::Stale(why)) if !saga.keep => {
             EngineError::OutcomeUnknown(why)
         }
-        EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why)) => {
-            EngineError::OutcomeUnknown(why)
-        }
+        EngineError::Store(
+            StoreError::Unavailable(why) | StoreError::Moving(why) | StoreError::Protocol(why),
+        ) => EngineError::OutcomeUnknown(why),
         EngineError::Mover(m) => EngineError::OutcomeUnknown(m.to_string()),
         other => other,
     }
@@ -176,11 +178,11 @@ impl<S: Store> Engine<S> {
             return answer;
         }
         match answer {
-            Err(EngineError::Store(StoreError::Unavailable(why) | StoreError::Protocol(why))) => {
-                Err(EngineError::OutcomeUnknown(format!(
-                    "{why} (an earlier attempt with this request id may have bought)"
-                )))
-            }
+            Err(EngineError::Store(
+                StoreError::Unavailable(why) | StoreError::Moving(why) | StoreError::Protocol(why),
+            )) => Err(EngineError::OutcomeUnknown(format!(
+                "{why} (an earlier attempt with this request id may have bought)"
+            ))),
             Err(EngineError::Contention { passes: 0 }) => Err(EngineError::OutcomeUnknown(
                 "the event's layout kept changing before the request's record was read".into(),
             )),
@@ -306,11 +308,12 @@ impl<S: Store> Engine<S> {
             Ok(reply) => reply,
             // The rare paths are boxed: their state would otherwise make
             // every purchase's future (moved into its box whole) kilobytes larger.
-            Err(StoreError::Unavailable(why)) => {
-                return Box::pin(self.resolve(meta, saga, why)).await;
+            Err(e @ (StoreError::Unavailable(_) | StoreError::Moving(_))) => {
+                return Box::pin(self.resolve(meta, saga, e)).await;
             }
             Err(e) => return Err(e.into()),
         };
+        #[cfg(feature = "fault-injection")]
         self.crash_at(CrashPoint::AfterHome)?;
         let fresh = |result| PurchaseOutcome {
             result,
@@ -429,13 +432,14 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// The home step failed in transit: it may or may not have run. Look at
-    /// what it would have written before answering.
+    /// The home step failed in transit (`failed`: unavailable, or refused
+    /// while slots moved): it may or may not have run. Look at what it would
+    /// have written before answering.
     async fn resolve(
         &self,
         meta: &EventMeta,
         saga: Saga,
-        why: String,
+        failed: StoreError,
     ) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
         for delay_ms in [20, 100, 400] {
@@ -489,10 +493,10 @@ impl<S: Store> Engine<S> {
                     replayed: true,
                 }),
                 // Nothing written: the step never ran.
-                _ => Err(StoreError::Unavailable(why).into()),
+                _ => Err(failed.into()),
             };
         }
-        Err(EngineError::OutcomeUnknown(why))
+        Err(EngineError::OutcomeUnknown(failed.detail().to_owned()))
     }
 }
 

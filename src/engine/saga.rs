@@ -40,8 +40,10 @@
 use futures::future::try_join_all;
 use tracing::Instrument;
 
+#[cfg(feature = "fault-injection")]
+use super::CrashPoint;
 use super::purchase::{Answer, order};
-use super::{CrashPoint, Engine, EngineError, Lease, Refusal};
+use super::{Engine, EngineError, Lease, Refusal};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::model::{EventMeta, EventStatus, RequestRecord};
 use crate::domain::routing::ring;
@@ -272,6 +274,7 @@ impl<S: Store> Engine<S> {
                 self.activity.wrote(&bucket);
                 match taken? {
                     TakeReply::Taken { order_id } => {
+                        #[cfg(feature = "fault-injection")]
                         self.crash_at(CrashPoint::AfterTake)?;
                         return Ok(Step::Taken {
                             pass,

@@ -22,7 +22,6 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::config::RateLimitSettings;
 use crate::domain::ids::UserId;
 use crate::store::{Admit, Rate, Store};
 
@@ -70,6 +69,16 @@ fn bearer_token(credentials: &str) -> Option<&str> {
         .then(|| token.trim_start_matches(' '))
 }
 
+/// The rate limits to apply, each `None` when off (`app::options` maps
+/// them from `[rate_limit]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimitOptions {
+    /// Purchases per second for the whole instance.
+    pub global: Option<Rate>,
+    /// Purchases per second per user, shared by every instance on one store.
+    pub per_user: Option<Rate>,
+}
+
 /// The configured rate limits.
 pub struct RateLimits {
     global: Option<DefaultDirectRateLimiter>,
@@ -77,10 +86,10 @@ pub struct RateLimits {
     clock: DefaultClock,
 }
 
-fn quota(per_sec: u32, burst: Option<u32>) -> Option<Quota> {
-    let rate = NonZeroU32::new(per_sec)?;
-    let burst = burst.and_then(NonZeroU32::new).unwrap_or(rate);
-    Some(Quota::per_second(rate).allow_burst(burst))
+fn quota(rate: Rate) -> Option<Quota> {
+    let per_sec = NonZeroU32::new(rate.per_sec)?;
+    let burst = NonZeroU32::new(rate.burst).unwrap_or(per_sec);
+    Some(Quota::per_second(per_sec).allow_burst(burst))
 }
 
 fn wait(d: Duration) -> ApiError {
@@ -90,13 +99,10 @@ fn wait(d: Duration) -> ApiError {
 }
 
 impl RateLimits {
-    pub fn new(s: &RateLimitSettings) -> Self {
+    pub fn new(opts: &RateLimitOptions) -> Self {
         Self {
-            global: quota(s.global_per_sec, s.burst).map(RateLimiter::direct),
-            per_user: (s.per_user_per_sec > 0).then(|| Rate {
-                per_sec: s.per_user_per_sec,
-                burst: s.burst.filter(|b| *b > 0).unwrap_or(s.per_user_per_sec),
-            }),
+            global: opts.global.and_then(quota).map(RateLimiter::direct),
+            per_user: opts.per_user.filter(|r| r.per_sec > 0),
             clock: DefaultClock::default(),
         }
     }
@@ -167,10 +173,12 @@ mod tests {
     #[tokio::test]
     async fn a_user_over_the_rate_is_refused_with_a_retry_after() {
         let store = crate::store::MemoryStore::new();
-        let limits = RateLimits::new(&RateLimitSettings {
-            per_user_per_sec: 2,
-            global_per_sec: 0,
-            burst: None,
+        let limits = RateLimits::new(&RateLimitOptions {
+            global: None,
+            per_user: Some(Rate {
+                per_sec: 2,
+                burst: 2,
+            }),
         });
         let u = UserId::parse("u-1").unwrap();
         assert!(limits.check(&store, &u).await.is_ok());

@@ -41,7 +41,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::ServerSettings;
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::RebalanceOptions;
 use crate::domain::ids::EventId;
@@ -50,10 +49,21 @@ use crate::ledger::Ledger;
 use crate::store::Store;
 
 pub use error::{ApiError, ApiJson};
+pub use guard::RateLimitOptions;
 use guard::RateLimits;
 pub use held::{Held, Hold};
 pub use live::Live;
 pub use meters::Meters;
+
+/// The bounds every request is held to (`app::options::router` maps them
+/// from `[server]`: `http` does not read settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterOptions {
+    /// Time limit for one request.
+    pub request_timeout: Duration,
+    /// Largest request body accepted.
+    pub body_limit_bytes: usize,
+}
 
 /// What every handler can reach: one `Arc`, so the clone axum makes for
 /// every request is one reference count (it was one per field: a dozen).
@@ -159,16 +169,16 @@ impl<S: Store> AppState<S> {
 /// at each level it passes (three layers made 13 allocations a request of
 /// cloned boxes alone), so the request timeout runs inside [`observe`]
 /// instead of as a layer of its own.
-pub fn router<S: Store>(state: AppState<S>, server: &ServerSettings) -> Router {
+pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
     let layers = tower::ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(
             Observe {
                 meters: state.meters.clone(),
-                timeout: Duration::from_millis(server.request_timeout_ms),
+                timeout: opts.request_timeout,
             },
             observe,
         ))
-        .layer(DefaultBodyLimit::max(server.body_limit_bytes));
+        .layer(DefaultBodyLimit::max(opts.body_limit_bytes));
     Router::new()
         .merge(events::router())
         .merge(purchases::router())

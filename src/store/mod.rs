@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in seven sections, one trait and one file each; both backends
+//! The steps come in eight sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -19,6 +19,7 @@
 //! - [`holds`]: held orders — confirm, expiry, and the index of buckets
 //!   with holds the sweeper follows.
 //! - [`leases`]: the rebalancer's leadership and the mover lease.
+//! - [`limits`]: a buyer's rate, shared by every instance (one GCRA step).
 //! - [`transfers`]: fenced, journaled moves of units between buckets.
 //! - [`streams`]: the flusher's reads and acknowledgements of order streams.
 //! - [`retire`]: a bucket that stops selling — seal, leftover, audit, what it
@@ -72,26 +73,64 @@ pub enum StoreError {
     /// The backend answered something this version does not understand.
     #[error("unexpected store reply: {0}")]
     Protocol(String),
+    /// The step was only ever refused, never run, because a Redis Cluster's
+    /// slots were moving (`TRYAGAIN`, redirections) for longer than its time
+    /// allowed. A kind of unavailability: callers that resolve unknown
+    /// outcomes treat it as [`StoreError::Unavailable`], and the HTTP layer
+    /// answers "try again" instead. The text carries its `slots moving: `
+    /// prefix, so it reads as it did when it was an `Unavailable`.
+    #[error("store unavailable: {0}")]
+    Moving(String),
 }
 
-/// The start of an [`StoreError::Unavailable`]'s text when the step was only
-/// ever refused because a Redis Cluster's slots were moving (`TRYAGAIN`,
-/// redirections) for longer than its time allowed: it never ran.
-const MOVING: &str = "slots moving: ";
-
 impl StoreError {
-    /// A step refused, never run, while the Cluster's slots moved
-    /// (`Unavailable`, so callers that resolve unknown outcomes treat it as
-    /// they treat any unreachable store).
+    /// A step refused, never run, while the Cluster's slots moved.
     pub fn moving(why: impl std::fmt::Display) -> Self {
-        Self::Unavailable(format!("{MOVING}{why}"))
+        Self::Moving(format!("slots moving: {why}"))
     }
 
-    /// Whether this is [`StoreError::moving`]: nothing ran, the caller may
+    /// Whether this is [`StoreError::Moving`]: nothing ran, the caller may
     /// say "try again" rather than "unavailable".
     pub fn is_moving(&self) -> bool {
-        matches!(self, Self::Unavailable(why) if why.starts_with(MOVING))
+        matches!(self, Self::Moving(_))
     }
+
+    /// What went wrong, without the variant's own words.
+    pub fn detail(&self) -> &str {
+        match self {
+            Self::Unavailable(why) | Self::Stale(why) | Self::Protocol(why) | Self::Moving(why) => {
+                why
+            }
+        }
+    }
+}
+
+/// What a backend is, as far as the policies above it care: the app's
+/// defaults (what to do about lost state, whether to batch purchases) are
+/// decided on these, never on [`Store::kind`]'s name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The state outlives this process (a Redis): a restart finds it. Without
+    /// it (the embedded store) every start is empty, and rebuilding the
+    /// events on sale from the ledger is the normal start, not a loss.
+    pub durable: bool,
+    /// Each call is a round trip to a server, which group commit (several
+    /// purchases in one script call) saves. In process there is none, and a
+    /// batcher's queue, channel and driver task would only cost.
+    pub remote: bool,
+}
+
+impl Capabilities {
+    /// A Redis server or Cluster.
+    pub const REDIS: Self = Self {
+        durable: true,
+        remote: true,
+    };
+    /// The embedded store, in this process's memory.
+    pub const EMBEDDED: Self = Self {
+        durable: false,
+        remote: false,
+    };
 }
 
 /// Every step of every section: what the engine and the control plane ask of
@@ -112,8 +151,17 @@ pub trait Store:
     + Sync
     + 'static
 {
-    /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
+    /// Short name for logs and metrics (`memory`, `redis`, `redis-cluster`);
+    /// policies read [`Store::capabilities`].
     fn kind(&self) -> &'static str;
+
+    /// What the backend is, for the policies that differ by it. The default
+    /// is a Redis's ([`Capabilities::REDIS`]): a store that keeps its state
+    /// elsewhere. (A wrapper that does not forward it, such as the tests'
+    /// fault injector, is never what the app runs on.)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::REDIS
+    }
 
     /// Does the backend answer?
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -58,7 +58,7 @@ use std::time::Duration;
 use crate::domain::model::BucketRange;
 
 /// The thresholds (from `[rebalancer]`; measured on the 2-core machine, see
-/// docs/DESIGN.md).
+/// docs/DESIGN.md). Its `Default` is the default settings' (`app::options`).
 #[derive(Debug, Clone)]
 pub struct Resizing {
     /// Grow when the demand per bucket is above this (units/s).
@@ -81,20 +81,6 @@ pub struct Resizing {
     /// master. Off by default: there, more buckets a master sold no faster
     /// (3 and 4 buckets alike, 12 0.58–0.81× as fast, 64 0.55×).
     pub grow_past_masters: bool,
-}
-
-impl Default for Resizing {
-    fn default() -> Self {
-        Self {
-            grow_above: 20_000.0,
-            target: 15_000.0,
-            shrink_orders: 8,
-            min_interval: Duration::from_secs(2),
-            max_moved: 100_000,
-            one_server_max: 1,
-            grow_past_masters: false,
-        }
-    }
 }
 
 /// What the leader knows of an adaptive event this round.

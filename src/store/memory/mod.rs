@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use super::{Store, StoreError};
+use super::{Capabilities, Store, StoreError};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, OrderEntry, RequestRecord};
@@ -225,6 +225,10 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::EMBEDDED
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

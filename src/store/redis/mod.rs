@@ -36,7 +36,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use self::scripts::{Scripts, reply};
-use super::{Store, StoreError};
+use super::{Capabilities, Store, StoreError};
 use crate::domain::ids::EventId;
 use crate::domain::keys::{BucketKeys, BucketRef, EventKeys};
 use crate::domain::model::{OrderEntry, RequestRecord};
@@ -257,6 +257,10 @@ impl Store for RedisStore {
         } else {
             "redis"
         }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::REDIS
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

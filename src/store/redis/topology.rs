@@ -22,8 +22,7 @@
 //!   slot is handed over, a few milliseconds), `ASK`/`MOVED`, no owner known
 //!   for a slot, `LOADING`, `READONLY`. Each is a refusal by the server or by
 //!   the client before sending: the call never ran, so sending it again is
-//!   safe. Past the budget the step fails [`StoreError::Unavailable`] marked
-//!   [`StoreError::is_moving`].
+//!   safe. Past the budget the step fails [`StoreError::Moving`].
 //! - `CLUSTERDOWN` is *not* retried: fred drops the connection on it and
 //!   answers every command in flight on that connection with the same
 //!   error, including commands that ran. It stays a plain `Unavailable`,
@@ -240,7 +239,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_refusal_past_the_budget_is_unavailable_and_marked_moving() {
+    async fn a_refusal_past_the_budget_is_moving() {
         let mut calls = 0;
         let r: Result<(), _> = retrying(Duration::from_millis(30), || {
             calls += 1;
@@ -248,8 +247,10 @@ mod tests {
         })
         .await;
         let e = r.unwrap_err();
+        assert!(matches!(e, StoreError::Moving(_)), "{e}");
         assert!(
-            e.is_moving() && matches!(e, StoreError::Unavailable(_)),
+            e.to_string()
+                .starts_with("store unavailable: slots moving: "),
             "{e}"
         );
         assert!(calls > 2, "tried {calls} times");
