@@ -90,7 +90,7 @@ impl Bounds {
         stock: 2,
         limit: Some(1),
         engines: 2,
-        faults: 2,
+        faults: 1,
         reshard: true,
         close: true,
         cancels: true,
