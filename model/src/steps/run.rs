@@ -41,15 +41,18 @@ pub fn step(p: &Protocol, s: &mut State, e: usize, step: Step) {
             Next::Go
         }
         Step::Fence => {
-            // A reshard fences both layouts, a close every layout: here both.
+            // A reshard fences both layouts, a close every layout: here both,
+            // in order, up to the first bucket that answers a higher fence
+            // (`mover::take_over` stops there).
             let mut next = Next::Go;
             for b in 0..p.bounds.buckets() {
                 let bk = &mut s.buckets[b];
                 if bk.exists {
                     if bk.fence > t {
                         next = Next::End;
+                        break;
                     }
-                    bk.fence = bk.fence.max(t);
+                    bk.fence = t;
                 }
             }
             next
