@@ -1,6 +1,6 @@
 --[[ begin_reshard.lua — marks an event as moving to a new bucket layout.
 
-KEYS[1] ss:{e}:meta   ARGV[1] new generation   ARGV[2] new bucket count
+KEYS[1] ss:{e}:meta   ARGV[1] generation: the new one   ARGV[2] buckets: the new count
 Returns 1 when the event is now resharding to exactly that layout (just marked,
 or already marked by an interrupted reshard that is being resumed), 0 when it
 is not on sale or is resharding to another layout. While "resharding",

@@ -4,7 +4,7 @@ KEYS[1] ss:{e}:meta   HASH
 ARGV[1] id  ARGV[2] stock  ARGV[3] buckets  ARGV[4] per_user_limit (0 = none)
 ARGV[5] max_per_order  ARGV[6] starts_at ms ('' = none)  ARGV[7] ends_at ms ('' = none)
 ARGV[8] now ms  ARGV[9] hold_seconds ('' = purchases are confirmed at once)
-ARGV[10] adaptive bucket range 'min-max' ('' = the count stays as set)
+ARGV[10] auto_buckets: the adaptive bucket range 'min-max' ('' = the count stays as set)
 The layout history starts with this layout: 'history' = '0:<buckets>:<now>:created'
 (end_reshard.lua appends to it).
 

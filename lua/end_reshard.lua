@@ -1,11 +1,11 @@
 --[[ end_reshard.lua — switches an event to its new layout and back on sale.
 
 KEYS[1] ss:{e}:meta   KEYS[2] ss:{e}:lease (the mover lease, "owner|token")
-ARGV[1] generation   ARGV[2] bucket count
-ARGV[3] retired layouts still holding records ("gen:count,…")
-ARGV[4] the reshard's lease owner   ARGV[5] its fencing token
+ARGV[1] generation   ARGV[2] buckets: the bucket count
+ARGV[3] layouts: retired layouts still holding records ("gen:count,…")
+ARGV[4] owner: the reshard's lease owner   ARGV[5] token: its fencing token
 ARGV[6] now ms   ARGV[7] why (manual, config, resumed, hot, spread, drain)
-ARGV[8] layouts the history keeps (the oldest are dropped)
+ARGV[8] history: layouts the history keeps (the oldest are dropped)
 
 Returns:
   {"OK"}    switched: the new layout, status "on_sale", seq + 1

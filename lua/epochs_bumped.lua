@@ -1,6 +1,6 @@
 --[[ epochs_bumped.lua — every bucket's epoch was bumped for a due recorded by bump_seq.lua.
 
-KEYS[1] ss:{e}:meta   ARGV[1] the due value bump_seq.lua answered
+KEYS[1] ss:{e}:meta   ARGV[1] due: the value bump_seq.lua answered
 Returns 1 when the due was cleared, 0 when another one was recorded since (a
 newer sold-out mark went stale: its caller bumps the epochs again and clears it).
 ]]

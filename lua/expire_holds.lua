@@ -12,8 +12,8 @@ KEYS[8] ss:{e#g#h}:hunits  units in live holds
 KEYS[9] ss:{e#g#h}:hq      LIST "pay_by|oid" of fast-path holds in deadline order
                            (purchase.lua); entries of orders no longer held
                            stay until due
-ARGV[1] now ms   ARGV[2] at most this many orders   ARGV[3] h
-ARGV[4] 1 = void every live hold whatever its deadline, sealed or not (a close,
+ARGV[1] now ms   ARGV[2] count: at most this many orders   ARGV[3] h
+ARGV[4] void: 1 = void every live hold whatever its deadline, sealed or not (a close,
         which sealed the bucket itself); 0 = only those due (pay_by <= now)
 
 Returns "ST" (no bucket, or sealed and not voiding), else
@@ -25,7 +25,7 @@ record written — so units return and counts drop exactly once, however many
 sweepers run, die or repeat. An index entry whose order is no longer held
 (cancelled or confirmed in the same step that should have removed it) is
 only dropped. The index is read first, then the queue from its head, up to
-ARGV[2] entries in all; the queue stops at its first entry not due (one
+that many (ARGV[2]) entries in all; the queue stops at its first entry not due (one
 written by an instance whose clock ran behind waits for the one before it:
 late by that skew, never lost).
 ]]

@@ -11,13 +11,13 @@ KEYS[8] ss:{e#g#h}:orders  STREAM (the hold record)     (events with holds only)
 ARGV[1] now   ARGV[2] rid   ARGV[3] outcome: B (bought), S (sold out), A (abort)
 ARGV[4] user  ARGV[5] qty   ARGV[6] keep (1 = keep the final record)
 ARGV[7] order id  ARGV[8] bucket the units came from  ARGV[9] probes  (for B)
-ARGV[10] remaining units seen (for S)   ARGV[11] 1 when the event has a per-user
+ARGV[10] remaining units seen (for S)   ARGV[11] limited: 1 when the event has a per-user
          limit (only then was a quota reserved, and is released)
-ARGV[12] the saga's order id (that of its pending record "P|q|oid|user|t")
-ARGV[13] events with holds only: the pay-by ms of a B; the order is indexed as
+ARGV[12] saga: the saga's order id (that of its pending record "P|q|oid|user|t")
+ARGV[13] pay_by: events with holds only, the pay-by ms of a B; the order is indexed as
          "H|user|q|bucket|rid|now|pay_by", in KEYS[6], its units in KEYS[7], and
-         ARGV[14] (the hold record "h|oid|user|q|bucket|h|rid|pay_by") goes
-         into KEYS[8]
+         the hold record ARGV[14] goes into KEYS[8]
+ARGV[14] hold: the hold record "h|oid|user|q|bucket|h|rid|pay_by" (with ARGV[13])
 
 Returns:
   "ST"             home bucket does not exist

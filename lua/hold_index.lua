@@ -2,8 +2,8 @@
 after a sweep of that bucket.
 
 KEYS[1] ss:holds   ZSET bucket "<event>#<gen>#<b>" -> when to sweep it next (ms)
-ARGV[1] the bucket   ARGV[2] the score the sweeper read before sweeping
-ARGV[3] the bucket's earliest pay-by left ('' = no hold left: drop the entry)
+ARGV[1] bucket: its name   ARGV[2] seen: the score the sweeper read before sweeping
+ARGV[3] next: the bucket's earliest pay-by left ('' = no hold left: drop the entry)
 
 Returns 1 when the entry was moved or dropped, 0 when its score changed since
 the sweeper read it (a purchase announced a new first hold meanwhile: its

@@ -1,7 +1,7 @@
 --[[ init_bucket.lua — creates a bucket with its initial stock, once.
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:orders (STREAM)
-ARGV[1] units   ARGV[2] the flusher's consumer group
+ARGV[1] units   ARGV[2] group: the flusher's consumer group
 Returns 1 when created, 0 when the bucket existed (idempotent: resuming an
 interrupted creation never resets a bucket that may already have sold). The
 order stream and its consumer group are created with the bucket, so the

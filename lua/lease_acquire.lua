@@ -4,7 +4,7 @@ ss:{e}:term (the number is then a leadership term).
 
 KEYS[1] ss:{e}:lease   STR "owner|token", with a TTL
 KEYS[2] ss:{e}:token   STR counter of fencing tokens
-ARGV[1] owner (no '|')   ARGV[2] ttl ms   ARGV[3] "seize" (optional)
+ARGV[1] owner (no '|')   ARGV[2] ttl ms   ARGV[3] seize: "seize" (optional)
 
 Returns {"OK", token} when the caller holds the lease (taken now with a fresh
 token from INCR, or already its own: TTL renewed, same token), {"HELD", owner}

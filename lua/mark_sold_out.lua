@@ -1,7 +1,7 @@
 --[[ mark_sold_out.lua — records that a consistent probe found the event
 holding fewer units than a buyer asked for.
 
-KEYS[1] ss:{e}:meta   ARGV[1] the seq the probe started at   ARGV[2] now ms
+KEYS[1] ss:{e}:meta   ARGV[1] seq: the one the probe started at   ARGV[2] now ms
 ARGV[3] left: the units the probe found in the whole event
 Returns 1 when marked ("soldout" = "seq|now|left"), 0 when the seq moved on
 since (units were added during the probe: the mark would be false).

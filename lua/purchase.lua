@@ -18,31 +18,38 @@ KEYS[8] ss:{e#g#b}:empty   "epoch|left": at that epoch the whole event was found
 KEYS[9] ss:{e#g#b}:epoch   bumped (on every bucket) whenever units come back to a
                            sold-out event; the empty mark holds only while equal
 KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
+KEYS[11] ss:{e#g#b}:holds  ZSET order id -> pay-by ms (events with holds only)
+KEYS[12] ss:{e#g#b}:hunits units in live holds (events with holds only)
+KEYS[13] ss:{e#g#b}:hq     LIST of fast-path deadlines (events with holds only)
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries
-ARGV[4] "1" when every entry keeps its outcome (a client request id), the n
+ARGV[4] uniform: "1" when every entry keeps its outcome (a client request id), the n
         request ids are distinct and, with a limit, so are the n users (the
         caller checks): the call may then buy all n in one pass; else "0"
-ARGV[5] the per-user limit of every entry (0 = none) when ARGV[4] is "1"
-ARGV[6] the n quantities' sum
+ARGV[5] limit: the per-user limit of every entry (0 = none) when ARGV[4] is "1"
+ARGV[6] total: the n quantities' sum
 then columns of n (i = 1..n), built by the caller so that the script only
 compares and writes them, laid out so that a call that buys everything
 writes each key with one command of consecutive arguments (unpack of a
 range of ARGV: no Lua table, no string built):
-  ARGV[6 + 2i - 1], ARGV[6 + 2i]        request id, and its record if bought
-                                        on the fast path "B|q|oid|b|0"
-  ARGV[6 + 2n + 2i - 1], [6 + 2n + 2i]  order id, and its index entry
-                                        "C|user|q|b|rid|now"
+  ARGV[6 + 2i - 1] rid                 request id
+  ARGV[6 + 2i] record                  its record if bought on the fast path
+                                        "B|q|oid|b|0"
+  ARGV[6 + 2n + 2i - 1] order          order id
+  ARGV[6 + 2n + 2i] entry              its index entry "C|user|q|b|rid|now"
                                         (its stream record too: the pair is
                                         the order's field in the stream entry)
   only when ARGV[4] is "0" or ARGV[5] is not "0" (a call that may need
   them on its fast path: to check and count each user's units):
-  ARGV[6 + 4n + i]                      user
-  ARGV[6 + 5n + i]                      qty
+  ARGV[6 + 4n + i] user
+  ARGV[6 + 5n + i] qty
   only when ARGV[4] is "0":
-  ARGV[6 + 6n + i]                      limit (0 = none)
-  ARGV[6 + 7n + i]                      keep (1 = store the outcome)
+  ARGV[6 + 6n + i] limit               (0 = none)
+  ARGV[6 + 7n + i] keep                (1 = store the outcome)
+  only with holds, always the last column (so at 6 + 4n + i without the
+  four above, 6 + 6n + i without limit and keep):
+  ARGV[6 + 8n + i] queue               the hold's queue entry "pay_by|oid"
   Without the user and qty columns (the common call: request ids, no
   limit), a path that needs them reads them from the entry's index entry
   (its second and third fields; a user id holds no "|"): a call that buys

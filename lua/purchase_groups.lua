@@ -10,8 +10,9 @@ buckets share nothing but the call.
 
 KEYS              each group's purchase.lua KEYS, one group after another
                   (10 keys, or 13 for events with holds)
-ARGV[1]           g, the number of groups
-ARGV[2i], [2i+1]  group i's number of keys and of arguments (i = 1..g)
+ARGV[1] g         the number of groups
+ARGV[2i] keys     group i's number of keys (i = 1..g)
+ARGV[2i + 1] args group i's number of arguments
 then each group's purchase.lua ARGV, one group after another
 
 Returns an array of g replies, group i's as purchase.lua answers it: "ST"

@@ -4,9 +4,9 @@ the bucket forgets what no step can ask about again.
 KEYS[1] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
 KEYS[2] ss:{e#g#b}:xfer    HASH transfers out of b: xid -> "target|units|token|o|d"
 KEYS[3] ss:{e#g#b}:xin     HASH transfers applied into b: xid -> "source|units"
-ARGV[1] the new leader's token
-ARGV[2] forget applied movers' ids ("<token>.<from>.<to>.<nonce>") whose token is lower
-ARGV[3] forget applied reshards' ids ("rs.<gen>.<from>.<to>.<token>.<pass>") whose token is lower
+ARGV[1] token: the new leader's
+ARGV[2] mover_below: forget applied movers' ids ("<token>.<from>.<to>.<nonce>") whose token is lower
+ARGV[3] reshard_below: forget applied reshards' ids ("rs.<gen>.<from>.<to>.<token>.<pass>") whose token is lower
 Returns the bucket's fence afterwards.
 
 Raising every bucket's fence at takeover means a paused former leader

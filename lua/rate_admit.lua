@@ -3,8 +3,8 @@ every instance.
 
 KEYS[1] ss:{u#<user>}:rate   STR the user's theoretical arrival time, µs of
                              Redis's clock (PX: gone once it is in the past)
-ARGV[1] the emission interval, µs (1e6 / requests a second)
-ARGV[2] the tolerance, µs (interval × (burst − 1))
+ARGV[1] interval: the emission interval, µs (1e6 / requests a second)
+ARGV[2] tolerance: the tolerance, µs (interval × (burst − 1))
 
 Returns 0 when admitted (the arrival time moved on by one interval), else
 the µs until the next request is admitted (nothing changed).

@@ -5,14 +5,18 @@ The bucket's stock is set separately (init_bucket.lua, transfers).
 KEYS[1] ss:{e#g#b}:users   KEYS[2] ss:{e#g#b}:idx   KEYS[3] ss:{e#g#b}:reqs
 KEYS[4] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
 KEYS[5] ss:{e#g#b}:holds   ZSET order id -> pay-by ms  KEYS[6] ss:{e#g#b}:hunits
-ARGV[1] the writer's fencing token (a reshard's mover-lease token; 0 for a
+ARGV[1] token: the writer's fencing token (a reshard's mover-lease token; 0 for a
         rebuild into a fresh layout no mover has fenced yet)
-ARGV[2] n, then n pairs: user, units held
-then m, then m pairs: order id, index entry ("C|user|qty|bucket|rid|at"); an
+ARGV[2] n, then n pairs (i = 1..n):
+  ARGV[2 + 2i - 1] user   ARGV[2 + 2i] units held
+ARGV[3 + 2n] m, then m pairs (j = 1..m):
+  ARGV[3 + 2n + 2j - 1] order   ARGV[3 + 2n + 2j] entry: its index entry
+        ("C|user|qty|bucket|rid|at"); an
         entry of a live hold ("H|user|qty|bucket|rid|at|pay_by") also goes into
         the deadline index KEYS[5] and its units into KEYS[6], only when this
         call wrote the entry
-then r, then r pairs: request id, record ("B|…", "L|…", "S|…")
+ARGV[4 + 2n + 2m] r, then r pairs (k = 1..r):
+  ARGV[4 + 2n + 2m + 2k - 1] rid   ARGV[4 + 2n + 2m + 2k] record ("B|…", "L|…", "S|…")
 
 Every field is written only where the bucket has none yet (HSETNX): the
 source of a restore is frozen (a reshard's sealed old layout; a rebuild's

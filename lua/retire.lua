@@ -1,7 +1,7 @@
 --[[ retire.lua — records a sealed bucket's leftover units for the database.
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:sealed   KEYS[3] ss:{e#g#b}:orders
-ARGV[1] now   ARGV[2] b   ARGV[3] record id for the leftover ("<event>#<gen>#<b>")
+ARGV[1] now   ARGV[2] b   ARGV[3] id: the record id for the leftover ("<event>#<gen>#<b>")
 
 Returns "ST" (no bucket), {"NS"} (not sealed: nothing changed) or {"OK", units}:
 the stock is moved, in one step, into a leftover record ("l|…") in the bucket's

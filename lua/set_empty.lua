@@ -2,8 +2,8 @@
 `left` units": orders of more are sold out.
 
 KEYS[1] ss:{e#g#b}:empty   KEYS[2] ss:{e#g#b}:epoch
-ARGV[1] the bucket's epoch as read by the consistent probe that found the event short
-ARGV[2] how long the mark lives (ms): a mark is trusted only so long, as the
+ARGV[1] epoch: the bucket's epoch as read by the consistent probe that found the event short
+ARGV[2] ttl: how long the mark lives (ms): a mark is trusted only so long, as the
         meta's is, so even a "units came back" that never finished cannot
         keep a bucket answering "sold out" for longer
 ARGV[3] left: the units the probe found in the whole event (an upper bound

@@ -1,6 +1,6 @@
 --[[ set_layout.lua — moves an event to another bucket layout.
 
-KEYS[1] ss:{e}:meta   ARGV[1] generation   ARGV[2] bucket count   ARGV[3] layouts
+KEYS[1] ss:{e}:meta   ARGV[1] generation   ARGV[2] buckets: the bucket count   ARGV[3] layouts
 still holding records or units ("gen:count,gen:count"; '' = none)
 
 Returns 1 (the meta now routes to generation ARGV[1] with ARGV[2] buckets), or

@@ -1,6 +1,6 @@
 --[[ set_status.lua — compare-and-set of an event's status.
 
-KEYS[1] ss:{e}:meta   ARGV[1] expected status   ARGV[2] new status
+KEYS[1] ss:{e}:meta   ARGV[1] from: the expected status   ARGV[2] to: the new status
 Returns 1 when the status was ARGV[1] and is now ARGV[2], else 0.
 A CAS so that two instances finishing the same creation (or close) agree.
 ]]

@@ -1,7 +1,7 @@
 --[[ settle_transfers.lua — records that a takeover settled a layout's transfers.
 
 KEYS[1] ss:{e}:xsettled   HASH layout generation -> token
-ARGV[1] the layout's generation   ARGV[2] the mover's token
+ARGV[1] generation: the layout's   ARGV[2] token: the mover's
 Returns 1 when recorded, 0 when a higher token was recorded already.
 
 Written by a mover that raised the fence of every bucket of the layout to its

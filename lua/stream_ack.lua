@@ -1,7 +1,7 @@
 --[[ stream_ack.lua — acknowledges flushed entries and drops what no consumer
 still needs from the head of the stream.
 
-KEYS[1] ss:{e#g#b}:orders   ARGV[1] group   ARGV[2…] entry ids
+KEYS[1] ss:{e#g#b}:orders   ARGV[1] group   ARGV[1 + i] id: the entry ids, i = 1..n
 Returns the number of entries trimmed. Called only after the database
 committed the entries.
 

@@ -8,7 +8,7 @@ KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o
 KEYS[5] ss:{e#g#j}:adds    count of steps that added units to j (cancel, IN, untake)
 KEYS[6] ss:{e#g#j}:sealed  exists once the bucket is sealed
 ARGV[1] now (unix ms)   ARGV[2] j   ARGV[3] rid   ARGV[4] pass
-ARGV[5] user            ARGV[6] qty ARGV[7] order id   ARGV[8] home bucket
+ARGV[5] user            ARGV[6] qty  ARGV[7] order id   ARGV[8] home bucket
 ARGV[9] marker lifetime (ms, PX)
 
 Returns:

@@ -1,7 +1,7 @@
 --[[ transfer_clear.lua — closes a transfer's journal entry in its source bucket.
 
 KEYS[1] ss:{e#g#a}:stock (existence)   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
-ARGV[1] fencing token   ARGV[2] transfer id
+ARGV[1] token: fencing token   ARGV[2] xid: transfer id
 
 Returns "ST", {"F", highest}, {"D", units} (no open entry: unknown or already
 done) or {"A", units} (entry marked done: "…|d").

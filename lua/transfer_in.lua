@@ -3,7 +3,7 @@
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:xin   KEYS[3] ss:{e#g#b}:fence
 KEYS[4] ss:{e#g#b}:adds    addition count, +1 when applied
 KEYS[5] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
-ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] source bucket   ARGV[4] units
+ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] source bucket   ARGV[4] units
 
 Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
 {"D", units} (this transfer id was applied before: nothing changed) or

@@ -3,8 +3,8 @@
 KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
 KEYS[4] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 KEYS[5] ss:{e#g#a}:adds   bumped when units leave too (see below)
-ARGV[1] fencing token   ARGV[2] transfer id   ARGV[3] target bucket   ARGV[4] units wanted
-ARGV[5] '1': allowed on a sealed bucket (a reshard draining the old layout)
+ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] target bucket   ARGV[4] units wanted
+ARGV[5] sealed_ok: '1' when allowed on a sealed bucket (a reshard draining the old layout)
 
 Returns:
   "ST"            bucket a does not exist

@@ -165,6 +165,85 @@ impl BucketRef {
     }
 }
 
+/// One key of a bucket, by its [`BucketKeys`] field: how a store step names
+/// the keys it touches (`store::redis::steps`), formatted with
+/// [`BucketRef::key_in`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketKey {
+    Stock,
+    Users,
+    Reqs,
+    Orders,
+    Idx,
+    Fence,
+    Xfer,
+    Xin,
+    Adds,
+    Sealed,
+    Demand,
+    Empty,
+    Epoch,
+    Pend,
+    Holds,
+    Hunits,
+    Hq,
+}
+
+impl BucketKey {
+    /// The key's last part, as in its [`BucketKeys`] field name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Stock => "stock",
+            Self::Users => "users",
+            Self::Reqs => "reqs",
+            Self::Orders => "orders",
+            Self::Idx => "idx",
+            Self::Fence => "fence",
+            Self::Xfer => "xfer",
+            Self::Xin => "xin",
+            Self::Adds => "adds",
+            Self::Sealed => "sealed",
+            Self::Demand => "demand",
+            Self::Empty => "empty",
+            Self::Epoch => "epoch",
+            Self::Pend => "pend",
+            Self::Holds => "holds",
+            Self::Hunits => "hunits",
+            Self::Hq => "hq",
+        }
+    }
+}
+
+/// One key of an event's meta slot, by its [`EventKeys`] field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKey {
+    Meta,
+    Lease,
+    Token,
+    Leader,
+    Term,
+    Xsettled,
+}
+
+impl EventKey {
+    /// The key's last part, as in its [`EventKeys`] field name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Meta => "meta",
+            Self::Lease => "lease",
+            Self::Token => "token",
+            Self::Leader => "leader",
+            Self::Term => "term",
+            Self::Xsettled => "xsettled",
+        }
+    }
+
+    /// This key of `event` in namespace `ns` (one of [`EventKeys::in_namespace`]).
+    pub fn of(self, ns: &str, event: &EventId) -> String {
+        format!("{ns}:{{{event}}}:{}", self.name())
+    }
+}
+
 /// The keys of one bucket (see the module docs for their types).
 #[derive(Debug, Clone)]
 pub struct BucketKeys {
@@ -290,6 +369,46 @@ mod tests {
         assert_eq!(slot("foo"), 12182);
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
         assert_eq!(slot("123456789"), 12739);
+    }
+
+    #[test]
+    fn a_key_named_by_its_field_is_the_same_key() {
+        let b = BucketRef::new(&event("sneaker-42"), 3, 5);
+        let all = b.keys_in("ns");
+        let fields = [
+            BucketKey::Stock,
+            BucketKey::Users,
+            BucketKey::Reqs,
+            BucketKey::Orders,
+            BucketKey::Idx,
+            BucketKey::Fence,
+            BucketKey::Xfer,
+            BucketKey::Xin,
+            BucketKey::Adds,
+            BucketKey::Sealed,
+            BucketKey::Demand,
+            BucketKey::Empty,
+            BucketKey::Epoch,
+            BucketKey::Pend,
+            BucketKey::Holds,
+            BucketKey::Hunits,
+            BucketKey::Hq,
+        ];
+        let named: Vec<String> = fields.iter().map(|f| b.key_in("ns", f.name())).collect();
+        assert_eq!(named, all.all());
+        let e = event("e1");
+        let k = EventKeys::in_namespace("ns", &e);
+        let ev = [
+            (EventKey::Meta, &k.meta),
+            (EventKey::Lease, &k.lease),
+            (EventKey::Token, &k.token),
+            (EventKey::Leader, &k.leader),
+            (EventKey::Term, &k.term),
+            (EventKey::Xsettled, &k.xsettled),
+        ];
+        for (f, key) in ev {
+            assert_eq!(&f.of("ns", &e), key);
+        }
     }
 
     #[test]

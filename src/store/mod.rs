@@ -60,6 +60,89 @@ pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
 pub use streams::{FLUSH_GROUP, Streams};
 pub use transfers::{OpenTransfer, TransferReply, Transfers};
 
+/// Every step a [`Store`] runs, by section, named like its trait method (and
+/// so like its script, where it has one of its own): the list a test
+/// wrapper that fails steps on purpose names them from
+/// (`tests/it/harness/faulty.rs`). `purchase_groups` is the grouped call of
+/// several buckets' purchases; `ping` is [`Store::ping`].
+pub const STEPS: &[&str] = &[
+    // events
+    "create_event",
+    "register_event",
+    "list_events",
+    "list_open_events",
+    "retire_event",
+    "archive_event",
+    "load_meta",
+    "set_status",
+    "set_layout",
+    "bump_seq",
+    "epochs_bumped",
+    "mark_sold_out",
+    "begin_reshard",
+    "set_retired",
+    "end_reshard",
+    // buckets
+    "init_bucket",
+    "purchase",
+    "purchase_groups",
+    "take",
+    "untake",
+    "clear_markers",
+    "stale_pending",
+    "finish",
+    "cancel",
+    "order_entry",
+    "request_record",
+    "held",
+    "counters",
+    "set_empty",
+    "bump_epoch",
+    "bucket_state",
+    // holds
+    "confirm",
+    "expire_holds",
+    "announce_holds",
+    "due_holds",
+    "reschedule_holds",
+    "next_hold",
+    // leases
+    "acquire_leadership",
+    "release_leadership",
+    "acquire_lease",
+    "seize_lease",
+    "renew_lease",
+    "release_lease",
+    "lease_holder",
+    // limits
+    "admit",
+    // transfers
+    "transfer_out",
+    "drain_out",
+    "raise_fence",
+    "settled_transfers",
+    "settle_transfers",
+    "transfer_in",
+    "transfer_clear",
+    "open_transfers",
+    "delivered",
+    // streams
+    "stream_read",
+    "stream_ack",
+    "stream_len",
+    // retire
+    "seal",
+    "forfeit",
+    "retire",
+    "audit_bucket",
+    "take_markers",
+    "restore",
+    "contents",
+    "expire_bucket",
+    // the store itself
+    "ping",
+];
+
 /// Failures of one store step. Refusals (sold out, fenced, not found) are
 /// answers, not errors: each step's reply type spells them out.
 #[derive(Debug, Clone, thiserror::Error)]

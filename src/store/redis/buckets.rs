@@ -6,8 +6,9 @@ use fred::bytes::BytesMut;
 use fred::prelude::*;
 
 use super::scripts::reply;
+use super::steps::{self, Step};
 use super::{
-    RedisStore, arg, array_or_stale, code, flag, num, order_entry, protocol, request_record, text,
+    At, RedisStore, arg, array_or_stale, code, num, order_entry, protocol, request_record, text,
     unknown,
 };
 use crate::domain::ids::{OrderId, UserId};
@@ -22,10 +23,7 @@ use crate::store::{
 impl RedisStore {
     /// `bucket_state.lua`'s keys of a bucket.
     fn state_keys(&self, bucket: &BucketRef) -> Vec<String> {
-        let k = self.keys(bucket);
-        vec![
-            k.stock, k.xfer, k.fence, k.adds, k.demand, k.hunits, k.sealed,
-        ]
+        self.keys_for(steps::BucketState::DECL, At::Bucket(bucket), false)
     }
 
     /// `purchase.lua`'s keys of a bucket, in its KEYS order, built once per
@@ -36,13 +34,11 @@ impl RedisStore {
             return keys.clone();
         }
         drop(cached);
-        let k = self.keys(bucket);
-        let keys: Arc<[Key]> = [
-            k.stock, k.users, k.reqs, k.orders, k.idx, k.sealed, k.demand, k.empty, k.epoch, k.pend,
-        ]
-        .into_iter()
-        .map(Key::from)
-        .collect();
+        let keys: Arc<[Key]> = self
+            .keys_for(steps::PURCHASE, At::Bucket(bucket), false)
+            .into_iter()
+            .map(Key::from)
+            .collect();
         let mut cache = self.purchase_keys.write().expect("key cache poisoned");
         cache.insert(bucket.clone(), keys.clone());
         keys
@@ -59,8 +55,8 @@ impl RedisStore {
         // Events with holds: three keys and a column of arguments more
         // (purchase.lua's hold branch); without, the call is unchanged.
         if entries.first().is_some_and(|e| e.pay_by.is_some()) {
-            let k = self.keys(bucket);
-            keys.extend([Key::from(k.holds), Key::from(k.hunits), Key::from(k.hq)]);
+            let all = self.keys_for(steps::PURCHASE, At::Bucket(bucket), true);
+            keys.extend(all.into_iter().skip(keys.len()).map(Key::from));
         }
         (keys, purchase_args(bucket.index, now_ms, entries))
     }
@@ -209,28 +205,44 @@ fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> bool {
     v.windows(2).all(|w| w[0] != w[1])
 }
 
-/// ARGV of `take.lua` and `untake.lua`, which share it.
-fn saga_args(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> Vec<String> {
-    vec![
-        now_ms.to_string(),
-        bucket.index.to_string(),
-        a.rid.clone(),
-        a.pass.to_string(),
-        a.user.to_string(),
-        a.qty.to_string(),
-        a.order_id.to_string(),
-        a.home.to_string(),
-        a.marker_ttl_ms.max(1).to_string(),
-    ]
+/// `take.lua`'s call (`untake.lua` takes the same columns).
+fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
+    steps::Take {
+        now: now_ms,
+        j: bucket.index,
+        rid: a.rid.clone(),
+        pass: a.pass,
+        user: a.user.to_string(),
+        qty: a.qty,
+        order: a.order_id.to_string(),
+        home: a.home,
+        marker: a.marker_ttl_ms.max(1),
+    }
+}
+
+/// `untake.lua`'s call: the same columns as the take it gives back.
+fn untake_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Untake {
+    let t = take_step(bucket, now_ms, a);
+    steps::Untake {
+        now: t.now,
+        j: t.j,
+        rid: t.rid,
+        pass: t.pass,
+        user: t.user,
+        qty: t.qty,
+        order: t.order,
+        home: t.home,
+        marker: t.marker,
+    }
 }
 
 impl Buckets for RedisStore {
     async fn init_bucket(&self, bucket: &BucketRef, stock: u64) -> Result<(), StoreError> {
-        let k = self.keys(bucket);
-        let args = vec![stock.to_string(), FLUSH_GROUP.to_owned()];
-        self.eval(&self.scripts.init_bucket, vec![k.stock, k.orders], args)
-            .await
-            .map(drop)
+        let step = steps::InitBucket {
+            units: stock,
+            group: FLUSH_GROUP,
+        };
+        self.run(step, At::Bucket(bucket)).await.map(drop)
     }
 
     async fn purchase(
@@ -240,7 +252,9 @@ impl Buckets for RedisStore {
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
         let (keys, args) = self.purchase_call(bucket, now_ms, entries);
-        let reply = self.eval_raw(&self.scripts.purchase, keys, args).await?;
+        let reply = self
+            .eval_raw(self.scripts.get(steps::PURCHASE), keys, args)
+            .await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
         self.replicated(bucket).await?;
         self.purchase_replies(bucket, entries, reply).await
@@ -270,7 +284,7 @@ impl Buckets for RedisStore {
             args.extend(a);
         }
         let replies = match self
-            .eval_raw(&self.scripts.purchase_groups, keys, args)
+            .eval_raw(self.scripts.get(steps::PURCHASE_GROUPS), keys, args)
             .await
         {
             Ok(Value::Array(replies)) if replies.len() == groups.len() => replies,
@@ -313,13 +327,10 @@ impl Buckets for RedisStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<TakeReply, StoreError> {
-        let k = self.keys(bucket);
         let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
-        let keys = vec![k.stock, marker, k.orders, k.xfer, k.adds, k.sealed];
-        let args = saga_args(bucket, now_ms, a);
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.take, keys, args)
-            .await?;
+        let at = At::BucketWith(bucket, vec![marker]);
+        let reply = self.run(take_step(bucket, now_ms, a), at).await?;
+        let parts = array_or_stale(bucket, reply)?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::TAKEN => Ok(TakeReply::Taken {
@@ -340,13 +351,10 @@ impl Buckets for RedisStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<bool, StoreError> {
-        let k = self.keys(bucket);
         let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
-        let keys = vec![k.stock, marker, k.orders, k.adds];
-        let args = saga_args(bucket, now_ms, a);
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.untake, keys, args)
-            .await?;
+        let at = At::BucketWith(bucket, vec![marker]);
+        let reply = self.run(untake_step(bucket, now_ms, a), at).await?;
+        let parts = array_or_stale(bucket, reply)?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(true),
             reply::NO_TAKE => Ok(false),
@@ -360,8 +368,7 @@ impl Buckets for RedisStore {
         now_ms: i64,
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
-        let k = self.keys(bucket);
-        let mut keys = vec![k.stock, k.users, k.reqs, k.idx, k.pend];
+        // outcome: B (bought), S (sold out), A (abort).
         let (outcome, oid, from, probes, remaining) = match &a.outcome {
             Finish::Bought {
                 order_id,
@@ -371,25 +378,12 @@ impl Buckets for RedisStore {
             Finish::SoldOut { remaining } => ("S", String::new(), 0, 0, *remaining),
             Finish::Abort => ("A", String::new(), 0, 0, 0),
         };
-        let mut args = vec![
-            now_ms.to_string(),
-            a.rid.clone(),
-            outcome.to_owned(),
-            a.user.to_string(),
-            a.qty.to_string(),
-            flag(a.keep),
-            oid,
-            from.to_string(),
-            probes.to_string(),
-            remaining.to_string(),
-            flag(a.limited),
-            a.order_id.to_string(),
-        ];
-        // ARGV[3]: B (bought), S (sold out), A (abort). A bought saga of an
-        // event with holds is held: finish.lua's hold branch.
+        // A bought saga of an event with holds is held: finish.lua's hold
+        // branch, with the hold's stream record.
         let hold = match (&a.outcome, a.pay_by) {
-            (Finish::Bought { bucket: from, .. }, Some(pay_by)) => {
-                let record = StreamEntry {
+            (Finish::Bought { bucket: from, .. }, Some(pay_by)) => Some((
+                pay_by,
+                StreamEntry {
                     id: StreamId::default(),
                     kind: RecordKind::Hold,
                     order_id: a.order_id.to_string(),
@@ -401,16 +395,31 @@ impl Buckets for RedisStore {
                     at_ms: pay_by,
                     pay_by: None,
                     part: 0,
-                };
-                keys.extend([k.holds, k.hunits, k.orders]);
-                args.extend([pay_by.to_string(), record.data()]);
-                Some(pay_by)
-            }
+                }
+                .data(),
+            )),
             _ => None,
         };
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.finish, keys, args)
-            .await?;
+        let step = steps::Finish {
+            now: now_ms,
+            rid: a.rid.clone(),
+            outcome,
+            user: a.user.to_string(),
+            qty: a.qty,
+            keep: a.keep,
+            order: oid,
+            bucket: from,
+            probes,
+            remaining,
+            limited: a.limited,
+            saga: a.order_id.to_string(),
+            pay_by: hold.as_ref().map(|(at, _)| *at),
+            hold: hold.as_ref().map(|(_, record)| record.clone()),
+        };
+        let hold = hold.map(|(at, _)| at);
+        let keys = self.keys_for(steps::Finish::DECL, At::Bucket(bucket), hold.is_some());
+        let script = self.scripts.get(steps::Finish::DECL);
+        let parts = self.eval_bucket(bucket, script, keys, step.args()).await?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::OK => {
@@ -431,10 +440,12 @@ impl Buckets for RedisStore {
         rid: &str,
         passes: u32,
     ) -> Result<u32, StoreError> {
-        let keys = (1..=passes)
+        let markers = (1..=passes)
             .map(|pass| bucket.marker_in(&self.namespace, rid, pass))
             .collect();
-        Ok(num(&self.eval(&self.scripts.clear_markers, keys, vec![]).await?)? as u32)
+        let keys = self.keys_for(steps::CLEAR_MARKERS, At::BucketWith(bucket, markers), false);
+        let script = self.scripts.get(steps::CLEAR_MARKERS);
+        Ok(num(&self.eval(script, keys, vec![]).await?)? as u32)
     }
 
     async fn stale_pending(
@@ -443,12 +454,11 @@ impl Buckets for RedisStore {
         before_ms: i64,
         count: u32,
     ) -> Result<Vec<(String, RequestRecord)>, StoreError> {
-        let k = self.keys(bucket);
-        let args = vec![before_ms.to_string(), count.to_string()];
-        let parts = self
-            .eval(&self.scripts.stale_pending, vec![k.pend, k.reqs], args)
-            .await?
-            .into_array();
+        let step = steps::StalePending {
+            bound: before_ms,
+            count,
+        };
+        let parts = self.run(step, At::Bucket(bucket)).await?.into_array();
         parts
             .chunks(2)
             .map(|pair| match pair {
@@ -466,18 +476,12 @@ impl Buckets for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![
-            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits,
-        ];
-        let args = vec![
-            now_ms.to_string(),
-            order.to_string(),
-            bucket.index.to_string(),
-        ];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.cancel, keys, args)
-            .await?;
+        let step = steps::Cancel {
+            now: now_ms,
+            order: order.to_string(),
+            h: bucket.index,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(CancelReply::Cancelled(order_entry(arg(&parts, 1)?)?)),
@@ -541,9 +545,8 @@ impl Buckets for RedisStore {
     }
 
     async fn counters(&self, bucket: &BucketRef) -> Result<(u64, u64), StoreError> {
-        let k = self.keys(bucket);
         let parts = self
-            .eval(&self.scripts.counters, vec![k.adds, k.epoch], vec![])
+            .run(steps::Counters {}, At::Bucket(bucket))
             .await?
             .into_array();
         Ok((num(arg(&parts, 0)?)?, num(arg(&parts, 1)?)?))
@@ -556,14 +559,12 @@ impl Buckets for RedisStore {
         ttl_ms: u64,
         left: u64,
     ) -> Result<bool, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.empty, k.epoch];
-        let args = vec![
-            epoch.to_string(),
-            ttl_ms.max(1).to_string(),
-            left.to_string(),
-        ];
-        self.eval_flag(&self.scripts.set_empty, keys, args).await
+        let step = steps::SetEmpty {
+            epoch,
+            ttl: ttl_ms.max(1),
+            left,
+        };
+        self.run_flag(step, At::Bucket(bucket)).await
     }
 
     async fn bump_epoch(&self, bucket: &BucketRef) -> Result<(), StoreError> {
@@ -572,14 +573,7 @@ impl Buckets for RedisStore {
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
-        let parts = self
-            .eval_bucket(
-                bucket,
-                &self.scripts.bucket_state,
-                self.state_keys(bucket),
-                vec![],
-            )
-            .await?;
+        let parts = self.run_bucket(bucket, steps::BucketState {}).await?;
         state_of(&parts)
     }
 
@@ -597,7 +591,7 @@ impl Buckets for RedisStore {
             .collect();
         let read = async {
             let replies = match self
-                .eval_raw(&self.scripts.bucket_states, keys, vec![])
+                .eval_raw(self.scripts.get(steps::BUCKET_STATES), keys, vec![])
                 .await?
             {
                 Value::Array(replies) if replies.len() == buckets.len() => replies,

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 
 use fred::prelude::*;
-use fred::types::scripts::Script;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, unknown};
+use super::steps;
+use super::{At, RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::model::{
     BucketRange, EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
@@ -33,26 +33,6 @@ impl RedisStore {
             .filter_map(|id| EventId::parse(id).ok())
             .collect())
     }
-
-    /// A script on the event's meta alone that answers 1 (applied) or 0.
-    async fn meta_flag(
-        &self,
-        script: &Script,
-        event: &EventId,
-        args: Vec<String>,
-    ) -> Result<bool, StoreError> {
-        let keys = vec![self.event_keys(event).meta];
-        self.eval_flag(script, keys, args).await
-    }
-}
-
-/// The arguments `set_layout.lua` and `end_reshard.lua` start with.
-fn layout_args(generation: u32, buckets: u32, retired: &[(u32, u32)]) -> Vec<String> {
-    vec![
-        generation.to_string(),
-        buckets.to_string(),
-        EventMeta::encode_layouts(retired),
-    ]
 }
 
 impl Events for RedisStore {
@@ -61,22 +41,22 @@ impl Events for RedisStore {
         spec: &EventSpec,
         now_ms: i64,
     ) -> Result<CreateEventReply, StoreError> {
-        let keys = vec![self.event_keys(&spec.id).meta];
-        let args = vec![
-            spec.id.to_string(),
-            spec.stock.to_string(),
-            spec.buckets.to_string(),
-            spec.per_user_limit.unwrap_or(0).to_string(),
-            spec.max_per_order.to_string(),
-            opt_ms(spec.starts_at),
-            opt_ms(spec.ends_at),
-            now_ms.to_string(),
-            spec.hold_seconds.map(|s| s.to_string()).unwrap_or_default(),
-            spec.auto_buckets
+        let step = steps::CreateEvent {
+            id: spec.id.to_string(),
+            stock: spec.stock,
+            buckets: spec.buckets,
+            per_user_limit: spec.per_user_limit.unwrap_or(0),
+            max_per_order: spec.max_per_order,
+            starts_at: opt_ms(spec.starts_at),
+            ends_at: opt_ms(spec.ends_at),
+            now: now_ms,
+            hold_seconds: spec.hold_seconds.map(|s| s.to_string()).unwrap_or_default(),
+            auto_buckets: spec
+                .auto_buckets
                 .map(BucketRange::encode)
                 .unwrap_or_default(),
-        ];
-        let reply = self.eval(&self.scripts.create_event, keys, args).await?;
+        };
+        let reply = self.run(step, At::Event(&spec.id)).await?;
         match code(&reply.into_array())?.as_str() {
             reply::OK => Ok(CreateEventReply::Created),
             reply::EXISTS => match self.load_meta(&spec.id).await? {
@@ -150,8 +130,11 @@ impl Events for RedisStore {
         from: EventStatus,
         to: EventStatus,
     ) -> Result<bool, StoreError> {
-        let args = vec![from.as_str().to_owned(), to.as_str().to_owned()];
-        self.meta_flag(&self.scripts.set_status, event, args).await
+        let step = steps::SetStatus {
+            from: from.as_str(),
+            to: to.as_str(),
+        };
+        self.run_flag(step, At::Event(event)).await
     }
 
     async fn set_layout(
@@ -161,8 +144,12 @@ impl Events for RedisStore {
         buckets: u32,
         retired: &[(u32, u32)],
     ) -> Result<bool, StoreError> {
-        let args = layout_args(generation, buckets, retired);
-        self.meta_flag(&self.scripts.set_layout, event, args).await
+        let step = steps::SetLayout {
+            generation,
+            buckets,
+            layouts: EventMeta::encode_layouts(retired),
+        };
+        self.run_flag(step, At::Event(event)).await
     }
 
     async fn set_retired(
@@ -171,13 +158,15 @@ impl Events for RedisStore {
         generation: u32,
         retired: &[(u32, u32)],
     ) -> Result<bool, StoreError> {
-        let args = vec![generation.to_string(), EventMeta::encode_layouts(retired)];
-        self.meta_flag(&self.scripts.set_retired, event, args).await
+        let step = steps::SetRetired {
+            generation,
+            layouts: EventMeta::encode_layouts(retired),
+        };
+        self.run_flag(step, At::Event(event)).await
     }
 
     async fn bump_seq(&self, event: &EventId) -> Result<SeqBump, StoreError> {
-        let keys = vec![self.event_keys(event).meta];
-        let v = self.eval(&self.scripts.bump_seq, keys, vec![]).await?;
+        let v = self.run(steps::BumpSeq {}, At::Event(event)).await?;
         // -1: the event has no meta.
         if v.as_i64() == Some(-1) {
             return Err(StoreError::Stale(format!("meta of {event}")));
@@ -190,8 +179,7 @@ impl Events for RedisStore {
     }
 
     async fn epochs_bumped(&self, event: &EventId, due: u64) -> Result<bool, StoreError> {
-        let args = vec![due.to_string()];
-        self.meta_flag(&self.scripts.epochs_bumped, event, args)
+        self.run_flag(steps::EpochsBumped { due }, At::Event(event))
             .await
     }
 
@@ -202,9 +190,12 @@ impl Events for RedisStore {
         now_ms: i64,
         left: u64,
     ) -> Result<bool, StoreError> {
-        let args = vec![seq.to_string(), now_ms.to_string(), left.to_string()];
-        self.meta_flag(&self.scripts.mark_sold_out, event, args)
-            .await
+        let step = steps::MarkSoldOut {
+            seq,
+            now: now_ms,
+            left,
+        };
+        self.run_flag(step, At::Event(event)).await
     }
 
     async fn begin_reshard(
@@ -213,9 +204,11 @@ impl Events for RedisStore {
         generation: u32,
         buckets: u32,
     ) -> Result<bool, StoreError> {
-        let args = vec![generation.to_string(), buckets.to_string()];
-        self.meta_flag(&self.scripts.begin_reshard, event, args)
-            .await
+        let step = steps::BeginReshard {
+            generation,
+            buckets,
+        };
+        self.run_flag(step, At::Event(event)).await
     }
 
     async fn end_reshard(
@@ -226,18 +219,17 @@ impl Events for RedisStore {
         owner: &str,
         token: u64,
     ) -> Result<EndReshardReply, StoreError> {
-        let k = self.event_keys(event);
-        let mut args = layout_args(change.generation, change.buckets, retired);
-        args.extend([
-            owner.to_owned(),
-            token.to_string(),
-            change.at_ms.to_string(),
-            change.reason.clone(),
-            HISTORY_CAP.to_string(),
-        ]);
-        let reply = self
-            .eval(&self.scripts.end_reshard, vec![k.meta, k.lease], args)
-            .await?;
+        let step = steps::EndReshard {
+            generation: change.generation,
+            buckets: change.buckets,
+            layouts: EventMeta::encode_layouts(retired),
+            owner: owner.to_owned(),
+            token,
+            now: change.at_ms,
+            why: change.reason.clone(),
+            history: HISTORY_CAP,
+        };
+        let reply = self.run(step, At::Event(event)).await?;
         match code(&reply.into_array())?.as_str() {
             reply::OK => Ok(EndReshardReply::Switched),
             reply::NOT_RESHARDING => Ok(EndReshardReply::NotResharding),

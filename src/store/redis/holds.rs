@@ -5,7 +5,8 @@ use fred::prelude::*;
 use fred::types::sorted_sets::Ordering as ZOrdering;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, order_entry, text, unknown};
+use super::steps;
+use super::{At, RedisStore, arg, code, num, order_entry, text, unknown};
 use crate::domain::ids::OrderId;
 use crate::domain::keys::{BucketRef, hold_index_key};
 use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
@@ -13,14 +14,6 @@ use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
 impl RedisStore {
     fn hold_index(&self) -> String {
         hold_index_key(&self.namespace)
-    }
-
-    /// The keys `confirm.lua` and `expire_holds.lua` share, in their order.
-    fn hold_keys(&self, bucket: &BucketRef) -> Vec<String> {
-        let k = self.keys(bucket);
-        vec![
-            k.stock, k.users, k.idx, k.orders, k.adds, k.sealed, k.holds, k.hunits, k.hq,
-        ]
     }
 
     /// Announces a bucket's first hold; a failure is only logged: the
@@ -52,14 +45,12 @@ impl Holds for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<ConfirmReply, StoreError> {
-        let args = vec![
-            now_ms.to_string(),
-            order.to_string(),
-            bucket.index.to_string(),
-        ];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.confirm, self.hold_keys(bucket), args)
-            .await?;
+        let step = steps::Confirm {
+            now: now_ms,
+            order: order.to_string(),
+            h: bucket.index,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;
         let entry = || order_entry(arg(&parts, 1)?);
         match code(&parts)?.as_str() {
@@ -82,20 +73,13 @@ impl Holds for RedisStore {
         count: u32,
         void: bool,
     ) -> Result<ExpireReply, StoreError> {
-        let args = vec![
-            now_ms.to_string(),
-            count.max(1).to_string(),
-            bucket.index.to_string(),
-            super::flag(void),
-        ];
-        let parts = self
-            .eval_bucket(
-                bucket,
-                &self.scripts.expire_holds,
-                self.hold_keys(bucket),
-                args,
-            )
-            .await?;
+        let step = steps::ExpireHolds {
+            now: now_ms,
+            count: count.max(1),
+            h: bucket.index,
+            void,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         match code(&parts)?.as_str() {
             reply::OK => {}
             other => return Err(unknown("expire_holds", other)),
@@ -174,12 +158,12 @@ impl Holds for RedisStore {
         seen: i64,
         next: Option<i64>,
     ) -> Result<bool, StoreError> {
-        let args = vec![
-            bucket.name(),
-            seen.to_string(),
-            next.map(|n| n.to_string()).unwrap_or_default(),
-        ];
-        self.eval_flag(&self.scripts.hold_index, vec![self.hold_index()], args)
+        let step = steps::HoldIndex {
+            bucket: bucket.name(),
+            seen,
+            next: next.map(|n| n.to_string()).unwrap_or_default(),
+        };
+        self.run_flag(step, At::Given(vec![self.hold_index()]))
             .await
     }
 

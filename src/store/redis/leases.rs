@@ -5,7 +5,8 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, num, unknown};
+use super::steps;
+use super::{At, RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
 use crate::store::{Leases, StoreError};
 
@@ -20,12 +21,13 @@ impl RedisStore {
         ttl_ms: u64,
         seize: bool,
     ) -> Result<Option<u64>, StoreError> {
-        let mut args = vec![owner.to_owned(), ttl_ms.to_string()];
-        if seize {
-            args.push("seize".to_owned());
-        }
+        let step = steps::LeaseAcquire {
+            owner: owner.to_owned(),
+            ttl: ttl_ms,
+            seize: seize.then_some("seize"),
+        };
         let parts = self
-            .eval(&self.scripts.lease_acquire, vec![holder, counter], args)
+            .run(step, At::Given(vec![holder, counter]))
             .await?
             .into_array();
         match code(&parts)?.as_str() {
@@ -44,9 +46,12 @@ impl RedisStore {
         number: u64,
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
-        let args = vec![owner.to_owned(), number.to_string(), ttl_ms.to_string()];
-        self.eval_flag(&self.scripts.lease_renew, vec![holder], args)
-            .await
+        let step = steps::LeaseRenew {
+            owner: owner.to_owned(),
+            token: number,
+            ttl: ttl_ms,
+        };
+        self.run_flag(step, At::Given(vec![holder])).await
     }
 }
 

@@ -2,10 +2,11 @@
 //! EVALSHA on the slot of the bucket (or event) it touches. Standalone Redis and
 //! Redis Cluster are the same code: fred routes each call by its first key.
 //!
-//! This file holds the connection, the options and the eval helpers; the
-//! scripts are declared once in [`scripts`], and each section's steps (key
-//! order, argument builder, reply decoder, side by side) live in the file named
-//! like the section (`buckets.rs` next to `store/buckets.rs`).
+//! This file holds the connection, the options and the eval helpers; each
+//! step is declared once in [`steps`] (its script, KEYS, ARGV columns, reply
+//! and the records it writes), the registry of [`scripts`] is built from
+//! those declarations, and each section's calls and reply decoders live in
+//! the file named like the section (`buckets.rs` next to `store/buckets.rs`).
 //!
 //! Scripts are embedded with `include_str!`, loaded on every primary at connect
 //! time, and reloaded on `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a
@@ -17,6 +18,8 @@
 //! keeps the slot table fresh and fred's routing task alive.
 
 mod buckets;
+#[cfg(test)]
+mod contract;
 mod durability;
 mod events;
 mod holds;
@@ -24,6 +27,7 @@ mod leases;
 mod limits;
 mod retire;
 mod scripts;
+mod steps;
 mod streams;
 mod topology;
 mod transfers;
@@ -36,6 +40,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use self::scripts::{Scripts, reply};
+use self::steps::{Decl, K, Step};
 use super::{Capabilities, Store, StoreError};
 use crate::domain::ids::EventId;
 use crate::domain::keys::{BucketKeys, BucketRef, EventKeys};
@@ -168,6 +173,52 @@ impl RedisStore {
         EventKeys::in_namespace(&self.namespace, event)
     }
 
+    /// A declared step's KEYS on `at`, in its order (with its optional
+    /// last keys when `more`).
+    fn keys_for(&self, step: &Decl, at: At<'_>, more: bool) -> Vec<String> {
+        let (bucket, event, mut given) = match at {
+            At::Bucket(b) => (Some(b), None, Vec::new()),
+            At::BucketWith(b, given) => (Some(b), None, given),
+            At::Event(e) => (None, Some(e), Vec::new()),
+            At::Given(given) => (None, None, given),
+        };
+        given.reverse();
+        let extra = if more { step.more_keys } else { &[] };
+        let mut keys = Vec::with_capacity(step.keys.len() + extra.len());
+        for key in step.keys.iter().chain(extra) {
+            match (key, bucket, event) {
+                (K::Bucket(k), Some(b), _) => keys.push(b.key_in(&self.namespace, k.name())),
+                (K::Event(k), _, Some(e)) => keys.push(k.of(&self.namespace, e)),
+                (K::Event(k), Some(b), _) => keys.push(k.of(&self.namespace, &b.event)),
+                (K::Given(_), ..) => keys.extend(given.pop()),
+                (K::Each(_), ..) => keys.extend(given.drain(..).rev()),
+                _ => panic!("{}: key {key:?} has no place in this call", step.name),
+            }
+        }
+        keys
+    }
+
+    /// Runs a declared step on `at`.
+    async fn run<S: Step>(&self, step: S, at: At<'_>) -> Result<Value, StoreError> {
+        let keys = self.keys_for(S::DECL, at, false);
+        self.eval(self.scripts.get(S::DECL), keys, step.args())
+            .await
+    }
+
+    /// Runs a declared bucket step that answers an array, or [`reply::STALE`].
+    async fn run_bucket<S: Step>(
+        &self,
+        bucket: &BucketRef,
+        step: S,
+    ) -> Result<Vec<Value>, StoreError> {
+        array_or_stale(bucket, self.run(step, At::Bucket(bucket)).await?)
+    }
+
+    /// Runs a declared step answering 1 (applied) or 0.
+    async fn run_flag<S: Step>(&self, step: S, at: At<'_>) -> Result<bool, StoreError> {
+        Ok(num(&self.run(step, at).await?)? == 1)
+    }
+
     /// EVALSHA; on `NOSCRIPT` (scripts flushed, a restart, a failover) the
     /// same call once more as EVAL with the script's body, which cannot miss and
     /// caches the script again on exactly the node that lost it.
@@ -238,16 +289,6 @@ impl RedisStore {
     async fn hash(&self, key: String) -> Result<HashMap<String, String>, StoreError> {
         self.call(|| self.client.hgetall(key.clone())).await
     }
-
-    /// A script answering 1 (applied) or 0.
-    async fn eval_flag(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<bool, StoreError> {
-        Ok(num(&self.eval(script, keys, args).await?)? == 1)
-    }
 }
 
 impl Store for RedisStore {
@@ -297,6 +338,19 @@ impl Store for RedisStore {
         }
         max.max(1)
     }
+}
+
+/// Where a step runs: what its KEYS are formatted from.
+enum At<'a> {
+    /// A bucket's keys (and its event's).
+    Bucket(&'a BucketRef),
+    /// A bucket's keys, and the keys the caller names ([`K::Given`],
+    /// [`K::Each`]) in their order.
+    BucketWith(&'a BucketRef, Vec<String>),
+    /// An event's meta slot.
+    Event(&'a EventId),
+    /// Only keys the caller names.
+    Given(Vec<String>),
 }
 
 // ---- errors and reply decoding shared by the sections ----
@@ -361,11 +415,6 @@ fn arg(parts: &[Value], i: usize) -> Result<&Value, StoreError> {
     parts
         .get(i)
         .ok_or_else(|| StoreError::Protocol(format!("reply too short: {parts:?}")))
-}
-
-/// A boolean as the scripts take it.
-fn flag(on: bool) -> String {
-    if on { "1" } else { "0" }.to_owned()
 }
 
 /// A reply code no decoder of `step` knows.

@@ -6,7 +6,8 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, array_or_stale, code, is_stale, num, text, unknown};
+use super::steps;
+use super::{At, RedisStore, arg, array_or_stale, code, is_stale, num, text, unknown};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
@@ -15,24 +16,15 @@ use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreE
 
 impl Retirement for RedisStore {
     async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
-        let k = self.keys(bucket);
-        match self
-            .eval(&self.scripts.seal, vec![k.stock, k.sealed], vec![])
-            .await?
-        {
+        match self.run(steps::Seal {}, At::Bucket(bucket)).await? {
             v if is_stale(&v) => Err(StoreError::Stale(bucket.tag())),
             v => num(&v),
         }
     }
 
     async fn forfeit(&self, bucket: &BucketRef, units: u64) -> Result<u64, StoreError> {
-        let k = self.keys(bucket);
         match self
-            .eval(
-                &self.scripts.forfeit,
-                vec![k.stock, k.sealed, k.adds],
-                vec![units.to_string()],
-            )
+            .run(steps::Forfeit { units }, At::Bucket(bucket))
             .await?
         {
             v if is_stale(&v) => Err(StoreError::Stale(bucket.tag())),
@@ -41,12 +33,12 @@ impl Retirement for RedisStore {
     }
 
     async fn retire(&self, bucket: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.stock, k.sealed, k.orders];
-        let args = vec![now_ms.to_string(), bucket.index.to_string(), bucket.name()];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.retire, keys, args)
-            .await?;
+        let step = steps::Retire {
+            now: now_ms,
+            b: bucket.index,
+            id: bucket.name(),
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(Some(num(arg(&parts, 1)?)?)),
             reply::NOT_SEALED => Ok(None),
@@ -55,11 +47,9 @@ impl Retirement for RedisStore {
     }
 
     async fn audit_bucket(&self, bucket: &BucketRef) -> Result<BucketAudit, StoreError> {
-        let k = self.keys(bucket);
-        let orders = k.orders.clone();
-        let keys = vec![k.stock, k.xfer, k.xin, k.adds, k.orders, k.sealed, k.hunits];
-        let args = vec![AUDIT_PAGE.to_string()];
-        let reply = self.eval(&self.scripts.audit_bucket, keys, args).await?;
+        let orders = self.orders_key(bucket);
+        let step = steps::AuditBucket { page: AUDIT_PAGE };
+        let reply = self.run(step, At::Bucket(bucket)).await?;
         let mut audit = decode_audit(bucket, array_or_stale(bucket, reply)?)?;
         // A full page: the rest of the stream, page by page, up to the
         // script's last id (see the script's contract).
@@ -124,7 +114,7 @@ impl Retirement for RedisStore {
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
     ) -> Result<RestoreReply, StoreError> {
-        let k = self.keys(bucket);
+        // token, then n, m and r entries, each count before its entries.
         let mut args = vec![token.to_string(), holdings.len().to_string()];
         for (user, units) in holdings {
             args.extend([user.to_string(), units.to_string()]);
@@ -137,9 +127,9 @@ impl Retirement for RedisStore {
         for (rid, record) in records {
             args.extend([rid.clone(), record.encode()]);
         }
-        let keys = vec![k.users, k.idx, k.reqs, k.fence, k.holds, k.hunits];
+        let keys = self.keys_for(steps::RESTORE, At::Bucket(bucket), false);
         let parts = self
-            .eval(&self.scripts.restore, keys, args)
+            .eval(self.scripts.get(steps::RESTORE), keys, args)
             .await?
             .into_array();
         match code(&parts)?.as_str() {

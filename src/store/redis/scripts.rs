@@ -1,11 +1,13 @@
-//! The Lua scripts the Redis store runs: one declaration list, and the reply
-//! codes they answer with.
+//! The Lua scripts the Redis store runs, and the reply codes they answer with.
 //!
-//! `scripts!` turns the list into the [`Scripts`] registry (each script
-//! embedded from `lua/<name>.lua`), the iterator `SCRIPT LOAD` walks, and the
-//! table the tests below check against the Lua text: a code a decoder reads
-//! that the script's header or body no longer mentions fails a test, so the
-//! Rust side and the Lua contract cannot drift apart silently.
+//! The [`Scripts`] registry (each script embedded from `lua/<name>.lua`, the
+//! set `SCRIPT LOAD` walks) is built from the step declarations of
+//! [`super::steps`]; the tests below check each declared reply code against
+//! the Lua text: a code a decoder reads that the script's header or body no
+//! longer mentions fails a test, so the Rust side and the Lua contract cannot
+//! drift apart silently.
+
+use std::collections::HashMap;
 
 use fred::types::scripts::Script;
 
@@ -66,12 +68,9 @@ pub(super) mod reply {
     pub const NOT_RESHARDING: &str = "NRS";
 }
 
-/// The text of `lua/<name>.lua`.
-macro_rules! lua {
-    ($name:ident) => {
-        include_str!(concat!("../../../lua/", stringify!($name), ".lua"))
-    };
-}
+#[cfg(test)]
+use super::steps::Reply;
+use super::steps::{self, Decl, lua};
 
 /// The lines of a script that another script's text takes the place of
 /// (`purchase_groups.lua` runs `purchase.lua` as a function, and
@@ -89,84 +88,39 @@ fn compose(lua: &'static str) -> String {
     })
 }
 
-/// Declares every script once: `name: [reply codes its decoder reads]`.
-macro_rules! scripts {
-    ($($name:ident: [$($code:ident),*],)*) => {
-        /// Every script of `lua/` the store runs, by name.
-        pub(super) struct Scripts {
-            $(pub(super) $name: Script,)*
-        }
-
-        impl Scripts {
-            pub(super) fn new() -> Self {
-                Self {
-                    $($name: Script::from_lua(compose(lua!($name))),)*
-                }
-            }
-
-            /// Every script, for `SCRIPT LOAD`.
-            pub(super) fn all(&self) -> impl Iterator<Item = &Script> {
-                [$(&self.$name),*].into_iter()
-            }
-        }
-
-        /// Each script's name, Lua text and the reply codes its decoder reads.
-        #[cfg(test)]
-        const CONTRACTS: &[(&str, &str, &[&str])] = &[
-            $((stringify!($name), lua!($name), &[$(reply::$code),*]),)*
-        ];
-    };
+/// Every script of `lua/` the store runs, by step name: built from the
+/// declarations of [`steps`].
+pub(super) struct Scripts {
+    by_name: HashMap<&'static str, Script>,
 }
 
-scripts! {
-    // events.rs
-    create_event: [OK, EXISTS],
-    set_status: [],
-    set_layout: [],
-    set_retired: [],
-    bump_seq: [],
-    epochs_bumped: [],
-    mark_sold_out: [],
-    begin_reshard: [],
-    end_reshard: [OK, NOT_RESHARDING, FENCED],
-    // buckets.rs
-    init_bucket: [],
-    purchase: [STALE, ALL_BOUGHT, BOUGHT, REPLAY, LIMIT, SOLD_OUT, PENDING],
-    purchase_groups: [],
-    take: [STALE, TAKEN, SHORT],
-    untake: [STALE, OK, NO_TAKE],
-    finish: [STALE, OK, REPLAY, NO_RECORD],
-    clear_markers: [],
-    stale_pending: [],
-    cancel: [STALE, OK, ALREADY_CANCELLED, NOT_FOUND],
-    counters: [],
-    set_empty: [],
-    bucket_state: [STALE],
-    bucket_states: [],
-    // holds.rs
-    confirm: [STALE, OK, ALREADY_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, NOT_FOUND],
-    expire_holds: [STALE, OK],
-    hold_index: [],
-    // leases.rs
-    lease_acquire: [OK, HELD],
-    lease_renew: [],
-    // limits.rs
-    rate_admit: [],
-    // transfers.rs
-    transfer_out: [STALE, FENCED, DUPLICATE, APPLIED],
-    raise_fence: [],
-    settle_transfers: [],
-    transfer_in: [STALE, FENCED, DUPLICATE, APPLIED],
-    transfer_clear: [STALE, FENCED, DUPLICATE, APPLIED],
-    // streams.rs
-    stream_read: [],
-    stream_ack: [],
-    // retire.rs
-    seal: [STALE],
-    forfeit: [STALE],
-    retire: [STALE, OK, NOT_SEALED],
-    audit_bucket: [STALE],
-    restore: [OK, FENCED],
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Self {
+            by_name: steps::all()
+                .map(|d| (d.name, Script::from_lua(compose(d.lua))))
+                .collect(),
+        }
+    }
+
+    /// The script of a declared step.
+    pub(super) fn get(&self, step: &Decl) -> &Script {
+        &self.by_name[step.name]
+    }
+
+    /// Every script, for `SCRIPT LOAD`.
+    pub(super) fn all(&self) -> impl Iterator<Item = &Script> {
+        self.by_name.values()
+    }
+}
+
+/// The reply codes a step's decoder reads.
+#[cfg(test)]
+fn codes(step: &Decl) -> &'static [&'static str] {
+    match step.reply {
+        Reply::Codes(codes) => codes,
+        _ => &[],
+    }
 }
 
 #[cfg(test)]
@@ -181,9 +135,9 @@ mod tests {
 
     #[test]
     fn every_reply_code_a_decoder_reads_is_in_its_scripts_contract_and_code() {
-        for (name, lua, codes) in CONTRACTS {
-            let (header, body) = split(lua);
-            for code in *codes {
+        for step in steps::all() {
+            let (name, (header, body)) = (step.name, split(step.lua));
+            for code in codes(step) {
                 assert!(
                     header.contains(&format!("\"{code}\"")),
                     "{name}.lua: its contract does not mention the reply \"{code}\""
@@ -198,20 +152,17 @@ mod tests {
 
     #[test]
     fn every_script_in_lua_is_declared_and_names_itself_first() {
-        let declared: Vec<&str> = CONTRACTS.iter().map(|(name, ..)| *name).collect();
+        let declared: Vec<&str> = steps::all().map(|step| step.name).collect();
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
         for file in std::fs::read_dir(dir).expect("lua/ is readable") {
             let path = file.expect("lua/ is listable").path();
             let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            // The benchmark's baseline script is run by the bench, not the store.
-            if name.starts_with("bench_") {
-                continue;
-            }
             assert!(declared.contains(&name), "lua/{name}.lua is not declared");
         }
-        for (name, lua, _) in CONTRACTS {
+        for step in steps::all() {
+            let name = step.name;
             assert!(
-                lua.starts_with(&format!("--[[ {name}.lua — ")),
+                step.lua.starts_with(&format!("--[[ {name}.lua — ")),
                 "{name}.lua does not open with its own name and contract"
             );
         }
@@ -245,6 +196,6 @@ mod tests {
 
     #[test]
     fn the_registry_holds_every_declared_script() {
-        assert_eq!(Scripts::new().all().count(), CONTRACTS.len());
+        assert_eq!(Scripts::new().all().count(), steps::all().count());
     }
 }

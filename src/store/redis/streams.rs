@@ -3,7 +3,8 @@
 
 use fred::prelude::*;
 
-use super::{RedisStore, num};
+use super::steps;
+use super::{At, RedisStore, num};
 use crate::domain::keys::BucketRef;
 use crate::domain::stream::{StreamEntry, StreamId};
 use crate::store::{FLUSH_GROUP, StoreError, Streams};
@@ -19,14 +20,13 @@ impl Streams for RedisStore {
         if claim_idle_ms.is_none() {
             return self.read_new(bucket, consumer, count).await;
         }
-        let keys = vec![self.orders_key(bucket)];
-        let args = vec![
-            FLUSH_GROUP.to_owned(),
-            consumer.to_owned(),
-            count.to_string(),
-            claim_idle_ms.map_or_else(String::new, |ms| ms.to_string()),
-        ];
-        let v = self.eval(&self.scripts.stream_read, keys, args).await?;
+        let step = steps::StreamRead {
+            group: FLUSH_GROUP,
+            consumer: consumer.to_owned(),
+            count,
+            claim: claim_idle_ms.map_or_else(String::new, |ms| ms.to_string()),
+        };
+        let v = self.run(step, At::Bucket(bucket)).await?;
         let mut out = Vec::new();
         for entry in v.into_array() {
             stream_entry(entry, &mut out)?;
@@ -35,11 +35,13 @@ impl Streams for RedisStore {
     }
 
     async fn stream_ack(&self, bucket: &BucketRef, ids: &[StreamId]) -> Result<u64, StoreError> {
-        let keys = vec![self.orders_key(bucket)];
+        let keys = self.keys_for(steps::STREAM_ACK, At::Bucket(bucket), false);
+        // group, then one id an entry.
         let mut args = Vec::with_capacity(ids.len() + 1);
         args.push(FLUSH_GROUP.to_owned());
         args.extend(ids.iter().map(StreamId::to_string));
-        num(&self.eval(&self.scripts.stream_ack, keys, args).await?)
+        let script = self.scripts.get(steps::STREAM_ACK);
+        num(&self.eval(script, keys, args).await?)
     }
 
     async fn stream_len(&self, bucket: &BucketRef) -> Result<u64, StoreError> {

@@ -5,7 +5,8 @@
 use fred::prelude::*;
 
 use super::scripts::reply;
-use super::{RedisStore, arg, code, flag, num, unavailable, unknown};
+use super::steps;
+use super::{At, RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::transfer::Forget;
@@ -22,18 +23,14 @@ impl RedisStore {
         units: u64,
         sealed_ok: bool,
     ) -> Result<TransferReply, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence, k.sealed, k.adds];
-        let args = vec![
-            token.to_string(),
-            xid.to_owned(),
-            target.to_string(),
-            units.to_string(),
-            flag(sealed_ok),
-        ];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_out, keys, args)
-            .await?;
+        let step = steps::TransferOut {
+            token,
+            xid: xid.to_owned(),
+            target,
+            units,
+            sealed_ok,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         transfer_reply("transfer_out", &parts)
     }
 }
@@ -68,14 +65,12 @@ impl Transfers for RedisStore {
         token: u64,
         forget: Forget,
     ) -> Result<u64, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.fence, k.xfer, k.xin];
-        let args = vec![
-            token.to_string(),
-            forget.mover_below.to_string(),
-            forget.reshard_below.to_string(),
-        ];
-        num(&self.eval(&self.scripts.raise_fence, keys, args).await?)
+        let step = steps::RaiseFence {
+            token,
+            mover_below: forget.mover_below,
+            reshard_below: forget.reshard_below,
+        };
+        num(&self.run(step, At::Bucket(bucket)).await?)
     }
 
     async fn settled_transfers(&self, event: &EventId) -> Result<Vec<(u32, u64)>, StoreError> {
@@ -96,11 +91,8 @@ impl Transfers for RedisStore {
         generation: u32,
         token: u64,
     ) -> Result<(), StoreError> {
-        let keys = vec![self.event_keys(event).xsettled];
-        let args = vec![generation.to_string(), token.to_string()];
-        self.eval_flag(&self.scripts.settle_transfers, keys, args)
-            .await
-            .map(drop)
+        let step = steps::SettleTransfers { generation, token };
+        self.run_flag(step, At::Event(event)).await.map(drop)
     }
 
     async fn transfer_in(
@@ -111,17 +103,13 @@ impl Transfers for RedisStore {
         source: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xin, k.fence, k.adds, k.sealed];
-        let args = vec![
-            token.to_string(),
-            xid.to_owned(),
-            source.to_string(),
-            units.to_string(),
-        ];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_in, keys, args)
-            .await?;
+        let step = steps::TransferIn {
+            token,
+            xid: xid.to_owned(),
+            source,
+            units,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         transfer_reply("transfer_in", &parts)
     }
 
@@ -131,12 +119,11 @@ impl Transfers for RedisStore {
         token: u64,
         xid: &str,
     ) -> Result<TransferReply, StoreError> {
-        let k = self.keys(bucket);
-        let keys = vec![k.stock, k.xfer, k.fence];
-        let args = vec![token.to_string(), xid.to_owned()];
-        let parts = self
-            .eval_bucket(bucket, &self.scripts.transfer_clear, keys, args)
-            .await?;
+        let step = steps::TransferClear {
+            token,
+            xid: xid.to_owned(),
+        };
+        let parts = self.run_bucket(bucket, step).await?;
         transfer_reply("transfer_clear", &parts)
     }
 

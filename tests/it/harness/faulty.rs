@@ -347,14 +347,18 @@ fn known(step: &str) {
     assert!(STEPS.contains(&step), "no store step is named {step:?}");
 }
 
+/// Every step a `Faulty` can fail: the store's own list of its steps.
+pub use shardstock::store::STEPS;
+
 /// Implements each section's trait by running every step through
-/// [`Faulty::step`], and lists the step names in [`STEPS`].
+/// [`Faulty::step`]; [`WRAPPED`] names the steps it wraps, which a test
+/// holds to [`STEPS`].
 macro_rules! faulty_sections {
     ($($section:ident {
         $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*
     } $([$($extra:item)*])?)*) => {
-        /// Every step a `Faulty` can fail, named like its script.
-        pub const STEPS: &[&str] = &[$($(stringify!($name),)*)* "purchase_groups", "ping"];
+        /// The steps the wrapper runs through [`Faulty::step`].
+        const WRAPPED: &[&str] = &[$($(stringify!($name),)*)* "purchase_groups", "ping"];
 
         $(
             impl<S: Store> $section for Faulty<S> {
@@ -511,4 +515,16 @@ impl<S: Store> Store for Faulty<S> {
     fn cached_entries(&self) -> usize {
         self.inner.cached_entries()
     }
+}
+
+#[test]
+fn the_wrapper_fails_exactly_the_steps_the_store_lists() {
+    let mut wrapped = WRAPPED.to_vec();
+    let mut listed = STEPS.to_vec();
+    wrapped.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(
+        wrapped, listed,
+        "a store step the wrapper does not wrap, or one it invents"
+    );
 }

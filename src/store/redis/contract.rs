@@ -1,0 +1,314 @@
+//! The Lua side of each step's declaration, checked without a Redis: every
+//! `lua/*.lua` header's `KEYS[n]` and `ARGV[n]` lines are parsed and held to
+//! the step's [`Decl`] (names, order, count, repeated groups too).
+//!
+//! A header declares an entry as `KEYS[n] <key pattern> …` or
+//! `ARGV[n] <name> …`, at the start of a line or after two spaces (a
+//! mention inside a sentence is not a declaration). `n` is a number, a
+//! range `1..n` (one key an entry), or an offset such as `6 + 2n + 2i - 1`
+//! where `i` (or `j`, `k`) numbers the entries of a repeated group and `n`
+//! (or `m`, `r`, `g`) counts them. A key is named by the last part of its
+//! pattern (`ss:{e#g#b}:stock` is `stock`, `ss:{e#g#j}:tk:<rid>:<pass>` is
+//! `tk`); an argument by its first word. Groups of another step's KEYS or
+//! ARGV are checked by the header naming that step's script
+//! (`each group's purchase.lua KEYS`).
+
+use std::collections::BTreeMap;
+
+use super::steps::{Arg, Decl, K};
+
+/// The value each count takes in the check (distinct, so that an offset
+/// that mixes up two counts, or an entry's columns, lands elsewhere).
+fn sample(count: &str) -> usize {
+    match count {
+        "n" => 3,
+        "m" => 2,
+        "r" => 4,
+        "g" => 5,
+        _ => 3,
+    }
+}
+
+/// The declaration's entries by 1-based position, and the step whose
+/// groups follow them, if any.
+type Layout = (BTreeMap<usize, String>, Option<&'static Decl>);
+
+fn declared_keys(step: &Decl) -> Layout {
+    let mut at = BTreeMap::new();
+    let mut push = |name: &str| {
+        let pos = at.len() + 1;
+        at.insert(pos, name.to_owned());
+    };
+    for key in step.keys.iter().chain(step.more_keys) {
+        match key {
+            K::Bucket(k) => push(k.name()),
+            K::Event(k) => push(k.name()),
+            K::Given(name) => push(name),
+            K::Each(name) => (0..sample("n")).for_each(|_| push(name)),
+            K::Groups(inner) => return (at, Some(*inner)),
+        }
+    }
+    (at, None)
+}
+
+fn declared_argv(step: &Decl) -> Layout {
+    let mut at = BTreeMap::new();
+    let mut push = |name: &str| {
+        let pos = at.len() + 1;
+        at.insert(pos, name.to_owned());
+    };
+    for arg in step.argv {
+        match arg {
+            Arg::One(name) => push(name),
+            Arg::Each { count, cols, .. } => {
+                for _ in 0..sample(count) {
+                    cols.iter().for_each(|c| push(c));
+                }
+            }
+            Arg::Groups(inner) => return (at, Some(*inner)),
+        }
+    }
+    (at, None)
+}
+
+/// The count each entry index letter runs over, from the declaration.
+fn index_counts(step: &Decl) -> BTreeMap<char, &'static str> {
+    let mut out = BTreeMap::new();
+    for arg in step.argv {
+        if let Arg::Each { count, index, .. } = arg {
+            out.insert(*index, *count);
+        }
+    }
+    out.entry('i').or_insert("n");
+    out
+}
+
+/// One `KEYS[..]` / `ARGV[..]` declaration of a header: its index
+/// expression and its name.
+#[derive(Debug)]
+struct Item {
+    expr: String,
+    name: String,
+}
+
+/// The header (the `--[[ … ]]` block) of a script.
+fn header(lua: &str) -> &str {
+    lua.split_once("\n]]").map_or(lua, |(h, _)| h)
+}
+
+/// Every declaration of `kind` (`KEYS` or `ARGV`) in a header.
+fn items(header: &str, kind: &str) -> Vec<Item> {
+    let open = format!("{kind}[");
+    let mut out = Vec::new();
+    for line in header.lines() {
+        let mut from = 0;
+        while let Some(found) = line[from..].find(&open) {
+            let start = from + found;
+            from = start + open.len();
+            let before = &line[..start];
+            if !(before.trim().is_empty() || before.ends_with("  ")) {
+                continue;
+            }
+            let Some(close) = line[from..].find(']') else {
+                continue;
+            };
+            let expr = line[from..from + close].trim().to_owned();
+            let rest = &line[from + close + 1..];
+            let Some(rest) = rest.strip_prefix(' ') else {
+                continue;
+            };
+            let token = rest.split_whitespace().next().unwrap_or("");
+            out.push(Item {
+                expr,
+                name: token.to_owned(),
+            });
+        }
+    }
+    out
+}
+
+/// A key pattern's name: its last part (`ss:{e#g#b}:stock` → `stock`).
+fn key_name(token: &str) -> String {
+    let t = token.strip_prefix("ss:").unwrap_or(token);
+    let t = match t.strip_prefix('{') {
+        Some(tagged) => tagged.split_once("}:").map_or("", |(_, rest)| rest),
+        None => t,
+    };
+    let t = t.split(':').next().unwrap_or("");
+    t.trim_end_matches([',', ';', ')']).to_owned()
+}
+
+fn arg_name(token: &str) -> String {
+    token.trim_end_matches([',', ';', ':']).to_owned()
+}
+
+/// The value of an offset such as `6 + 2n + 2i - 1`.
+fn eval(expr: &str, vars: &BTreeMap<char, usize>) -> Result<usize, String> {
+    let mut total: i64 = 0;
+    let compact: String = expr.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut term = String::new();
+    let mut sign = 1;
+    let mut terms = Vec::new();
+    for c in compact.chars().chain(std::iter::once('+')) {
+        if c == '+' || c == '-' {
+            if !term.is_empty() {
+                terms.push((sign, std::mem::take(&mut term)));
+            }
+            sign = if c == '-' { -1 } else { 1 };
+        } else {
+            term.push(c);
+        }
+    }
+    for (sign, term) in terms {
+        let digits: String = term.chars().take_while(char::is_ascii_digit).collect();
+        let var: String = term.chars().skip(digits.len()).collect();
+        let factor: i64 = if digits.is_empty() {
+            1
+        } else {
+            digits.parse().map_err(|_| format!("bad offset {expr:?}"))?
+        };
+        let value = match var.as_str() {
+            "" => 1,
+            v if v.len() == 1 => {
+                let c = v.chars().next().unwrap_or(' ');
+                *vars
+                    .get(&c)
+                    .ok_or_else(|| format!("offset {expr:?} names an unknown {c}"))?
+                    as i64
+            }
+            _ => return Err(format!("bad offset {expr:?}")),
+        };
+        total += sign * factor * value;
+    }
+    usize::try_from(total).map_err(|_| format!("offset {expr:?} is negative"))
+}
+
+/// The header's entries of `kind` by position.
+fn documented(step: &Decl, header: &str, kind: &str) -> Result<BTreeMap<usize, String>, String> {
+    let counts = index_counts(step);
+    let mut at = BTreeMap::new();
+    let mut put = |pos: usize, name: String| match at.insert(pos, name) {
+        Some(old) => Err(format!(
+            "{}.lua: {kind}[{pos}] is declared twice (also {old:?})",
+            step.name
+        )),
+        None => Ok(()),
+    };
+    for item in items(header, kind) {
+        let name = if kind == "KEYS" {
+            key_name(&item.name)
+        } else {
+            arg_name(&item.name)
+        };
+        let mut vars: BTreeMap<char, usize> = ["n", "m", "r", "g"]
+            .iter()
+            .map(|c| (c.chars().next().unwrap_or(' '), sample(c)))
+            .collect();
+        if let Some((first, last)) = item.expr.split_once("..") {
+            let first = eval(first, &vars)?;
+            for pos in first..=eval(last, &vars)? {
+                put(pos, name.clone())?;
+            }
+            continue;
+        }
+        let index = item.expr.chars().find(|c| counts.contains_key(c));
+        match index {
+            None => put(eval(&item.expr, &vars)?, name)?,
+            Some(letter) => {
+                for e in 1..=sample(counts[&letter]) {
+                    vars.insert(letter, e);
+                    put(eval(&item.expr, &vars)?, name.clone())?;
+                }
+            }
+        }
+    }
+    Ok(at)
+}
+
+/// Whether the header documents what the declaration says, for one kind.
+fn compare(
+    step: &Decl,
+    header: &str,
+    kind: &str,
+    (declared, groups): Layout,
+) -> Result<(), String> {
+    let documented = documented(step, header, kind)?;
+    if documented != declared {
+        return Err(format!(
+            "{}.lua {kind}: the header says {documented:?}, the declaration {declared:?}",
+            step.name
+        ));
+    }
+    if let Some(inner) = groups {
+        let mention = format!("{}.lua {kind}", inner.name);
+        if !header.contains(&mention) {
+            return Err(format!("{}.lua does not say {mention:?}", step.name));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a script's header (`lua`, the script's text) against `step`.
+pub(super) fn check(step: &Decl, lua: &str) -> Result<(), String> {
+    let header = header(lua);
+    compare(step, header, "KEYS", declared_keys(step))?;
+    compare(step, header, "ARGV", declared_argv(step))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::steps::{self, Step};
+    use super::*;
+
+    #[test]
+    fn every_script_header_documents_the_keys_and_arguments_its_step_declares() {
+        let errors: Vec<String> = steps::all()
+            .filter_map(|step| check(step, step.lua).err())
+            .collect();
+        assert!(errors.is_empty(), "{}", errors.join("\n"));
+    }
+
+    /// `lua` with `from` replaced once (the test's broken copy).
+    fn broken(lua: &str, from: &str, to: &str) -> String {
+        assert!(lua.contains(from), "the copy breaks {from:?}");
+        lua.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn a_header_whose_keys_are_out_of_order_fails_the_check() {
+        let step = steps::Take::DECL;
+        let lua = broken(
+            step.lua,
+            "KEYS[4] ss:{e#g#j}:xfer",
+            "KEYS[4] ss:{e#g#j}:adds",
+        );
+        let lua = broken(&lua, "KEYS[5] ss:{e#g#j}:adds", "KEYS[5] ss:{e#g#j}:xfer");
+        assert!(check(step, &lua).unwrap_err().contains("take.lua KEYS"));
+    }
+
+    #[test]
+    fn a_header_missing_an_argument_fails_the_check() {
+        let step = steps::Cancel::DECL;
+        let lua = broken(step.lua, "   ARGV[3] h", "");
+        assert!(check(step, &lua).unwrap_err().contains("cancel.lua ARGV"));
+    }
+
+    #[test]
+    fn a_repeated_column_at_the_wrong_offset_fails_the_check() {
+        let step = steps::PURCHASE;
+        let lua = broken(step.lua, "ARGV[6 + 5n + i] qty", "ARGV[6 + 4n + i] qty");
+        assert!(check(step, &lua).is_err());
+        let lua = broken(step.lua, "ARGV[6 + 5n + i] qty", "ARGV[6 + 5n + i] user");
+        assert!(check(step, &lua).unwrap_err().contains("purchase.lua ARGV"));
+    }
+
+    #[test]
+    fn offsets_count_entries_and_groups() {
+        let vars: BTreeMap<char, usize> = [('n', 3), ('i', 2)].into_iter().collect();
+        assert_eq!(eval("6 + 2n + 2i - 1", &vars), Ok(15));
+        assert_eq!(eval("6+4n+i", &vars), Ok(20));
+        assert_eq!(key_name("ss:{e#g#j}:tk:<rid>:<pass>"), "tk");
+        assert_eq!(key_name("ss:holds"), "holds");
+        assert_eq!(key_name("ss:{u#<user>}:rate"), "rate");
+    }
+}
