@@ -12,14 +12,14 @@ use crate::control::reconcile::{Reconciled, reconcile as reconcile_event};
 use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::engine::Engine;
-use crate::http::{Held, Hold};
+use crate::http::{Quarantine, Quarantined};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::Store;
 
 /// What the audits do when one finds a partial loss (`control::reconcile`).
 pub(super) struct Reaction {
-    pub held: Arc<Held>,
+    pub quarantine: Arc<Quarantine>,
     /// Take the found units off sale (`lost_state = "rebuild"`), or hold the
     /// event until an operator recovers it (`"refuse"`).
     pub repair: bool,
@@ -34,9 +34,9 @@ pub(super) struct Reaction {
 ///
 /// An audit that finds the store offering units orders in the ledger hold
 /// (a partial loss: Redis lost writes the ledger has) reconciles the event
-/// at once: the units are taken off sale, or the event is held (purchases
+/// at once: the units are taken off sale, or the event is quarantined (purchases
 /// answer 503) until an operator recovers it; either way
-/// `shardstock_store_units_lost_total` counts them. Held events are audited
+/// `shardstock_store_units_lost_total` counts them. Quarantined events are audited
 /// every round, and released once the audit balances again.
 pub(super) async fn run<S: Store>(
     engine: Arc<Engine<S>>,
@@ -55,14 +55,17 @@ pub(super) async fn run<S: Store>(
         since = now;
         for event in std::mem::take(&mut again)
             .into_iter()
-            .chain(react.held.partial())
+            .chain(react.quarantine.partial())
         {
             if !events.contains(&event) {
                 events.push(event);
             }
         }
         for event in events {
-            let held = matches!(react.held.get(&event), Some(Hold::Partial { .. }));
+            let quarantined = matches!(
+                react.quarantine.get(&event),
+                Some(Quarantined::Partial { .. })
+            );
             let audit = crate::control::audit::audit(&engine, &ledger, &event).await;
             if matches!(&audit, Ok(a) if a.discrepancy <= 0) {
                 reported.remove(&event);
@@ -78,9 +81,9 @@ pub(super) async fn run<S: Store>(
                 Ok(a) if !a.balanced => {
                     tracing::error!(%event, audit = ?a, "audit does not balance")
                 }
-                Ok(_) if held => {
+                Ok(_) if quarantined => {
                     tracing::warn!(%event, "the event balances again: selling it");
-                    react.held.release(&event);
+                    react.quarantine.release(&event);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -95,8 +98,8 @@ pub(super) async fn run<S: Store>(
 }
 
 /// An audit found units held both by orders in the ledger and by buckets:
-/// take them off sale or hold the event (see [`run`]). `reported` holds, per
-/// event, the units of the finding already counted and logged (left held, or
+/// take them off sale or quarantine the event (see [`run`]). `reported` holds, per
+/// event, the units of the finding already counted and logged (left quarantined, or
 /// oversold: found again every round), so each unit is counted once.
 async fn reconcile<S: Store>(
     engine: &Engine<S>,
@@ -112,7 +115,7 @@ async fn reconcile<S: Store>(
     match reconcile_event(engine, ledger, event, react.repair).await? {
         Reconciled::Clean(_) => {
             reported.remove(event);
-            react.held.release(event);
+            react.quarantine.release(event);
         }
         Reconciled::Repaired { units, short } => {
             lost(units.saturating_sub(known));
@@ -128,7 +131,7 @@ async fn reconcile<S: Store>(
             } else {
                 reported.remove(event);
             }
-            react.held.release(event);
+            react.quarantine.release(event);
         }
         Reconciled::Found { units } => {
             if units > known {
@@ -140,7 +143,9 @@ async fn reconcile<S: Store>(
                 );
             }
             reported.insert(event.clone(), units);
-            react.held.hold(event.clone(), Hold::Partial { units });
+            react
+                .quarantine
+                .quarantine(event.clone(), Quarantined::Partial { units });
         }
     }
     Ok(())

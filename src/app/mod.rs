@@ -37,7 +37,7 @@ use crate::control::rebalancer::Rebalancer;
 use crate::control::ticker::Ticker;
 use crate::engine::Engine;
 use crate::http::serve::ServeOptions;
-use crate::http::{self, AppState, Held, guard::RateLimits};
+use crate::http::{self, AppState, Quarantine, guard::RateLimits};
 use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::{MemoryStore, RedisStore, Store};
@@ -178,7 +178,7 @@ impl Application {
             metrics: metrics.clone(),
             // After the recorder is installed: the handles are its series.
             meters: Arc::new(http::Meters::refreshed_within(retention)),
-            held: Arc::new(Held::lost(refused)),
+            quarantine: Arc::new(Quarantine::lost(refused)),
             flush: options::flush(db, ledger.kind()),
             rebalance: options::rebalance(&settings.rebalancer),
             stop: stop.clone(),
@@ -204,7 +204,7 @@ impl Application {
             engine.instance().to_owned(),
             options::flush(db, ledger.kind()),
         )
-        .with_sweep(db.flush_sweep_buckets_per_s);
+        .with_scan(db.flush_sweep_buckets_per_s);
         let (flush_stop, flush_deadline) = (stop.clone(), deadline.clone());
         tasks.spawn(async move {
             flusher
@@ -228,18 +228,18 @@ impl Application {
                 ledger.clone(),
                 every,
                 audits::Reaction {
-                    held: state.held.clone(),
+                    quarantine: state.quarantine.clone(),
                     repair: policy == LostState::Rebuild,
                 },
                 stop.clone(),
             )));
         }
-        tasks.spawn(quietly(crate::control::sweeper::run(
+        tasks.spawn(quietly(crate::control::saga_sweeper::run(
             engine.clone(),
             options::sweep(&settings),
             stop.clone(),
         )));
-        tasks.spawn(quietly(crate::control::expiry::run(
+        tasks.spawn(quietly(crate::control::hold_expiry::run(
             engine.clone(),
             Default::default(),
             stop.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::{DatabaseSettings, RateLimitSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
-use crate::control::sweeper::SweepOptions;
+use crate::control::saga_sweeper::SagaSweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
 use crate::http::{RateLimitOptions, RouterOptions};
@@ -33,12 +33,12 @@ pub fn engine(settings: &Settings) -> EngineOptions {
 }
 
 /// The sweeper's pace and bound.
-pub fn sweep(settings: &Settings) -> SweepOptions {
+pub fn sweep(settings: &Settings) -> SagaSweepOptions {
     let e = &settings.engine;
-    SweepOptions {
+    SagaSweepOptions {
         interval: Duration::from_millis(e.sweep_interval_ms),
         stale_after: Duration::from_millis(e.stale_saga_after_ms),
-        per_bucket: SweepOptions::PER_BUCKET,
+        per_bucket: SagaSweepOptions::PER_BUCKET,
     }
 }
 
@@ -89,7 +89,7 @@ impl Default for EngineOptions {
     }
 }
 
-impl Default for SweepOptions {
+impl Default for SagaSweepOptions {
     fn default() -> Self {
         sweep(&Settings::default())
     }

@@ -22,7 +22,7 @@ pub use show::{mask_url, show};
 pub use source::ConfigSource;
 
 use crate::domain::ids::EventId;
-use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::model::{BucketCount, BucketRange, DEFAULT_MAX_PER_ORDER, EventSpec};
 
 /// What to do with an event the ledger has on sale but the store lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -192,7 +192,7 @@ pub struct DatabaseSettings {
     pub flush_block_ms: u64,
     /// Records pending this long in a dead consumer are claimed.
     pub claim_idle_ms: u64,
-    /// The flusher's slow sweep for records other instances left: buckets
+    /// The flusher's slow scan for records other instances left: buckets
     /// checked per second, round-robin over every open event (a full pass
     /// over N buckets takes N / this seconds). Its cost does not grow with
     /// the number of events.
@@ -392,11 +392,11 @@ pub enum BucketsSetting {
 }
 
 impl BucketsSetting {
-    fn buckets(&self) -> Option<Buckets> {
+    fn buckets(&self) -> Option<BucketCount> {
         match self {
-            Self::Count(n) => Some(Buckets::Fixed(*n)),
-            Self::Named(s) => Buckets::named(s),
-            &Self::Range { min, max } => Some(Buckets::Auto(BucketRange { min, max })),
+            Self::Count(n) => Some(BucketCount::Fixed(*n)),
+            Self::Named(s) => BucketCount::named(s),
+            &Self::Range { min, max } => Some(BucketCount::Auto(BucketRange { min, max })),
         }
     }
 }

@@ -16,9 +16,9 @@
 //! Which buckets a round reads follows activity, not the number of events: the
 //! buckets this process wrote since the last round (`engine::Activity`, marked
 //! by every step that appends to a stream), the ones a full batch left
-//! unfinished, and what the slow [`Sweep`] finds holding records (buckets
+//! unfinished, and what the slow [`StreamScan`] finds holding records (buckets
 //! written by other or dead instances). An idle flusher reads nothing but the
-//! sweep's paced `XLEN`s.
+//! scan's paced `XLEN`s.
 //!
 //! Batches are filled by waiting: a round that read less than a batch pauses
 //! `idle`, as a round that read nothing does, before the next. A commit costs
@@ -45,7 +45,7 @@ use tracing::Instrument;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::control::sweep::{Lag, SWEEP_PER_S, Sweep};
+use crate::control::stream_scan::{Lag, SCAN_PER_S, StreamScan};
 use crate::control::ticker::Ticker;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
@@ -131,8 +131,8 @@ pub struct Flusher<S: Store> {
     /// When this worker last claimed each bucket's long-pending records (see
     /// [`Claims`]).
     claims: Claims,
-    /// The slow sweep, shared by the workers: whoever finds it here runs it.
-    sweep: Arc<Mutex<Option<Sweep>>>,
+    /// The slow scan, shared by the workers: whoever finds it here runs it.
+    scan: Arc<Mutex<Option<StreamScan>>>,
     lag: Arc<Lag>,
     /// The workers' last round read a full batch or left buckets unfinished:
     /// the helpers read too (see the module docs).
@@ -158,7 +158,7 @@ impl<S: Store> Flusher<S> {
             opts,
             claims: Claims::default(),
             cursor: 0,
-            sweep: Arc::new(Mutex::new(Some(Sweep::new(SWEEP_PER_S)))),
+            scan: Arc::new(Mutex::new(Some(StreamScan::new(SCAN_PER_S)))),
             lag: Arc::default(),
             busy: Arc::default(),
             spare: Vec::new(),
@@ -166,9 +166,9 @@ impl<S: Store> Flusher<S> {
     }
 
     /// Sweeps `per_s` buckets a second for records other instances left
-    /// (default [`SWEEP_PER_S`]).
-    pub fn with_sweep(self, per_s: u32) -> Self {
-        *self.sweep.lock().expect("sweep poisoned") = Some(Sweep::new(per_s));
+    /// (default [`SCAN_PER_S`]).
+    pub fn with_scan(self, per_s: u32) -> Self {
+        *self.scan.lock().expect("scan poisoned") = Some(StreamScan::new(per_s));
         self
     }
 
@@ -502,19 +502,19 @@ impl<S: Store> Flusher<S> {
     }
 
     /// This round's buckets: what the last round left unfinished, what this
-    /// process wrote since, and what the sweep (if no other worker is running
+    /// process wrote since, and what the scan (if no other worker is running
     /// it) found holding records.
     async fn due(&mut self, unfinished: Vec<BucketRef>) -> Vec<BucketRef> {
         let mut seen = HashSet::new();
         let mut due: Vec<BucketRef> = unfinished;
         due.extend(self.engine.activity().take_dirty());
-        let sweep = self.sweep.lock().expect("sweep poisoned").take();
-        if let Some(mut sweep) = sweep {
-            match sweep.next(&self.engine, &self.ledger, &self.lag).await {
+        let scan = self.scan.lock().expect("scan poisoned").take();
+        if let Some(mut scan) = scan {
+            match scan.next(&self.engine, &self.ledger, &self.lag).await {
                 Ok(found) => due.extend(found),
-                Err(e) => tracing::warn!(error = %e, "flusher: the sweep failed"),
+                Err(e) => tracing::warn!(error = %e, "flusher: the scan failed"),
             }
-            *self.sweep.lock().expect("sweep poisoned") = Some(sweep);
+            *self.scan.lock().expect("scan poisoned") = Some(scan);
         }
         due.retain(|b| seen.insert(b.clone()));
         due

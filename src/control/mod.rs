@@ -14,12 +14,12 @@
 pub mod audit;
 /// Named points where a test can crash or pause a reshard or a close.
 pub mod checkpoint;
-/// Held orders past their pay-by deadline back on sale.
-pub mod expiry;
 /// Bucket order streams → the ledger, exactly once.
 pub mod flusher;
 /// Background refresh of the bucket gauges.
 pub mod gauges;
+/// Held orders past their pay-by deadline back on sale.
+pub mod hold_expiry;
 /// Create in both stores, close a sale, rebuild lost state.
 pub mod lifecycle;
 /// The per-event leader that keeps buckets balanced.
@@ -28,10 +28,10 @@ pub mod rebalancer;
 pub mod reconcile;
 /// Moving a live event to another bucket count.
 pub mod reshard;
-/// The flusher's slow sweep over every open bucket, and its lag count.
-pub mod sweep;
 /// Ends pending sagas no driver will end.
-pub mod sweeper;
+pub mod saga_sweeper;
+/// The flusher's slow scan over every open bucket, and its lag count.
+pub mod stream_scan;
 /// The pace of every background loop: a round each period until stopped.
 pub mod ticker;
 

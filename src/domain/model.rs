@@ -87,12 +87,12 @@ impl BucketRange {
 /// A bucket count as asked for at creation: a number, `"auto"`, or
 /// `{ min, max }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Buckets {
+pub enum BucketCount {
     Fixed(u32),
     Auto(BucketRange),
 }
 
-impl Buckets {
+impl BucketCount {
     /// Parses the named form (`"auto"`).
     pub fn named(s: &str) -> Option<Self> {
         (s == "auto").then_some(Self::Auto(BucketRange::AUTO))

@@ -5,7 +5,7 @@
 //! appended to (`take_dirty`), and the gauges and the rebalancer attend to the
 //! events with recent traffic (`events_since`). What other processes wrote
 //! (a dead instance's last orders, another replica's events) is found by the
-//! slow sweeps those loops keep, so nothing is missed, only found later.
+//! slow scans those loops keep, so nothing is missed, only found later.
 //!
 //! An event's first write after [`QUIET`] without any (a sale starting, or
 //! resuming) also wakes the rebalancer (`take_woken`), so an adaptive event is

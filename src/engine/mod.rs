@@ -103,8 +103,8 @@ pub struct CachedEntries {
     pub lanes: usize,
     /// Events' event-wide check gates.
     pub prechecks: usize,
-    /// Events' settling gates.
-    pub settling: usize,
+    /// Events' reshard waiting gates.
+    pub reshard_waits: usize,
     /// Events with traffic, and buckets marked for the flusher.
     pub activity: usize,
     /// The store's caches (Redis: purchase keys a bucket).
@@ -174,7 +174,7 @@ pub struct Engine<S: Store> {
     /// The event-wide checks of sagas, one at a time per event.
     prechecks: precheck::Prechecks,
     /// Per event, the one purchase at a time that polls a reshard's end.
-    settling: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
+    reshard_waits: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -199,7 +199,7 @@ impl<S: Store> Engine<S> {
             crash: AtomicU8::new(CrashPoint::None as u8),
             clock: Clock::system(),
             prechecks: precheck::Prechecks::default(),
-            settling: Mutex::default(),
+            reshard_waits: Mutex::default(),
         }
     }
 
@@ -370,9 +370,9 @@ impl<S: Store> Engine<S> {
             b.forget(event);
         }
         self.prechecks.forget(event);
-        self.settling
+        self.reshard_waits
             .lock()
-            .expect("settling gates poisoned")
+            .expect("reshard_waits gates poisoned")
             .remove(event);
         self.store.forget_event(event);
     }
@@ -385,7 +385,11 @@ impl<S: Store> Engine<S> {
             metas: self.events.read().expect("meta cache poisoned").len(),
             lanes: self.batcher.as_ref().map_or(0, |b| b.lanes()),
             prechecks: self.prechecks.len(),
-            settling: self.settling.lock().expect("settling gates poisoned").len(),
+            reshard_waits: self
+                .reshard_waits
+                .lock()
+                .expect("reshard_waits gates poisoned")
+                .len(),
             activity: self.activity.entries(),
             store: self.store.cached_entries(),
         }
@@ -398,13 +402,13 @@ impl<S: Store> Engine<S> {
     /// (Every waiting purchase polling on its own read the meta tens of
     /// thousands of times a second in a reshard under a crowd, slowing the
     /// reshard it waited for.)
-    async fn settled(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
+    async fn after_reshard(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
         let deadline = tokio::time::Instant::now() + self.opts.reshard_wait;
         let before = self.meta(event).await?;
         let gate = self
-            .settling
+            .reshard_waits
             .lock()
-            .expect("settling gates poisoned")
+            .expect("reshard_waits gates poisoned")
             .entry(event.clone())
             .or_default()
             .clone();

@@ -53,7 +53,7 @@ impl<S: Store> Engine<S> {
                 Ok(v) => return Ok((order_id, event, v)),
                 Err(StoreError::Stale(_)) if attempt < 2 => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    meta = self.settled(&event).await?;
+                    meta = self.after_reshard(&event).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -88,7 +88,7 @@ impl<S: Store> Engine<S> {
             let record = match self.store.request_record(&bucket, &rid).await {
                 Ok(record) => record,
                 Err(StoreError::Stale(_)) if attempt < 2 => {
-                    meta = self.settled(event).await?;
+                    meta = self.after_reshard(event).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),

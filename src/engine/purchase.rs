@@ -12,7 +12,7 @@
 //! was deducted". `purchase_detached` runs the purchase as its own task, so a
 //! caller that goes away (a client disconnect, the request timeout) never
 //! abandons a saga half way; one that ends anyway (a crash) is ended by the
-//! sweeper (`control::sweeper`).
+//! sweeper (`control::saga_sweeper`).
 
 use std::any::Any;
 use std::future::Future;
@@ -207,7 +207,7 @@ impl<S: Store> Engine<S> {
         let mut stale = 0;
         loop {
             if meta.status == EventStatus::Resharding {
-                meta = Box::pin(self.settled(&req.event)).await?;
+                meta = Box::pin(self.after_reshard(&req.event)).await?;
             }
             if let Err(refused) = check_on_sale(&meta, self.clock.now_ms()) {
                 return Box::pin(self.after_window(&meta, req, hash, &rid, keep, refused)).await;
@@ -234,7 +234,7 @@ impl<S: Store> Engine<S> {
             match self.attempt(&meta, saga).await {
                 Err(EngineError::Store(StoreError::Stale(_))) if stale < 3 => {
                     stale += 1;
-                    meta = Box::pin(self.settled(&req.event)).await?;
+                    meta = Box::pin(self.after_reshard(&req.event)).await?;
                 }
                 // The layout kept changing under us (a long reshard): nothing was bought.
                 Err(EngineError::Store(StoreError::Stale(_))) => {

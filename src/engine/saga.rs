@@ -412,7 +412,7 @@ impl<S: Store> Engine<S> {
             .await;
         // A hold's record goes into the home bucket's stream here: the
         // flusher must look there (else the order's take reached the ledger
-        // alone, `confirmed`, until the slow sweep came by).
+        // alone, `confirmed`, until the slow scan came by).
         self.activity.wrote(&bucket);
         Ok(reply?)
     }

@@ -4,7 +4,7 @@
 //! probing: the first take its markers show (by pass, then ring order) is
 //! confirmed, every other take of the saga is given back, or, with no take,
 //! the saga is aborted. A close or a reshard uses it on sealed buckets, the
-//! sweeper (`control::sweeper`) on live ones; `finish` arbitrates, so it ends
+//! sweeper (`control::saga_sweeper`) on live ones; `finish` arbitrates, so it ends
 //! a saga once whoever else is at it. `clear_markers` deletes a saga's
 //! markers once it has ended, except takes that stand (`saga.rs` says why).
 

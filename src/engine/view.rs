@@ -291,7 +291,7 @@ impl<S: Store> Engine<S> {
                 }
                 Ok(states) => return Ok(EventView::new(&meta, &states, self.clock.now_ms())),
                 Err(StoreError::Stale(_)) => {
-                    meta = self.settled(event).await?;
+                    meta = self.after_reshard(event).await?;
                     tries += 1;
                 }
                 Err(e) => return Err(e.into()),

@@ -13,7 +13,7 @@ use crate::control::audit::Audit;
 use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::domain::ids::EventId;
-use crate::domain::model::{BucketRange, Buckets, DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::model::{BucketCount, BucketRange, DEFAULT_MAX_PER_ORDER, EventSpec};
 use crate::engine::{EngineError, EventView};
 use crate::store::Store;
 
@@ -47,7 +47,7 @@ pub(super) struct CreateEvent {
     /// stock change.
     #[serde(deserialize_with = "super::whole::buckets")]
     #[schema(value_type = BucketsDoc)]
-    buckets: Buckets,
+    buckets: BucketCount,
     /// Units one user may hold at most; absent: no limit.
     // The whole u32 range is accepted: `int32`'s implied maximum (2^31 - 1)
     // was narrower than the service (schemathesis sent 2^31 and saw 201).
@@ -167,7 +167,7 @@ impl<S: Store> AppState<S> {
     pub(super) async fn event_view(&self, event: &EventId) -> Result<EventView, ApiError> {
         match self.engine.view(event).await {
             Ok(view) if view.status != "closed" => Ok(view),
-            Ok(_) | Err(EngineError::UnknownEvent(_)) if !self.held.contains(event) => {
+            Ok(_) | Err(EngineError::UnknownEvent(_)) if !self.quarantine.contains(event) => {
                 lifecycle::final_view(&self.engine, &self.ledger, event)
                     .await
                     .map_err(|e| self.control_error(event, e))

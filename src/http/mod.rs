@@ -17,7 +17,6 @@ mod archive;
 pub mod error;
 mod events;
 pub mod guard;
-mod held;
 mod live;
 mod lookup;
 mod meters;
@@ -25,6 +24,7 @@ mod openapi;
 mod ops;
 mod orders;
 mod purchases;
+mod quarantine;
 pub mod serve;
 mod trace;
 mod whole;
@@ -51,9 +51,9 @@ use crate::store::Store;
 pub use error::{ApiError, ApiJson};
 pub use guard::RateLimitOptions;
 use guard::RateLimits;
-pub use held::{Held, Hold};
 pub use live::Live;
 pub use meters::Meters;
+pub use quarantine::{Quarantine, Quarantined};
 
 /// The bounds every request is held to (`app::options::router` maps them
 /// from `[server]`: `http` does not read settings).
@@ -79,7 +79,7 @@ pub struct Shared<S: Store> {
     /// The handles of the request path's metric series.
     pub meters: Arc<Meters>,
     /// Events refused until an operator recovers them.
-    pub held: Arc<Held>,
+    pub quarantine: Arc<Quarantine>,
     pub flush: FlushOptions,
     pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
@@ -114,10 +114,10 @@ impl<S: Store> std::ops::Deref for AppState<S> {
 }
 
 impl<S: Store> AppState<S> {
-    /// An engine error, but a held event's "unknown" becomes a clear 503.
+    /// An engine error, but a quarantined event's "unknown" becomes a clear 503.
     fn engine_error(&self, event: &EventId, e: crate::engine::EngineError) -> ApiError {
         if matches!(e, crate::engine::EngineError::UnknownEvent(_))
-            && let Some(refused) = self.held.refusal(event)
+            && let Some(refused) = self.quarantine.refusal(event)
         {
             return refused;
         }
@@ -138,7 +138,7 @@ impl<S: Store> AppState<S> {
         e: crate::engine::EngineError,
     ) -> ApiError {
         if !matches!(e, crate::engine::EngineError::UnknownEvent(_))
-            || self.held.contains(event)
+            || self.quarantine.contains(event)
             || !self.engine.is_known(event)
         {
             return self.engine_error(event, e);

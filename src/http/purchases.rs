@@ -108,7 +108,7 @@ pub(super) async fn purchase<S: Store>(
         };
         state.limits.check(state.engine.store(), &req.user).await?;
         let event = req.event.clone();
-        if let Some(refused) = state.held.refusal(&event) {
+        if let Some(refused) = state.quarantine.refusal(&event) {
             return Box::pin(from_ledger(&state, req, refused)).await;
         }
         // A task of its own: if this handler is dropped (the client went
@@ -151,13 +151,13 @@ pub(super) async fn purchase<S: Store>(
     respond(outcome, &state.meters, label, start)
 }
 
-/// A purchase the store cannot answer (the event closed, or is held after
+/// A purchase the store cannot answer (the event closed, or is quarantined after
 /// the store lost state): a request with the client's request id learns from
 /// the ledger what it bought. A close drains every order and every later
 /// change (confirm, cancel, expiry) into the ledger before the ledger marks
 /// the event closed, so once it is, its answer is final: the order as it is,
 /// or no order (the request bought nothing). Before that (a close under way,
-/// a held event) the answer is `outcome: unknown`, which a later retry
+/// a quarantined event) the answer is `outcome: unknown`, which a later retry
 /// resolves.
 async fn from_ledger<S: Store>(
     state: &AppState<S>,
@@ -196,8 +196,8 @@ async fn from_ledger<S: Store>(
             }
             other => other,
         }),
-        _ if state.held.contains(&req.event) => Err(unknown(format!(
-            "event {} is held until an operator recovers it; the order of request id {rid} \
+        _ if state.quarantine.contains(&req.event) => Err(unknown(format!(
+            "event {} is quarantined until an operator recovers it; the order of request id {rid} \
              is not final in the database yet",
             req.event
         ))),

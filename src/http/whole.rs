@@ -11,7 +11,7 @@
 use serde::Deserialize;
 use serde::de::{Deserializer, Error};
 
-use crate::domain::model::{BucketRange, Buckets};
+use crate::domain::model::{BucketCount, BucketRange};
 
 /// Largest float that is still an exact integer.
 const EXACT: f64 = 9_007_199_254_740_992.0;
@@ -42,13 +42,13 @@ fn exact_u32(n: &serde_json::Number) -> Result<u32, String> {
 
 /// A bucket count: a whole number, `"auto"`, or `{"min": .., "max": ..}`
 /// (the bounds are checked with the rest of the spec).
-pub fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
+pub fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<BucketCount, D::Error> {
     use serde_json::Value;
     const EXPECTED: &str = r#"expected a whole number, "auto" or {"min": .., "max": ..}"#;
     match Value::deserialize(d)? {
-        Value::Number(n) => exact_u32(&n).map(Buckets::Fixed),
+        Value::Number(n) => exact_u32(&n).map(BucketCount::Fixed),
         Value::String(s) => {
-            Buckets::named(&s).ok_or_else(|| format!("invalid value: {s:?}, {EXPECTED}"))
+            BucketCount::named(&s).ok_or_else(|| format!("invalid value: {s:?}, {EXPECTED}"))
         }
         Value::Object(fields) => {
             if let Some(k) = fields.keys().find(|k| !matches!(k.as_str(), "min" | "max")) {
@@ -63,7 +63,7 @@ pub fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
                 )),
                 None => Err(format!("missing field `{k}` in buckets")),
             };
-            Ok(Buckets::Auto(BucketRange {
+            Ok(BucketCount::Auto(BucketRange {
                 min: bound("min").map_err(D::Error::custom)?,
                 max: bound("max").map_err(D::Error::custom)?,
             }))
@@ -184,26 +184,26 @@ mod tests {
     #[derive(Deserialize, Debug)]
     struct Create {
         #[serde(deserialize_with = "super::buckets")]
-        buckets: crate::domain::model::Buckets,
+        buckets: crate::domain::model::BucketCount,
     }
 
     #[test]
     fn buckets_are_a_count_auto_or_bounds() {
-        use crate::domain::model::{BucketRange, Buckets};
+        use crate::domain::model::{BucketCount, BucketRange};
         let b = |json: &str| {
             serde_json::from_str::<Create>(json)
                 .map(|c| c.buckets)
                 .map_err(|e| e.to_string())
         };
-        assert_eq!(b(r#"{"buckets": 16}"#), Ok(Buckets::Fixed(16)));
-        assert_eq!(b(r#"{"buckets": 16.0}"#), Ok(Buckets::Fixed(16)));
+        assert_eq!(b(r#"{"buckets": 16}"#), Ok(BucketCount::Fixed(16)));
+        assert_eq!(b(r#"{"buckets": 16.0}"#), Ok(BucketCount::Fixed(16)));
         assert_eq!(
             b(r#"{"buckets": "auto"}"#),
-            Ok(Buckets::Auto(BucketRange::AUTO))
+            Ok(BucketCount::Auto(BucketRange::AUTO))
         );
         assert_eq!(
             b(r#"{"buckets": {"min": 2, "max": 64.0}}"#),
-            Ok(Buckets::Auto(BucketRange { min: 2, max: 64 }))
+            Ok(BucketCount::Auto(BucketRange { min: 2, max: 64 }))
         );
         for (bad, says) in [
             (r#"{"buckets": "many"}"#, "\"many\""),

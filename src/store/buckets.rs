@@ -378,7 +378,7 @@ pub trait Buckets {
     ) -> impl Future<Output = Result<Option<RequestRecord>, StoreError>> + Send;
 
     /// Units a user holds (bought and reserved) in their home bucket.
-    fn held(
+    fn user_units(
         &self,
         bucket: &BucketRef,
         user: &UserId,

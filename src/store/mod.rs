@@ -94,7 +94,7 @@ pub const STEPS: &[&str] = &[
     "cancel",
     "order_entry",
     "request_record",
-    "held",
+    "user_units",
     "counters",
     "set_empty",
     "bump_epoch",

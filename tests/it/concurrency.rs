@@ -230,7 +230,7 @@ async fn a_sale_under_real_concurrency_keeps_every_invariant<S: Store>(engine: E
         assert!(net <= i64::from(LIMIT), "{u} holds {net} > {LIMIT}");
         let uid = user(u.as_str());
         let b = BucketRef::new(&id, 0, home(user_hash(&uid), BUCKETS));
-        let stored = engine.store().held(&b, &uid).await.unwrap();
+        let stored = engine.store().user_units(&b, &uid).await.unwrap();
         assert_eq!(
             stored as i64, net,
             "{u}: the store's count matches the answers given"

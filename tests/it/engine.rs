@@ -210,7 +210,14 @@ async fn the_per_user_limit_holds_across_buckets<S: Store>(engine: Engine<S>) {
         Err(Refusal::LimitExceeded { limit: 3, held: 3 })
     );
     let b = BucketRef::new(&id, 0, 0);
-    assert_eq!(engine.store().held(&b, &user(u.as_str())).await.unwrap(), 3);
+    assert_eq!(
+        engine
+            .store()
+            .user_units(&b, &user(u.as_str()))
+            .await
+            .unwrap(),
+        3
+    );
 }
 
 async fn a_replay_returns_the_original_answer<S: Store>(engine: Engine<S>) {
@@ -391,7 +398,7 @@ async fn purchases_outside_the_sale_window_are_refused<S: Store>(engine: Engine<
 
 async fn held_by<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId, n: u32) -> u64 {
     let b = BucketRef::new(id, 0, home(user_hash(u), n));
-    engine.store().held(&b, u).await.unwrap()
+    engine.store().user_units(&b, u).await.unwrap()
 }
 
 async fn a_crash_after_the_home_step_is_completed_by_a_retry<S: Store>(engine: Engine<S>) {
@@ -1102,8 +1109,8 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
         "{replies:?}"
     );
     let store = engine.store();
-    assert_eq!(store.held(&b, &user("u-1")).await.unwrap(), 3);
-    assert_eq!(store.held(&b, &user("u-2")).await.unwrap(), 3);
+    assert_eq!(store.user_units(&b, &user("u-1")).await.unwrap(), 3);
+    assert_eq!(store.user_units(&b, &user("u-2")).await.unwrap(), 3);
     assert_eq!(
         store.request_record(&b, "u-1/a").await.unwrap(),
         Some(bought)
@@ -1170,7 +1177,7 @@ async fn one_home_call_sees_what_its_earlier_entries_did<S: Store>(engine: Engin
                 .entry
                 .is_some()
         );
-        assert_eq!(store.held(&b, &e.user).await.unwrap(), 1);
+        assert_eq!(store.user_units(&b, &e.user).await.unwrap(), 1);
     }
     assert_eq!(store.stream_len(&b).await.unwrap(), 4);
 }
@@ -1262,7 +1269,7 @@ async fn an_entry_over_the_limit_is_refused_without_slowing_its_call<S: Store>(e
         ]
     );
     for (u, held) in [("a", 2), ("b", 0), ("c", 2), ("e", 2), ("f", 1)] {
-        assert_eq!(store.held(&b, &user(u)).await.unwrap(), held, "{u}");
+        assert_eq!(store.user_units(&b, &user(u)).await.unwrap(), held, "{u}");
     }
     assert_eq!(store.bucket_state(&b).await.unwrap().stock, 3);
     for o in [&a, &c, &e] {

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::hold_expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::lifecycle;
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::domain::ids::{EventId, OrderId, RequestId};
@@ -768,7 +768,7 @@ async fn a_hold_bought_through_the_ring_reaches_the_ledger_held_at_once<S: Store
         format!("marks-{}", rand::random::<u32>()),
         flush_options(),
     )
-    .with_sweep(0);
+    .with_scan(0);
     let (stop, deadline) = (CancellationToken::new(), CancellationToken::new());
     let running = tokio::spawn(flusher.run(stop.clone(), deadline.clone()));
     crate::harness::eventually(

@@ -5,10 +5,10 @@
 //!   the flusher's sweep, the gauges, the rebalancer and the audits must not
 //!   cost more with more events.
 //! - A sale that starts after a long idle is flushed at once: the buckets this
-//!   instance wrote are marked dirty (the sweep is slowed down to a crawl so it
+//!   instance wrote are marked dirty (the stream scan is slowed down to a crawl so it
 //!   cannot be what finds them).
 //! - A bucket written by another instance (another engine on the same store)
-//!   still reaches the ledger: the sweep finds it.
+//!   still reaches the ledger: the stream scan finds it.
 //! - A closed event leaves the open set and is still listed, viewed and audited.
 //! - An audit pages through a stream longer than one script reply.
 //! - The saga sweeper reads the open events only, and the engine forgets
@@ -218,7 +218,7 @@ on_every_backend!(an_audit_pages_through_a_long_unflushed_stream);
 /// back into the cache the close had taken it out of.
 async fn the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones<S: Store>(store: S) {
     use crate::harness::faulty::Faulty;
-    use shardstock::control::{flusher::Flusher, lifecycle, sweeper};
+    use shardstock::control::{flusher::Flusher, lifecycle, saga_sweeper};
     let store = Faulty::plain(store);
     let engine = Arc::new(Engine::new(store.clone(), EngineOptions::default()));
     let ledger = ledger_for(engine.store().kind()).await;
@@ -251,7 +251,7 @@ async fn the_saga_sweeper_reads_open_events_only_and_forgets_closed_ones<S: Stor
     let everything = store.list_events().await.unwrap().len() as u64;
     assert!(everything >= open + 5, "{everything} events, {open} open");
     let before = store.calls("load_meta");
-    sweeper::sweep_round(&engine, &sweeper::SweepOptions::default()).await;
+    saga_sweeper::sweep_round(&engine, &saga_sweeper::SagaSweepOptions::default()).await;
     let read = store.calls("load_meta") - before;
     assert_eq!(
         read, open,

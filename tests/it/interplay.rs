@@ -134,7 +134,7 @@ async fn a_reshard_resumed_after_the_deadlines_puts_the_stock_back_once(on: On) 
         crate::harness::connect(&url, "interplay").await,
         shardstock::EngineOptions::default(),
     );
-    let early = shardstock::control::expiry::sweep_due(&sweeper, &Default::default(), 16)
+    let early = shardstock::control::hold_expiry::sweep_due(&sweeper, &Default::default(), 16)
         .await
         .unwrap();
     println!("{on:?}: the sweeper expired {early} holds while the event was resharding");

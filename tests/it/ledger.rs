@@ -174,7 +174,7 @@ async fn a_running_flusher_with_helpers_writes_every_order_once<S: Store>(engine
             ..options()
         },
     )
-    .with_sweep(1);
+    .with_scan(1);
     let (stop, deadline) = (CancellationToken::new(), CancellationToken::new());
     let running = tokio::spawn(flusher.run(stop.clone(), deadline.clone()));
     let answered = sale(&r, &id, 640).await;

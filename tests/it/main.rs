@@ -53,7 +53,7 @@
 //! - `partial_loss`: Redis back from an AOF missing its last writes: the
 //!   loss found by the audits, repaired or refused until recovered.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
-//!   buckets and the sweep bring every order to the ledger; retired events.
+//!   buckets and the stream scan bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
 //!   metric labels from made-up ids, dot-only event ids.
 //! - `live_page`: `/ui` rendered by headless Chromium.

@@ -389,7 +389,7 @@ async fn resharding_16_4_32_during_a_sale_keeps_every_invariant<S: Store>(engine
             home(user_hash(&uid), meta.spec.buckets),
         );
         assert_eq!(
-            engine.store().held(&b, &uid).await.unwrap(),
+            engine.store().user_units(&b, &uid).await.unwrap(),
             *n,
             "{u}'s count moved with the reshards"
         );

@@ -173,7 +173,7 @@ async fn held<S: Store>(engine: &Engine<S>, event: &EventId, u: &str) -> u64 {
         meta.generation,
         home(user_hash(&uid), meta.spec.buckets),
     );
-    engine.store().held(&b, &uid).await.unwrap()
+    engine.store().user_units(&b, &uid).await.unwrap()
 }
 
 /// Item 3: a reshard run that stalled past its lease wakes up after another

@@ -15,7 +15,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 use shardstock::control::flusher::{FlushOptions, Flusher};
-use shardstock::control::sweeper::{SweepOptions, sweep_event};
+use shardstock::control::saga_sweeper::{SagaSweepOptions, sweep_event};
 use shardstock::control::{audit, lifecycle, reshard};
 use shardstock::domain::ids::EventId;
 use shardstock::domain::keys::BucketRef;
@@ -65,7 +65,7 @@ async fn sold<S: Store>(engine: &Engine<S>, id: &EventId) -> u64 {
 async fn held<S: Store>(engine: &Engine<S>, id: &EventId, u: &str, n: u32) -> u64 {
     let u = user(u);
     let b = BucketRef::new(id, 0, home(user_hash(&u), n));
-    engine.store().held(&b, &u).await.unwrap()
+    engine.store().user_units(&b, &u).await.unwrap()
 }
 
 /// Buys bucket `b` down to `keep` units, one unit per user homed there.
@@ -157,7 +157,7 @@ async fn a_take_lost_after_it_applied_is_answered_unknown_and_the_sweeper_confir
     );
     assert_eq!(sold(&engine, &id).await, 3, "the take applied");
     assert_eq!(held(&engine, &id, &u, 3).await, 1, "the quota is reserved");
-    let opts = SweepOptions::default();
+    let opts = SagaSweepOptions::default();
     assert_eq!(
         sweep_event(&engine, &id, &opts).await.unwrap(),
         0,
@@ -297,7 +297,7 @@ async fn two_sweepers_and_a_retry_end_a_saga_once<S: Store>(engine: Engine<S>) {
     a.inject_crash(CrashPoint::AfterTake);
     let crashed = a.purchase(&req(&id, &u, 1, Some("k"))).await;
     assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))));
-    let opts = SweepOptions::default();
+    let opts = SagaSweepOptions::default();
     clock.advance(opts.stale_after + Duration::from_millis(1));
     let again = req(&id, &u, 1, Some("k"));
     let (sa, sb, retry) = tokio::join!(

@@ -6,7 +6,7 @@
 //! an expiry `--hold-seconds` later, and the expired units are bought again
 //! at once by the next buyers (a steady state of holds created and expired at
 //! the sale's full rate). The expiry sweeper runs in the same process, as it
-//! runs in every instance of the service (`control::expiry::run`, default
+//! runs in every instance of the service (`control::hold_expiry::run`, default
 //! options).
 //!
 //! A sampler reads, every `--sample-ms`, the earliest deadline still pending
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
 use hdrhistogram::Histogram;
-use shardstock::control::expiry::{self, ExpiryOptions};
+use shardstock::control::hold_expiry::{self, ExpiryOptions};
 use shardstock::domain::ids::{EventId, UserId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::EventSpec;
@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
 
     let stop = CancellationToken::new();
-    let sweeper = tokio::spawn(expiry::run(
+    let sweeper = tokio::spawn(hold_expiry::run(
         engine.clone(),
         ExpiryOptions::default(),
         stop.clone(),

@@ -440,7 +440,7 @@ impl Buckets for MemoryStore {
         self.with(b, |bk| bk.reqs.get(rid).cloned())
     }
 
-    async fn held(&self, b: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
+    async fn user_units(&self, b: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
         self.with(b, |bk| bk.users.get(user).copied().unwrap_or(0))
     }
 

@@ -537,7 +537,7 @@ impl Buckets for RedisStore {
         request_record(&v).map(Some)
     }
 
-    async fn held(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
+    async fn user_units(&self, bucket: &BucketRef, user: &UserId) -> Result<u64, StoreError> {
         let v: Option<u64> = self
             .call(|| self.client.hget(self.keys(bucket).users, user.as_str()))
             .await?;

@@ -17,7 +17,7 @@ impl RedisStore {
     }
 
     /// Announces a bucket's first hold; a failure is only logged: the
-    /// sweeper's slow round finds the bucket anyway (`control::sweeper`).
+    /// sweeper's slow round finds the bucket anyway (`control::saga_sweeper`).
     pub(super) async fn announce_first_hold(&self, bucket: &BucketRef, at_ms: Option<i64>) {
         let Some(at_ms) = at_ms else { return };
         if let Err(e) = self.announce_holds(bucket, at_ms).await {

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardstock::Engine;
-use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::hold_expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::rebalancer::{Policy, RebalanceOptions, Rebalancer};
 use shardstock::control::{lifecycle, reshard};
 use shardstock::domain::ids::EventId;

@@ -14,9 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardstock::control::expiry::{ExpiryOptions, sweep_due};
 use shardstock::control::flusher::Flusher;
-use shardstock::control::sweeper::{self, SweepOptions};
+use shardstock::control::hold_expiry::{ExpiryOptions, sweep_due};
+use shardstock::control::saga_sweeper::{self, SagaSweepOptions};
 use shardstock::control::{audit, lifecycle, reshard};
 use shardstock::domain::ids::RequestId;
 use shardstock::domain::keys::BucketRef;
@@ -90,11 +90,11 @@ impl<S: Store> Rig<S> {
         }
         // Nobody drives a saga now: every one still pending is the sweeper's
         // (a reshard or a close settles its own), with no wait for its bound.
-        let sweep = SweepOptions {
+        let sweep = SagaSweepOptions {
             stale_after: Duration::ZERO,
-            ..SweepOptions::default()
+            ..SagaSweepOptions::default()
         };
-        if let Err(e) = sweeper::sweep_event(plain, &self.id, &sweep).await {
+        if let Err(e) = saga_sweeper::sweep_event(plain, &self.id, &sweep).await {
             v.push(("no_pending_saga", format!("the sweep failed: {e}")));
         }
         let pending = self.pending(plain).await;

@@ -402,7 +402,7 @@ faulty_sections! {
         fn cancel(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> CancelReply;
         fn order_entry(bucket: &BucketRef, order: &OrderId) -> IndexRead;
         fn request_record(bucket: &BucketRef, rid: &str) -> Option<RequestRecord>;
-        fn held(bucket: &BucketRef, user: &UserId) -> u64;
+        fn user_units(bucket: &BucketRef, user: &UserId) -> u64;
         fn counters(bucket: &BucketRef) -> (u64, u64);
         fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64, left: u64) -> bool;
         fn bump_epoch(bucket: &BucketRef) -> ();

@@ -1,10 +1,10 @@
-//! The flusher's slow sweep and its lag count: the background reads whose
+//! The flusher's slow scan and its lag count: the background reads whose
 //! cost does not grow with the number of events.
 //!
 //! The flusher reads the buckets this process wrote (`engine::Activity` marks
 //! them dirty) at once. What other processes wrote — a dead instance's last
 //! orders, records a consumer read and never acknowledged, another replica's
-//! sale whose flusher is behind — is found by the [`Sweep`]: it walks every
+//! sale whose flusher is behind — is found by the [`StreamScan`]: it walks every
 //! bucket of every open event, round-robin, at a fixed rate
 //! (`flush_sweep_buckets_per_s`, 256 by default), with one `XLEN` per bucket
 //! and one meta read per event, and hands the buckets whose stream is not empty
@@ -13,12 +13,12 @@
 //! buckets takes about 19 s, which bounds how late another instance's orphaned
 //! records reach the ledger.
 //!
-//! The sweep also retires events: a closed event whose streams are all empty
+//! The scan also retires events: a closed event whose streams are all empty
 //! and which the ledger has closed leaves the open set (`Events::retire_event`),
 //! so nothing visits it again.
 //!
 //! [`Lag`] keeps the stream length of the buckets known to hold records (found
-//! by a read or by the sweep); the flusher's lag task reads only those, so the
+//! by a read or by the scan); the flusher's lag task reads only those, so the
 //! `shardstock_flush_lag_orders` gauge costs nothing at idle and keeps growing
 //! while the database is down (the flush workers are then stuck retrying).
 
@@ -34,10 +34,10 @@ use crate::ledger::Ledger;
 use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
-/// The default sweep rate, in buckets (and event metas) per second.
-pub const SWEEP_PER_S: u32 = 256;
+/// The default scan rate, in buckets (and event metas) per second.
+pub const SCAN_PER_S: u32 = 256;
 
-/// The event the sweep is walking.
+/// The event the scan is walking.
 #[derive(Debug)]
 struct Visit {
     event: EventId,
@@ -47,15 +47,15 @@ struct Visit {
     records: u64,
 }
 
-/// Bucket visits one call of [`Sweep::next`] makes at most, whatever the
+/// Bucket visits one call of [`StreamScan::next`] makes at most, whatever the
 /// rate: a call is part of a flush round.
 pub const BURST: f64 = 4096.0;
 
 /// A round-robin walk over every bucket of every open event, paced by a token
 /// bucket: each store read (the event list, a meta, a stream length) costs one
-/// token, and tokens accrue at the sweep rate, at most one second's worth.
+/// token, and tokens accrue at the scan rate, at most one second's worth.
 #[derive(Debug)]
-pub struct Sweep {
+pub struct StreamScan {
     per_s: f64,
     tokens: f64,
     at: Instant,
@@ -63,7 +63,7 @@ pub struct Sweep {
     visit: Option<Visit>,
 }
 
-impl Sweep {
+impl StreamScan {
     pub fn new(per_s: u32) -> Self {
         Self {
             per_s: f64::from(per_s),
@@ -151,7 +151,7 @@ async fn retire<S: Store>(engine: &Engine<S>, ledger: &Ledger, event: &EventId) 
         Ok(Some(db)) if db.closed => {}
         Ok(_) => return,
         Err(e) => {
-            tracing::debug!(%event, error = %e, "sweep: reading the ledger failed");
+            tracing::debug!(%event, error = %e, "stream scan: reading the ledger failed");
             return;
         }
     }

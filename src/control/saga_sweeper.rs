@@ -17,7 +17,7 @@
 //!
 //! Events resharding or closed are left alone: those settle their own sagas.
 //! On events with holds the round also announces each bucket's earliest
-//! deadline to the expiry sweeper's index (`control::expiry`): its backstop.
+//! deadline to the expiry sweeper's index (`control::hold_expiry`): its backstop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +37,7 @@ use crate::store::{Store, StoreError};
 /// The sweeper's pace and bounds. Its `Default` is the default settings'
 /// (`[engine]`; the impl is in `app::options`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SweepOptions {
+pub struct SagaSweepOptions {
     /// How often every event is swept.
     pub interval: Duration,
     /// A saga pending this long is stale.
@@ -46,7 +46,7 @@ pub struct SweepOptions {
     pub per_bucket: u32,
 }
 
-impl SweepOptions {
+impl SagaSweepOptions {
     /// At most this many stale sagas per bucket and round (not a setting).
     pub const PER_BUCKET: u32 = 64;
 }
@@ -55,7 +55,7 @@ impl SweepOptions {
 pub async fn sweep_event<S: Store>(
     engine: &Engine<S>,
     event: &EventId,
-    opts: &SweepOptions,
+    opts: &SagaSweepOptions,
 ) -> Result<u32, ControlError> {
     let meta = engine.reload(event).await?;
     if meta.status != EventStatus::OnSale {
@@ -95,7 +95,7 @@ pub async fn sweep_event<S: Store>(
     Ok(ended)
 }
 
-/// The backstop of the deadline index (`control::expiry`): every bucket of
+/// The backstop of the deadline index (`control::hold_expiry`): every bucket of
 /// an event with holds announces its earliest deadline, so a hold whose
 /// purchase died before announcing it is swept at most one round late.
 /// Events without holds cost nothing here.
@@ -117,7 +117,11 @@ async fn announce_holds<S: Store>(
 
 /// Sweeps every open event each `interval` until `stop`. Never fails: a
 /// round that could not finish is logged and the next one tries again.
-pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: CancellationToken) {
+pub async fn run<S: Store>(
+    engine: Arc<Engine<S>>,
+    opts: SagaSweepOptions,
+    stop: CancellationToken,
+) {
     let mut ticker = Ticker::new(opts.interval, &stop);
     while ticker.tick().await {
         // Shutdown never waits for a round: every step of it is idempotent,
@@ -133,7 +137,7 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, opts: SweepOptions, stop: Can
 /// sagas were settled by its close, and visiting every event ever created
 /// cost each instance a meta read per event every round, for ever (and put
 /// each closed event back in the engine's cache).
-pub async fn sweep_round<S: Store>(engine: &Engine<S>, opts: &SweepOptions) {
+pub async fn sweep_round<S: Store>(engine: &Engine<S>, opts: &SagaSweepOptions) {
     let events = match engine.store().list_open_events().await {
         Ok(events) => events,
         Err(e) => {

@@ -27,7 +27,7 @@
 //! dropped.
 //!
 //! A process killed between a purchase's step and its announcement leaves a
-//! first hold unannounced: the saga sweeper's round (`sweeper::sweep_event`)
+//! first hold unannounced: the saga sweeper's round (`saga_sweeper::sweep_event`)
 //! reads the earliest deadline of each bucket of events with holds and
 //! announces what it finds, so such a hold expires at most one saga-sweep
 //! interval late.

@@ -1,4 +1,5 @@
-//! Events an instance refuses to sell until an operator recovers them: the
+//! The quarantine: events an instance refuses to sell until an operator
+//! recovers them (not to be confused with a pay-by hold): the
 //! store lost the event (start-up check, `lost_state = "refuse"`), or lost
 //! some of its writes that the ledger has (a partial loss found by the
 //! periodic audit, `control::reconcile`). Set by the application, read by
@@ -11,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::ApiError;
 use crate::domain::ids::EventId;
 
-/// Why an event is held.
+/// Why an event is quarantined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
+pub enum Quarantined {
     /// The store lost the event itself (it has no meta), the ledger has it on sale.
     Lost,
     /// The store lost some writes the ledger has: `units` held by orders in
@@ -24,68 +25,68 @@ pub enum Hold {
 /// Events this instance refuses to sell until an operator recovers them
 /// (`shardstock recover`): a purchase of one answers `503
 /// backend-unavailable`, nothing deducted. The purchase path asks
-/// [`Held::refusal`] first: one relaxed atomic load while nothing is held.
+/// [`Quarantine::refusal`] first: one relaxed atomic load while nothing is quarantined.
 #[derive(Debug, Default)]
-pub struct Held {
+pub struct Quarantine {
     any: AtomicBool,
-    events: RwLock<HashMap<EventId, Hold>>,
+    events: RwLock<HashMap<EventId, Quarantined>>,
 }
 
-impl Held {
-    /// Holds the events the store lost at start-up.
+impl Quarantine {
+    /// Quarantines the events the store lost at start-up.
     pub fn lost(events: impl IntoIterator<Item = EventId>) -> Self {
-        let held = Self::default();
+        let q = Self::default();
         for e in events {
-            held.hold(e, Hold::Lost);
+            q.quarantine(e, Quarantined::Lost);
         }
-        held
+        q
     }
 
     pub fn contains(&self, event: &EventId) -> bool {
         self.get(event).is_some()
     }
 
-    pub fn get(&self, event: &EventId) -> Option<Hold> {
+    pub fn get(&self, event: &EventId) -> Option<Quarantined> {
         if !self.any.load(Ordering::Relaxed) {
             return None;
         }
         self.events
             .read()
-            .expect("held events poisoned")
+            .expect("quarantine poisoned")
             .get(event)
             .copied()
     }
 
-    pub fn hold(&self, event: EventId, why: Hold) {
-        let mut events = self.events.write().expect("held events poisoned");
+    pub fn quarantine(&self, event: EventId, why: Quarantined) {
+        let mut events = self.events.write().expect("quarantine poisoned");
         events.insert(event, why);
         self.any.store(true, Ordering::Relaxed);
     }
 
     pub fn release(&self, event: &EventId) {
-        let mut events = self.events.write().expect("held events poisoned");
+        let mut events = self.events.write().expect("quarantine poisoned");
         events.remove(event);
         self.any.store(!events.is_empty(), Ordering::Relaxed);
     }
 
-    /// The events held for a partial loss (re-audited until recovered).
+    /// The events quarantined for a partial loss (re-audited until recovered).
     pub fn partial(&self) -> Vec<EventId> {
-        let events = self.events.read().expect("held events poisoned");
+        let events = self.events.read().expect("quarantine poisoned");
         events
             .iter()
-            .filter(|(_, h)| matches!(h, Hold::Partial { .. }))
+            .filter(|(_, h)| matches!(h, Quarantined::Partial { .. }))
             .map(|(e, _)| e.clone())
             .collect()
     }
 
-    /// The answer to a purchase of a held event, if it is held.
+    /// The answer to a purchase of a quarantined event, if it is.
     pub fn refusal(&self, event: &EventId) -> Option<ApiError> {
         let detail = match self.get(event)? {
-            Hold::Lost => format!(
+            Quarantined::Lost => format!(
                 "the store lost event {event}, which the database has on sale; \
                  an operator must run `shardstock recover {event}`"
             ),
-            Hold::Partial { units } => format!(
+            Quarantined::Partial { units } => format!(
                 "the store lost writes of event {event} that the database has ({units} units \
                  held by orders are on sale again); an operator must run `shardstock recover {event}`"
             ),
