@@ -78,7 +78,7 @@ pub struct BackendArgs {
     pub redis: Option<String>,
     /// Database URL: postgres://… or sqlite://… (the order ledger).
     #[arg(long, env = "SHARDSTOCK_DATABASE_URL")]
-    pub database_url: Option<String>,
+    pub(crate) database_url: Option<String>,
     /// The durability setting: acknowledge a purchase only once this many
     /// replicas have it (`store.min_replicas`; 0: off).
     #[arg(long, env = "SHARDSTOCK_MIN_REPLICAS")]

@@ -32,7 +32,7 @@ use tracing_subscriber::{Layer, fmt};
 use crate::config::LogFormat;
 
 /// The environment variable that switches trace export on.
-pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// What the trace layer takes: the service's own spans down to `debug` (the
 /// engine's steps), everything else from `info`.
@@ -123,7 +123,7 @@ where
 
 /// The caller's trace context from a `traceparent` (and `tracestate`)
 /// header; `None` when there is none, so requests without one pay nothing.
-pub fn remote_context(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {
+pub(crate) fn remote_context(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {
     if !headers.contains_key("traceparent") {
         return None;
     }

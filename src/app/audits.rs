@@ -19,7 +19,7 @@ use crate::store::Store;
 
 /// What the audits do when one finds a partial loss (`control::reconcile`).
 pub(super) struct Reaction {
-    pub quarantine: Arc<Quarantine>,
+    pub(crate) quarantine: Arc<Quarantine>,
     /// Take the found units off sale (`lost_state = "rebuild"`), or hold the
     /// event until an operator recovers it (`"refuse"`).
     pub repair: bool,

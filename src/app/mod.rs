@@ -54,7 +54,7 @@ pub fn metrics_handle() -> PrometheusHandle {
 /// (the first call in a process sets it): a closed or archived event's
 /// series go; the open events' are refreshed within it (`control::gauges`),
 /// and every handle kept is looked up again within it (`http::Meters`).
-pub fn metrics_handle_keeping(retention: Duration) -> PrometheusHandle {
+pub(crate) fn metrics_handle_keeping(retention: Duration) -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -358,7 +358,7 @@ async fn housekeeping<S: Store>(state: AppState<S>, stop: CancellationToken) {
 }
 
 /// ctrl-c or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for ctrl-c");

@@ -125,7 +125,7 @@ pub fn router(settings: &Settings) -> RouterOptions {
 
 /// The rate limits: a rate of 0 is off, and the burst is one second's worth
 /// unless set (0 counts as unset).
-pub fn rate_limits(r: &RateLimitSettings) -> RateLimitOptions {
+pub(crate) fn rate_limits(r: &RateLimitSettings) -> RateLimitOptions {
     let rate = |per_sec: u32| {
         (per_sec > 0).then(|| Rate {
             per_sec,

@@ -114,7 +114,7 @@ pub enum Flow {
 
 /// A test's hook: called at every checkpoint of the event's runs.
 #[cfg(feature = "fault-injection")]
-pub type Hook = Arc<dyn Fn(Checkpoint) -> BoxFuture<'static, Flow> + Send + Sync>;
+pub(crate) type Hook = Arc<dyn Fn(Checkpoint) -> BoxFuture<'static, Flow> + Send + Sync>;
 
 #[cfg(feature = "fault-injection")]
 static HOOKS: LazyLock<RwLock<HashMap<EventId, Hook>>> = LazyLock::new(RwLock::default);

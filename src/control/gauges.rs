@@ -36,7 +36,7 @@ use crate::metrics as m;
 use crate::store::Store;
 
 /// Sets every gauge of one event from a view.
-pub fn publish(view: &EventView) {
+pub(crate) fn publish(view: &EventView) {
     let event = view.id.to_string();
     for b in &view.buckets {
         metrics::gauge!(m::BUCKET_REMAINING, "event" => event.clone(), "bucket" => b.index.to_string())
@@ -51,7 +51,7 @@ pub fn publish(view: &EventView) {
 
 /// The gauges of an event whose sale is over: nothing remaining or held in
 /// any bucket, the leftover as the close counted it.
-pub fn publish_closed(view: &EventView) {
+pub(crate) fn publish_closed(view: &EventView) {
     let mut over = view.clone();
     over.remaining = 0;
     over.held = 0;
@@ -66,7 +66,7 @@ pub fn publish_closed(view: &EventView) {
 
 /// Registers every per-event counter at 0 (and keeps it alive: the
 /// recorder drops series not updated for a while).
-pub fn initialise(event: &EventId) {
+pub(crate) fn initialise(event: &EventId) {
     let e = event.to_string();
     for outcome in [
         "ok",

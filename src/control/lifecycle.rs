@@ -273,7 +273,7 @@ fn ignore_stale_vec<T>(e: StoreError) -> Result<Vec<T>, StoreError> {
 }
 
 /// The view of a closed event, from the ledger (its buckets are retired).
-pub async fn final_view<S: Store>(
+pub(crate) async fn final_view<S: Store>(
     engine: &Engine<S>,
     ledger: &Ledger,
     event: &EventId,

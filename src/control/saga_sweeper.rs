@@ -48,7 +48,7 @@ pub struct SagaSweepOptions {
 
 impl SagaSweepOptions {
     /// At most this many stale sagas per bucket and round (not a setting).
-    pub const PER_BUCKET: u32 = 64;
+    pub(crate) const PER_BUCKET: u32 = 64;
 }
 
 /// Ends the stale sagas of one event; returns how many this call ended.

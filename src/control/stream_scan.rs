@@ -35,7 +35,7 @@ use crate::metrics as m;
 use crate::store::{Store, StoreError};
 
 /// The default scan rate, in buckets (and event metas) per second.
-pub const SCAN_PER_S: u32 = 256;
+pub(crate) const SCAN_PER_S: u32 = 256;
 
 /// The event the scan is walking.
 #[derive(Debug)]
@@ -49,13 +49,13 @@ struct Visit {
 
 /// Bucket visits one call of [`StreamScan::next`] makes at most, whatever the
 /// rate: a call is part of a flush round.
-pub const BURST: f64 = 4096.0;
+pub(crate) const BURST: f64 = 4096.0;
 
 /// A round-robin walk over every bucket of every open event, paced by a token
 /// bucket: each store read (the event list, a meta, a stream length) costs one
 /// token, and tokens accrue at the scan rate, at most one second's worth.
 #[derive(Debug)]
-pub struct StreamScan {
+pub(crate) struct StreamScan {
     per_s: f64,
     tokens: f64,
     at: Instant,
@@ -169,13 +169,13 @@ async fn retire<S: Store>(engine: &Engine<S>, ledger: &Ledger, event: &EventId) 
 
 /// The stream lengths of the buckets known to hold records.
 #[derive(Debug, Default)]
-pub struct Lag {
+pub(crate) struct Lag {
     lengths: Mutex<HashMap<BucketRef, u64>>,
 }
 
 impl Lag {
     /// Records a bucket's stream length (0 forgets the bucket).
-    pub fn note(&self, bucket: &BucketRef, len: u64) {
+    pub(crate) fn note(&self, bucket: &BucketRef, len: u64) {
         let mut lengths = self.lengths.lock().expect("lag poisoned");
         if len == 0 {
             lengths.remove(bucket);
@@ -192,7 +192,7 @@ impl Lag {
     }
 
     /// Measures the known buckets again and publishes the sum.
-    pub async fn publish<S: Store>(&self, store: &S) {
+    pub(crate) async fn publish<S: Store>(&self, store: &S) {
         let known: Vec<BucketRef> = self
             .lengths
             .lock()

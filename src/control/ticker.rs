@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Ticks every period until `stop` fires:
 /// `while ticker.tick().await { round }`.
-pub struct Ticker {
+pub(crate) struct Ticker {
     interval: Interval,
     stop: CancellationToken,
 }

@@ -41,13 +41,13 @@ use crate::domain::ids::EventId;
 
 /// The deadline index of every bucket with holds, in namespace `ns`
 /// (one key, beside `ss:events`).
-pub fn hold_index_key(ns: &str) -> String {
+pub(crate) fn hold_index_key(ns: &str) -> String {
     format!("{ns}:holds")
 }
 
 /// A buyer's shared rate-limit state in namespace `ns`, under the user's own
 /// hash tag (users spread over a Cluster's masters).
-pub fn user_rate_key(ns: &str, user: &crate::domain::ids::UserId) -> String {
+pub(crate) fn user_rate_key(ns: &str, user: &crate::domain::ids::UserId) -> String {
     format!("{ns}:{{u#{user}}}:rate")
 }
 
@@ -59,12 +59,12 @@ pub struct EventKeys {
     pub token: String,
     pub leader: String,
     pub term: String,
-    pub xsettled: String,
+    pub(crate) xsettled: String,
 }
 
 /// The default key namespace (`ss:`); a store can use another one (tests do,
 /// to keep their events apart on a shared Redis).
-pub const NAMESPACE: &str = "ss";
+pub(crate) const NAMESPACE: &str = "ss";
 
 impl EventKeys {
     pub fn new(event: &EventId) -> Self {
@@ -144,12 +144,12 @@ impl BucketRef {
     /// One key of this bucket in namespace `ns` (`name` as in [`BucketKeys`]'s
     /// field names): for a caller that needs one, where [`BucketRef::keys_in`]
     /// formats all seventeen (the flusher reads every bucket's stream every round).
-    pub fn key_in(&self, ns: &str, name: &str) -> String {
+    pub(crate) fn key_in(&self, ns: &str, name: &str) -> String {
         format!("{ns}:{}:{name}", self.tag())
     }
 
     /// Parses [`BucketRef::name`] back (event ids have no `#`).
-    pub fn parse_name(name: &str) -> Option<Self> {
+    pub(crate) fn parse_name(name: &str) -> Option<Self> {
         let mut parts = name.rsplitn(3, '#');
         let index = parts.next()?.parse().ok()?;
         let generation = parts.next()?.parse().ok()?;
@@ -160,7 +160,7 @@ impl BucketRef {
     /// The probe marker of saga `rid`'s pass `pass` in this bucket (`take.lua`).
     /// Its own key, beside the bucket's hashes: no request id or user id can
     /// collide with it, and it expires on its own.
-    pub fn marker_in(&self, ns: &str, rid: &str, pass: u32) -> String {
+    pub(crate) fn marker_in(&self, ns: &str, rid: &str, pass: u32) -> String {
         format!("{ns}:{}:tk:{rid}:{pass}", self.tag())
     }
 }
@@ -169,7 +169,7 @@ impl BucketRef {
 /// the keys it touches (`store::redis::steps`), formatted with
 /// [`BucketRef::key_in`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BucketKey {
+pub(crate) enum BucketKey {
     Stock,
     Users,
     Reqs,
@@ -249,7 +249,7 @@ impl EventKey {
 pub struct BucketKeys {
     pub stock: String,
     pub users: String,
-    pub reqs: String,
+    pub(crate) reqs: String,
     pub orders: String,
     pub idx: String,
     pub fence: String,
@@ -260,10 +260,10 @@ pub struct BucketKeys {
     pub demand: String,
     pub empty: String,
     pub epoch: String,
-    pub pend: String,
+    pub(crate) pend: String,
     pub holds: String,
-    pub hunits: String,
-    pub hq: String,
+    pub(crate) hunits: String,
+    pub(crate) hq: String,
 }
 
 impl BucketKeys {

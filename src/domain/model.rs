@@ -18,13 +18,13 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// `purchase.lua` unpacks ranges of up to twice as many values, and Lua's
 /// `unpack` takes about 8000 (its C stack). The engine clamps its batches to
 /// it; the settings refuse more.
-pub const MAX_BATCH: usize = 1_000;
-pub const MAX_STOCK: u64 = 1 << 53;
+pub(crate) const MAX_BATCH: usize = 1_000;
+pub(crate) const MAX_STOCK: u64 = 1 << 53;
 pub const DEFAULT_MAX_PER_ORDER: u32 = 10;
 /// Highest `max_per_order` accepted: a single order is a handful of units, not a wholesale.
-pub const MAX_PER_ORDER_CAP: u32 = 1000;
+pub(crate) const MAX_PER_ORDER_CAP: u32 = 1000;
 /// Longest pay-by window (`hold_seconds`): a day.
-pub const MAX_HOLD_SECONDS: u32 = 86_400;
+pub(crate) const MAX_HOLD_SECONDS: u32 = 86_400;
 
 /// What a client asks for when creating an event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ impl BucketRange {
         format!("{}-{}", self.min, self.max)
     }
 
-    pub fn decode(s: &str) -> Option<Self> {
+    pub(crate) fn decode(s: &str) -> Option<Self> {
         let (min, max) = s.split_once('-')?;
         Some(Self {
             min: min.parse().ok()?,
@@ -87,7 +87,7 @@ impl BucketRange {
 /// A bucket count as asked for at creation: a number, `"auto"`, or
 /// `{ min, max }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BucketCount {
+pub(crate) enum BucketCount {
     Fixed(u32),
     Auto(BucketRange),
 }
@@ -100,7 +100,7 @@ impl BucketCount {
 
     /// The count the event starts with (an adaptive one starts at its
     /// minimum and grows with its demand).
-    pub fn initial(self) -> u32 {
+    pub(crate) fn initial(self) -> u32 {
         match self {
             Self::Fixed(n) => n,
             Self::Auto(r) => r.min,
@@ -189,7 +189,7 @@ impl EventSpec {
 /// Each bucket should hold at least this many of the largest orders (the
 /// README's sizing rule, stock / N ≥ 100 × `max_per_order`): below it a
 /// bucket runs dry after a few orders, and purchases probe other buckets.
-pub const ORDERS_PER_BUCKET: u64 = 100;
+pub(crate) const ORDERS_PER_BUCKET: u64 = 100;
 
 impl EventSpec {
     /// What is accepted but unwise about this spec, in words a client is
@@ -214,7 +214,7 @@ impl EventSpec {
 }
 
 /// Splits `stock` over `buckets` as evenly as possible.
-pub fn split_even(stock: u64, buckets: u32) -> Vec<u64> {
+pub(crate) fn split_even(stock: u64, buckets: u32) -> Vec<u64> {
     let n = u64::from(buckets);
     (0..n)
         .map(|i| stock / n + u64::from(i < stock % n))
@@ -267,7 +267,7 @@ pub struct EventMeta {
     /// At `seq`, a consistent probe found fewer units in the whole event than
     /// a buyer asked for: `left` at most.
     pub sold_out: Option<SoldOutMark>,
-    pub created_ms: i64,
+    pub(crate) created_ms: i64,
     /// Older layouts `(generation, buckets)` whose buckets may still hold
     /// records not yet flushed (a reshard in progress or just done).
     pub retired: Vec<(u32, u32)>,
@@ -279,7 +279,7 @@ pub struct EventMeta {
 }
 
 /// Layouts an event's meta remembers.
-pub const HISTORY_CAP: usize = 32;
+pub(crate) const HISTORY_CAP: usize = 32;
 
 /// A layout an event moved to: at creation (`reason` "created") or by a
 /// reshard (its `reason`: manual, config, resumed, hot, spread, drain).
@@ -301,7 +301,7 @@ impl LayoutChange {
             .join(",")
     }
 
-    pub fn decode_all(s: &str) -> Option<Vec<Self>> {
+    pub(crate) fn decode_all(s: &str) -> Option<Vec<Self>> {
         s.split(',')
             .filter(|p| !p.is_empty())
             .map(|p| {
@@ -339,7 +339,7 @@ impl EventMeta {
     }
 
     /// Encodes retired layouts for the meta hash: `gen:count,gen:count`.
-    pub fn encode_layouts(layouts: &[(u32, u32)]) -> String {
+    pub(crate) fn encode_layouts(layouts: &[(u32, u32)]) -> String {
         layouts
             .iter()
             .map(|(g, n)| format!("{g}:{n}"))
@@ -347,7 +347,7 @@ impl EventMeta {
             .join(",")
     }
 
-    pub fn decode_layouts(s: &str) -> Option<Vec<(u32, u32)>> {
+    pub(crate) fn decode_layouts(s: &str) -> Option<Vec<(u32, u32)>> {
         s.split(',')
             .filter(|p| !p.is_empty())
             .map(|p| {
@@ -360,7 +360,7 @@ impl EventMeta {
     /// `Some(left)` when the sold-out mark is current (same seq, younger than
     /// `max_age_ms`) and says fewer than `qty` units are left: an order of
     /// `qty` is refused without probing.
-    pub fn sold_out_for(&self, qty: u32, now_ms: i64, max_age_ms: i64) -> Option<u64> {
+    pub(crate) fn sold_out_for(&self, qty: u32, now_ms: i64, max_age_ms: i64) -> Option<u64> {
         self.sold_out
             .filter(|m| m.seq == self.seq && now_ms - m.at_ms <= max_age_ms)
             .map(|m| m.left)
@@ -387,7 +387,7 @@ impl SoldOutMark {
     }
 
     /// Reads `seq|at_ms|left`, or the older `seq|at_ms` (nothing left).
-    pub fn decode(s: &str) -> Option<Self> {
+    pub(crate) fn decode(s: &str) -> Option<Self> {
         let mut parts = s.split('|');
         let seq = parts.next()?.parse().ok()?;
         let at_ms = parts.next()?.parse().ok()?;
@@ -475,14 +475,14 @@ impl RequestRecord {
     }
 
     /// [`RequestRecord::Bought`]'s encoding, from borrowed parts.
-    pub fn encode_bought(qty: u32, order_id: &OrderId, bucket: u32, probes: u32) -> String {
+    pub(crate) fn encode_bought(qty: u32, order_id: &OrderId, bucket: u32, probes: u32) -> String {
         let mut s = String::with_capacity(order_id.as_str().len() + 24);
         Self::write_bought(&mut s, qty, order_id, bucket, probes);
         s
     }
 
     /// [`RequestRecord::encode_bought`], written to `w`.
-    pub fn write_bought(
+    pub(crate) fn write_bought(
         w: &mut impl std::fmt::Write,
         qty: u32,
         order_id: &OrderId,
@@ -492,7 +492,7 @@ impl RequestRecord {
         let _ = write!(w, "B|{qty}|{order_id}|{bucket}|{probes}");
     }
 
-    pub fn decode(s: &str) -> Option<Self> {
+    pub(crate) fn decode(s: &str) -> Option<Self> {
         let f: Vec<&str> = s.split('|').collect();
         let n = |i: usize| f.get(i)?.parse::<u64>().ok();
         let qty = n(1)? as u32;
@@ -599,7 +599,7 @@ impl OrderEntry {
     /// [`OrderEntry::encode`] from borrowed parts, written to `w` (the hot
     /// path writes a call's entries into one buffer).
     #[allow(clippy::too_many_arguments)]
-    pub fn write_parts(
+    pub(crate) fn write_parts(
         w: &mut impl std::fmt::Write,
         state: EntryState,
         user: &str,
@@ -619,7 +619,7 @@ impl OrderEntry {
         }
     }
 
-    pub fn decode(s: &str) -> Option<Self> {
+    pub(crate) fn decode(s: &str) -> Option<Self> {
         let f: Vec<&str> = s.split('|').collect();
         if f.len() != 6 && f.len() != 7 {
             return None;
@@ -756,7 +756,7 @@ impl Order {
     }
 
     /// The order held until `pay_by` (when `Some`).
-    pub fn held_until(mut self, pay_by: Option<i64>) -> Self {
+    pub(crate) fn held_until(mut self, pay_by: Option<i64>) -> Self {
         if pay_by.is_some() {
             self.status = Some(OrderStatus::Held);
             self.pay_by = pay_by;
@@ -930,7 +930,7 @@ pub mod rfc3339_ms {
             .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}"))
     }
 
-    pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(ms) => s.serialize_str(&format(*ms)),
             None => s.serialize_none(),

@@ -14,7 +14,7 @@ pub fn user_hash(user: &UserId) -> u64 {
 }
 
 /// XXH3-64, seed 0.
-pub fn hash_bytes(bytes: &[u8]) -> u64 {
+pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 

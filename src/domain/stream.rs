@@ -142,7 +142,7 @@ impl StreamEntry {
     /// The entry with stream id `id` whose `d` field is `data` (the flusher
     /// decodes every record it writes: fields are read in place, no list of
     /// them is built).
-    pub fn from_data(id: StreamId, data: &str) -> Option<Self> {
+    pub(crate) fn from_data(id: StreamId, data: &str) -> Option<Self> {
         let mut f = data.split('|');
         let mut next = || f.next();
         let (kind, order_id, user) = (next()?, next()?, next()?);
@@ -175,7 +175,7 @@ impl StreamEntry {
     /// `|pay_by` for a hold; see `OrderEntry`). An order bought at home:
     /// its home is its bucket, its rid the client's (empty for an internal
     /// one, which the ledger does not keep).
-    pub fn from_order(id: StreamId, part: u32, order_id: &str, entry: &str) -> Option<Self> {
+    pub(crate) fn from_order(id: StreamId, part: u32, order_id: &str, entry: &str) -> Option<Self> {
         let mut f = entry.split('|');
         let mut next = || f.next();
         let (state, user, qty, bucket, rid, at_ms) =

@@ -22,7 +22,7 @@
 /// A transfer id made by a mover (a rebalancer round, a saga's
 /// consolidation): `<token>.<from>.<to>.<8 hex>`, random so two transfers of
 /// one token never share it.
-pub fn mover_xid(token: u64, from: u32, to: u32, nonce: u32) -> String {
+pub(crate) fn mover_xid(token: u64, from: u32, to: u32, nonce: u32) -> String {
     format!("{token}.{from}.{to}.{nonce:08x}")
 }
 
@@ -37,7 +37,7 @@ pub fn reshard_xid(generation: u32, from: u32, to: u32, token: u64, pass: u32) -
 }
 
 /// The layout a transfer's target lives in: a reshard's new one, or the source's.
-pub fn target_generation(xid: &str, default: u32) -> u32 {
+pub(crate) fn target_generation(xid: &str, default: u32) -> u32 {
     xid.strip_prefix("rs.")
         .and_then(|rest| rest.split('.').next())
         .and_then(|g| g.parse().ok())
@@ -46,7 +46,7 @@ pub fn target_generation(xid: &str, default: u32) -> u32 {
 
 /// Whether `xid` is a reshard's, and the token it was made under; `None`
 /// for an id of another shape (kept: nothing forgets what it cannot read).
-pub fn token_of(xid: &str) -> Option<(bool, u64)> {
+pub(crate) fn token_of(xid: &str) -> Option<(bool, u64)> {
     match xid.strip_prefix("rs.") {
         Some(rest) => rest.split('.').nth(3)?.parse().ok().map(|t| (true, t)),
         None => xid.split('.').next()?.parse().ok().map(|t| (false, t)),
@@ -60,11 +60,11 @@ pub fn token_of(xid: &str) -> Option<(bool, u64)> {
 pub struct Forget {
     /// Movers' ids made under a lower token: the settled token of the
     /// bucket's own layout (a mover moves within one layout).
-    pub mover_below: u64,
+    pub(crate) mover_below: u64,
     /// Reshards' ids made under a lower token: every one (`u64::MAX`) once the
     /// bucket's layout is or was the event's current one, none (0) while a
     /// reshard fills it.
-    pub reshard_below: u64,
+    pub(crate) reshard_below: u64,
 }
 
 impl Forget {

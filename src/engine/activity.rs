@@ -35,7 +35,7 @@ pub struct Activity {
 
 /// How long an event goes without a write before its next one counts as the
 /// start of a burst.
-pub const QUIET: Duration = Duration::from_secs(1);
+pub(crate) const QUIET: Duration = Duration::from_secs(1);
 
 impl Activity {
     /// A write step ran on `bucket` (its stock or its order stream may have changed).
@@ -69,7 +69,7 @@ impl Activity {
 
     /// Waits until an event's traffic begins after a quiet spell (at once if
     /// one did since the last [`Activity::take_woken`]).
-    pub async fn woken(&self) {
+    pub(crate) async fn woken(&self) {
         if !self.woken.lock().expect("activity poisoned").is_empty() {
             return;
         }
@@ -83,7 +83,7 @@ impl Activity {
 
     /// The buckets written since the last call (the caller flushes them, and
     /// marks again with [`Activity::wrote`] what it could not finish).
-    pub fn take_dirty(&self) -> Vec<BucketRef> {
+    pub(crate) fn take_dirty(&self) -> Vec<BucketRef> {
         let mut dirty = self.dirty.lock().expect("activity poisoned");
         dirty.drain().collect()
     }
@@ -98,7 +98,7 @@ impl Activity {
     }
 
     /// Events this process wrote to since `since`.
-    pub fn events_since(&self, since: Instant) -> Vec<EventId> {
+    pub(crate) fn events_since(&self, since: Instant) -> Vec<EventId> {
         let events = self.events.lock().expect("activity poisoned");
         events
             .iter()

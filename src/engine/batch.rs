@@ -84,7 +84,7 @@ struct Lane {
 }
 
 /// The per-bucket batchers of one engine.
-pub struct Batcher<S: Store> {
+pub(crate) struct Batcher<S: Store> {
     store: S,
     max_batch: usize,
     wait: std::time::Duration,
@@ -136,7 +136,7 @@ impl<S: Store> Batcher<S> {
     }
 
     /// The clock a batch after the first reads its time from (the engine's).
-    pub fn set_clock(&mut self, clock: Clock) {
+    pub(crate) fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
     }
 

@@ -113,7 +113,7 @@ impl<S: Store> Engine<S> {
     /// a layout the event left (its holds moved on). An expiry in a layout
     /// being filled returned a hold's units, and a resumed run restored the
     /// hold and let it expire again.
-    pub async fn expire_due(
+    pub(crate) async fn expire_due(
         &self,
         bucket: &BucketRef,
         count: u32,
@@ -170,7 +170,7 @@ impl<S: Store> Engine<S> {
     /// reshard's old layout holds copies of holds that moved on (maybe
     /// confirmed since), a layout being filled holds copies of holds that
     /// still count where they were.
-    pub async fn void_holds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+    pub(crate) async fn void_holds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         let mut units = 0;
         loop {
             let reply = match self

@@ -89,7 +89,7 @@ impl Lease {
     }
 
     /// Whether anyone holds the lease now. Takes no token.
-    pub async fn is_held<S: Store>(store: &S, event: &EventId) -> Result<bool, StoreError> {
+    pub(crate) async fn is_held<S: Store>(store: &S, event: &EventId) -> Result<bool, StoreError> {
         Ok(store.lease_holder(event).await?.is_some())
     }
 
@@ -107,7 +107,7 @@ impl Lease {
         self.token
     }
 
-    pub fn owner_id(&self) -> &str {
+    pub(crate) fn owner_id(&self) -> &str {
         &self.owner
     }
 
@@ -133,7 +133,7 @@ impl Lease {
     /// dropped. The guard's [`KeepAlive::lost`] fires when a renewal finds the
     /// lease gone (expired and taken, or seized by a close): the work under it
     /// must stop, its next fenced step would be refused anyway.
-    pub fn keep_alive<S: Store>(&self, store: &S) -> KeepAlive {
+    pub(crate) fn keep_alive<S: Store>(&self, store: &S) -> KeepAlive {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let (lease, store, fired, done) = (self.clone(), store.clone(), lost.clone(), stop.clone());

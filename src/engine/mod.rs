@@ -102,9 +102,9 @@ pub struct CachedEntries {
     /// Batcher lanes of buckets of their own (shared lanes are fixed).
     pub lanes: usize,
     /// Events' event-wide check gates.
-    pub prechecks: usize,
+    pub(crate) prechecks: usize,
     /// Events' reshard waiting gates.
-    pub reshard_waits: usize,
+    pub(crate) reshard_waits: usize,
     /// Events with traffic, and buckets marked for the flusher.
     pub activity: usize,
     /// The store's caches (Redis: purchase keys a bucket).

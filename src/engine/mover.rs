@@ -88,7 +88,7 @@ pub async fn transfer<S: Store>(
 /// until this reports them bumped, so a caller that failed or died between
 /// the seq and the epochs leaves the work to the next call (any later cancel,
 /// untake or transfer, or the retried cancel).
-pub async fn units_came_back<S: Store>(
+pub(crate) async fn units_came_back<S: Store>(
     store: &S,
     event: &crate::domain::ids::EventId,
     meta: &EventMeta,
@@ -107,7 +107,7 @@ pub use crate::domain::transfer::reshard_xid;
 use crate::domain::transfer::target_generation;
 
 /// IN, seq bump, CLEAR: the rest of a journaled transfer.
-pub async fn complete<S: Store>(
+pub(crate) async fn complete<S: Store>(
     store: &S,
     meta: &EventMeta,
     token: u64,

@@ -67,7 +67,7 @@ impl<S: Store> Engine<S> {
     /// way is `OutcomeUnknown`; a closed event is `NotOnSale` (its buckets
     /// are sealed: the ledger answers). Request ids are the user's own, so
     /// another user's id finds nothing.
-    pub async fn request_answer(
+    pub(crate) async fn request_answer(
         &self,
         event: &EventId,
         user: &UserId,

@@ -36,9 +36,9 @@ use crate::store::Store;
 
 /// A read that found at least this many units per bucket (times the order's
 /// quantity) says the event is far from its last units…
-pub const PLENTY_PER_BUCKET: u64 = 2;
+pub(crate) const PLENTY_PER_BUCKET: u64 = 2;
 /// …for this long: the event's sagas skip the check meanwhile.
-pub const PLENTY_FOR: Duration = Duration::from_millis(500);
+pub(crate) const PLENTY_FOR: Duration = Duration::from_millis(500);
 
 /// Per event: the gate that lets one check run at a time, and until when a
 /// check found plenty.

@@ -19,7 +19,7 @@ use crate::engine::mover::MoverError;
 use crate::engine::{EngineError, Refusal};
 use crate::store::StoreError;
 
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The API's errors; each variant's doc says its status and `type`.
 #[derive(Debug, thiserror::Error)]
@@ -325,7 +325,7 @@ impl ApiError {
     /// Seconds for `Retry-After`, on the answers that carry it. Before a
     /// sale opens: the whole seconds until it does, at least 1 (read from
     /// the system clock, the engine's in production, when answering).
-    pub fn retry_after(&self) -> Option<u64> {
+    pub(crate) fn retry_after(&self) -> Option<u64> {
         match self {
             Self::RateLimited { retry_after_s } => Some(*retry_after_s),
             Self::TryAgain(_) | Self::Unavailable { .. } => Some(1),
@@ -359,7 +359,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The challenge of every 401: the admin endpoints take a bearer token.
-pub const CHALLENGE: &str = "Bearer realm=\"shardstock\"";
+pub(crate) const CHALLENGE: &str = "Bearer realm=\"shardstock\"";
 
 /// Whole seconds from `now_ms` until `at_ms`, rounded up, at least 1.
 fn seconds_until(at_ms: i64, now_ms: i64) -> u64 {
@@ -451,18 +451,18 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
 }
 
 /// Router fallback: no such route.
-pub async fn not_found() -> ApiError {
+pub(crate) async fn not_found() -> ApiError {
     ApiError::NotFound
 }
 
 /// Router fallback: the route exists, the method does not.
-pub async fn method_not_allowed() -> ApiError {
+pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
 /// Any error response that is not a problem yet (from a layer such as the
 /// timeout or the body limit) becomes one; the outermost step of every answer.
-pub fn problemize(response: Response) -> Response {
+pub(crate) fn problemize(response: Response) -> Response {
     let status = response.status();
     let is_problem = response
         .headers()

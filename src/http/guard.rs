@@ -29,7 +29,7 @@ use crate::store::{Admit, Rate, Store};
 /// headers alone, and listed before the body in every admin handler: axum
 /// runs extractors in the order of the handler's arguments and stops at the
 /// first that rejects, so the body is never parsed for a caller without it.
-pub struct Admin;
+pub(crate) struct Admin;
 
 impl<S: Store> FromRequestParts<AppState<S>> for Admin {
     type Rejection = ApiError;
@@ -44,7 +44,7 @@ impl<S: Store> FromRequestParts<AppState<S>> for Admin {
 
 /// Checks `Authorization: Bearer <token>` against the configured token; with
 /// no token configured every admin request is refused, with its own detail.
-pub fn require_admin(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_admin(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = expected else {
         return Err(ApiError::AdminDisabled);
     };
@@ -74,7 +74,7 @@ fn bearer_token(credentials: &str) -> Option<&str> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimitOptions {
     /// Purchases per second for the whole instance.
-    pub global: Option<Rate>,
+    pub(crate) global: Option<Rate>,
     /// Purchases per second per user, shared by every instance on one store.
     pub per_user: Option<Rate>,
 }

@@ -40,7 +40,7 @@ use crate::engine::{EngineError, EventView};
 use crate::store::Store;
 
 /// How long one snapshot answers: the live page's refresh period.
-pub const REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
 /// Views read at once within a snapshot (the store sees a bounded burst, not
 /// one read per event all at the same instant).

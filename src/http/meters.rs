@@ -41,9 +41,9 @@ const OUTCOMES: [&str; 7] = [
 pub struct EventMeters {
     outcomes: [Counter; OUTCOMES.len()],
     pub units: Counter,
-    pub probe_depth: Histogram,
+    pub(crate) probe_depth: Histogram,
     /// Purchases answered `held` (events with `hold_seconds`).
-    pub holds_created: Counter,
+    pub(crate) holds_created: Counter,
 }
 
 impl EventMeters {
@@ -102,7 +102,7 @@ impl Default for Meters {
 impl Meters {
     /// Handles looked up again well within `retention` (the recorder's idle
     /// timeout).
-    pub fn refreshed_within(retention: Duration) -> Self {
+    pub(crate) fn refreshed_within(retention: Duration) -> Self {
         Self {
             events: RwLock::default(),
             refresh: retention / 3,
@@ -149,7 +149,7 @@ impl Meters {
 
     /// Forgets the handles of events not served for a while (a closed
     /// event's, whose series the recorder drops).
-    pub fn forget_old(&self) {
+    pub(crate) fn forget_old(&self) {
         let now = Instant::now();
         self.events
             .write()

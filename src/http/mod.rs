@@ -60,9 +60,9 @@ pub use quarantine::{Quarantine, Quarantined};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterOptions {
     /// Time limit for one request.
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// Largest request body accepted.
-    pub body_limit_bytes: usize,
+    pub(crate) body_limit_bytes: usize,
 }
 
 /// What every handler can reach: one `Arc`, so the clone axum makes for
@@ -77,9 +77,9 @@ pub struct Shared<S: Store> {
     pub limits: Arc<RateLimits>,
     pub metrics: PrometheusHandle,
     /// The handles of the request path's metric series.
-    pub meters: Arc<Meters>,
+    pub(crate) meters: Arc<Meters>,
     /// Events refused until an operator recovers them.
-    pub quarantine: Arc<Quarantine>,
+    pub(crate) quarantine: Arc<Quarantine>,
     pub flush: FlushOptions,
     pub rebalance: RebalanceOptions,
     /// Fires when the application stops (long admin operations give up).
@@ -88,7 +88,7 @@ pub struct Shared<S: Store> {
     /// its request answers `503 try-again` while the operation goes on as its
     /// own task; kept under the request timeout, which would cut the answer
     /// to an ambiguous "outcome unknown".
-    pub admin_wait: Duration,
+    pub(crate) admin_wait: Duration,
     /// The snapshot `GET /v1/live` answers from (read at most once a second).
     pub live: Live,
 }

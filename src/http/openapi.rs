@@ -76,7 +76,7 @@ use super::{archive, events, live, lookup, ops, orders, purchases};
         (name = "operations", description = "Health, readiness, metrics, the live page, this document"),
     ),
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The document as served (built once).
 pub fn document() -> &'static str {

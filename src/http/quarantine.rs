@@ -57,7 +57,7 @@ impl Quarantine {
             .copied()
     }
 
-    pub fn quarantine(&self, event: EventId, why: Quarantined) {
+    pub(crate) fn quarantine(&self, event: EventId, why: Quarantined) {
         let mut events = self.events.write().expect("quarantine poisoned");
         events.insert(event, why);
         self.any.store(true, Ordering::Relaxed);

@@ -31,7 +31,7 @@ use tokio::sync::Semaphore;
 pub struct ServeOptions {
     /// A request's headers must arrive within this long after the connection
     /// opened or went idle; otherwise the connection is closed.
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
 }

@@ -20,7 +20,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 const MAX_REQUEST_ID: usize = 128;
 
 /// The header of the request id, in the request and in its answer.
-pub const X_REQUEST_ID: &str = "x-request-id";
+pub(crate) const X_REQUEST_ID: &str = "x-request-id";
 
 /// The client's `X-Request-Id` if it is a plain token, else a fresh id.
 /// Either way a valid header value.
@@ -68,11 +68,11 @@ pub fn answered(span: &tracing::Span, status: u16, elapsed: std::time::Duration)
 }
 
 /// Records the event a handler is serving on the request's span.
-pub fn record_event(event: &str) {
+pub(crate) fn record_event(event: &str) {
     tracing::Span::current().record("event", event);
 }
 
 /// Records the user a handler is serving on the request's span.
-pub fn record_user(user: &str) {
+pub(crate) fn record_user(user: &str) {
     tracing::Span::current().record("user", user);
 }

@@ -106,7 +106,9 @@ pub fn quantity<'de, D: Deserializer<'de>>(d: D) -> Result<std::primitive::u32, 
 }
 
 /// An optional `u32` count (`null` or absent: `None`; use with `#[serde(default)]`).
-pub fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::primitive::u32>, D::Error> {
+pub(crate) fn opt_u32<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::primitive::u32>, D::Error> {
     #[derive(Deserialize)]
     struct Count(#[serde(deserialize_with = "u32")] std::primitive::u32);
     Ok(Option::<Count>::deserialize(d)?.map(|c| c.0))

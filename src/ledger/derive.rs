@@ -35,7 +35,7 @@ pub(super) struct Rec {
 }
 
 impl Rec {
-    pub fn from_row(row: &sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
+    pub(crate) fn from_row(row: &sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
         use sqlx::Row;
         Ok(Self {
             order_id: row.try_get(0)?,

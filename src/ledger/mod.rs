@@ -269,7 +269,7 @@ impl Ledger {
     }
 
     /// Whether this process registered `event` since it last forgot it.
-    pub fn is_registered(&self, event: &EventId) -> bool {
+    pub(crate) fn is_registered(&self, event: &EventId) -> bool {
         self.registered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -291,7 +291,7 @@ impl Ledger {
 
     /// Forgets the numbers of streams no record will come from again (a
     /// pruned layout's).
-    pub fn forget_streams(&self, names: impl IntoIterator<Item = String>) {
+    pub(crate) fn forget_streams(&self, names: impl IntoIterator<Item = String>) {
         let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         for name in names {
             streams.remove(&name);
@@ -343,7 +343,11 @@ impl Ledger {
     }
 
     /// Records an event's bucket count after a reshard (a rebuild uses it).
-    pub async fn set_buckets(&self, event: &EventId, buckets: u32) -> Result<(), LedgerError> {
+    pub(crate) async fn set_buckets(
+        &self,
+        event: &EventId,
+        buckets: u32,
+    ) -> Result<(), LedgerError> {
         sqlx::query("UPDATE events SET buckets = $2 WHERE event_id = $1")
             .bind(event.as_str())
             .bind(i64::from(buckets))

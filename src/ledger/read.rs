@@ -63,7 +63,7 @@ pub struct DbOrder {
     pub request_id: String,
     pub at_ms: i64,
     /// A hold not confirmed yet: its pay-by deadline (a rebuild keeps it held).
-    pub held_until: Option<i64>,
+    pub(crate) held_until: Option<i64>,
 }
 
 /// One order of an event and every record the ledger has of it.
@@ -124,9 +124,9 @@ pub struct StreamCut {
     /// …unless they are older than the read (the store's clock, ms; 0: no
     /// such check): the stream never generated them, the store lost them
     /// (a partial loss), and the audit counts them as the ledger has them.
-    pub read_ms: i64,
+    pub(crate) read_ms: i64,
     /// Ids still in the stream.
-    pub present: Vec<StreamId>,
+    pub(crate) present: Vec<StreamId>,
 }
 
 fn u(row: &AnyRow, i: usize) -> Result<u64, LedgerError> {
@@ -283,7 +283,7 @@ impl Ledger {
     }
 
     /// The highest bucket-layout generation any record of the event came from.
-    pub async fn max_generation(&self, event: &EventId) -> Result<Option<u32>, LedgerError> {
+    pub(crate) async fn max_generation(&self, event: &EventId) -> Result<Option<u32>, LedgerError> {
         let rows = sqlx::query("SELECT stream FROM ledger_streams WHERE event_id = $1")
             .bind(event.as_str())
             .fetch_all(&self.pool)
@@ -341,7 +341,7 @@ impl Ledger {
     /// The ledger's side of an audit, in one snapshot: the totals without the
     /// records written after the buckets were read, and which of the records
     /// the buckets still hold are already here.
-    pub async fn audit_view(
+    pub(crate) async fn audit_view(
         &self,
         event: &EventId,
         cuts: &[StreamCut],

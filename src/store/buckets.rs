@@ -39,7 +39,7 @@ impl PurchaseEntry {
     /// one record says both that units were sold and until when they wait.
     /// Its rid is the client's only (an internal one is not kept: the
     /// ledger has no use for it, and Redis's record is the index entry).
-    pub fn stream_entry(&self, bucket: u32, now_ms: i64) -> StreamEntry {
+    pub(crate) fn stream_entry(&self, bucket: u32, now_ms: i64) -> StreamEntry {
         StreamEntry {
             id: StreamId::default(),
             kind: RecordKind::Order,
@@ -69,7 +69,7 @@ impl PurchaseEntry {
     }
 
     /// [`PurchaseEntry::index_data`], written to `w`.
-    pub fn write_index_data(&self, w: &mut impl std::fmt::Write, bucket: u32, now_ms: i64) {
+    pub(crate) fn write_index_data(&self, w: &mut impl std::fmt::Write, bucket: u32, now_ms: i64) {
         OrderEntry::write_parts(
             w,
             if self.pay_by.is_some() {

@@ -22,12 +22,12 @@ pub struct Rate {
 
 impl Rate {
     /// The GCRA's emission interval, µs.
-    pub fn interval_us(&self) -> u64 {
+    pub(crate) fn interval_us(&self) -> u64 {
         1_000_000 / u64::from(self.per_sec.max(1))
     }
 
     /// How far ahead of now a user's theoretical arrival time may run, µs.
-    pub fn tolerance_us(&self) -> u64 {
+    pub(crate) fn tolerance_us(&self) -> u64 {
         self.interval_us() * u64::from(self.burst.max(1) - 1)
     }
 }
@@ -54,7 +54,7 @@ pub trait Limits {
 /// The GCRA step on a theoretical arrival time `tat` (µs, `None`: none yet)
 /// at `now`: the new one when admitted, else the µs to wait. The memory
 /// store runs it; `lua/rate_admit.lua` is the same arithmetic.
-pub fn gcra(tat: Option<u64>, now: u64, rate: Rate) -> Result<u64, u64> {
+pub(crate) fn gcra(tat: Option<u64>, now: u64, rate: Rate) -> Result<u64, u64> {
     let tat = tat.unwrap_or(now).max(now);
     let allow_at = tat.saturating_sub(rate.tolerance_us());
     if now < allow_at {

@@ -200,17 +200,17 @@ pub struct Capabilities {
     /// Each call is a round trip to a server, which group commit (several
     /// purchases in one script call) saves. In process there is none, and a
     /// batcher's queue, channel and driver task would only cost.
-    pub remote: bool,
+    pub(crate) remote: bool,
 }
 
 impl Capabilities {
     /// A Redis server or Cluster.
-    pub const REDIS: Self = Self {
+    pub(crate) const REDIS: Self = Self {
         durable: true,
         remote: true,
     };
     /// The embedded store, in this process's memory.
-    pub const EMBEDDED: Self = Self {
+    pub(crate) const EMBEDDED: Self = Self {
         durable: false,
         remote: false,
     };

@@ -60,7 +60,7 @@ pub fn plan(
 
 /// "Consolidate now" (the admin endpoint): gather fragments if there are any,
 /// else level toward the targets.
-pub fn consolidate(stocks: &[u64], rates: &[f64], order_size: u64, p: &Policy) -> Vec<Move> {
+pub(crate) fn consolidate(stocks: &[u64], rates: &[f64], order_size: u64, p: &Policy) -> Vec<Move> {
     let moves = gather(stocks, rates, order_size, p.max_moves);
     if moves.is_empty() {
         level(stocks, rates, p)
@@ -73,7 +73,7 @@ pub fn consolidate(stocks: &[u64], rates: &[f64], order_size: u64, p: &Policy) -
 /// the rest, capped at `max_skew` × the mean (the excess water-filled into the
 /// buckets under the cap), so following demand never skews the stock past
 /// what the operator tolerates. Refills every round keep a hot bucket served.
-pub fn targets(stocks: &[u64], rates: &[f64], horizon_s: f64, max_skew: f64) -> Vec<f64> {
+pub(crate) fn targets(stocks: &[u64], rates: &[f64], horizon_s: f64, max_skew: f64) -> Vec<f64> {
     let remaining = stocks.iter().sum::<u64>() as f64;
     let n = stocks.len() as f64;
     let need: Vec<f64> = rates.iter().map(|r| r.max(0.0) * horizon_s).collect();

@@ -85,7 +85,7 @@ pub struct Resizing {
 
 /// What the leader knows of an adaptive event this round.
 #[derive(Debug, Clone, Copy)]
-pub struct Signals {
+pub(crate) struct Signals {
     pub buckets: u32,
     pub range: BucketRange,
     /// Units asked for per second, the whole event.
@@ -94,12 +94,12 @@ pub struct Signals {
     /// Units sold so far (the records a reshard would move, at most).
     pub sold: u64,
     /// `max_per_order`.
-    pub order_size: u64,
+    pub(crate) order_size: u64,
     /// The fewest buckets of the next layout that land on every master (1
     /// off a Cluster).
     pub spread: u32,
     /// On a Cluster, whether the current layout has a bucket on every master.
-    pub on_every_master: bool,
+    pub(crate) on_every_master: bool,
     /// The call queues the buckets of one server share (the batcher's
     /// shared lanes, on a standalone Redis); 0: a lane per bucket.
     pub lanes: u32,
@@ -145,7 +145,7 @@ fn widest(fills: u32) -> u32 {
 }
 
 /// The count to reshard to, and why; `None`: keep the layout.
-pub fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
+pub(crate) fn resize(s: &Signals, r: &Resizing) -> Option<(u32, Reason)> {
     if s.remaining == 0 || s.sold > r.max_moved {
         return None;
     }

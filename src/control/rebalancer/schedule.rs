@@ -35,7 +35,7 @@ use crate::metrics as m;
 use crate::store::Store;
 
 /// How soon after a wake the round that measures the new traffic comes.
-pub const QUICK: Duration = Duration::from_millis(50);
+pub(crate) const QUICK: Duration = Duration::from_millis(50);
 
 /// The round-robin over the open events (pure, unit-tested).
 #[derive(Debug, Default)]
@@ -45,7 +45,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// The next open event not in `busy`, going round; `None` when there is none.
-    pub fn next_other(&mut self, open: &[EventId], busy: &[EventId]) -> Option<EventId> {
+    pub(crate) fn next_other(&mut self, open: &[EventId], busy: &[EventId]) -> Option<EventId> {
         for _ in 0..2 {
             while let Some(e) = self.queue.pop_front() {
                 if open.contains(&e) && !busy.contains(&e) {

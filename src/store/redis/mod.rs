@@ -56,10 +56,10 @@ pub struct RedisOptions {
     /// Key namespace (`ss` unless a shared Redis must keep users apart).
     pub namespace: String,
     /// How long `connect` waits for the first connection.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// How often a Cluster's slot table is refreshed besides on redirection
     /// (zero: only on redirection).
-    pub cluster_refresh: Duration,
+    pub(crate) cluster_refresh: Duration,
     /// Purchases acknowledged only once on this many replicas (`WAIT`); 0: off.
     pub min_replicas: u32,
     /// How long a step waits for `min_replicas` before it fails.
@@ -148,7 +148,7 @@ impl RedisStore {
     }
 
     /// `SCRIPT LOAD` of every script on every primary.
-    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+    pub(crate) async fn load_scripts(&self) -> Result<(), StoreError> {
         for script in self.scripts.all() {
             script.load(&self.client).await.map_err(unavailable)?;
         }

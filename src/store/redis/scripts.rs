@@ -14,58 +14,58 @@ use fred::types::scripts::Script;
 /// The reply codes the scripts answer with, as their headers document them.
 pub(super) mod reply {
     /// The bucket does not exist (or, for the steps that sell, is sealed).
-    pub const STALE: &str = "ST";
+    pub(crate) const STALE: &str = "ST";
     /// Done (`untake`, `finish`, `cancel`, `retire`, `create_event`, `lease_acquire`,
     /// `restore`, `end_reshard`).
     pub const OK: &str = "OK";
 
     // purchase.lua, one per entry
-    pub const BOUGHT: &str = "B";
+    pub(crate) const BOUGHT: &str = "B";
     /// Every entry of the call bought (one reply for the call).
-    pub const ALL_BOUGHT: &str = "A";
+    pub(crate) const ALL_BOUGHT: &str = "A";
     /// The request id has a record already (also `finish`: the saga had ended).
-    pub const REPLAY: &str = "R";
+    pub(crate) const REPLAY: &str = "R";
     pub const LIMIT: &str = "L";
-    pub const SOLD_OUT: &str = "S";
-    pub const PENDING: &str = "P";
+    pub(crate) const SOLD_OUT: &str = "S";
+    pub(crate) const PENDING: &str = "P";
 
     // take.lua
-    pub const TAKEN: &str = "T";
-    pub const SHORT: &str = "S";
+    pub(crate) const TAKEN: &str = "T";
+    pub(crate) const SHORT: &str = "S";
 
     // untake.lua
-    pub const NO_TAKE: &str = "NO";
+    pub(crate) const NO_TAKE: &str = "NO";
 
     // finish.lua
-    pub const NO_RECORD: &str = "NR";
+    pub(crate) const NO_RECORD: &str = "NR";
 
     // cancel.lua
-    pub const ALREADY_CANCELLED: &str = "AC";
-    pub const NOT_FOUND: &str = "NF";
+    pub(crate) const ALREADY_CANCELLED: &str = "AC";
+    pub(crate) const NOT_FOUND: &str = "NF";
 
     // confirm.lua
-    pub const ALREADY_CONFIRMED: &str = "AK";
-    pub const HOLD_EXPIRED: &str = "EX";
-    pub const HOLD_CANCELLED: &str = "CX";
+    pub(crate) const ALREADY_CONFIRMED: &str = "AK";
+    pub(crate) const HOLD_EXPIRED: &str = "EX";
+    pub(crate) const HOLD_CANCELLED: &str = "CX";
 
     // create_event.lua
     pub const EXISTS: &str = "EX";
 
     // lease_acquire.lua
-    pub const HELD: &str = "HELD";
+    pub(crate) const HELD: &str = "HELD";
 
     // transfer_out.lua, transfer_in.lua, transfer_clear.lua (FENCED: also
     // restore.lua, and end_reshard.lua for a lost lease)
-    pub const APPLIED: &str = "A";
-    pub const DUPLICATE: &str = "D";
-    pub const FENCED: &str = "F";
+    pub(crate) const APPLIED: &str = "A";
+    pub(crate) const DUPLICATE: &str = "D";
+    pub(crate) const FENCED: &str = "F";
 
     // retire.lua
-    pub const NOT_SEALED: &str = "NS";
+    pub(crate) const NOT_SEALED: &str = "NS";
 
     // end_reshard.lua
     /// The event is not resharding to that layout (closed, or switched already).
-    pub const NOT_RESHARDING: &str = "NRS";
+    pub(crate) const NOT_RESHARDING: &str = "NRS";
 }
 
 #[cfg(test)]

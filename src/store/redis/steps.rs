@@ -114,8 +114,8 @@ pub(super) struct Decl {
     pub keys: &'static [K],
     /// KEYS after `keys`, only in a call that carries the optional last
     /// columns (events with holds).
-    pub more_keys: &'static [K],
-    pub argv: &'static [Arg],
+    pub(crate) more_keys: &'static [K],
+    pub(crate) argv: &'static [Arg],
     pub reply: Reply,
     pub writes: &'static [Record],
 }
