@@ -13,6 +13,10 @@
 //! caller that goes away (a client disconnect, the request timeout) never
 //! abandons a saga half way; one that ends anyway (a crash) is ended by the
 //! sweeper (`control::saga_sweeper`).
+//!
+//! One file on purpose (about 600 lines): the fast path and the saga's
+//! entry share the routing, the retry of a stale layout and the answer's
+//! shape; apart, each half would need the other's private steps.
 
 use std::any::Any;
 use std::future::Future;

@@ -14,6 +14,10 @@
 //! The script registry ([`super::scripts::Scripts`]) is built from
 //! [`all`], and `contract.rs` checks every `lua/*.lua` header's `KEYS[n]`
 //! and `ARGV[n]` lines against these declarations without a Redis.
+//!
+//! One file on purpose: it is the list of every step, read top to bottom
+//! like the `lua/` folder; split, a reader would lose the one place that
+//! says what each script takes and writes.
 
 use crate::domain::keys::{BucketKey, EventKey};
 
