@@ -229,7 +229,16 @@ impl<S: Store> Flusher<S> {
                 Err(StoreError::Stale(_)) => continue,
                 Err(e) => {
                     crate::metrics::store_error("stream_read");
-                    return Err(e.into());
+                    if batch.is_empty() {
+                        return Err(e.into());
+                    }
+                    // What this round read is pending under this consumer,
+                    // and a later read takes only new records: write it now
+                    // (else it waits `claim_idle_ms` for a claim), and leave
+                    // this bucket and the rest to the next round.
+                    tracing::warn!(bucket = %b.tag(), error = %e, "flusher: a read failed; writing what the round read");
+                    unfinished.extend((i..n).map(|j| buckets[(self.cursor + j) % n].clone()));
+                    break;
                 }
             };
             if entries.is_empty() {

@@ -31,6 +31,7 @@ on_every_backend!(
     a_release_flushed_after_the_resale_of_its_unit_is_no_violation,
     a_running_flusher_with_helpers_writes_every_order_once,
     a_flusher_that_meets_an_event_in_an_outage_writes_it_when_the_database_is_back,
+    a_read_failing_mid_round_leaves_nothing_pending_behind_it,
 );
 
 struct Rig<S: Store> {
@@ -259,6 +260,59 @@ async fn a_flusher_that_meets_an_event_in_an_outage_writes_it_when_the_database_
     .await;
     stop.cancel();
     rounds.await.unwrap();
+}
+
+/// A round reads bucket after bucket before it writes: a read failing on
+/// the second bucket must not strand what the first read. Those records are
+/// pending under this consumer, a later read takes only new ones, and a
+/// claim would find them only after `claim_idle_ms` (an hour here): the
+/// round writes what it read and leaves the rest for the next. (Before, the
+/// round gave up and the first bucket's records waited for the claim.)
+async fn a_read_failing_mid_round_leaves_nothing_pending_behind_it<S: Store>(engine: Engine<S>) {
+    use crate::harness::faulty::{Fault, Faulty, When};
+    let r = rig(engine).await;
+    let id = event_id("midround");
+    create(&r, &id, 300, 4).await;
+    let answered = sale(&r, &id, 160).await;
+    assert!(!answered.is_empty());
+    let buckets = r.engine.meta(&id).await.unwrap().all_buckets();
+    for b in &buckets {
+        assert!(
+            r.engine.store().stream_len(b).await.unwrap() > 0,
+            "every bucket has records to read (bucket {})",
+            b.index
+        );
+    }
+    let faulty = Faulty::plain(r.engine.store().clone());
+    faulty.arm_fault("stream_read", 2, Fault::Fail, When::Before);
+    let engine = Arc::new(Engine::new(faulty, EngineOptions::default()));
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        r.ledger.clone(),
+        format!("midround-{}", rand::random::<u32>()),
+        FlushOptions {
+            claim_idle_ms: 3_600_000,
+            ..options()
+        },
+    );
+    // Rounds as the service's loop runs them: an error ends a round, the
+    // next one goes on.
+    for _ in 0..20 {
+        let _ = flusher.flush_once(&buckets, &r.stop).await;
+    }
+    assert!(
+        engine.store().calls("stream_read") >= 2,
+        "the fault was reached"
+    );
+    for (oid, (qty, _)) in &answered {
+        let (order_id, event, _) = OrderId::parse(oid).unwrap();
+        let row = r.ledger.order(&order_id, &event).await.unwrap();
+        assert_eq!(
+            row.map(|o| o.quantity),
+            Some(*qty),
+            "{oid} reached the ledger without waiting for a claim"
+        );
+    }
 }
 
 /// Every answered order is in the ledger once with its status, the totals
