@@ -248,183 +248,130 @@ pub async fn purchase_each<B: Buckets + Sync + ?Sized>(
     out
 }
 
-/// Steps on one bucket: selling, the saga, cancels, reads.
-pub trait Buckets {
-    /// Creates the bucket with `stock` units unless it exists (idempotent)
-    /// (`lua/init_bucket.lua`).
-    fn init_bucket(
-        &self,
-        bucket: &BucketRef,
-        stock: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+section! {
+    /// Steps on one bucket: selling, the saga, cancels, reads.
+    pub trait Buckets => forward_buckets {
+        /// Creates the bucket with `stock` units unless it exists (idempotent)
+        /// (`lua/init_bucket.lua`).
+        fn init_bucket(bucket: &BucketRef, stock: u64) -> ();
 
-    /// The fast path: one atomic step per batch, entries applied in order
-    /// (`lua/purchase.lua`).
-    fn purchase(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        entries: &[PurchaseEntry],
-    ) -> impl Future<Output = Result<Vec<PurchaseReply>, StoreError>> + Send;
+        /// The fast path: one atomic step per batch, entries applied in order
+        /// (`lua/purchase.lua`).
+        fn purchase(
+            bucket: &BucketRef,
+            now_ms: i64,
+            entries: &[PurchaseEntry],
+        ) -> Vec<PurchaseReply>;
 
-    /// Home steps on several buckets at once: each group exactly as
-    /// [`Buckets::purchase`] of its entries, one result a group, in order.
-    /// Where [`Buckets::groups_buckets`] says so the groups go in one atomic
-    /// call (one Redis server: `lua/purchase_groups.lua`); else one call each.
-    fn purchase_groups(
-        &self,
-        now_ms: i64,
-        groups: &[(BucketRef, Vec<PurchaseEntry>)],
-    ) -> impl Future<Output = Vec<Result<Vec<PurchaseReply>, StoreError>>> + Send;
+        /// One probe of the ring (`lua/take.lua`).
+        fn take(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> TakeReply;
 
-    /// Whether [`Buckets::purchase_groups`] serves several buckets in one
-    /// call, so that the engine's batcher gains by letting buckets share a
-    /// lane (a standalone Redis: yes; a Cluster, where each bucket has a slot
-    /// of its own, and the memory store, which has no calls to save: no).
-    fn groups_buckets(&self) -> bool;
+        /// Undoes this saga's take in `bucket` (a concurrent driver ended the saga
+        /// otherwise): units back, a void entry in the stream. False if there was
+        /// no take (`lua/untake.lua`).
+        fn untake(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> bool;
 
-    /// CPU seconds the one server behind a grouping store has used since it
-    /// started (Redis's `INFO cpu`: `used_cpu_user` + `used_cpu_sys`), so
-    /// the batcher can tell whether that server is the sale's limit; `None`
-    /// where no one server serves every bucket, or when it does not answer.
-    fn server_cpu(&self) -> impl Future<Output = Option<f64>> + Send {
-        async { None }
+        /// Ends a saga at its home bucket, and takes it off the bucket's pending
+        /// set (`lua/finish.lua`). A pending record of another order under the same
+        /// request id answers `NoRecord`.
+        fn finish(bucket: &BucketRef, now_ms: i64, args: &FinishArgs) -> FinishReply;
+
+        /// Deletes the probe markers of saga `rid` (passes `1..=passes`) in the
+        /// bucket, except the mark of a take that stands ("T|oid": it decides the
+        /// saga's units and a late driver must find it). Returns how many went
+        /// (`lua/clear_markers.lua`). Works on sealed buckets.
+        fn clear_markers(bucket: &BucketRef, rid: &str, passes: u32) -> u32;
+
+        /// Sagas pending at this home bucket since `before_ms` or earlier, at most
+        /// `count`, with their records; entries whose record is no longer
+        /// pending are dropped from the set on the way (`lua/stale_pending.lua`).
+        fn stale_pending(
+            bucket: &BucketRef,
+            before_ms: i64,
+            count: u32,
+        ) -> Vec<(String, RequestRecord)>;
+
+        /// Cancels an order in its home bucket: units back on sale there, the
+        /// user's count down (`lua/cancel.lua`).
+        fn cancel(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> CancelReply;
+
+        /// The order's entry in its home bucket's index, and whether the bucket
+        /// was sealed (read after the entry: unsealed then means current then).
+        fn order_entry(bucket: &BucketRef, order: &OrderId) -> IndexRead;
+
+        /// The record stored under a request id in its home bucket.
+        fn request_record(bucket: &BucketRef, rid: &str) -> Option<RequestRecord>;
+
+        /// Units a user holds (bought and reserved) in their home bucket.
+        fn user_units(bucket: &BucketRef, user: &UserId) -> u64;
+
+        /// `(adds, epoch)`: how many steps added units to the bucket, and its epoch
+        /// (bumped when units come back to a sold-out event). One atomic read
+        /// (`lua/counters.lua`).
+        fn counters(bucket: &BucketRef) -> (u64, u64);
+
+        /// Marks the bucket's copy of "the event holds at most `left` units"
+        /// (orders of more are sold out) for `ttl_ms` if its epoch is still
+        /// `epoch` (`lua/set_empty.lua`).
+        fn set_empty(bucket: &BucketRef, epoch: u64, ttl_ms: u64, left: u64) -> bool;
+
+        /// Bumps the bucket's epoch: its empty mark no longer holds.
+        fn bump_epoch(bucket: &BucketRef) -> ();
+
+        /// Stock, journaled units, fence, adds, demand and held units in one read
+        /// (`lua/bucket_state.lua`).
+        fn bucket_state(bucket: &BucketRef) -> BucketState;
     }
+    also {
+        /// Home steps on several buckets at once: each group exactly as
+        /// [`Buckets::purchase`] of its entries, one result a group, in order.
+        /// Where [`Buckets::groups_buckets`] says so the groups go in one atomic
+        /// call (one Redis server: `lua/purchase_groups.lua`); else one call each.
+        fn purchase_groups(
+            &self,
+            now_ms: i64,
+            groups: &[(BucketRef, Vec<PurchaseEntry>)],
+        ) -> impl Future<Output = Vec<Result<Vec<PurchaseReply>, StoreError>>> + Send;
 
-    /// One probe of the ring (`lua/take.lua`).
-    fn take(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        args: &TakeArgs,
-    ) -> impl Future<Output = Result<TakeReply, StoreError>> + Send;
+        /// Whether [`Buckets::purchase_groups`] serves several buckets in one
+        /// call, so that the engine's batcher gains by letting buckets share a
+        /// lane (a standalone Redis: yes; a Cluster, where each bucket has a slot
+        /// of its own, and the memory store, which has no calls to save: no).
+        fn groups_buckets(&self) -> bool;
 
-    /// Undoes this saga's take in `bucket` (a concurrent driver ended the saga
-    /// otherwise): units back, a void entry in the stream. False if there was
-    /// no take (`lua/untake.lua`).
-    fn untake(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        args: &TakeArgs,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// CPU seconds the one server behind a grouping store has used since it
+        /// started (Redis's `INFO cpu`: `used_cpu_user` + `used_cpu_sys`), so
+        /// the batcher can tell whether that server is the sale's limit; `None`
+        /// where no one server serves every bucket, or when it does not answer.
+        fn server_cpu(&self) -> impl Future<Output = Option<f64>> + Send {
+            async { None }
+        }
 
-    /// Ends a saga at its home bucket, and takes it off the bucket's pending
-    /// set (`lua/finish.lua`). A pending record of another order under the same
-    /// request id answers `NoRecord`.
-    fn finish(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        args: &FinishArgs,
-    ) -> impl Future<Output = Result<FinishReply, StoreError>> + Send;
+        /// Every saga pending at this home bucket, oldest first: its pend index
+        /// with no bound ([`Buckets::stale_pending`]; a pending record and its
+        /// index entry are written together, and the entry leaves only once the
+        /// record is no longer pending). A reshard and a close read them after
+        /// sealing the bucket, while the event's purchases wait: the index holds
+        /// the few sagas in flight, where the request records are one a buyer.
+        fn pending(
+            &self,
+            bucket: &BucketRef,
+        ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send {
+            self.stale_pending(bucket, i64::MAX, u32::MAX)
+        }
 
-    /// Deletes the probe markers of saga `rid` (passes `1..=passes`) in the
-    /// bucket, except the mark of a take that stands ("T|oid": it decides the
-    /// saga's units and a late driver must find it). Returns how many went
-    /// (`lua/clear_markers.lua`). Works on sealed buckets.
-    fn clear_markers(
-        &self,
-        bucket: &BucketRef,
-        rid: &str,
-        passes: u32,
-    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
-
-    /// Sagas pending at this home bucket since `before_ms` or earlier, at most
-    /// `count`, with their records; entries whose record is no longer
-    /// pending are dropped from the set on the way (`lua/stale_pending.lua`).
-    fn stale_pending(
-        &self,
-        bucket: &BucketRef,
-        before_ms: i64,
-        count: u32,
-    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send;
-
-    /// Every saga pending at this home bucket, oldest first: its pend index
-    /// with no bound ([`Buckets::stale_pending`]; a pending record and its
-    /// index entry are written together, and the entry leaves only once the
-    /// record is no longer pending). A reshard and a close read them after
-    /// sealing the bucket, while the event's purchases wait: the index holds
-    /// the few sagas in flight, where the request records are one a buyer.
-    fn pending(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<Vec<(String, RequestRecord)>, StoreError>> + Send {
-        self.stale_pending(bucket, i64::MAX, u32::MAX)
-    }
-
-    /// Cancels an order in its home bucket: units back on sale there, the
-    /// user's count down (`lua/cancel.lua`).
-    fn cancel(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        order: &OrderId,
-    ) -> impl Future<Output = Result<CancelReply, StoreError>> + Send;
-
-    /// The order's entry in its home bucket's index, and whether the bucket
-    /// was sealed (read after the entry: unsealed then means current then).
-    fn order_entry(
-        &self,
-        bucket: &BucketRef,
-        order: &OrderId,
-    ) -> impl Future<Output = Result<IndexRead, StoreError>> + Send;
-
-    /// The record stored under a request id in its home bucket.
-    fn request_record(
-        &self,
-        bucket: &BucketRef,
-        rid: &str,
-    ) -> impl Future<Output = Result<Option<RequestRecord>, StoreError>> + Send;
-
-    /// Units a user holds (bought and reserved) in their home bucket.
-    fn user_units(
-        &self,
-        bucket: &BucketRef,
-        user: &UserId,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-    /// `(adds, epoch)`: how many steps added units to the bucket, and its epoch
-    /// (bumped when units come back to a sold-out event). One atomic read
-    /// (`lua/counters.lua`).
-    fn counters(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
-
-    /// Marks the bucket's copy of "the event holds at most `left` units"
-    /// (orders of more are sold out) for `ttl_ms` if its epoch is still
-    /// `epoch` (`lua/set_empty.lua`).
-    fn set_empty(
-        &self,
-        bucket: &BucketRef,
-        epoch: u64,
-        ttl_ms: u64,
-        left: u64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Bumps the bucket's epoch: its empty mark no longer holds.
-    fn bump_epoch(&self, bucket: &BucketRef)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Stock, journaled units, fence, adds, demand and held units in one read
-    /// (`lua/bucket_state.lua`).
-    fn bucket_state(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<BucketState, StoreError>> + Send;
-
-    /// Every one of `buckets`' states in one atomic read, in order, where
-    /// one server holds them all ([`Buckets::groups_buckets`]: a standalone
-    /// Redis, `lua/bucket_states.lua`, up to 32 buckets); `None` elsewhere,
-    /// where the engine reads them one at a time and checks what moved
-    /// between its reads.
-    fn bucket_states_at_once(
-        &self,
-        buckets: &[BucketRef],
-    ) -> impl Future<Output = Option<Result<Vec<BucketState>, StoreError>>> + Send {
-        let _ = buckets;
-        async { None }
+        /// Every one of `buckets`' states in one atomic read, in order, where
+        /// one server holds them all ([`Buckets::groups_buckets`]: a standalone
+        /// Redis, `lua/bucket_states.lua`, up to 32 buckets); `None` elsewhere,
+        /// where the engine reads them one at a time and checks what moved
+        /// between its reads.
+        fn bucket_states_at_once(
+            &self,
+            buckets: &[BucketRef],
+        ) -> impl Future<Output = Option<Result<Vec<BucketState>, StoreError>>> + Send {
+            let _ = buckets;
+            async { None }
+        }
     }
 }
 

@@ -16,9 +16,6 @@
 //! deadline, or drops it, with a compare-and-set (`reschedule_holds`). Idle
 //! buckets are never polled.
 
-use std::future::Future;
-
-use super::StoreError;
 use crate::domain::ids::OrderId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::OrderEntry;
@@ -50,57 +47,34 @@ pub struct ExpireReply {
     pub next: Option<i64>,
 }
 
-/// Steps on held orders, and the deployment-wide index of buckets with holds.
-pub trait Holds {
-    /// Confirms a held order before its deadline, or expires it at or after
-    /// (`lua/confirm.lua`). A sealed bucket is stale.
-    fn confirm(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        order: &OrderId,
-    ) -> impl Future<Output = Result<ConfirmReply, StoreError>> + Send;
+section! {
+    /// Steps on held orders, and the deployment-wide index of buckets with holds.
+    pub trait Holds => forward_holds {
+        /// Confirms a held order before its deadline, or expires it at or after
+        /// (`lua/confirm.lua`). A sealed bucket is stale.
+        fn confirm(bucket: &BucketRef, now_ms: i64, order: &OrderId) -> ConfirmReply;
 
-    /// Expires up to `count` holds of the bucket whose deadline is at or
-    /// before `now_ms`; with `void`, every live hold, sealed bucket or not (a
-    /// close) (`lua/expire_holds.lua`).
-    fn expire_holds(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-        count: u32,
-        void: bool,
-    ) -> impl Future<Output = Result<ExpireReply, StoreError>> + Send;
+        /// Expires up to `count` holds of the bucket whose deadline is at or
+        /// before `now_ms`; with `void`, every live hold, sealed bucket or not (a
+        /// close) (`lua/expire_holds.lua`).
+        fn expire_holds(bucket: &BucketRef, now_ms: i64, count: u32, void: bool) -> ExpireReply;
 
-    /// Adds the bucket to the deadline index at `at_ms`, or lowers its entry
-    /// to `at_ms` (ZADD LT).
-    fn announce_holds(
-        &self,
-        bucket: &BucketRef,
-        at_ms: i64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        /// Adds the bucket to the deadline index at `at_ms`, or lowers its entry
+        /// to `at_ms` (ZADD LT).
+        fn announce_holds(bucket: &BucketRef, at_ms: i64) -> ();
 
-    /// Buckets of the deadline index due at `now_ms`, with their scores, at
-    /// most `count`, earliest first. Entries that do not parse are dropped.
-    fn due_holds(
-        &self,
-        now_ms: i64,
-        count: u32,
-    ) -> impl Future<Output = Result<Vec<(BucketRef, i64)>, StoreError>> + Send;
+        /// Buckets of the deadline index due at `now_ms`, with their scores, at
+        /// most `count`, earliest first. Entries that do not parse are dropped.
+        fn due_holds(now_ms: i64, count: u32) -> Vec<(BucketRef, i64)>;
 
-    /// After a sweep: moves the bucket's index entry from `seen` to `next`, or
-    /// drops it (`None`), unless it changed since it was read
-    /// (`lua/hold_index.lua`). True when it moved.
-    fn reschedule_holds(
-        &self,
-        bucket: &BucketRef,
-        seen: i64,
-        next: Option<i64>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// After a sweep: moves the bucket's index entry from `seen` to `next`, or
+        /// drops it (`None`), unless it changed since it was read
+        /// (`lua/hold_index.lua`). True when it moved.
+        fn reschedule_holds(bucket: &BucketRef, seen: i64, next: Option<i64>) -> bool;
 
-    /// The earliest deadline in the bucket's own index (a read).
-    fn next_hold(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+        /// The earliest deadline in the bucket's own index (a read).
+        fn next_hold(bucket: &BucketRef) -> Option<i64>;
+    }
+    also {
+    }
 }

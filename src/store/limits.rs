@@ -7,10 +7,8 @@
 //! clocks differ agree; the embedded store keeps the same state in process.
 //! The whole-instance rate (`global_per_sec`) stays per instance (`http::guard`).
 
-use std::future::Future;
 use std::time::Duration;
 
-use super::StoreError;
 use crate::domain::ids::UserId;
 
 /// A rate: `per_sec` requests a second, `burst` of them at once.
@@ -40,15 +38,15 @@ pub enum Admit {
     Wait(Duration),
 }
 
-/// The shared rate of each buyer.
-pub trait Limits {
-    /// One request of `user` at `rate`: admitted (and counted), or how long
-    /// to wait (`lua/rate_admit.lua`).
-    fn admit(
-        &self,
-        user: &UserId,
-        rate: Rate,
-    ) -> impl Future<Output = Result<Admit, StoreError>> + Send;
+section! {
+    /// The shared rate of each buyer.
+    pub trait Limits => forward_limits {
+        /// One request of `user` at `rate`: admitted (and counted), or how long
+        /// to wait (`lua/rate_admit.lua`).
+        fn admit(user: &UserId, rate: Rate) -> Admit;
+    }
+    also {
+    }
 }
 
 /// The GCRA step on a theoretical arrival time `tat` (µs, `None`: none yet)

@@ -31,6 +31,50 @@
 //! close, lost with a Redis that restarted empty) answers [`StoreError::Stale`]:
 //! the caller's view of the event is out of date and it must reload the meta.
 
+/// Declares a section's trait from one list of its steps: each step an
+/// async method answering `Result<_, StoreError>`, written once as
+/// `fn name(arg: Type, …) -> Answer;`. It writes the trait (the steps, then
+/// the section's other methods, given `also`, as written), the section's
+/// `STEPS` (their names, which [`STEPS`] gathers), and an exported macro of
+/// the same list, `forward_<section>!(callback [, extra…])`, which calls
+/// `callback! { Section { fn name(arg: Type, …) -> Answer; … } [extra…] }`:
+/// a wrapper of the store (the tests' fault injector) implements every step
+/// from it, so a new step is written in the trait's list alone.
+macro_rules! section {
+    (@with ($d:tt)
+        $(#[$meta:meta])*
+        pub trait $name:ident => $forward:ident {
+            $(
+                $(#[$m:meta])*
+                fn $step:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;
+            )*
+        }
+        also { $($also:tt)* }
+    ) => {
+        $(#[$meta])*
+        pub trait $name {
+            $(
+                $(#[$m])*
+                fn $step(&self, $($arg: $ty),*)
+                    -> impl ::std::future::Future<Output = Result<$ret, $crate::store::StoreError>> + Send;
+            )*
+            $($also)*
+        }
+
+        /// This section's steps, by name.
+        pub const STEPS: &[&str] = &[$(stringify!($step)),*];
+
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! $forward {
+            ($d cb:ident $d(, $d($d extra:tt)*)?) => {
+                $d cb! { $name { $( fn $step($($arg: $ty),*) -> $ret; )* } $d([ $d($d extra)* ])? }
+            };
+        }
+    };
+    ($($body:tt)*) => { section! { @with ($) $($body)* } };
+}
+
 pub mod buckets;
 pub mod events;
 pub mod holds;
@@ -60,88 +104,27 @@ pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
 pub use streams::{FLUSH_GROUP, Streams};
 pub use transfers::{OpenTransfer, TransferReply, Transfers};
 
-/// Every step a [`Store`] runs, by section, named like its trait method (and
-/// so like its script, where it has one of its own): the list a test
-/// wrapper that fails steps on purpose names them from
-/// (`tests/it/harness/faulty.rs`). `purchase_groups` is the grouped call of
-/// several buckets' purchases; `ping` is [`Store::ping`].
-pub const STEPS: &[&str] = &[
-    // events
-    "create_event",
-    "register_event",
-    "list_events",
-    "list_open_events",
-    "retire_event",
-    "archive_event",
-    "load_meta",
-    "set_status",
-    "set_layout",
-    "bump_seq",
-    "epochs_bumped",
-    "mark_sold_out",
-    "begin_reshard",
-    "set_retired",
-    "end_reshard",
-    // buckets
-    "init_bucket",
-    "purchase",
-    "purchase_groups",
-    "take",
-    "untake",
-    "clear_markers",
-    "stale_pending",
-    "finish",
-    "cancel",
-    "order_entry",
-    "request_record",
-    "user_units",
-    "counters",
-    "set_empty",
-    "bump_epoch",
-    "bucket_state",
-    // holds
-    "confirm",
-    "expire_holds",
-    "announce_holds",
-    "due_holds",
-    "reschedule_holds",
-    "next_hold",
-    // leases
-    "acquire_leadership",
-    "release_leadership",
-    "acquire_lease",
-    "seize_lease",
-    "renew_lease",
-    "release_lease",
-    "lease_holder",
-    // limits
-    "admit",
-    // transfers
-    "transfer_out",
-    "drain_out",
-    "raise_fence",
-    "settled_transfers",
-    "settle_transfers",
-    "transfer_in",
-    "transfer_clear",
-    "open_transfers",
-    "delivered",
-    // streams
-    "stream_read",
-    "stream_ack",
-    "stream_len",
-    // retire
-    "seal",
-    "forfeit",
-    "retire",
-    "audit_bucket",
-    "take_markers",
-    "restore",
-    "contents",
-    "expire_bucket",
-    // the store itself
-    "ping",
-];
+/// Every step a [`Store`] runs, by section (each section's `STEPS`, written
+/// by its trait's declaration), named like its trait method (and so like its
+/// script, where it has one of its own): the list a test wrapper that fails
+/// steps on purpose names them from (`tests/it/harness/faulty.rs`).
+/// `purchase_groups` is the grouped call of several buckets' purchases;
+/// `ping` is [`Store::ping`].
+pub static STEPS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    [
+        events::STEPS,
+        buckets::STEPS,
+        &["purchase_groups"],
+        holds::STEPS,
+        leases::STEPS,
+        limits::STEPS,
+        transfers::STEPS,
+        streams::STEPS,
+        retire::STEPS,
+        &["ping"],
+    ]
+    .concat()
+});
 
 /// Failures of one store step. Refusals (sold out, fenced, not found) are
 /// answers, not errors: each step's reply type spells them out.

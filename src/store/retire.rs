@@ -8,9 +8,7 @@
 //! expire once flushed. The audit reads a bucket in one step (`audit_bucket`).
 
 use std::collections::HashSet;
-use std::future::Future;
 
-use super::StoreError;
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{OrderEntry, RequestRecord};
@@ -59,71 +57,51 @@ pub enum RestoreReply {
     Fenced { highest: u64 },
 }
 
-/// Steps on a bucket that stops selling, and on the one that takes its place.
-pub trait Retirement {
-    /// Seals the bucket (no more purchases, takes or transfers); returns its
-    /// stock (`lua/seal.lua`).
-    fn seal(&self, bucket: &BucketRef) -> impl Future<Output = Result<u64, StoreError>> + Send;
+section! {
+    /// Steps on a bucket that stops selling, and on the one that takes its place.
+    pub trait Retirement => forward_retire {
+        /// Seals the bucket (no more purchases, takes or transfers); returns its
+        /// stock (`lua/seal.lua`).
+        fn seal(bucket: &BucketRef) -> u64;
 
-    /// Takes up to `units` off sale and returns how many it took: the repair
-    /// after a partial loss (the ledger holds orders whose decrements the
-    /// store lost). 0 on a sealed bucket (`lua/forfeit.lua`).
-    fn forfeit(
-        &self,
-        bucket: &BucketRef,
-        units: u64,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+        /// Takes up to `units` off sale and returns how many it took: the repair
+        /// after a partial loss (the ledger holds orders whose decrements the
+        /// store lost). 0 on a sealed bucket (`lua/forfeit.lua`).
+        fn forfeit(bucket: &BucketRef, units: u64) -> u64;
 
-    /// Moves a sealed bucket's stock into a leftover entry; `None` if not
-    /// sealed (`lua/retire.lua`).
-    fn retire(
-        &self,
-        bucket: &BucketRef,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+        /// Moves a sealed bucket's stock into a leftover entry; `None` if not
+        /// sealed (`lua/retire.lua`).
+        fn retire(bucket: &BucketRef, now_ms: i64) -> Option<u64>;
 
-    /// One atomic read for the conservation audit (`lua/audit_bucket.lua`).
-    fn audit_bucket(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<BucketAudit, StoreError>> + Send;
+        /// One atomic read for the conservation audit (`lua/audit_bucket.lua`).
+        fn audit_bucket(bucket: &BucketRef) -> BucketAudit;
 
-    /// The takes this saga made in the bucket, by pass (read-only; works on a
-    /// sealed bucket, where the saga can no longer probe).
-    fn take_markers(
-        &self,
-        bucket: &BucketRef,
-        rid: &str,
-        passes: u32,
-    ) -> impl Future<Output = Result<Vec<(u32, OrderId)>, StoreError>> + Send;
+        /// The takes this saga made in the bucket, by pass (read-only; works on a
+        /// sealed bucket, where the saga can no longer probe).
+        fn take_markers(bucket: &BucketRef, rid: &str, passes: u32) -> Vec<(u32, OrderId)>;
 
-    /// Writes users' holdings, order index entries and request records into a
-    /// bucket being rebuilt (Redis lost its state) or filled by a reshard
-    /// (`lua/restore.lua`), fenced like a transfer: a writer whose `token` is
-    /// lower than the bucket's fence writes nothing (a rebuild into a fresh
-    /// layout passes 0). Each field is written only where the bucket has
-    /// none: a resumed run never undoes what happened here since its first
-    /// run (a hold that expired or was confirmed, a count that dropped).
-    fn restore(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        holdings: &[(UserId, u64)],
-        orders: &[(OrderId, OrderEntry)],
-        records: &[(String, RequestRecord)],
-    ) -> impl Future<Output = Result<RestoreReply, StoreError>> + Send;
+        /// Writes users' holdings, order index entries and request records into a
+        /// bucket being rebuilt (Redis lost its state) or filled by a reshard
+        /// (`lua/restore.lua`), fenced like a transfer: a writer whose `token` is
+        /// lower than the bucket's fence writes nothing (a rebuild into a fresh
+        /// layout passes 0). Each field is written only where the bucket has
+        /// none: a resumed run never undoes what happened here since its first
+        /// run (a hold that expired or was confirmed, a count that dropped).
+        fn restore(
+            bucket: &BucketRef,
+            token: u64,
+            holdings: &[(UserId, u64)],
+            orders: &[(OrderId, OrderEntry)],
+            records: &[(String, RequestRecord)],
+        ) -> RestoreReply;
 
-    /// What a (sealed) bucket remembers about its users: holdings, order index
-    /// entries and final records of client request ids.
-    fn contents(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<BucketContents, StoreError>> + Send;
+        /// What a (sealed) bucket remembers about its users: holdings, order index
+        /// entries and final records of client request ids.
+        fn contents(bucket: &BucketRef) -> BucketContents;
 
-    /// Lets every key of the bucket expire after `ttl_ms` (an ended event).
-    fn expire_bucket(
-        &self,
-        bucket: &BucketRef,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        /// Lets every key of the bucket expire after `ttl_ms` (an ended event).
+        fn expire_bucket(bucket: &BucketRef, ttl_ms: u64) -> ();
+    }
+    also {
+    }
 }

@@ -12,9 +12,6 @@
 //! [`Transfers::raise_fence`] also drops applied ids below the tokens a
 //! takeover settled ([`Transfers::settle_transfers`]).
 
-use std::future::Future;
-
-use super::StoreError;
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::transfer::Forget;
@@ -39,89 +36,65 @@ pub struct OpenTransfer {
     pub token: u64,
 }
 
-/// The steps of a transfer, and the fence and journal they rely on.
-pub trait Transfers {
-    /// OUT: journals up to `units` from `bucket` for transfer `xid` to `target`
-    /// (`lua/transfer_out.lua`).
-    fn transfer_out(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        xid: &str,
-        target: u32,
-        units: u64,
-    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+section! {
+    /// The steps of a transfer, and the fence and journal they rely on.
+    pub trait Transfers => forward_transfers {
+        /// OUT: journals up to `units` from `bucket` for transfer `xid` to `target`
+        /// (`lua/transfer_out.lua`).
+        fn transfer_out(
+            bucket: &BucketRef,
+            token: u64,
+            xid: &str,
+            target: u32,
+            units: u64,
+        ) -> TransferReply;
 
-    /// OUT from a sealed bucket: a reshard draining the old layout
-    /// (`lua/transfer_out.lua`, allowed on a sealed bucket).
-    fn drain_out(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        xid: &str,
-        target: u32,
-        units: u64,
-    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+        /// OUT from a sealed bucket: a reshard draining the old layout
+        /// (`lua/transfer_out.lua`, allowed on a sealed bucket).
+        fn drain_out(
+            bucket: &BucketRef,
+            token: u64,
+            xid: &str,
+            target: u32,
+            units: u64,
+        ) -> TransferReply;
 
-    /// Raises the bucket's fence to `token` (a new leader, before it moves
-    /// anything); returns the fence afterwards (`lua/raise_fence.lua`). The
-    /// bucket forgets the tombstones of its journal below its fence and the
-    /// applied ids `forget` names.
-    fn raise_fence(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        forget: Forget,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+        /// Raises the bucket's fence to `token` (a new leader, before it moves
+        /// anything); returns the fence afterwards (`lua/raise_fence.lua`). The
+        /// bucket forgets the tombstones of its journal below its fence and the
+        /// applied ids `forget` names.
+        fn raise_fence(bucket: &BucketRef, token: u64, forget: Forget) -> u64;
 
-    /// The tokens takeovers settled, per layout generation: every transfer
-    /// whose source is in that layout and whose token is lower is closed.
-    fn settled_transfers(
-        &self,
-        event: &EventId,
-    ) -> impl Future<Output = Result<Vec<(u32, u64)>, StoreError>> + Send;
+        /// The tokens takeovers settled, per layout generation: every transfer
+        /// whose source is in that layout and whose token is lower is closed.
+        fn settled_transfers(event: &EventId) -> Vec<(u32, u64)>;
 
-    /// Records that a mover holding `token` fenced every bucket of layout
-    /// `generation` and then completed every transfer open there (kept only
-    /// if higher than what is recorded; `lua/settle_transfers.lua`).
-    fn settle_transfers(
-        &self,
-        event: &EventId,
-        generation: u32,
-        token: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        /// Records that a mover holding `token` fenced every bucket of layout
+        /// `generation` and then completed every transfer open there (kept only
+        /// if higher than what is recorded; `lua/settle_transfers.lua`).
+        fn settle_transfers(event: &EventId, generation: u32, token: u64) -> ();
 
-    /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`
-    /// (`lua/transfer_in.lua`).
-    fn transfer_in(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        xid: &str,
-        source: u32,
-        units: u64,
-    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+        /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`
+        /// (`lua/transfer_in.lua`).
+        fn transfer_in(
+            bucket: &BucketRef,
+            token: u64,
+            xid: &str,
+            source: u32,
+            units: u64,
+        ) -> TransferReply;
 
-    /// Closes transfer `xid` in the source's journal (`lua/transfer_clear.lua`).
-    fn transfer_clear(
-        &self,
-        bucket: &BucketRef,
-        token: u64,
-        xid: &str,
-    ) -> impl Future<Output = Result<TransferReply, StoreError>> + Send;
+        /// Closes transfer `xid` in the source's journal (`lua/transfer_clear.lua`).
+        fn transfer_clear(bucket: &BucketRef, token: u64, xid: &str) -> TransferReply;
 
-    /// The transfers out of `bucket` still open in its journal.
-    fn open_transfers(
-        &self,
-        bucket: &BucketRef,
-    ) -> impl Future<Output = Result<Vec<OpenTransfer>, StoreError>> + Send;
+        /// The transfers out of `bucket` still open in its journal.
+        fn open_transfers(bucket: &BucketRef) -> Vec<OpenTransfer>;
 
-    /// Whether transfer `xid` was applied into `bucket` (its IN ran): its
-    /// units are in that bucket's stock, even while the source's journal
-    /// still holds the entry open (a mover cut off before CLEAR).
-    fn delivered(
-        &self,
-        bucket: &BucketRef,
-        xid: &str,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// Whether transfer `xid` was applied into `bucket` (its IN ran): its
+        /// units are in that bucket's stock, even while the source's journal
+        /// still holds the entry open (a mover cut off before CLEAR).
+        fn delivered(bucket: &BucketRef, xid: &str) -> bool;
+    }
+    also {
+    }
 }

@@ -711,7 +711,7 @@ mod tests {
 
     #[test]
     fn every_script_runs_a_store_step_of_its_name_or_names_the_steps_it_serves() {
-        let steps = crate::store::STEPS;
+        let steps = &*crate::store::STEPS;
         for step in all() {
             let own = [step.name];
             let served = SERVES
