@@ -4,11 +4,13 @@
 //! pure functions, and the model types carry their stored encodings. Nothing
 //! here imports another layer of the crate.
 
+/// Events: their spec, stored meta, layout history and bucket state.
+pub mod event;
 /// Validated identifiers (everything that reaches a key or a URL).
 pub mod ids;
 /// The Redis key layout and hash tags.
 pub mod keys;
-/// Events, meta, orders, request records and their stored encodings.
+/// Orders, request records and their stored encodings (events re-exported).
 pub mod model;
 /// The stable routing hash, home bucket and probe ring.
 pub mod routing;
