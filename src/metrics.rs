@@ -9,106 +9,106 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 // ---- purchases (labels: event, outcome / path) ----
 /// counter {event, outcome}: ok, sold_out, limit_exceeded, invalid, replayed, error.
-pub(crate) const PURCHASES: &str = "shardstock_purchases_total";
+pub const PURCHASES: &str = "shardstock_purchases_total";
 /// counter {event}: units in successful purchases (a purchase may be 1–max_per_order units).
-pub(crate) const PURCHASED_UNITS: &str = "shardstock_purchased_units_total";
+pub const PURCHASED_UNITS: &str = "shardstock_purchased_units_total";
 /// histogram {path}: fast (home bucket) or probe (the saga).
-pub(crate) const PURCHASE_DURATION: &str = "shardstock_purchase_duration_seconds";
+pub const PURCHASE_DURATION: &str = "shardstock_purchase_duration_seconds";
 /// histogram {event}: buckets tried beyond home.
-pub(crate) const PROBE_DEPTH: &str = "shardstock_probe_depth";
+pub const PROBE_DEPTH: &str = "shardstock_probe_depth";
 /// counter {event}: cancelled orders.
-pub(crate) const CANCELS: &str = "shardstock_cancels_total";
+pub const CANCELS: &str = "shardstock_cancels_total";
 /// counter {event}: on-demand consolidations by purchases.
-pub(crate) const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
+pub const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
 /// counter {event}: pending sagas the sweeper ended (no driver was left to).
-pub(crate) const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
+pub const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
 
 // ---- holds (events with hold_seconds) ----
 /// counter {event}: purchases taken as holds.
-pub(crate) const HOLDS_CREATED: &str = "shardstock_holds_created_total";
+pub const HOLDS_CREATED: &str = "shardstock_holds_created_total";
 /// counter {event}: holds confirmed before their deadline.
-pub(crate) const HOLDS_CONFIRMED: &str = "shardstock_holds_confirmed_total";
+pub const HOLDS_CONFIRMED: &str = "shardstock_holds_confirmed_total";
 /// counter {event}: holds that reached their deadline unconfirmed (or a close voided).
-pub(crate) const HOLDS_EXPIRED: &str = "shardstock_holds_expired_total";
+pub const HOLDS_EXPIRED: &str = "shardstock_holds_expired_total";
 /// gauge {event}: units in live holds.
-pub(crate) const EVENT_HELD: &str = "shardstock_event_held_units";
+pub const EVENT_HELD: &str = "shardstock_event_held_units";
 
 // ---- buckets (kept fresh by a background task) ----
 /// gauge {event, bucket}.
-pub(crate) const BUCKET_REMAINING: &str = "shardstock_bucket_remaining";
+pub const BUCKET_REMAINING: &str = "shardstock_bucket_remaining";
 /// gauge {event}: max bucket remaining ÷ mean.
-pub(crate) const BUCKET_SKEW: &str = "shardstock_bucket_skew_ratio";
+pub const BUCKET_SKEW: &str = "shardstock_bucket_skew_ratio";
 /// gauge {event}: the event's stock.
-pub(crate) const EVENT_STOCK: &str = "shardstock_event_stock";
+pub const EVENT_STOCK: &str = "shardstock_event_stock";
 /// gauge {event}: units left (buckets + in transfer).
-pub(crate) const EVENT_REMAINING: &str = "shardstock_event_remaining";
+pub const EVENT_REMAINING: &str = "shardstock_event_remaining";
 /// gauge {event}: units a closed event had left (set by its close).
-pub(crate) const EVENT_LEFTOVER: &str = "shardstock_event_leftover_units";
+pub const EVENT_LEFTOVER: &str = "shardstock_event_leftover_units";
 /// gauge {event}: buckets of the current layout.
-pub(crate) const EVENT_BUCKETS: &str = "shardstock_event_buckets";
+pub const EVENT_BUCKETS: &str = "shardstock_event_buckets";
 
 // ---- rebalancer ----
 /// counter {event}.
-pub(crate) const REBALANCE_MOVED_UNITS: &str = "shardstock_rebalance_moved_units_total";
+pub const REBALANCE_MOVED_UNITS: &str = "shardstock_rebalance_moved_units_total";
 /// counter {event}.
-pub(crate) const REBALANCE_TRANSFERS: &str = "shardstock_rebalance_transfers_total";
+pub const REBALANCE_TRANSFERS: &str = "shardstock_rebalance_transfers_total";
 /// counter {event}: times this instance became the event's leader.
-pub(crate) const LEADER_CHANGES: &str = "shardstock_leader_changes_total";
+pub const LEADER_CHANGES: &str = "shardstock_leader_changes_total";
 /// gauge {event}: 1 while this instance leads the event.
-pub(crate) const LEADER: &str = "shardstock_rebalancer_leader";
+pub const LEADER: &str = "shardstock_rebalancer_leader";
 /// counter {event}: transfer steps a bucket refused (stale token).
-pub(crate) const FENCING_REJECTIONS: &str = "shardstock_fencing_rejections_total";
+pub const FENCING_REJECTIONS: &str = "shardstock_fencing_rejections_total";
 /// counter {event, reason}: reshards completed; reason: manual, config,
 /// resumed, or the adaptive policy's hot, spread, drain.
-pub(crate) const RESHARDS: &str = "shardstock_reshards_total";
+pub const RESHARDS: &str = "shardstock_reshards_total";
 
 // ---- durable orders ----
 /// gauge: order records in Redis streams not yet in the database.
-pub(crate) const FLUSH_LAG: &str = "shardstock_flush_lag_orders";
+pub const FLUSH_LAG: &str = "shardstock_flush_lag_orders";
 /// counter: order records written to the database.
-pub(crate) const ORDERS_FLUSHED: &str = "shardstock_orders_flushed_total";
+pub const ORDERS_FLUSHED: &str = "shardstock_orders_flushed_total";
 /// counter: failed flush batches.
-pub(crate) const FLUSH_ERRORS: &str = "shardstock_flush_errors_total";
+pub const FLUSH_ERRORS: &str = "shardstock_flush_errors_total";
 /// histogram: seconds per flushed batch.
-pub(crate) const FLUSH_BATCH_DURATION: &str = "shardstock_flush_batch_duration_seconds";
+pub const FLUSH_BATCH_DURATION: &str = "shardstock_flush_batch_duration_seconds";
 /// counter {event}: the database refused a sale past the stock (must stay 0).
-pub(crate) const DB_GUARD_VIOLATIONS: &str = "shardstock_db_guard_violations_total";
+pub const DB_GUARD_VIOLATIONS: &str = "shardstock_db_guard_violations_total";
 /// gauge {event}: 1 when the last audit balanced, 0 when it did not.
-pub(crate) const AUDIT_BALANCED: &str = "shardstock_audit_balanced";
+pub const AUDIT_BALANCED: &str = "shardstock_audit_balanced";
 
 // ---- store and HTTP ----
 /// counter {op}: store calls that failed (Redis unreachable, timeouts…).
-pub(crate) const STORE_ERRORS: &str = "shardstock_store_errors_total";
+pub const STORE_ERRORS: &str = "shardstock_store_errors_total";
 /// counter {reason}: store calls refused while a Redis Cluster's slots moved
 /// (tryagain, redirect, unrouted, loading, readonly) and sent again.
-pub(crate) const STORE_RETRIES: &str = "shardstock_store_retries_total";
+pub const STORE_RETRIES: &str = "shardstock_store_retries_total";
 /// counter: restarts of the Redis client's routing task after it ended.
-pub(crate) const STORE_ROUTER_RESTARTS: &str = "shardstock_store_router_restarts_total";
+pub const STORE_ROUTER_RESTARTS: &str = "shardstock_store_router_restarts_total";
 /// counter {event}: requests refused because the store lost an event that
 /// this instance had served and the database still has on sale (Redis
 /// emptied or replaced mid-sale): an operator must run `shardstock recover`.
-pub(crate) const STORE_EVENTS_LOST: &str = "shardstock_store_events_lost_total";
+pub const STORE_EVENTS_LOST: &str = "shardstock_store_events_lost_total";
 /// counter {event}: units the audit found held both by orders in the
 /// database and on sale in the store — writes the store lost (a partial
 /// loss: a Redis restarted from an AOF missing its last second, a failover
 /// to a replica that missed them); counted once per finding, then taken off
 /// sale or refused by `database.lost_state`.
-pub(crate) const STORE_UNITS_LOST: &str = "shardstock_store_units_lost_total";
+pub const STORE_UNITS_LOST: &str = "shardstock_store_units_lost_total";
 /// counter {route, method, status}.
-pub(crate) const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
+pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
 /// histogram {route, method}.
-pub(crate) const HTTP_DURATION: &str = "shardstock_http_request_duration_seconds";
+pub const HTTP_DURATION: &str = "shardstock_http_request_duration_seconds";
 /// counter {scope}: requests refused by the rate limiter (user, global).
-pub(crate) const RATE_LIMITED: &str = "shardstock_rate_limited_total";
+pub const RATE_LIMITED: &str = "shardstock_rate_limited_total";
 
 // ---- batching ----
 /// histogram: purchases per home-step script call.
-pub(crate) const BATCH_SIZE: &str = "shardstock_batch_size";
+pub const BATCH_SIZE: &str = "shardstock_batch_size";
 /// counter: home-step script calls.
-pub(crate) const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
+pub const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
 /// gauge: the share of a core the one Redis server behind the store used
 /// over the last half second of calls (standalone Redis only).
-pub(crate) const STORE_SERVER_BUSY: &str = "shardstock_store_server_busy_ratio";
+pub const STORE_SERVER_BUSY: &str = "shardstock_store_server_busy_ratio";
 
 /// Counts a failed store call (`op`: what was being done).
 pub(crate) fn store_error(op: &'static str) {

@@ -95,7 +95,7 @@ pub struct ServerSettings {
     /// (a warning at start; each answers a 401 that says so).
     pub admin_token: String,
     /// Largest request body accepted.
-    pub(crate) body_limit_bytes: usize,
+    pub body_limit_bytes: usize,
     /// Time limit for one request.
     pub request_timeout_ms: u64,
     /// How often the bucket gauges are refreshed.
@@ -149,12 +149,12 @@ pub struct StoreSettings {
     /// `redis-cluster://host:port?node=host:port&node=…` (Cluster).
     pub redis_url: Option<String>,
     pub command_timeout_ms: u64,
-    pub(crate) connect_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
     /// Prefix of every key (`<namespace>:{…}`): several deployments can share a Redis.
     pub namespace: String,
     /// How often a Redis Cluster's slot table is refreshed besides on every
     /// redirection (0: only on redirection).
-    pub(crate) cluster_refresh_ms: u64,
+    pub cluster_refresh_ms: u64,
     /// Acknowledge a purchase only once its writes are on this many replicas
     /// of its master (`WAIT`, one per batch); 0: off (Redis replicates
     /// asynchronously, a failover can lose the last acknowledged writes).
@@ -188,7 +188,7 @@ pub struct DatabaseSettings {
     /// Flush workers per instance on PostgreSQL: one reads every round, the
     /// others help while the rounds come back full. SQLite (one writer at a
     /// time) has one.
-    pub(crate) flush_workers: usize,
+    pub flush_workers: usize,
     /// How long a flush worker waits after a round that found less than a
     /// batch (or nothing) before it reads again: the flush lag when idle, and
     /// what fills the batches at sale rates.
@@ -235,9 +235,9 @@ impl Default for DatabaseSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSettings {
     pub max_passes: u32,
-    pub(crate) sold_out_mark_ttl_ms: u64,
-    pub(crate) reshard_wait_ms: u64,
-    pub(crate) gather_lease_ttl_ms: u64,
+    pub sold_out_mark_ttl_ms: u64,
+    pub reshard_wait_ms: u64,
+    pub gather_lease_ttl_ms: u64,
     pub gather_wait_ms: u64,
     /// Lifetime of a saga's probe markers; its end deletes them sooner.
     pub marker_ttl_ms: u64,
@@ -271,7 +271,7 @@ pub struct RateLimitSettings {
     /// Purchases per second per user (0 = off).
     pub per_user_per_sec: u32,
     /// Purchases per second for the whole instance (0 = off).
-    pub(crate) global_per_sec: u32,
+    pub global_per_sec: u32,
     /// Burst allowance on top of the rate (default: one second's worth).
     pub burst: Option<u32>,
 }
@@ -289,9 +289,9 @@ pub struct RebalancerSettings {
     /// Below this fraction of the stock left, fragments are gathered.
     pub gather_below: f64,
     /// At most this many transfers per round.
-    pub(crate) max_moves_per_round: u32,
+    pub max_moves_per_round: u32,
     /// A bucket should hold this long of its own buyers' demand.
-    pub(crate) horizon_ms: u64,
+    pub horizon_ms: u64,
     /// Adaptive events (`buckets = "auto"` or `{ min, max }`) grow when their
     /// demand per bucket is above this (units/s) ...
     pub grow_above_per_bucket: f64,
@@ -300,18 +300,18 @@ pub struct RebalancerSettings {
     /// On one Redis server, to at most this many buckets (a multiple of
     /// `batching.shared_lanes` past them); 1: not at all, since an event of
     /// fewer buckets than lanes already has a call in flight on each.
-    pub(crate) grow_max_one_server: u32,
+    pub grow_max_one_server: u32,
     /// On a Redis Cluster, grow an event whose buckets already reach every
     /// master (off: it keeps that layout; an adaptive event is created on
     /// every master when its stock allows).
     pub grow_past_masters: bool,
     /// They shrink when fewer than this many full orders per bucket are left.
-    pub(crate) shrink_orders_per_bucket: u64,
+    pub shrink_orders_per_bucket: u64,
     /// At least this long between two automatic reshards of one event.
-    pub(crate) resize_interval_ms: u64,
+    pub resize_interval_ms: u64,
     /// No automatic reshard once an event has sold more units than this (a
     /// reshard moves every buyer's records while purchases wait).
-    pub(crate) resize_max_sold: u64,
+    pub resize_max_sold: u64,
 }
 
 impl Default for RebalancerSettings {
