@@ -5,8 +5,9 @@
 //!
 //! # How an action is replayed
 //! `draw` walks the model from its initial state (each action drawn from
-//! those that change the state); `driver` and `runs` take each action as the
-//! store steps it stands for, with the arguments the real actor would pass,
+//! those that change the state); `driver` takes each action as the store
+//! steps it stands for (`clients` for clients, sagas and the sweeper, `runs`
+//! for the engines' runs), with the arguments the real actor would pass,
 //! and check the step's reply; `observe` then reads the store through the
 //! `Store` trait and compares it with the model (see its docs for the list).
 //!
@@ -51,12 +52,14 @@
 //! that stands (short and given-back ones are deleted by `settle_pending`),
 //! tombstones of cleared transfers (a fence raise drops them), the seq.
 //!
-//! `SHARDSTOCK_REPLAY_TRACES` (default [`DEFAULT_TRACES`]) traces of at most
+//! `SHARDSTOCK_REPLAY_TRACES` (default [`DEFAULT_TRACES`] on memory,
+//! [`DEFAULT_REDIS_TRACES`] on Redis and the Cluster) traces of at most
 //! `SHARDSTOCK_REPLAY_STEPS` (default [`DEFAULT_STEPS`]) actions run per
 //! backend from seed `SHARDSTOCK_REPLAY_SEED` (default 1); a failing seed is
 //! rerun alone with `SHARDSTOCK_REPLAY_SEED=<seed> SHARDSTOCK_REPLAY_TRACES=1
 //! cargo test --test it model_replay -- --nocapture`.
 
+mod clients;
 mod draw;
 mod driver;
 mod fixed;
@@ -72,8 +75,12 @@ use shardstock_model::{Bounds, Variant};
 use crate::harness::{memory, on_every_backend};
 use driver::{Mismatch, Perturb, Replay};
 
-/// Traces a backend replays in `cargo test`.
-pub const DEFAULT_TRACES: u64 = 200;
+/// Traces the memory store replays in `cargo test` (a few seconds).
+pub const DEFAULT_TRACES: u64 = 400;
+/// Traces Redis and the Cluster replay: each action costs ~30 store calls
+/// and a debug build's client spends ~4 ms of CPU on them, so 120 traces
+/// keep each under a minute on a loaded 2-core machine.
+pub const DEFAULT_REDIS_TRACES: u64 = 120;
 /// Actions a trace takes at most.
 pub const DEFAULT_STEPS: usize = 80;
 
@@ -131,15 +138,30 @@ async fn replay<S: Store>(
 pub const STRAY_FENCE: &str =
     "raise_fence on a bucket not created yet: Redis writes the fence, memory answers stale";
 
+/// An action's name, with a run's step's (`Run(Out)`), for the summary.
+fn kind(action: &Action) -> String {
+    let name = |debug: String| debug.split('(').next().unwrap_or_default().to_owned();
+    match action {
+        Action::Run(_, step) => format!("Run({})", name(format!("{step:?}"))),
+        other => name(format!("{other:?}")),
+    }
+}
+
 /// Random traces from the model replay on the store, every step matching.
 async fn random_traces_match_the_model<S: Store>(engine: Engine<S>) {
-    let traces = env("SHARDSTOCK_REPLAY_TRACES", DEFAULT_TRACES);
+    let default = if engine.store().kind() == "memory" {
+        DEFAULT_TRACES
+    } else {
+        DEFAULT_REDIS_TRACES
+    };
+    let traces = env("SHARDSTOCK_REPLAY_TRACES", default);
     let first = env("SHARDSTOCK_REPLAY_SEED", 1_u64);
     let steps = env("SHARDSTOCK_REPLAY_STEPS", DEFAULT_STEPS);
     let started = Instant::now();
     let (mut actions, mut switched, mut closed) = (0, 0, 0);
     let mut parted = Vec::new();
     let mut stray = 0;
+    let mut kinds = std::collections::BTreeMap::new();
     for seed in first..first + traces {
         let trace = draw::draw(seed, BOUNDS, steps);
         actions += trace.len();
@@ -149,6 +171,9 @@ async fn random_traces_match_the_model<S: Store>(engine: Engine<S>) {
         closed += trace
             .iter()
             .any(|a| matches!(a, Action::Run(_, Step::LedgerClose))) as u32;
+        for a in &trace {
+            *kinds.entry(kind(a)).or_insert(0_u32) += 1;
+        }
         match replay(&engine, BOUNDS, Variant::FIXED, &trace, None).await {
             Ok(fences) => stray += (fences > 0) as u32,
             Err(m) => {
@@ -159,7 +184,7 @@ async fn random_traces_match_the_model<S: Store>(engine: Engine<S>) {
     }
     println!(
         "{}: {traces} traces, {actions} actions ({switched} switched a reshard, {closed} closed), \
-         in {:.1?}; {stray} traces with {STRAY_FENCE}",
+         in {:.1?}; {stray} traces with {STRAY_FENCE}\nactions taken: {kinds:?}",
         engine.store().kind(),
         started.elapsed()
     );

@@ -18,11 +18,9 @@ use shardstock::domain::ids::{EventId, OrderId, UserId};
 use shardstock::domain::keys::BucketRef;
 use shardstock::domain::model::{DEFAULT_MAX_PER_ORDER, EventSpec, EventStatus};
 use shardstock::domain::routing::{home, user_hash};
-use shardstock::store::{
-    CreateEventReply, Finish, FinishArgs, PurchaseEntry, PurchaseReply, Store, StoreError, TakeArgs,
-};
-use shardstock_model::state::{Records, State, Told};
-use shardstock_model::steps::{Action, Outcome};
+use shardstock::store::{CreateEventReply, Store, StoreError, TakeArgs};
+use shardstock_model::state::{Records, State};
+use shardstock_model::steps::Action;
 use shardstock_model::{Bounds, Protocol, Variant};
 use stateright::Model;
 
@@ -98,7 +96,8 @@ fn user_for(u: usize, bounds: &Bounds) -> UserId {
         .unwrap()
 }
 
-fn owner(engine: u8) -> String {
+/// The owner name of engine `engine`'s lease.
+pub fn owner_of(engine: u8) -> String {
     format!("replay-{engine}")
 }
 
@@ -187,7 +186,7 @@ impl<'a, S: Store> Replay<'a, S> {
         self.orders.iter().position(|o| o.as_str() == order)
     }
 
-    fn take_args(&self, r: usize, home: u32) -> TakeArgs {
+    pub fn take_args(&self, r: usize, home: u32) -> TakeArgs {
         TakeArgs {
             rid: self.rids[r].clone(),
             pass: 1,
@@ -230,181 +229,12 @@ impl<'a, S: Store> Replay<'a, S> {
     /// the model's new state.
     async fn act(&mut self, action: Action, before: &State, after: &State) -> Vec<String> {
         let mut problems = Vec::new();
-        let now = self.clock.now();
         let store = self.engine.store();
         match action {
-            Action::Purchase(r) => {
-                let r = r as usize;
-                let u = self.model.user(r);
-                let home = self.model.home(before.meta.generation, u);
-                let entry = PurchaseEntry {
-                    user: self.users[u].clone(),
-                    qty: 1,
-                    limit: self.model.bounds.limit.map_or(0, u32::from),
-                    rid: self.rids[r].clone(),
-                    keep: true,
-                    order_id: self.orders[r].clone(),
-                    pay_by: Some(now + HOLD_MS),
-                };
-                let reply = store.purchase(&self.bucket(home), now, &[entry]).await;
-                let told = match &reply {
-                    Ok(replies) => match replies.as_slice() {
-                        [PurchaseReply::Bought { .. }] => Told::Bought,
-                        [PurchaseReply::LimitExceeded { .. }] => Told::Limit,
-                        [PurchaseReply::Pending { .. }] => Told::None,
-                        _ => Told::TryAgain,
-                    },
-                    Err(_) => Told::TryAgain,
-                };
-                let pending = matches!(reply.as_deref(), Ok([PurchaseReply::Pending { .. }]));
-                if told != after.told[r] || pending != after.saga[r].is_some() {
-                    problems.push(format!(
-                        "purchase answered {reply:?}; the model told {:?} (saga: {:?})",
-                        after.told[r], after.saga[r]
-                    ));
-                }
-            }
-            Action::Take(r, j) => {
-                let (r, j) = (r as usize, j as usize);
-                let g = before.saga[r].expect("a saga");
-                let home = self.model.home(g, self.model.user(r));
-                let args = self.take_args(r, u32::from(before.buckets[home].index));
-                let reply = store.take(&self.bucket(j), now, &args).await;
-                let taken = matches!(reply, Ok(shardstock::store::TakeReply::Taken { .. }));
-                let expected =
-                    after.buckets[j].markers[r] == shardstock_model::state::Marker::Taken;
-                if taken != expected {
-                    problems.push(format!(
-                        "take answered {reply:?}; the model took: {expected}"
-                    ));
-                }
-            }
-            Action::Finish(r, outcome) => {
-                let r = r as usize;
-                let g = before.saga[r].expect("a saga");
-                let home = self.model.home(g, self.model.user(r));
-                let outcome = match outcome {
-                    Outcome::Bought => {
-                        let j = self
-                            .model
-                            .layout(g)
-                            .find(|&j| {
-                                before.buckets[j].markers[r]
-                                    == shardstock_model::state::Marker::Taken
-                            })
-                            .expect("a take");
-                        Finish::Bought {
-                            order_id: self.orders[r].clone(),
-                            bucket: u32::from(before.buckets[j].index),
-                            probes: 1,
-                        }
-                    }
-                    Outcome::SoldOut => Finish::SoldOut { remaining: 0 },
-                    Outcome::Abort => Finish::Abort,
-                };
-                let args = FinishArgs {
-                    rid: self.rids[r].clone(),
-                    order_id: self.orders[r].clone(),
-                    user: self.user_of(r).clone(),
-                    qty: 1,
-                    keep: true,
-                    limited: self.model.bounds.limit.is_some(),
-                    outcome,
-                    pay_by: Some(self.clock.deadline(r)),
-                };
-                let reply = store.finish(&self.bucket(home), now, &args).await;
-                if !matches!(reply, Ok(shardstock::store::FinishReply::Done)) {
-                    problems.push(format!(
-                        "finish answered {reply:?}; the model ended the saga"
-                    ));
-                }
-            }
-            Action::Untake(r, j) => {
-                let (r, j) = (r as usize, j as usize);
-                let g = before.saga[r].expect("a saga");
-                let home = self.model.home(g, self.model.user(r));
-                let args = self.take_args(r, u32::from(before.buckets[home].index));
-                let reply = store.untake(&self.bucket(j), now, &args).await;
-                if !matches!(reply, Ok(true)) {
-                    problems.push(format!("untake answered {reply:?}; the model gave back"));
-                }
-            }
-            Action::Due(_) => {}
-            Action::Expire(b, o) => {
-                let o = o as usize;
-                let at = self.clock.deadline(o);
-                let reply = shardstock::store::Holds::expire_holds(
-                    store,
-                    &self.bucket(b as usize),
-                    at,
-                    512,
-                    false,
-                )
-                .await;
-                let expired: Vec<Option<usize>> = match &reply {
-                    Ok(r) => r
-                        .expired
-                        .iter()
-                        .map(|(oid, _)| self.order_index(oid.as_str()))
-                        .collect(),
-                    Err(_) => vec![None],
-                };
-                let expected = if after.ledger[o].e > before.ledger[o].e {
-                    vec![Some(o)]
-                } else {
-                    vec![]
-                };
-                if expired != expected {
-                    problems.push(format!(
-                        "the sweep answered {reply:?}; the model expired {expected:?}"
-                    ));
-                }
-            }
-            Action::Confirm(o) => {
-                let o = o as usize;
-                let home = self.model.home(before.meta.generation, self.model.user(o));
-                let at = if before.due[o] {
-                    self.clock.deadline(o)
-                } else {
-                    now
-                };
-                let reply = shardstock::store::Holds::confirm(
-                    store,
-                    &self.bucket(home),
-                    at,
-                    &self.orders[o],
-                )
-                .await;
-                use shardstock::store::ConfirmReply as C;
-                let told = match &reply {
-                    Ok(C::Confirmed(_) | C::AlreadyConfirmed(_)) => Told::Confirmed,
-                    Ok(C::Expired { .. }) => Told::Expired,
-                    Ok(C::Cancelled(_)) => Told::Cancelled,
-                    _ => Told::None,
-                };
-                if told != after.paid[o] {
-                    problems.push(format!(
-                        "confirm answered {reply:?}; the model told {:?}",
-                        after.paid[o]
-                    ));
-                }
-            }
-            Action::Cancel(o) => {
-                let o = o as usize;
-                let home = self.model.home(before.meta.generation, self.model.user(o));
-                let reply = store.cancel(&self.bucket(home), now, &self.orders[o]).await;
-                let cancelled = matches!(reply, Ok(shardstock::store::CancelReply::Cancelled(_)));
-                let expected = after.ledger[o].c > before.ledger[o].c;
-                if cancelled != expected {
-                    problems.push(format!(
-                        "cancel answered {reply:?}; the model cancelled: {expected}"
-                    ));
-                }
-            }
             Action::StartReshard(e) => {
                 let run = after.engines[e as usize].expect("the model started a run");
                 match store
-                    .acquire_lease(&self.event, &owner(e), LEASE_TTL_MS)
+                    .acquire_lease(&self.event, &owner_of(e), LEASE_TTL_MS)
                     .await
                 {
                     Ok(Some(token)) => {
@@ -427,7 +257,7 @@ impl<'a, S: Store> Replay<'a, S> {
                     problems.push(format!("set_status {status:?} → closed refused"));
                 }
                 let token = store
-                    .seize_lease(&self.event, &owner(e), LEASE_TTL_MS)
+                    .seize_lease(&self.event, &owner_of(e), LEASE_TTL_MS)
                     .await
                     .unwrap();
                 self.tokens.insert(run.token, token);
@@ -439,18 +269,14 @@ impl<'a, S: Store> Replay<'a, S> {
             Action::LeaseLapse => {
                 let lease = before.lease.expect("a lease to lapse");
                 store
-                    .release_lease(&self.event, &owner(lease.owner), self.token(lease.token))
+                    .release_lease(&self.event, &owner_of(lease.owner), self.token(lease.token))
                     .await
                     .unwrap();
             }
+            _ => problems.extend(super::clients::step(self, action, before, after).await),
         }
         problems
     }
-}
-
-/// The owner name of engine `e`'s lease.
-pub fn owner_of(e: u8) -> String {
-    owner(e)
 }
 
 /// A step's answer, with "the bucket does not exist" as `None`.
