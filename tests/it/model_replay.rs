@@ -290,5 +290,6 @@ async fn the_restore_before_its_fix_parts_from_the_store() {
     )
     .await
     .expect_err("the pre-fix restore is not the store's");
+    println!("{m}");
     assert_eq!(m.action, Action::Run(0, Step::Restore(2)), "{m}");
 }

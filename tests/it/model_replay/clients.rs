@@ -3,6 +3,7 @@
 //! client was told, whether the saga started, ended, took, gave back, which
 //! order the sweep expired).
 
+use shardstock::domain::model::RequestRecord;
 use shardstock::store::{
     CancelReply, ConfirmReply, Finish, FinishArgs, FinishReply, PurchaseEntry, PurchaseReply,
     Store, TakeReply,
@@ -44,6 +45,13 @@ pub async fn step<S: Store>(
                     [PurchaseReply::Bought { .. }] => Told::Bought,
                     [PurchaseReply::LimitExceeded { .. }] => Told::Limit,
                     [PurchaseReply::Pending { .. }] => Told::None,
+                    // A replay answers the record's outcome.
+                    [PurchaseReply::Replay(record)] => match record {
+                        RequestRecord::Bought { .. } => Told::Bought,
+                        RequestRecord::SoldOut { .. } => Told::SoldOut,
+                        RequestRecord::LimitExceeded { .. } => Told::Limit,
+                        RequestRecord::Pending { .. } => Told::None,
+                    },
                     _ => Told::TryAgain,
                 },
                 Err(_) => Told::TryAgain,
