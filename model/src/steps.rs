@@ -8,6 +8,12 @@
 //! the store and the answers hold, so a step any of them could take next is
 //! enabled whenever the store allows it: a driver that died and a retry
 //! that re-drives are the same action taken later, or never.
+//!
+//! `tests/it/model_replay.rs` (the service's tests) holds these effects to
+//! the scripts: it replays random traces of these actions as the store
+//! steps they stand for, on every backend, and compares the store with the
+//! model's state after each one. A change to a step here or to its script
+//! there that makes them differ fails it at that step.
 
 use crate::state::*;
 use crate::{Bounds, Protocol};

@@ -38,6 +38,9 @@
 //! - `api`: the HTTP API of `API.md` on memory and Redis.
 //! - `cli`: the binary as an operator meets it: `check-config`, `audit` on
 //!   the embedded store, and what `serve` says at start.
+//! - `model_replay`: random traces of the model's actions
+//!   (`shardstock-model`) replayed on every backend, the store compared
+//!   with the model after every step.
 //! - `faults`: randomized schedules of purchases, holds, confirms, cancels,
 //!   expiry, replays (also after the window and the close), transfers,
 //!   reshards, closes, checkpoint crashes and dropped calls over `Faulty`
@@ -82,6 +85,7 @@ mod idle;
 mod interplay;
 mod ledger;
 mod live_page;
+mod model_replay;
 mod partial_loss;
 mod quickstart;
 mod rebalancer;

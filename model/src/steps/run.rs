@@ -104,8 +104,12 @@ pub fn step(p: &Protocol, s: &mut State, e: usize, step: Step) {
         }
         Step::Complete(b) => {
             let b = b as usize;
-            if !s.buckets[b].exists {
-                Next::Go // "ST": a layout not created, nothing to take over
+            if !s.buckets[b].exists || s.buckets[b].xfer.iter().all(|j| !j.open) {
+                // "ST": a layout not created; or nothing open: `complete_open`
+                // calls no step on the bucket (no CLEAR, so no fence raised:
+                // a layout a stalled reshard created after the close fenced
+                // stays unfenced, as in the store; the trace replay found it).
+                Next::Go
             } else if s.buckets[b].fence > t {
                 Next::End
             } else {
