@@ -37,7 +37,7 @@ pub fn reshard_xid(generation: u32, from: u32, to: u32, token: u64, pass: u32) -
 }
 
 /// The layout a transfer's target lives in: a reshard's new one, or the source's.
-pub(crate) fn target_generation(xid: &str, default: u32) -> u32 {
+pub fn target_generation(xid: &str, default: u32) -> u32 {
     xid.strip_prefix("rs.")
         .and_then(|rest| rest.split('.').next())
         .and_then(|g| g.parse().ok())
@@ -60,11 +60,11 @@ pub(crate) fn token_of(xid: &str) -> Option<(bool, u64)> {
 pub struct Forget {
     /// Movers' ids made under a lower token: the settled token of the
     /// bucket's own layout (a mover moves within one layout).
-    pub(crate) mover_below: u64,
+    pub mover_below: u64,
     /// Reshards' ids made under a lower token: every one (`u64::MAX`) once the
     /// bucket's layout is or was the event's current one, none (0) while a
     /// reshard fills it.
-    pub(crate) reshard_below: u64,
+    pub reshard_below: u64,
 }
 
 impl Forget {

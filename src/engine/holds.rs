@@ -170,7 +170,7 @@ impl<S: Store> Engine<S> {
     /// reshard's old layout holds copies of holds that moved on (maybe
     /// confirmed since), a layout being filled holds copies of holds that
     /// still count where they were.
-    pub(crate) async fn void_holds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
+    pub async fn void_holds(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         let mut units = 0;
         loop {
             let reply = match self

@@ -44,7 +44,7 @@ impl<S: Store> Engine<S> {
     /// sale, a reshard), and on live ones for the sweeper: a driver still at
     /// work finds the saga ended at its `finish` and gives back what it took.
     /// Idempotent; true when this call ended the saga.
-    pub(crate) async fn settle_pending(
+    pub async fn settle_pending(
         &self,
         meta: &EventMeta,
         home: u32,
