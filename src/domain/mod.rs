@@ -10,6 +10,8 @@ pub mod ids;
 pub mod keys;
 /// Events, meta, orders, request records and their stored encodings.
 pub mod model;
+/// Small stored records: probe markers, lease holders, the empty mark.
+pub mod records;
 /// The stable routing hash, home bucket and probe ring.
 pub mod routing;
 /// A bucket's order stream: entry kinds, ids and their stored encoding.

@@ -14,6 +14,7 @@ use super::{
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, RequestRecord};
+use crate::domain::records::{EmptyMark, ProbeMarker};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{
     Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry,
@@ -205,34 +206,35 @@ fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> bool {
     v.windows(2).all(|w| w[0] != w[1])
 }
 
-/// `take.lua`'s call (`untake.lua` takes the same columns).
+/// `take.lua`'s call: the take's marker and its order record, encoded here.
 fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
+    let order = a.order_id.to_string();
     steps::Take {
-        now: now_ms,
-        j: bucket.index,
-        rid: a.rid.clone(),
-        pass: a.pass,
-        user: a.user.to_string(),
         qty: a.qty,
-        order: a.order_id.to_string(),
-        home: a.home,
+        taken: ProbeMarker::Taken(order.clone())
+            .encode()
+            .unwrap_or_default(),
+        record: a
+            .stream_entry(RecordKind::Order, bucket.index, now_ms)
+            .data(),
+        order,
         marker: a.marker_ttl_ms.max(1),
     }
 }
 
-/// `untake.lua`'s call: the same columns as the take it gives back.
+/// `untake.lua`'s call: the take's marker, its undo and the void record.
 fn untake_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Untake {
-    let t = take_step(bucket, now_ms, a);
+    let order = a.order_id.to_string();
     steps::Untake {
-        now: t.now,
-        j: t.j,
-        rid: t.rid,
-        pass: t.pass,
-        user: t.user,
-        qty: t.qty,
-        order: t.order,
-        home: t.home,
-        marker: t.marker,
+        qty: a.qty,
+        taken: ProbeMarker::Taken(order.clone())
+            .encode()
+            .unwrap_or_default(),
+        undone: ProbeMarker::Undone(order).encode().unwrap_or_default(),
+        record: a
+            .stream_entry(RecordKind::Void, bucket.index, now_ms)
+            .data(),
+        marker: a.marker_ttl_ms.max(1),
     }
 }
 
@@ -562,7 +564,7 @@ impl Buckets for RedisStore {
         let step = steps::SetEmpty {
             epoch,
             ttl: ttl_ms.max(1),
-            left,
+            mark: EmptyMark { epoch, left }.encode(),
         };
         self.run_flag(step, At::Bucket(bucket)).await
     }

@@ -59,6 +59,9 @@ pub(super) mod reply {
     pub const APPLIED: &str = "A";
     pub const DUPLICATE: &str = "D";
     pub const FENCED: &str = "F";
+    /// transfer_out.lua: fewer units here than the entry moves (it answers
+    /// how many: the caller asks again with an entry of that many).
+    pub const SHORT_STOCK: &str = "SH";
 
     // retire.lua
     pub const NOT_SEALED: &str = "NS";

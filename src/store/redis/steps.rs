@@ -94,13 +94,13 @@ pub(super) enum Record {
     HoldQueue,
     /// `xfer` / `xin`: a transfer journal entry (`domain::transfer`).
     Transfer,
-    /// `tk:<rid>:<pass>`: a probe marker.
+    /// `tk:<rid>:<pass>`: a probe marker (`domain::records::ProbeMarker`).
     Marker,
     /// `meta`: fields of the event's meta (`domain::model::EventMeta`).
     Meta,
-    /// `empty`: the sold-out mark "epoch|left".
+    /// `empty`: the sold-out mark (`domain::records::EmptyMark`).
     EmptyMark,
-    /// A lease holder "owner|token".
+    /// A lease holder (`domain::records::LeaseHolder`).
     Lease,
 }
 
@@ -262,7 +262,7 @@ steps! {
     /// Marks the event sold out, unless units came back since `seq`.
     MarkSoldOut = mark_sold_out {
         keys: [META],
-        argv: { seq: u64, now: i64, left: u64 },
+        argv: { seq: u64, mark: String },
         reply: Reply::Flag,
         writes: [Meta],
     }
@@ -278,7 +278,7 @@ steps! {
         keys: [META, K::Event(LEASE_KEY)],
         argv: {
             generation: u32, buckets: u32, layouts: String, owner: String,
-            token: u64, now: i64, why: String, history: usize,
+            token: u64, now: i64, why: String, history: usize, legacy: String,
         },
         reply: Reply::Codes(&[reply::OK, reply::NOT_RESHARDING, reply::FENCED]),
         writes: [Meta],
@@ -295,20 +295,14 @@ steps! {
     /// The saga's probe of bucket j.
     Take = take {
         keys: [b(Stock), K::Given("tk"), b(Orders), b(Xfer), b(Adds), b(Sealed)],
-        argv: {
-            now: i64, j: u32, rid: String, pass: u32, user: String, qty: u32,
-            order: String, home: u32, marker: u64,
-        },
+        argv: { qty: u32, order: String, taken: String, record: String, marker: u64 },
         reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT]),
         writes: [Marker, Stream],
     }
     /// Gives back what a take took.
     Untake = untake {
         keys: [b(Stock), K::Given("tk"), b(Orders), b(Adds)],
-        argv: {
-            now: i64, j: u32, rid: String, pass: u32, user: String, qty: u32,
-            order: String, home: u32, marker: u64,
-        },
+        argv: { qty: u32, taken: String, undone: String, record: String, marker: u64 },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NO_TAKE]),
         writes: [Marker, Stream],
     }
@@ -353,7 +347,7 @@ steps! {
     /// Marks the event found sold out, on one bucket.
     SetEmpty = set_empty {
         keys: [b(Empty), b(Epoch)],
-        argv: { epoch: u64, ttl: u64, left: u64 },
+        argv: { epoch: u64, ttl: u64, mark: String },
         reply: Reply::Flag,
         writes: [EmptyMark],
     }
@@ -410,7 +404,7 @@ steps! {
     /// Extends or releases a lease the owner holds.
     LeaseRenew = lease_renew {
         keys: [K::Given("lease")],
-        argv: { owner: String, token: u64, ttl: u64 },
+        argv: { owner: String, token: u64, ttl: u64, legacy: String },
         reply: Reply::Flag,
         writes: [Lease],
     }
@@ -428,8 +422,10 @@ steps! {
     /// OUT: units leave a bucket into the transfer journal.
     TransferOut = transfer_out {
         keys: [b(Stock), b(Xfer), b(Fence), b(Sealed), b(Adds)],
-        argv: { token: u64, xid: String, target: u32, units: u64, sealed_ok: bool },
-        reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
+        argv: { token: u64, xid: String, units: u64, entry: String, sealed_ok: bool },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::SHORT_STOCK,
+        ]),
         writes: [Transfer],
     }
     /// A new leader's token, raised on a bucket.
@@ -449,7 +445,7 @@ steps! {
     /// IN: units arrive, once per transfer id.
     TransferIn = transfer_in {
         keys: [b(Stock), b(Xin), b(Fence), b(Adds), b(Sealed)],
-        argv: { token: u64, xid: String, source: u32, units: u64 },
+        argv: { token: u64, xid: String, units: u64, entry: String },
         reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
         writes: [Transfer],
     }
@@ -488,7 +484,7 @@ steps! {
     /// Retires a sealed bucket: its leftover into the stream.
     Retire = retire {
         keys: [b(Stock), b(Sealed), b(Orders)],
-        argv: { now: i64, b: u32, id: String },
+        argv: { record: String },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NOT_SEALED]),
         writes: [Stream],
     }
@@ -729,7 +725,7 @@ mod tests {
         let step = SetEmpty {
             epoch: 7,
             ttl: 100,
-            left: 3,
+            mark: "7|3".into(),
         };
         assert_eq!(
             SetEmpty::DECL
@@ -740,9 +736,9 @@ mod tests {
                     _ => "?",
                 })
                 .collect::<Vec<_>>(),
-            ["epoch", "ttl", "left"]
+            ["epoch", "ttl", "mark"]
         );
-        assert_eq!(step.args(), ["7", "100", "3"]);
+        assert_eq!(step.args(), ["7", "100", "7|3"]);
         let lease = LeaseAcquire {
             owner: "o".into(),
             ttl: 5,

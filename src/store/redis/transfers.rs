@@ -9,7 +9,7 @@ use super::steps;
 use super::{At, RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
-use crate::domain::transfer::Forget;
+use crate::domain::transfer::{Forget, InEntry, OutEntry};
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
 impl RedisStore {
@@ -23,15 +23,31 @@ impl RedisStore {
         units: u64,
         sealed_ok: bool,
     ) -> Result<TransferReply, StoreError> {
-        let step = steps::TransferOut {
-            token,
-            xid: xid.to_owned(),
-            target,
-            units,
-            sealed_ok,
-        };
-        let parts = self.run_bucket(bucket, step).await?;
-        transfer_reply("transfer_out", &parts)
+        // The journal entry is encoded here for the units asked; a bucket
+        // holding fewer answers how many, and is asked again for those (its
+        // stock only moves under this fence, or down by purchases).
+        let mut units = units;
+        loop {
+            let entry = OutEntry {
+                target,
+                units,
+                token,
+                open: true,
+            };
+            let step = steps::TransferOut {
+                token,
+                xid: xid.to_owned(),
+                units,
+                entry: entry.encode(),
+                sealed_ok,
+            };
+            let parts = self.run_bucket(bucket, step).await?;
+            if code(&parts)? == reply::SHORT_STOCK {
+                units = num(arg(&parts, 1)?)?;
+                continue;
+            }
+            return transfer_reply("transfer_out", &parts);
+        }
     }
 }
 
@@ -106,8 +122,8 @@ impl Transfers for RedisStore {
         let step = steps::TransferIn {
             token,
             xid: xid.to_owned(),
-            source,
             units,
+            entry: InEntry { source, units }.encode(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         transfer_reply("transfer_in", &parts)
@@ -130,18 +146,14 @@ impl Transfers for RedisStore {
     async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
         let mut open = Vec::new();
         for (xid, v) in self.hash(self.keys(bucket).xfer).await? {
-            // "target|units|token|o", or "…|d" once cleared (transfer_out.lua).
-            let bad = || StoreError::Protocol(format!("bad journal entry {v:?}"));
-            let f: Vec<&str> = v.split('|').collect();
-            let [target, units, token, state] = f[..] else {
-                return Err(bad());
-            };
-            if state == "o" {
+            let entry = OutEntry::decode(&v)
+                .ok_or_else(|| StoreError::Protocol(format!("bad journal entry {v:?}")))?;
+            if entry.open {
                 open.push(OpenTransfer {
                     xid,
-                    target: target.parse().map_err(|_| bad())?,
-                    units: units.parse().map_err(|_| bad())?,
-                    token: token.parse().map_err(|_| bad())?,
+                    target: entry.target,
+                    units: entry.units,
+                    token: entry.token,
                 });
             }
         }
