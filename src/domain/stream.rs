@@ -387,6 +387,120 @@ mod tests {
         }
     }
 
+    fn record(kind: RecordKind, bucket: u32, rid: &str, qty: u64) -> StreamEntry {
+        StreamEntry {
+            id: StreamId { ms: 8, seq: 0 },
+            kind,
+            order_id: "e.1.2".into(),
+            user: "u-1".into(),
+            qty,
+            bucket,
+            home: 4,
+            rid: rid.into(),
+            at_ms: 30,
+            pay_by: None,
+            part: 0,
+        }
+    }
+
+    #[test]
+    fn a_copy_record_reads_the_index_entry_it_copies() {
+        let id = StreamId { ms: 8, seq: 0 };
+        let held = "H|u-1|2|6|u-1/r|17|900";
+        let head = |kind, bucket| {
+            CopyHead {
+                kind,
+                bucket,
+                home: 4,
+                at_ms: 30,
+            }
+            .encode()
+        };
+        assert_eq!(head(RecordKind::Confirm, None), "k||4|30");
+        // A confirm: the units' bucket is the entry's.
+        assert_eq!(
+            StreamEntry::from_copy(id, &head(RecordKind::Confirm, None), "e.1.2", held),
+            Some(record(RecordKind::Confirm, 6, "u-1/r", 2))
+        );
+        // An expiry: back in the home bucket, the rid kept.
+        assert_eq!(
+            StreamEntry::from_copy(id, &head(RecordKind::Expire, Some(4)), "e.1.2", held),
+            Some(record(RecordKind::Expire, 4, "u-1/r", 2))
+        );
+        // A cancel of a confirmed order: no rid, as cancel records never had.
+        assert_eq!(
+            StreamEntry::from_copy(
+                id,
+                &head(RecordKind::Cancel, Some(4)),
+                "e.1.2",
+                "C|u-1|3|6|u-1/r|17"
+            ),
+            Some(record(RecordKind::Cancel, 4, "", 3))
+        );
+        for (head, entry) in [
+            ("c|4|4", "C|u-1|3|6|u-1/r|17"),
+            ("x|4|4|30", "C|u-1|3|6|u-1/r|17"),
+            ("c|4|4|30", "C|u-1|three|6|u-1/r|17"),
+            ("c|4|4|30", "C|u-1|3|6"),
+        ] {
+            assert_eq!(
+                StreamEntry::from_copy(id, head, "o", entry),
+                None,
+                "{head} {entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_leftover_counted_by_its_script_takes_the_q_field() {
+        let d = StreamEntry::leftover("ev#0#4".into(), 4, 30).data();
+        assert_eq!(d, "l|ev#0#4||0|4|4||30");
+        let read = StreamEntry::from_data(StreamId::default(), &d).and_then(|r| r.with_qty("12"));
+        assert_eq!(
+            read.map(|r| (r.kind, r.qty)),
+            Some((RecordKind::Leftover, 12))
+        );
+    }
+
+    /// Records written before the scripts stopped assembling them: a cancel,
+    /// a confirm, an expiry and a leftover, each a `d` record with every
+    /// field in place, as `cancel.lua`, `confirm.lua`, `expire_holds.lua` and
+    /// `retire.lua` wrote them.
+    #[test]
+    fn records_in_the_older_d_format_are_still_read() {
+        let id = StreamId { ms: 8, seq: 0 };
+        let cases = [
+            (
+                "c|e.1.2|u-1|3|4|4||30",
+                record(RecordKind::Cancel, 4, "", 3),
+            ),
+            (
+                "k|e.1.2|u-1|2|6|4|u-1/r|30",
+                record(RecordKind::Confirm, 6, "u-1/r", 2),
+            ),
+            (
+                "e|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Expire, 4, "u-1/r", 2),
+            ),
+            (
+                "o|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Order, 4, "u-1/r", 2),
+            ),
+            (
+                "v|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Void, 4, "u-1/r", 2),
+            ),
+        ];
+        for (data, want) in cases {
+            assert_eq!(StreamEntry::from_data(id, data), Some(want), "{data}");
+        }
+        let leftover = StreamEntry::from_data(id, "l|ev#0#4||12|4|4||30").unwrap();
+        assert_eq!(
+            (leftover.kind, leftover.qty, leftover.bucket),
+            (RecordKind::Leftover, 12, 4)
+        );
+    }
+
     #[test]
     fn stream_ids_order_by_time_then_sequence() {
         assert_eq!(StreamId::parse("12-3"), Some(StreamId { ms: 12, seq: 3 }));

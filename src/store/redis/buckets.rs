@@ -13,9 +13,9 @@ use super::{
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, RequestRecord};
+use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::records::{EmptyMark, ProbeMarker};
-use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::domain::stream::{CopyHead, RecordKind, StreamEntry, StreamId};
 use crate::store::{
     Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry,
     PurchaseReply, StoreError, TakeArgs, TakeReply,
@@ -370,16 +370,40 @@ impl Buckets for RedisStore {
         now_ms: i64,
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
-        // outcome: B (bought), S (sold out), A (abort).
-        let (outcome, oid, from, probes, remaining) = match &a.outcome {
+        // outcome: B (bought), S (sold out), A (abort); the order's index
+        // entry (B) and the final record (kept ones) encoded here.
+        let (outcome, oid, entry, record) = match &a.outcome {
             Finish::Bought {
                 order_id,
-                bucket,
+                bucket: from,
                 probes,
-            } => ("B", order_id.to_string(), *bucket, *probes, 0),
-            Finish::SoldOut { remaining } => ("S", String::new(), 0, 0, *remaining),
-            Finish::Abort => ("A", String::new(), 0, 0, 0),
+            } => {
+                let entry = OrderEntry {
+                    state: if a.pay_by.is_some() {
+                        EntryState::Held
+                    } else {
+                        EntryState::Confirmed
+                    },
+                    user: a.user.clone(),
+                    qty: a.qty,
+                    bucket: *from,
+                    request_id: if a.keep { a.rid.clone() } else { String::new() },
+                    at_ms: now_ms,
+                    pay_by: a.pay_by,
+                };
+                let record = RequestRecord::encode_bought(a.qty, order_id, *from, *probes);
+                ("B", order_id.to_string(), entry.encode(), record)
+            }
+            Finish::SoldOut { remaining } => {
+                let record = RequestRecord::SoldOut {
+                    qty: a.qty,
+                    remaining: *remaining,
+                };
+                ("S", String::new(), String::new(), record.encode())
+            }
+            Finish::Abort => ("A", String::new(), String::new(), String::new()),
         };
+        let record = if a.keep { record } else { String::new() };
         // A bought saga of an event with holds is held: finish.lua's hold
         // branch, with the hold's stream record.
         let hold = match (&a.outcome, a.pay_by) {
@@ -403,16 +427,13 @@ impl Buckets for RedisStore {
             _ => None,
         };
         let step = steps::Finish {
-            now: now_ms,
             rid: a.rid.clone(),
             outcome,
             user: a.user.to_string(),
             qty: a.qty,
-            keep: a.keep,
             order: oid,
-            bucket: from,
-            probes,
-            remaining,
+            entry,
+            record,
             limited: a.limited,
             saga: a.order_id.to_string(),
             pay_by: hold.as_ref().map(|(at, _)| *at),
@@ -478,10 +499,15 @@ impl Buckets for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
+        let head = CopyHead {
+            kind: RecordKind::Cancel,
+            bucket: Some(bucket.index),
+            home: bucket.index,
+            at_ms: now_ms,
+        };
         let step = steps::Cancel {
-            now: now_ms,
             order: order.to_string(),
-            h: bucket.index,
+            head: head.encode(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;

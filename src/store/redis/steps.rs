@@ -311,9 +311,9 @@ steps! {
         keys: [b(Stock), b(Users), b(Reqs), b(Idx), b(Pend)],
         more_keys: [b(Holds), b(Hunits), b(Orders)],
         argv: {
-            now: i64, rid: String, outcome: &'static str, user: String, qty: u32,
-            keep: bool, order: String, bucket: u32, probes: u32, remaining: u64,
-            limited: bool, saga: String, pay_by: Option<i64>, hold: Option<String>,
+            rid: String, outcome: &'static str, user: String, qty: u32, order: String,
+            entry: String, record: String, limited: bool, saga: String,
+            pay_by: Option<i64>, hold: Option<String>,
         },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::REPLAY, reply::NO_RECORD]),
         writes: [OrderEntry, Request, Stream],
@@ -331,7 +331,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits),
         ],
-        argv: { now: i64, order: String, h: u32 },
+        argv: { order: String, head: String },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CANCELLED, reply::NOT_FOUND,
         ]),
@@ -368,7 +368,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits), b(Hq),
         ],
-        argv: { now: i64, order: String, h: u32 },
+        argv: { now: i64, order: String, confirm: String, expire: String },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CONFIRMED, reply::HOLD_EXPIRED,
             reply::HOLD_CANCELLED, reply::NOT_FOUND,
@@ -381,7 +381,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits), b(Hq),
         ],
-        argv: { now: i64, count: u32, h: u32, void: bool },
+        argv: { now: i64, count: u32, head: String, void: bool },
         reply: Reply::Codes(&[reply::STALE, reply::OK]),
         writes: [OrderEntry, Stream],
     }
