@@ -45,12 +45,15 @@ impl RedisStore {
         keys
     }
 
-    /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket.
+    /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket; `full`:
+    /// every column, as a call that is not uniform (the script asked for
+    /// them, answering `W`).
     fn purchase_call(
         &self,
         bucket: &BucketRef,
         now_ms: i64,
         entries: &[PurchaseEntry],
+        full: bool,
     ) -> (Vec<Key>, Vec<Value>) {
         let mut keys = self.purchase_keys(bucket).to_vec();
         // Events with holds: three keys and a column of arguments more
@@ -59,7 +62,27 @@ impl RedisStore {
             let all = self.keys_for(steps::PURCHASE, At::Bucket(bucket), true);
             keys.extend(all.into_iter().skip(keys.len()).map(Key::from));
         }
-        (keys, purchase_args(bucket.index, now_ms, entries))
+        (keys, purchase_args(bucket.index, now_ms, entries, full))
+    }
+
+    /// `reply`, or when it is `W` (a uniform call that must go entry by
+    /// entry: it carries no pending records, and wrote nothing) the reply of
+    /// the call sent again with every column.
+    async fn purchase_full_if_asked(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[PurchaseEntry],
+        reply: Value,
+    ) -> Result<Value, StoreError> {
+        let asked = matches!(&reply, Value::Array(v) if v.len() == 1
+            && v[0].as_str().as_deref() == Some(reply::WANT_COLUMNS));
+        if !asked {
+            return Ok(reply);
+        }
+        let (keys, args) = self.purchase_call(bucket, now_ms, entries, true);
+        self.eval_raw(self.scripts.get(steps::PURCHASE), keys, args)
+            .await
     }
 
     /// Decodes `purchase.lua`'s reply to a batch on one bucket (announcing
@@ -134,11 +157,12 @@ impl RedisStore {
 /// slice of it, so a call allocates once for its strings, not twice for
 /// each (a profile counted ~96 allocations a purchase over HTTP, 9 of them
 /// here).
-fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
+fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> Vec<Value> {
     use std::fmt::Write;
     let n = entries.len();
     let limit = entries.first().map_or(0, |e| e.limit);
-    let uniform = entries.iter().all(|e| e.keep && e.limit == limit)
+    let uniform = !full
+        && entries.iter().all(|e| e.keep && e.limit == limit)
         && distinct(entries.iter().map(|e| e.rid.as_str()))
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
     let total: u64 = entries.iter().map(|e| u64::from(e.qty)).sum();
@@ -147,7 +171,7 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
     // them (purchase.lua: else it reads them from the index entries).
     let counted = !uniform || limit > 0;
     let columns =
-        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 2 } + usize::from(holds);
+        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 3 } + usize::from(holds);
     let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
     args.extend([
         Value::Integer(now_ms),
@@ -189,6 +213,12 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
     if !uniform {
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.limit))));
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.keep))));
+        // The record an entry short here leaves (the script stores it as
+        // given: it assembles no record).
+        for e in entries {
+            let _ = write!(buf, "{}", e.pending(now_ms).encode());
+            args.push(cut(&mut buf));
+        }
     }
     if holds {
         for e in entries {
@@ -253,9 +283,12 @@ impl Buckets for RedisStore {
         now_ms: i64,
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
-        let (keys, args) = self.purchase_call(bucket, now_ms, entries);
+        let (keys, args) = self.purchase_call(bucket, now_ms, entries, false);
         let reply = self
             .eval_raw(self.scripts.get(steps::PURCHASE), keys, args)
+            .await?;
+        let reply = self
+            .purchase_full_if_asked(bucket, now_ms, entries, reply)
             .await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
         self.replicated(bucket).await?;
@@ -279,7 +312,7 @@ impl Buckets for RedisStore {
         let mut keys = Vec::with_capacity(groups.len() * 10);
         let mut args = vec![Value::Integer(groups.len() as i64); 1 + 2 * groups.len()];
         for (i, (bucket, entries)) in groups.iter().enumerate() {
-            let (k, a) = self.purchase_call(bucket, now_ms, entries);
+            let (k, a) = self.purchase_call(bucket, now_ms, entries, false);
             args[1 + 2 * i] = Value::Integer(k.len() as i64);
             args[2 + 2 * i] = Value::Integer(a.len() as i64);
             keys.extend(k);
@@ -302,6 +335,30 @@ impl Buckets for RedisStore {
         }
         let mut out = Vec::with_capacity(groups.len());
         for ((bucket, entries), reply) in groups.iter().zip(replies) {
+            // A group that asked for every column is sent again on its own
+            // (and waits for its own replicas).
+            let asked = matches!(&reply, Value::Array(v) if v.len() == 1
+                && v[0].as_str().as_deref() == Some(reply::WANT_COLUMNS));
+            let reply = if asked {
+                match self
+                    .purchase_full_if_asked(bucket, now_ms, entries, reply)
+                    .await
+                {
+                    Ok(reply) => match self.replicated(bucket).await {
+                        Ok(()) => reply,
+                        Err(e) => {
+                            out.push(Err(e));
+                            continue;
+                        }
+                    },
+                    Err(e) => {
+                        out.push(Err(e));
+                        continue;
+                    }
+                }
+            } else {
+                reply
+            };
             out.push(self.purchase_replies(bucket, entries, reply).await);
         }
         out

@@ -28,6 +28,9 @@ pub(super) mod reply {
     pub const LIMIT: &str = "L";
     pub const SOLD_OUT: &str = "S";
     pub const PENDING: &str = "P";
+    /// purchase.lua: a uniform call that must go entry by entry asks to be
+    /// sent again with every column (its pending records among them).
+    pub const WANT_COLUMNS: &str = "W";
 
     // take.lua
     pub const TAKEN: &str = "T";

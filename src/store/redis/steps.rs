@@ -499,8 +499,9 @@ steps! {
 
 /// `purchase.lua`: the HOME step for a batch of entries of one bucket.
 /// Its columns are built by `buckets::purchase_args` (the user and
-/// quantity columns only where the fast path reads them, limit and keep
-/// only for a call that is not uniform, the queue column only with holds).
+/// quantity columns only where the fast path reads them, limit, keep and
+/// pending only for a call that is not uniform, the queue column only with
+/// holds).
 pub(super) const PURCHASE: &Decl = &Decl {
     name: "purchase",
     lua: lua!(purchase),
@@ -557,6 +558,11 @@ pub(super) const PURCHASE: &Decl = &Decl {
         Arg::Each {
             count: "n",
             index: 'i',
+            cols: &["pending"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
             cols: &["queue"],
         },
     ],
@@ -568,6 +574,7 @@ pub(super) const PURCHASE: &Decl = &Decl {
         reply::LIMIT,
         reply::SOLD_OUT,
         reply::PENDING,
+        reply::WANT_COLUMNS,
     ]),
     writes: &[
         Record::Request,
