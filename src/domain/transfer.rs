@@ -62,7 +62,8 @@ pub fn token_of(xid: &str) -> Option<(bool, u64)> {
 /// the units only when the bucket holds all of them, and answers how many it
 /// holds otherwise, for a second call with an entry of that many (technique
 /// "read first, pass the expected record": transfers are off the purchase
-/// path). `transfer_clear.lua` marks an entry done.
+/// path). `transfer_clear.lua` replaces the open entry the adapter read
+/// with its tombstone, both encoded here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutEntry {
     pub target: u32,

@@ -65,6 +65,9 @@ pub(super) mod reply {
     /// transfer_out.lua: fewer units here than the entry moves (it answers
     /// how many: the caller asks again with an entry of that many).
     pub const SHORT_STOCK: &str = "SH";
+    /// transfer_clear.lua: the open entry is not the one the caller read
+    /// (it reads again).
+    pub const CHANGED: &str = "CH";
 
     // retire.lua
     pub const NOT_SEALED: &str = "NS";

@@ -452,8 +452,10 @@ steps! {
     /// Closes a transfer's journal entry.
     TransferClear = transfer_clear {
         keys: [b(Stock), b(Xfer), b(Fence)],
-        argv: { token: u64, xid: String },
-        reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
+        argv: { token: u64, xid: String, open: String, done: String },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::CHANGED,
+        ]),
         writes: [Transfer],
     }
 

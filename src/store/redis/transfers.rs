@@ -12,6 +12,11 @@ use crate::domain::keys::BucketRef;
 use crate::domain::transfer::{Forget, InEntry, OutEntry};
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
+/// Calls a transfer step makes at most when the bucket answers that what it
+/// was given no longer matches (SH, CH): each answer is the bucket's state,
+/// so a second call nearly always applies.
+const ASKS: usize = 16;
+
 impl RedisStore {
     /// `transfer_out.lua`, optionally allowed on a sealed bucket.
     async fn out_step(
@@ -27,7 +32,7 @@ impl RedisStore {
         // holding fewer answers how many, and is asked again for those (its
         // stock only moves under this fence, or down by purchases).
         let mut units = units;
-        loop {
+        for _ in 0..ASKS {
             let entry = OutEntry {
                 target,
                 units,
@@ -48,6 +53,9 @@ impl RedisStore {
             }
             return transfer_reply("transfer_out", &parts);
         }
+        Err(StoreError::Protocol(format!(
+            "transfer_out {xid}: the stock moved under {ASKS} calls"
+        )))
     }
 }
 
@@ -135,12 +143,33 @@ impl Transfers for RedisStore {
         token: u64,
         xid: &str,
     ) -> Result<TransferReply, StoreError> {
-        let step = steps::TransferClear {
-            token,
-            xid: xid.to_owned(),
-        };
-        let parts = self.run_bucket(bucket, step).await?;
-        transfer_reply("transfer_clear", &parts)
+        // The entry is read first: its tombstone is encoded here, and the
+        // script stores it only over the entry read (else it answers CH).
+        for _ in 0..ASKS {
+            let read: Option<String> = self
+                .call(|| self.client.hget(self.keys(bucket).xfer, xid))
+                .await?;
+            let open = read
+                .as_deref()
+                .and_then(OutEntry::decode)
+                .filter(|e| e.open);
+            let step = steps::TransferClear {
+                token,
+                xid: xid.to_owned(),
+                open: open.map(|e| e.encode()).unwrap_or_default(),
+                done: open
+                    .map(|e| OutEntry { open: false, ..e }.encode())
+                    .unwrap_or_default(),
+            };
+            let parts = self.run_bucket(bucket, step).await?;
+            if code(&parts)? == reply::CHANGED {
+                continue;
+            }
+            return transfer_reply("transfer_clear", &parts);
+        }
+        Err(StoreError::Protocol(format!(
+            "transfer_clear {xid}: the journal entry moved under {ASKS} calls"
+        )))
     }
 
     async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
