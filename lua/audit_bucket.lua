@@ -11,7 +11,8 @@ Returns "ST" (no bucket) or
  {xid, target, units, …} open transfers out of b,
  {xid, …} transfers applied into b,
  {id, kind, qty, …} the first ARGV[1] entries still in the stream (not yet flushed;
-   a purchase call's entry of many orders is one, kind o, qty their sum),
+   a purchase call's entry of many orders is one, kind o, qty their sum; the
+   shapes are domain::stream's: d [q], k o h, or order fields),
  the server's clock at the read, in ms,
  units in live holds}
 Atomic so that a purchase, cancel or take (which change the stock and the
@@ -52,6 +53,12 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     local kind, qty
     if f[1] == 'd' then
       kind, qty = string.match(f[2] or '', '^(%a)|[^|]*|[^|]*|([^|]*)|')
+      -- The units a step counted itself (a leftover): their own field.
+      if f[3] == 'q' then qty = f[4] end
+    elseif f[1] == 'k' then
+      -- A copy record: kind in the head, qty in the index entry it copies.
+      kind = string.match(f[2] or '', '^(%a)|')
+      qty = string.match(f[6] or '', '^%a|[^|]*|(%d+)|')
     else
       -- A purchase call's orders: order id -> index entry "S|user|qty|…".
       kind, qty = 'o', 0

@@ -7,15 +7,16 @@ Returns the number of markers deleted.
 
 A marker "T|oid" stays: it is a take that stands (the saga's order, or units a
 late driver must still give back with untake.lua, which needs the marker), and
-expires with its PX. Every other marker ("S|…" short, "U|…" undone) is only a
+expires with its PX. Every other marker (a short decision's hash, or an
+older "S|…" string; "U|…" undone) is only a
 remembered decision; without it a late driver of the ended saga decides again,
 and whatever it takes, finish.lua tells it to give back. One script so that a
 take landing between the read and the delete is never deleted.
 ]]
 local n = 0
 for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, 1) ~= 'T' then
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind == 'hash' or (kind == 'string' and string.sub(redis.call('GET', KEYS[i]), 1, 1) ~= 'T') then
     redis.call('DEL', KEYS[i])
     n = n + 1
   end

@@ -6,7 +6,8 @@ KEYS[1] ss:{e#g#h}:stock   remaining units (an expiry puts the units back here)
 KEYS[2] ss:{e#g#h}:users   HASH user -> units held (events with a per-user limit)
 KEYS[3] ss:{e#g#h}:idx     HASH order id -> order entry
                            ("H|user|qty|bucket|rid|at|pay_by" while held)
-KEYS[4] ss:{e#g#h}:orders  STREAM (the confirm or expire record goes here)
+KEYS[4] ss:{e#g#h}:orders  STREAM (the confirm or expire record goes here: k its head,
+                           o the order id, h the held entry as found)
 KEYS[5] ss:{e#g#h}:adds    addition count, +1 when an expiry puts units back
 KEYS[6] ss:{e#g#h}:sealed  a sealed bucket answers "ST" (closed, or being moved
                            by a reshard: the caller reloads the layout)
@@ -14,18 +15,23 @@ KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
 KEYS[9] ss:{e#g#h}:hq      (unused here: a fast-path hold's queue entry stays
                            until expire_holds.lua drops it when due)
-ARGV[1] now ms   ARGV[2] order id   ARGV[3] h
+ARGV[1] now ms   ARGV[2] order id
+ARGV[3] confirm: the confirm record's head "k||h|now" (domain::stream::CopyHead:
+        the bucket is the entry's)
+ARGV[4] expire: the expire record's head "e|h|h|now"
 
 Returns:
   "ST"              bucket does not exist or is sealed
   {"OK", entry}     confirmed now (now < pay_by): entry "C…" after the change,
-                    out of the deadline index, a confirm record "k|…" written
+                    out of the deadline index, a confirm record written
   {"AK", entry}     already confirmed (or never held): nothing changed
   {"EX", entry, e}  expired: e = 1 when this call expired it (now >= pay_by:
                     units back in stock, the user's count down, entry "E…",
-                    an expire record "e|…"), 0 when it had expired before
+                    an expire record), 0 when it had expired before
   {"CX", entry}     cancelled before: nothing changed
   {"NF"}            no such order here
+The records copy the held entry verbatim beside the engine's head: none is
+assembled here (domain::stream::StreamEntry::from_copy).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
@@ -42,15 +48,13 @@ elseif state == 'X' then
 elseif state == 'E' then
   return {'EX', entry, 0}
 end
-local user, qty, from, rid, pay_by =
-  string.match(entry, '^H|([^|]*)|([^|]*)|([^|]*)|([^|]*)|[^|]*|([^|]*)$')
+local user, qty, pay_by = string.match(entry, '^H|([^|]*)|([^|]*)|[^|]*|[^|]*|[^|]*|([^|]*)$')
 redis.call('ZREM', KEYS[7], ARGV[2])
 redis.call('DECRBY', KEYS[8], qty)
 if tonumber(ARGV[1]) < tonumber(pay_by) then
   local confirmed = 'C' .. string.sub(entry, 2)
   redis.call('HSET', KEYS[3], ARGV[2], confirmed)
-  redis.call('XADD', KEYS[4], '*', 'd', 'k|' .. ARGV[2] .. '|' .. user .. '|' .. qty .. '|' ..
-    from .. '|' .. ARGV[3] .. '|' .. rid .. '|' .. ARGV[1])
+  redis.call('XADD', KEYS[4], '*', 'k', ARGV[3], 'o', ARGV[2], 'h', entry)
   return {'OK', confirmed}
 end
 local expired = 'E' .. string.sub(entry, 2)
@@ -60,6 +64,5 @@ if redis.call('HEXISTS', KEYS[2], user) == 1 then
 end
 redis.call('INCRBY', KEYS[1], qty)
 redis.call('INCR', KEYS[5])
-redis.call('XADD', KEYS[4], '*', 'd', 'e|' .. ARGV[2] .. '|' .. user .. '|' .. qty .. '|' ..
-  ARGV[3] .. '|' .. ARGV[3] .. '|' .. rid .. '|' .. ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'k', ARGV[4], 'o', ARGV[2], 'h', entry)
 return {'EX', expired, 1}

@@ -1,11 +1,13 @@
 --[[ end_reshard.lua — switches an event to its new layout and back on sale.
 
-KEYS[1] ss:{e}:meta   KEYS[2] ss:{e}:lease (the mover lease, "owner|token")
+KEYS[1] ss:{e}:meta   KEYS[2] ss:{e}:lease (the mover lease: HASH o, t; or an older "owner|token")
 ARGV[1] generation   ARGV[2] buckets: the bucket count
 ARGV[3] layouts: retired layouts still holding records ("gen:count,…")
 ARGV[4] owner: the reshard's lease owner   ARGV[5] token: its fencing token
 ARGV[6] now ms   ARGV[7] why (manual, config, resumed, hot, spread, drain)
 ARGV[8] history: layouts the history keeps (the oldest are dropped)
+ARGV[9] legacy: "owner|token" (domain::records::LeaseHolder::legacy), compared
+        verbatim with a lease an older lease_acquire.lua stored
 
 Returns:
   {"OK"}    switched: the new layout, status "on_sale", seq + 1
@@ -24,7 +26,15 @@ if redis.call('HGET', KEYS[1], 'status') ~= 'resharding'
   or redis.call('HGET', KEYS[1], 'reshard_to') ~= ARGV[1] .. ':' .. ARGV[2] then
   return {'NRS'}
 end
-if redis.call('GET', KEYS[2]) ~= ARGV[4] .. '|' .. ARGV[5] then
+local lease = redis.call('TYPE', KEYS[2])['ok']
+local leased = false
+if lease == 'hash' then
+  local h = redis.call('HMGET', KEYS[2], 'o', 't')
+  leased = h[1] == ARGV[4] and h[2] == ARGV[5]
+elseif lease == 'string' then
+  leased = redis.call('GET', KEYS[2]) == ARGV[9]
+end
+if not leased then
   return {'F'}
 end
 -- The layout history: this one appended, the oldest dropped past the cap.

@@ -4,7 +4,8 @@ deadline has passed (the sweeper), or every live hold (a close voids them).
 KEYS[1] ss:{e#g#h}:stock   remaining units (expired units come back here)
 KEYS[2] ss:{e#g#h}:users   HASH user -> units held (events with a per-user limit)
 KEYS[3] ss:{e#g#h}:idx     HASH order id -> order entry ("H|…|pay_by" while held)
-KEYS[4] ss:{e#g#h}:orders  STREAM (one expire record "e|…" per expired order)
+KEYS[4] ss:{e#g#h}:orders  STREAM (one expire record per expired order: k ARGV[3],
+                           o the order id, h its held entry as found)
 KEYS[5] ss:{e#g#h}:adds    addition count, +1 when units came back
 KEYS[6] ss:{e#g#h}:sealed  a sealed bucket answers "ST" unless voiding
 KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
@@ -12,14 +13,16 @@ KEYS[8] ss:{e#g#h}:hunits  units in live holds
 KEYS[9] ss:{e#g#h}:hq      LIST "pay_by|oid" of fast-path holds in deadline order
                            (purchase.lua); entries of orders no longer held
                            stay until due
-ARGV[1] now ms   ARGV[2] count: at most this many orders   ARGV[3] h
+ARGV[1] now ms   ARGV[2] count: at most this many orders
+ARGV[3] head: the expire records' head "e|h|h|now" (domain::stream::CopyHead)
 ARGV[4] void: 1 = void every live hold whatever its deadline, sealed or not (a close,
         which sealed the bucket itself); 0 = only those due (pay_by <= now)
 
 Returns "ST" (no bucket, or sealed and not voiding), else
 {"OK", next, oid, entry, oid, entry, …}: next is the earliest pay-by left in the
 index or at the queue's head ('' when both are empty), then each order this call expired with its entry after
-the change ("E…"). Per order, in this one step: out of the index, entry "E…",
+the change ("E…"). The expire record copies the held entry verbatim beside
+the engine's head (domain::stream::StreamEntry::from_copy). Per order, in this one step: out of the index, entry "E…",
 units back in stock, the user's count down, held units down, the expire
 record written — so units return and counts drop exactly once, however many
 sweepers run, die or repeat. An index entry whose order is no longer held
@@ -47,7 +50,7 @@ local back = 0
 local function expire(oid)
   local entry = redis.call('HGET', KEYS[3], oid)
   if entry and string.sub(entry, 1, 1) == 'H' then
-    local user, qty, rid = string.match(entry, '^H|([^|]*)|([^|]*)|[^|]*|([^|]*)|')
+    local user, qty = string.match(entry, '^H|([^|]*)|([^|]*)|')
     local expired = 'E' .. string.sub(entry, 2)
     redis.call('HSET', KEYS[3], oid, expired)
     if redis.call('HEXISTS', KEYS[2], user) == 1 then
@@ -55,8 +58,7 @@ local function expire(oid)
     end
     redis.call('DECRBY', KEYS[8], qty)
     back = back + tonumber(qty)
-    redis.call('XADD', KEYS[4], '*', 'd', 'e|' .. oid .. '|' .. user .. '|' .. qty .. '|' ..
-      ARGV[3] .. '|' .. ARGV[3] .. '|' .. rid .. '|' .. ARGV[1])
+    redis.call('XADD', KEYS[4], '*', 'k', ARGV[3], 'o', oid, 'h', entry)
     out[#out + 1] = oid
     out[#out + 1] = expired
   end

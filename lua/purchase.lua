@@ -47,9 +47,12 @@ range of ARGV: no Lua table, no string built):
   only when ARGV[4] is "0":
   ARGV[6 + 6n + i] limit               (0 = none)
   ARGV[6 + 7n + i] keep                (1 = store the outcome)
+  ARGV[6 + 8n + i] pending             its pending record "P|q|oid|user|now"
+                                        (domain::model::RequestRecord), stored
+                                        as given if the entry is short here
   only with holds, always the last column (so at 6 + 4n + i without the
-  four above, 6 + 6n + i without limit and keep):
-  ARGV[6 + 8n + i] queue               the hold's queue entry "pay_by|oid"
+  five above, 6 + 6n + i without limit, keep and pending):
+  ARGV[6 + 9n + i] queue               the hold's queue entry "pay_by|oid"
   Without the user and qty columns (the common call: request ids, no
   limit), a path that needs them reads them from the entry's index entry
   (its second and third fields; a user id holds no "|"): a call that buys
@@ -83,6 +86,11 @@ order:
                     pending record stored under rid and rid added to pend
                     (score now: the sweeper ends it if no driver does); the
                     caller probes the ring
+A uniform call that cannot buy every entry answers {"W"} instead, having
+changed nothing, unless every entry is surely refused sold out: it carries
+no pending records, and the caller sends it again with every column (as a
+call that is not uniform). Only a call whose bucket is short pays that
+second call, and it probes the ring next anyway.
 With holds, one value more at the end (of "A", left too): 1 when this call put the first hold
 into a bucket that had none (KEYS[11] ss:{e#g#b}:holds and KEYS[13]
 ss:{e#g#b}:hq both empty: the caller adds the bucket to the deadline index
@@ -121,8 +129,9 @@ limit, 37,300 → 37,051; eight groups of two, 60,578 → 58,414).
 Any other call — a sold-out refusal, a bucket short of stock, entries
 without request ids, a request id or (with a limit) a user twice — runs
 entry by entry, each seeing what the ones before it did, with the records
-the fast path would have written built here ("L|…", "S|…",
-"P|q|oid|user|now"). Lua tables and strings built per entry cost more than
+the fast path would have written ("L|…", "S|…" built here with the
+number only the script knows; the pending record "P|…" the caller's
+column, the script's own no longer: domain/ encodes it). Lua tables and strings built per entry cost more than
 the commands they save (every allocation feeds the script GC), so the
 per-entry path uses none.
 
@@ -141,9 +150,9 @@ local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local uniform, limit = ARGV[4] == '1', tonumber(ARGV[5])
 local fast = uniform
 local R, O, U, Q = 6, 6 + 2 * n, 6 + 4 * n, 6 + 5 * n
-local L, K = 6 + 6 * n, 6 + 7 * n
+local L, K, PN = 6 + 6 * n, 6 + 7 * n, 6 + 8 * n
 local cols = not uniform or limit > 0
-local hbase = not cols and U or uniform and L or 6 + 8 * n
+local hbase = not cols and U or uniform and L or 6 + 9 * n
 local holds = #ARGV > hbase
 -- Without the columns, an entry's quantity and user are matched in its index
 -- entry (inline: a helper function would be a closure and upvalues made per
@@ -294,6 +303,17 @@ if v[3] then
   soldout = epoch == (v[4] or '0')
   left = tonumber(l) or 0
 end
+if uniform then
+  -- No pending records in this call: ask for them, before any write,
+  -- unless no entry can end pending (the sold-out mark refuses every one:
+  -- stock only falls, so none buys and none is short of more than left).
+  local pend = not soldout or stock > left
+  for i = 1, n do
+    if pend then break end
+    pend = tonumber(cols and ARGV[Q + i] or string.match(ARGV[O + 2 * i], QP)) <= left
+  end
+  if pend then return {'W'} end
+end
 local sold, wanted = 0, 0
 local first, hunits, deadlines = false, 0, {}
 if holds then
@@ -345,7 +365,7 @@ for i = 1, n do
   else
     wanted = wanted + qty
     if lim > 0 then redis.call('HINCRBY', KEYS[2], user, qs) end
-    redis.call('HSET', KEYS[3], rid, 'P|' .. qs .. '|' .. oid .. '|' .. user .. '|' .. now)
+    redis.call('HSET', KEYS[3], rid, ARGV[PN + i])
     redis.call('ZADD', KEYS[10], now, rid)
     out[o], out[o + 1] = 'P', stock
   end

@@ -6,16 +6,17 @@ ARGV[1] epoch: the bucket's epoch as read by the consistent probe that found the
 ARGV[2] ttl: how long the mark lives (ms): a mark is trusted only so long, as the
         meta's is, so even a "units came back" that never finished cannot
         keep a bucket answering "sold out" for longer
-ARGV[3] left: the units the probe found in the whole event (an upper bound
-        for as long as the epoch holds: units only leave until some come back)
+ARGV[3] mark: "epoch|left" (domain::records::EmptyMark), stored as given; left is
+        the units the probe found in the whole event (an upper bound for as
+        long as the epoch holds: units only leave until some come back)
 
-Writes "epoch|left". Returns 1 when marked, 0 when the epoch moved on since
-the probe (units came back somewhere: the mark would be false). From then on
-purchase.lua answers "sold out" in its one call to an order of more than
-`left` units, until the epoch is bumped again.
+Returns 1 when marked, 0 when the epoch moved on since the probe (units came
+back somewhere: the mark would be false). From then on purchase.lua answers
+"sold out" in its one call to an order of more than `left` units, until the
+epoch is bumped again.
 ]]
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
 return 1

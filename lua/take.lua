@@ -1,15 +1,18 @@
 --[[ take.lua — one probe of the ring by the purchase saga (the slow path).
 
 KEYS[1] ss:{e#g#j}:stock   remaining units of bucket j
-KEYS[2] ss:{e#g#j}:tk:<rid>:<pass>  STR this step's marker (its own key: no
-                           request or user id can collide with it)
-KEYS[3] ss:{e#g#j}:orders  STREAM of order records (d = "o|oid|user|q|b|h|rid|t")
+KEYS[2] ss:{e#g#j}:tk:<rid>:<pass>  this step's marker (its own key: no request
+                           or user id can collide with it): STR "T|oid" / "U|oid",
+                           or HASH a (available), n (adds) for a short decision
+KEYS[3] ss:{e#g#j}:orders  STREAM of order records (d = the record ARGV[4])
 KEYS[4] ss:{e#g#j}:xfer    HASH transfers out of j: xid -> "target|units|token|o or d"
 KEYS[5] ss:{e#g#j}:adds    count of steps that added units to j (cancel, IN, untake)
 KEYS[6] ss:{e#g#j}:sealed  exists once the bucket is sealed
-ARGV[1] now (unix ms)   ARGV[2] j   ARGV[3] rid   ARGV[4] pass
-ARGV[5] user            ARGV[6] qty  ARGV[7] order id   ARGV[8] home bucket
-ARGV[9] marker lifetime (ms, PX)
+ARGV[1] qty   ARGV[2] order id
+ARGV[3] taken: the marker of this take, "T|oid" (domain::records::ProbeMarker)
+ARGV[4] record: the order record (domain::stream::StreamEntry::data), stored as
+        the stream entry's field d
+ARGV[5] marker lifetime (ms, PX)
 
 Returns:
   "ST"                          bucket j does not exist or is sealed
@@ -20,36 +23,45 @@ Returns:
                                 that was decided; fresh = 1 when decided by this
                                 call, 0 when an earlier driver's decision is replayed
 
+Records: every one is the engine's (ARGV[3], ARGV[4]), stored verbatim; the
+two numbers of a short decision are only known here, so they are the
+marker's own hash fields, never spliced into a string.
+
 Each bucket decides once per (rid, pass) and remembers the decision in its
-marker ("T|oid" or "S|available|adds"), so a saga re-driven after a crash (or
-driven twice at once by a retry) walks the ring to the same bucket and never
-takes twice. A replayed "S" is as good as a fresh one for a sold-out answer:
-the engine compares its adds with a second collect, which tells whether units
-arrived since the decision. A marker "U|oid" (take undone), or "T|oid" of
-another order (a saga of the same request id that was aborted; its driver
-gives those units back), answers with the bucket as it is now, and takes
-nothing. The take and its order record are one step, so no unit leaves a
-bucket unrecorded. Markers expire after ARGV[9] ms; the saga's end deletes
-them sooner (clear_markers.lua), except a take that stands.
+marker, so a saga re-driven after a crash (or driven twice at once by a
+retry) walks the ring to the same bucket and never takes twice. A replayed
+"S" is as good as a fresh one for a sold-out answer: the engine compares its
+adds with a second collect, which tells whether units arrived since the
+decision. A marker "U|oid" (take undone), or "T|oid" of another order (a saga
+of the same request id that was aborted; its driver gives those units back),
+answers with the bucket as it is now, and takes nothing. A string
+"S|available|adds" is a short decision written before they were hashes. The
+take and its order record are one step, so no unit leaves a bucket
+unrecorded. Markers expire after ARGV[5] ms; the saga's end deletes them
+sooner (clear_markers.lua), except a take that stands.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
-local seen = redis.call('GET', KEYS[2])
-if seen then
-  local kind, value, adds = string.match(seen, '^(%a)|([^|]*)|?(.*)$')
-  if kind == 'T' and value == ARGV[7] then return {'T', value} end
-  if kind == 'S' then return {'S', value, 0, adds} end
+local seen = false
+local marker = redis.call('TYPE', KEYS[2])['ok']
+if marker == 'hash' then
+  local short = redis.call('HMGET', KEYS[2], 'a', 'n')
+  return {'S', short[1], 0, short[2]}
+elseif marker == 'string' then
+  seen = redis.call('GET', KEYS[2])
+  if seen == ARGV[3] then return {'T', ARGV[2]} end
+  local was, adds = string.match(seen, '^S|([^|]*)|(.*)$')
+  if was then return {'S', was, 0, adds} end
 end
 local adds = redis.call('GET', KEYS[5]) or '0'
-local qty = tonumber(ARGV[6])
+local qty = tonumber(ARGV[1])
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if stock >= qty and not seen then
   redis.call('DECRBY', KEYS[1], qty)
-  redis.call('XADD', KEYS[3], '*', 'd', 'o|' .. ARGV[7] .. '|' .. ARGV[5] .. '|' .. qty .. '|' ..
-    ARGV[2] .. '|' .. ARGV[8] .. '|' .. ARGV[3] .. '|' .. ARGV[1])
-  redis.call('SET', KEYS[2], 'T|' .. ARGV[7], 'PX', ARGV[9])
-  return {'T', ARGV[7]}
+  redis.call('XADD', KEYS[3], '*', 'd', ARGV[4])
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+  return {'T', ARGV[2]}
 end
 local transit = 0
 for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
@@ -61,5 +73,6 @@ if seen then
   -- "U|oid" (undone) or another order's take: report the bucket as it is.
   return {'S', available, 0, adds}
 end
-redis.call('SET', KEYS[2], 'S|' .. available .. '|' .. adds, 'PX', ARGV[9])
+redis.call('HSET', KEYS[2], 'a', available, 'n', adds)
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {'S', available, 1, adds}

@@ -2,9 +2,15 @@
 
 KEYS[1] ss:{e#g#a}:stock (existence)   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
 ARGV[1] token: fencing token   ARGV[2] xid: transfer id
+ARGV[3] open: the open entry "target|units|token|o" as the caller read it ('' when
+        it read none)   ARGV[4] done: that entry's tombstone "…|d"
+        (domain::transfer::OutEntry), stored as given
 
 Returns "ST", {"F", highest}, {"D", units} (no open entry: unknown or already
-done) or {"A", units} (entry marked done: "…|d").
+done), {"A", units} (entry ARGV[3] replaced by ARGV[4]) or {"CH"} (the entry
+is open but not the one the caller read: nothing changed, it reads again).
+The caller reads the entry first (transfers are off the purchase path), so
+the tombstone is its record, compared and stored here, never assembled.
 Called only after IN succeeded. The entry is kept as a tombstone rather than
 deleted, so a late duplicate OUT with the same transfer id is refused instead
 of journaling the units a second time; once the fence passes its token (a
@@ -34,9 +40,12 @@ local seen = redis.call('HGET', KEYS[2], ARGV[2])
 if not seen then
   return {'D', '0'}
 end
-local head, units, state = string.match(seen, '^([^|]*|([^|]*)|[^|]*|)(%a)$')
+local units, state = string.match(seen, '^[^|]*|([^|]*)|[^|]*|(%a)$')
 if state ~= 'o' then
   return {'D', units}
 end
-redis.call('HSET', KEYS[2], ARGV[2], head .. 'd')
+if seen ~= ARGV[3] then
+  return {'CH'}
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
 return {'A', units}

@@ -3,7 +3,8 @@
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:xin   KEYS[3] ss:{e#g#b}:fence
 KEYS[4] ss:{e#g#b}:adds    addition count, +1 when applied
 KEYS[5] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
-ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] source bucket   ARGV[4] units
+ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] units
+ARGV[4] entry: "source|units" (domain::transfer::InEntry), stored as given
 
 Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
 {"D", units} (this transfer id was applied before: nothing changed) or
@@ -26,7 +27,7 @@ local seen = redis.call('HGET', KEYS[2], ARGV[2])
 if seen then
   return {'D', string.match(seen, '^[^|]*|(.*)$')}
 end
-redis.call('INCRBY', KEYS[1], ARGV[4])
+redis.call('INCRBY', KEYS[1], ARGV[3])
 redis.call('INCR', KEYS[4])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. ARGV[4])
-return {'A', ARGV[4]}
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
+return {'A', ARGV[3]}

@@ -3,15 +3,20 @@
 KEYS[1] ss:{e#g#a}:stock   KEYS[2] ss:{e#g#a}:xfer   KEYS[3] ss:{e#g#a}:fence
 KEYS[4] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 KEYS[5] ss:{e#g#a}:adds   bumped when units leave too (see below)
-ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] target bucket   ARGV[4] units wanted
+ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] units to move
+ARGV[4] entry: "target|units|token|o" for those units (domain::transfer::OutEntry),
+        stored as given
 ARGV[5] sealed_ok: '1' when allowed on a sealed bucket (a reshard draining the old layout)
 
 Returns:
   "ST"            bucket a does not exist
   {"F", highest}  a has accepted a higher token: the caller is a stale mover, nothing moved
   {"D", units}    this transfer id was journaled before (open or done): nothing changed
-  {"A", units}    min(wanted, stock) units moved from stock into the journal entry
-                  xid -> "target|units|token|o" (no entry when 0)
+  {"A", units}    the units moved from stock into the journal entry xid -> ARGV[4]
+                  ("A", 0 and no entry when the stock is 0)
+  {"SH", stock}   fewer units than ARGV[3] here (but some): nothing changed; the
+                  caller asks again with an entry of that many (only the
+                  caller encodes journal entries)
 
 Atomic so the units are always counted exactly once: in the stock or in the
 open journal entry, never in both and never in neither. The fence check and the
@@ -45,10 +50,14 @@ if seen then
   return {'D', string.match(seen, '^[^|]*|([^|]*)|')}
 end
 local stock = tonumber(redis.call('GET', KEYS[1]))
-local units = math.min(stock, tonumber(ARGV[4]))
-if units > 0 then
-  redis.call('DECRBY', KEYS[1], units)
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. string.format('%d', units) .. '|' .. ARGV[1] .. '|o')
-  redis.call('INCR', KEYS[5])
+local units = tonumber(ARGV[3])
+if stock == 0 or units == 0 then
+  return {'A', '0'}
 end
-return {'A', string.format('%d', units)}
+if stock < units then
+  return {'SH', string.format('%d', stock)}
+end
+redis.call('DECRBY', KEYS[1], units)
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
+redis.call('INCR', KEYS[5])
+return {'A', ARGV[3]}

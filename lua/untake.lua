@@ -4,23 +4,24 @@ the sweeper ended it).
 
 KEYS[1] ss:{e#g#j}:stock   KEYS[2] ss:{e#g#j}:tk:<rid>:<pass> (the take's marker)
 KEYS[3] ss:{e#g#j}:orders  KEYS[4] ss:{e#g#j}:adds  addition count, +1 when units come back
-ARGV[1] now  ARGV[2] j  ARGV[3] rid  ARGV[4] pass  ARGV[5] user  ARGV[6] qty
-ARGV[7] order id  ARGV[8] home bucket  ARGV[9] marker lifetime (ms, PX)
+ARGV[1] qty   ARGV[2] taken: the take's marker "T|oid"   ARGV[3] undone: "U|oid"
+ARGV[4] record: the void record (domain::stream::StreamEntry::data)
+ARGV[5] marker lifetime (ms, PX)
 
-Returns "ST", {"OK"} (marker "T|oid" became "U|oid", stock += qty, a void
-record "v|…" in the stream) or {"NO"} (no such take: nothing changed).
+Returns "ST", {"OK"} (marker ARGV[2] became ARGV[3], stock += qty, the void
+record in the stream) or {"NO"} (no such take: nothing changed). The
+markers and the record are the engine's, compared and stored verbatim.
 Atomic and idempotent: the units come back exactly once, together with the
 void record that cancels the order record the take wrote.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
 end
-if redis.call('GET', KEYS[2]) ~= 'T|' .. ARGV[7] then
+if redis.call('TYPE', KEYS[2])['ok'] ~= 'string' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return {'NO'}
 end
-redis.call('SET', KEYS[2], 'U|' .. ARGV[7], 'PX', ARGV[9])
-redis.call('INCRBY', KEYS[1], ARGV[6])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call('INCR', KEYS[4])
-redis.call('XADD', KEYS[3], '*', 'd', 'v|' .. ARGV[7] .. '|' .. ARGV[5] .. '|' .. ARGV[6] .. '|' ..
-  ARGV[2] .. '|' .. ARGV[8] .. '|' .. ARGV[3] .. '|' .. ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'd', ARGV[4])
 return {'OK'}

@@ -4,17 +4,17 @@
 //! ss:events                      SET   ids of the open events (what background work visits)
 //! ss:retired                     SET   ids of closed, fully flushed events (still listed and readable)
 //! ss:{<event>}:meta              HASH  event definition, status, generation, seq, sold-out mark
-//! ss:{<event>}:lease             STR   mover lease "owner|token" (PX): who may move units now
+//! ss:{<event>}:lease             HASH  mover lease o (owner), t (token) (PX): who may move units now (a STR "owner|token" before; records::LeaseHolder)
 //! ss:{<event>}:token             STR   fencing token counter (INCR)
-//! ss:{<event>}:leader            STR   rebalancer leadership "owner|term" (PX, heartbeat)
+//! ss:{<event>}:leader            HASH  rebalancer leadership o (owner), t (term) (PX, heartbeat; a STR "owner|term" before)
 //! ss:{<event>}:term              STR   leadership term counter (INCR)
 //! ss:{<event>}:xsettled          HASH  layout generation -> the token below which its transfers are all closed
 //! ss:{<event>#<gen>#<b>}:stock   STR   remaining units of bucket b
 //! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
 //! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record
 //! ss:{<event>#<gen>#<b>}:pend    ZSET  request ids of sagas pending at home b -> start ms (the sweeper's list)
-//! ss:{<event>#<gen>#<b>}:tk:<rid>:<pass>  STR  probe marker of saga rid, pass, in b (PX marker_ttl_ms)
-//! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b
+//! ss:{<event>#<gen>#<b>}:tk:<rid>:<pass>  STR/HASH  probe marker of saga rid, pass, in b (PX marker_ttl_ms): "T|oid", "U|oid", or a short decision's HASH a, n (records::ProbeMarker)
+//! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b (shapes: stream.rs)
 //! ss:{<event>#<gen>#<b>}:idx     HASH  order id -> order entry (orders of users homed at b)
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted
 //! ss:{<event>#<gen>#<b>}:xfer    HASH  transfers out of b: xid -> "target|units|token|o" (open) or "…|d" (a tombstone until the fence passes its token)
@@ -22,7 +22,7 @@
 //! ss:{<event>#<gen>#<b>}:adds    STR   count of steps that added units to b (cancel, IN, untake) or moved them out (OUT)
 //! ss:{<event>#<gen>#<b>}:sealed  STR   present once b is sealed (closed, or an old layout)
 //! ss:{<event>#<gen>#<b>}:demand  STR   units asked for by buyers homed at b (rebalancer signal)
-//! ss:{<event>#<gen>#<b>}:empty   STR   epoch at which the whole event was found sold out
+//! ss:{<event>#<gen>#<b>}:empty   STR   "epoch|left": at that epoch the whole event was found to hold at most left units (records::EmptyMark)
 //! ss:{<event>#<gen>#<b>}:epoch   STR   bumped on every bucket when units come back to a sold-out event
 //! ss:{<event>#<gen>#<b>}:holds   ZSET  order ids of live holds of users homed at b -> pay-by ms (the deadline index)
 //! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
@@ -160,7 +160,7 @@ impl BucketRef {
     /// The probe marker of saga `rid`'s pass `pass` in this bucket (`take.lua`).
     /// Its own key, beside the bucket's hashes: no request id or user id can
     /// collide with it, and it expires on its own.
-    pub(crate) fn marker_in(&self, ns: &str, rid: &str, pass: u32) -> String {
+    pub fn marker_in(&self, ns: &str, rid: &str, pass: u32) -> String {
         format!("{ns}:{}:tk:{rid}:{pass}", self.tag())
     }
 }

@@ -12,6 +12,8 @@ pub mod ids;
 pub mod keys;
 /// Orders, request records and their stored encodings (events re-exported).
 pub mod model;
+/// Small stored records: probe markers, lease holders, the empty mark.
+pub mod records;
 /// The stable routing hash, home bucket and probe ring.
 pub mod routing;
 /// A bucket's order stream: entry kinds, ids and their stored encoding.

@@ -3,13 +3,26 @@
 //! Every step that changes who owns units (a purchase, a saga's take or its
 //! undo, a cancel, a closed bucket's leftover) appends one entry to the bucket's
 //! stream in the same atomic step. The flusher carries the entries to the ledger,
-//! the audit counts the ones not flushed yet. In Redis a record is either a
-//! stream entry with one field `d` holding [`StreamEntry::data`], or — the
-//! orders a purchase call buys at home — one entry holding them all, a field
-//! per order: its order id, valued with its index entry
-//! ([`StreamEntry::from_order`]). Such an entry's orders are its *parts*,
-//! numbered from 0 in field order; a record is keyed by its entry's id and
-//! its part. The memory store keeps the decoded values.
+//! the audit counts the ones not flushed yet. The records are encoded here and
+//! handed to the scripts as arguments; a script stores them, or stores the
+//! stored record it copies, and never assembles one. In Redis an entry is one
+//! of these shapes (told apart by its first field):
+//! - `d` [`StreamEntry::data`]: a record the engine encoded whole (a take, an
+//!   undo, a hold); and, when the step alone knows the units (a leftover),
+//!   `d` with qty 0 then `q` the units ([`StreamEntry::with_qty`]);
+//! - `k` [`CopyHead`], `o` order id, `h` the order's index entry as the
+//!   script found it: a cancel, confirm or expiry, whose user, quantity and
+//!   request id are the stored entry's ([`StreamEntry::from_copy`]);
+//! - the orders a purchase call buys at home, all in one entry, a field per
+//!   order: its order id, valued with its index entry
+//!   ([`StreamEntry::from_order`]). Such an entry's orders are its *parts*,
+//!   numbered from 0 in field order; a record is keyed by its entry's id and
+//!   its part.
+//!
+//! Entries written before the scripts stopped assembling records are `d`
+//! records of every kind (`c|…`, `k|…`, `e|…`, `l|…` with their numbers in
+//! place): [`StreamEntry::from_data`] still reads them. The memory store
+//! keeps the decoded values.
 
 /// What a stream entry says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -113,8 +126,106 @@ pub struct StreamEntry {
     pub part: u32,
 }
 
+/// What a step that copies a stored index entry into its stream record
+/// knows before the call: `kind|bucket|home|at`, `bucket` empty for "the
+/// entry's" (a confirm: the bucket the units came from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyHead {
+    pub kind: RecordKind,
+    /// The bucket whose stock changed; `None`: the index entry's.
+    pub bucket: Option<u32>,
+    pub home: u32,
+    pub at_ms: i64,
+}
+
+impl CopyHead {
+    /// The `k` field of a copy record.
+    pub fn encode(&self) -> String {
+        let bucket = self.bucket.map(|b| b.to_string()).unwrap_or_default();
+        format!("{}|{bucket}|{}|{}", self.kind.code(), self.home, self.at_ms)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let mut f = s.split('|');
+        let head = Self {
+            kind: RecordKind::parse(f.next()?)?,
+            bucket: match f.next()? {
+                "" => None,
+                b => Some(b.parse().ok()?),
+            },
+            home: f.next()?.parse().ok()?,
+            at_ms: f.next()?.parse().ok()?,
+        };
+        f.next().is_none().then_some(head)
+    }
+}
+
 impl StreamEntry {
-    /// The entry's `d` field as the Lua scripts write it,
+    /// A retired bucket's leftover record (`retire.lua`'s `d` field): qty 0,
+    /// the units being the script's own field `q`.
+    pub fn leftover(id: String, bucket: u32, now_ms: i64) -> Self {
+        Self {
+            id: StreamId::default(),
+            kind: RecordKind::Leftover,
+            order_id: id,
+            user: String::new(),
+            qty: 0,
+            bucket,
+            home: bucket,
+            rid: String::new(),
+            at_ms: now_ms,
+            pay_by: None,
+            part: 0,
+        }
+    }
+
+    /// A `d` record followed by a `q` field: the units the script counted.
+    pub fn with_qty(self, q: &str) -> Option<Self> {
+        Some(Self {
+            qty: q.parse().ok()?,
+            ..self
+        })
+    }
+
+    /// A copy record: head `k`, order id `o`, and the order's index entry
+    /// `h` as it stood when the step read it (`S|user|qty|bucket|rid|at`,
+    /// then `|pay_by` for a hold). A cancel's record carries no request id
+    /// (as cancel records never did: the ledger keeps the order's).
+    pub fn from_copy(id: StreamId, head: &str, order_id: &str, entry: &str) -> Option<Self> {
+        let head = CopyHead::decode(head)?;
+        let mut f = entry.split('|');
+        let mut next = || f.next();
+        let (_state, user, qty, bucket, rid, _at) =
+            (next()?, next()?, next()?, next()?, next()?, next()?);
+        if let Some(p) = next() {
+            p.parse::<i64>().ok()?;
+        }
+        if next().is_some() {
+            return None;
+        }
+        Some(Self {
+            id,
+            kind: head.kind,
+            order_id: order_id.to_owned(),
+            user: user.to_owned(),
+            qty: qty.parse().ok()?,
+            bucket: match head.bucket {
+                Some(b) => b,
+                None => bucket.parse().ok()?,
+            },
+            home: head.home,
+            rid: if head.kind == RecordKind::Cancel {
+                String::new()
+            } else {
+                rid.to_owned()
+            },
+            at_ms: head.at_ms,
+            pay_by: None,
+            part: 0,
+        })
+    }
+
+    /// The entry's `d` field as the Lua scripts store it,
     /// `kind|order id|user|qty|bucket|home|rid|at`, then `|pay_by` when the
     /// order is held (the id is the stream's).
     pub fn data(&self) -> String {
@@ -274,6 +385,120 @@ mod tests {
         ] {
             assert_eq!(StreamEntry::from_order(id, 0, "e.1.2", bad), None, "{bad}");
         }
+    }
+
+    fn record(kind: RecordKind, bucket: u32, rid: &str, qty: u64) -> StreamEntry {
+        StreamEntry {
+            id: StreamId { ms: 8, seq: 0 },
+            kind,
+            order_id: "e.1.2".into(),
+            user: "u-1".into(),
+            qty,
+            bucket,
+            home: 4,
+            rid: rid.into(),
+            at_ms: 30,
+            pay_by: None,
+            part: 0,
+        }
+    }
+
+    #[test]
+    fn a_copy_record_reads_the_index_entry_it_copies() {
+        let id = StreamId { ms: 8, seq: 0 };
+        let held = "H|u-1|2|6|u-1/r|17|900";
+        let head = |kind, bucket| {
+            CopyHead {
+                kind,
+                bucket,
+                home: 4,
+                at_ms: 30,
+            }
+            .encode()
+        };
+        assert_eq!(head(RecordKind::Confirm, None), "k||4|30");
+        // A confirm: the units' bucket is the entry's.
+        assert_eq!(
+            StreamEntry::from_copy(id, &head(RecordKind::Confirm, None), "e.1.2", held),
+            Some(record(RecordKind::Confirm, 6, "u-1/r", 2))
+        );
+        // An expiry: back in the home bucket, the rid kept.
+        assert_eq!(
+            StreamEntry::from_copy(id, &head(RecordKind::Expire, Some(4)), "e.1.2", held),
+            Some(record(RecordKind::Expire, 4, "u-1/r", 2))
+        );
+        // A cancel of a confirmed order: no rid, as cancel records never had.
+        assert_eq!(
+            StreamEntry::from_copy(
+                id,
+                &head(RecordKind::Cancel, Some(4)),
+                "e.1.2",
+                "C|u-1|3|6|u-1/r|17"
+            ),
+            Some(record(RecordKind::Cancel, 4, "", 3))
+        );
+        for (head, entry) in [
+            ("c|4|4", "C|u-1|3|6|u-1/r|17"),
+            ("x|4|4|30", "C|u-1|3|6|u-1/r|17"),
+            ("c|4|4|30", "C|u-1|three|6|u-1/r|17"),
+            ("c|4|4|30", "C|u-1|3|6"),
+        ] {
+            assert_eq!(
+                StreamEntry::from_copy(id, head, "o", entry),
+                None,
+                "{head} {entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_leftover_counted_by_its_script_takes_the_q_field() {
+        let d = StreamEntry::leftover("ev#0#4".into(), 4, 30).data();
+        assert_eq!(d, "l|ev#0#4||0|4|4||30");
+        let read = StreamEntry::from_data(StreamId::default(), &d).and_then(|r| r.with_qty("12"));
+        assert_eq!(
+            read.map(|r| (r.kind, r.qty)),
+            Some((RecordKind::Leftover, 12))
+        );
+    }
+
+    /// Records written before the scripts stopped assembling them: a cancel,
+    /// a confirm, an expiry and a leftover, each a `d` record with every
+    /// field in place, as `cancel.lua`, `confirm.lua`, `expire_holds.lua` and
+    /// `retire.lua` wrote them.
+    #[test]
+    fn records_in_the_older_d_format_are_still_read() {
+        let id = StreamId { ms: 8, seq: 0 };
+        let cases = [
+            (
+                "c|e.1.2|u-1|3|4|4||30",
+                record(RecordKind::Cancel, 4, "", 3),
+            ),
+            (
+                "k|e.1.2|u-1|2|6|4|u-1/r|30",
+                record(RecordKind::Confirm, 6, "u-1/r", 2),
+            ),
+            (
+                "e|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Expire, 4, "u-1/r", 2),
+            ),
+            (
+                "o|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Order, 4, "u-1/r", 2),
+            ),
+            (
+                "v|e.1.2|u-1|2|4|4|u-1/r|30",
+                record(RecordKind::Void, 4, "u-1/r", 2),
+            ),
+        ];
+        for (data, want) in cases {
+            assert_eq!(StreamEntry::from_data(id, data), Some(want), "{data}");
+        }
+        let leftover = StreamEntry::from_data(id, "l|ev#0#4||12|4|4||30").unwrap();
+        assert_eq!(
+            (leftover.kind, leftover.qty, leftover.bucket),
+            (RecordKind::Leftover, 12, 4)
+        );
     }
 
     #[test]

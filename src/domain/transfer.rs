@@ -18,6 +18,9 @@
 //!   current (the switch waits for the old layout to hold no open transfer).
 //!
 //! The formats are what the scripts parse too (`lua/raise_fence.lua`).
+//! [`OutEntry`] and [`InEntry`] encode the journal entries; the scripts
+//! store them as given (`transfer_out.lua`, `transfer_in.lua`) and never
+//! assemble one.
 
 /// A transfer id made by a mover (a rebalancer round, a saga's
 /// consolidation): `<token>.<from>.<to>.<8 hex>`, random so two transfers of
@@ -50,6 +53,66 @@ pub(crate) fn token_of(xid: &str) -> Option<(bool, u64)> {
     match xid.strip_prefix("rs.") {
         Some(rest) => rest.split('.').nth(3)?.parse().ok().map(|t| (true, t)),
         None => xid.split('.').next()?.parse().ok().map(|t| (false, t)),
+    }
+}
+
+/// An entry of a source bucket's journal `xfer`: `target|units|token|o`
+/// while open, `…|d` once cleared (a tombstone). Every field is the mover's
+/// before the OUT, so the engine encodes it whole; `transfer_out.lua` moves
+/// the units only when the bucket holds all of them, and answers how many it
+/// holds otherwise, for a second call with an entry of that many (technique
+/// "read first, pass the expected record": transfers are off the purchase
+/// path). `transfer_clear.lua` replaces the open entry the adapter read
+/// with its tombstone, both encoded here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutEntry {
+    pub target: u32,
+    pub units: u64,
+    pub token: u64,
+    pub open: bool,
+}
+
+impl OutEntry {
+    pub fn encode(&self) -> String {
+        let state = if self.open { 'o' } else { 'd' };
+        format!("{}|{}|{}|{state}", self.target, self.units, self.token)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let mut f = s.split('|');
+        let entry = Self {
+            target: f.next()?.parse().ok()?,
+            units: f.next()?.parse().ok()?,
+            token: f.next()?.parse().ok()?,
+            open: match f.next()? {
+                "o" => true,
+                "d" => false,
+                _ => return None,
+            },
+        };
+        f.next().is_none().then_some(entry)
+    }
+}
+
+/// An entry of a target bucket's applied set `xin`: `source|units`, encoded
+/// by the engine and stored by `transfer_in.lua` as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InEntry {
+    pub source: u32,
+    pub units: u64,
+}
+
+impl InEntry {
+    pub fn encode(&self) -> String {
+        format!("{}|{}", self.source, self.units)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let (source, units) = s.split_once('|')?;
+        Some(Self {
+            source: source.parse().ok()?,
+            units: units.parse().ok()?,
+        })
     }
 }
 
@@ -89,6 +152,30 @@ mod tests {
         assert_eq!(token_of("made-up"), None);
         assert_eq!(target_generation(&reshard_xid(7, 2, 5, 99, 3), 6), 7);
         assert_eq!(target_generation(&mover_xid(1, 0, 1, 0), 6), 6);
+    }
+
+    #[test]
+    fn journal_entries_round_trip_in_the_format_scripts_store() {
+        let open = OutEntry {
+            target: 3,
+            units: 12,
+            token: 7,
+            open: true,
+        };
+        assert_eq!(open.encode(), "3|12|7|o");
+        assert_eq!(OutEntry::decode("3|12|7|o"), Some(open));
+        let done = OutEntry {
+            open: false,
+            ..open
+        };
+        assert_eq!(OutEntry::decode("3|12|7|d"), Some(done));
+        assert_eq!(OutEntry::decode("3|12|7|x"), None);
+        let applied = InEntry {
+            source: 2,
+            units: 5,
+        };
+        assert_eq!(applied.encode(), "2|5");
+        assert_eq!(InEntry::decode("2|5"), Some(applied));
     }
 
     #[test]

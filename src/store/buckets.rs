@@ -161,6 +161,27 @@ pub struct TakeArgs {
     pub marker_ttl_ms: u64,
 }
 
+impl TakeArgs {
+    /// The record a take (`Order`) or its undo (`Void`) in `bucket` appends
+    /// to that bucket's stream: the same fields, as `take.lua` and
+    /// `untake.lua` store them (the memory store keeps this value).
+    pub fn stream_entry(&self, kind: RecordKind, bucket: u32, now_ms: i64) -> StreamEntry {
+        StreamEntry {
+            id: StreamId::default(),
+            kind,
+            order_id: self.order_id.to_string(),
+            user: self.user.to_string(),
+            qty: u64::from(self.qty),
+            bucket,
+            home: self.home,
+            rid: self.rid.clone(),
+            at_ms: now_ms,
+            pay_by: None,
+            part: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeReply {
     /// Units taken here (now or by an earlier driver of the same saga) for this order.

@@ -48,6 +48,8 @@
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `telemetry`: a probing purchase as one trace under the caller's
 //!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.
+//! - `upgrade`: records an older binary's scripts assembled (string markers,
+//!   `owner|token` leases, `d` records of every kind) read by the new ones.
 //! - `topology`: a Cluster grown to 4 masters and shrunk back mid-sale; one
 //!   slot held mid-migration.
 //! - `durability`: a killed service, a database outage, a crashed Redis.
@@ -96,3 +98,4 @@ mod sagas;
 mod stall;
 mod telemetry;
 mod topology;
+mod upgrade;

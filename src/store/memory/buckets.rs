@@ -83,23 +83,6 @@ impl Bucket {
     }
 }
 
-/// The stream entry a saga's take (or its undo) appends in bucket `index`.
-fn saga_entry(kind: RecordKind, index: u32, now_ms: i64, a: &TakeArgs) -> StreamEntry {
-    StreamEntry {
-        id: StreamId::default(),
-        kind,
-        order_id: a.order_id.to_string(),
-        user: a.user.to_string(),
-        qty: u64::from(a.qty),
-        bucket: index,
-        home: a.home,
-        rid: a.rid.clone(),
-        at_ms: now_ms,
-        pay_by: None,
-        part: 0,
-    }
-}
-
 impl Buckets for MemoryStore {
     /// Mirrors `lua/init_bucket.lua`.
     async fn init_bucket(&self, b: &BucketRef, stock: u64) -> Result<(), StoreError> {
@@ -194,7 +177,7 @@ impl Buckets for MemoryStore {
             let qty = u64::from(a.qty);
             if bk.stock >= qty {
                 bk.stock -= qty;
-                bk.append(saga_entry(RecordKind::Order, b.index, now_ms, a));
+                bk.append(a.stream_entry(RecordKind::Order, b.index, now_ms));
                 let taken = Marker::Taken(a.order_id.clone());
                 bk.set_marker(&a.rid, a.pass, taken, a.marker_ttl_ms);
                 TakeReply::Taken {
@@ -223,7 +206,7 @@ impl Buckets for MemoryStore {
             bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
             bk.stock += u64::from(a.qty);
             bk.adds += 1;
-            bk.append(saga_entry(RecordKind::Void, b.index, now_ms, a));
+            bk.append(a.stream_entry(RecordKind::Void, b.index, now_ms));
             true
         })
     }

@@ -7,7 +7,7 @@ use super::{Marker, MemoryStore};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
-use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::domain::stream::StreamEntry;
 use crate::store::{
     BucketAudit, BucketContents, RestoreReply, Retirement, StoreError, TransferReply,
 };
@@ -45,17 +45,8 @@ impl Retirement for MemoryStore {
             let units = std::mem::take(&mut bk.stock);
             if units > 0 {
                 bk.append(StreamEntry {
-                    id: StreamId::default(),
-                    kind: RecordKind::Leftover,
-                    order_id: b.name(),
-                    user: String::new(),
                     qty: units,
-                    bucket: b.index,
-                    home: b.index,
-                    rid: String::new(),
-                    at_ms: now_ms,
-                    pay_by: None,
-                    part: 0,
+                    ..StreamEntry::leftover(b.name(), b.index, now_ms)
                 });
             }
             Some(units)

@@ -13,8 +13,9 @@ use super::{
 };
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
-use crate::domain::model::{BucketState, RequestRecord};
-use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
+use crate::domain::records::{EmptyMark, ProbeMarker};
+use crate::domain::stream::{CopyHead, RecordKind, StreamEntry, StreamId};
 use crate::store::{
     Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry,
     PurchaseReply, StoreError, TakeArgs, TakeReply,
@@ -44,12 +45,15 @@ impl RedisStore {
         keys
     }
 
-    /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket.
+    /// `purchase.lua`'s KEYS and ARGV for a batch on one bucket; `full`:
+    /// every column, as a call that is not uniform (the script asked for
+    /// them, answering `W`).
     fn purchase_call(
         &self,
         bucket: &BucketRef,
         now_ms: i64,
         entries: &[PurchaseEntry],
+        full: bool,
     ) -> (Vec<Key>, Vec<Value>) {
         let mut keys = self.purchase_keys(bucket).to_vec();
         // Events with holds: three keys and a column of arguments more
@@ -58,7 +62,27 @@ impl RedisStore {
             let all = self.keys_for(steps::PURCHASE, At::Bucket(bucket), true);
             keys.extend(all.into_iter().skip(keys.len()).map(Key::from));
         }
-        (keys, purchase_args(bucket.index, now_ms, entries))
+        (keys, purchase_args(bucket.index, now_ms, entries, full))
+    }
+
+    /// `reply`, or when it is `W` (a uniform call that must go entry by
+    /// entry: it carries no pending records, and wrote nothing) the reply of
+    /// the call sent again with every column.
+    async fn purchase_full_if_asked(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        entries: &[PurchaseEntry],
+        reply: Value,
+    ) -> Result<Value, StoreError> {
+        let asked = matches!(&reply, Value::Array(v) if v.len() == 1
+            && v[0].as_str().as_deref() == Some(reply::WANT_COLUMNS));
+        if !asked {
+            return Ok(reply);
+        }
+        let (keys, args) = self.purchase_call(bucket, now_ms, entries, true);
+        self.eval_raw(self.scripts.get(steps::PURCHASE), keys, args)
+            .await
     }
 
     /// Decodes `purchase.lua`'s reply to a batch on one bucket (announcing
@@ -133,11 +157,12 @@ impl RedisStore {
 /// slice of it, so a call allocates once for its strings, not twice for
 /// each (a profile counted ~96 allocations a purchase over HTTP, 9 of them
 /// here).
-fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
+fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> Vec<Value> {
     use std::fmt::Write;
     let n = entries.len();
     let limit = entries.first().map_or(0, |e| e.limit);
-    let uniform = entries.iter().all(|e| e.keep && e.limit == limit)
+    let uniform = !full
+        && entries.iter().all(|e| e.keep && e.limit == limit)
         && distinct(entries.iter().map(|e| e.rid.as_str()))
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
     let total: u64 = entries.iter().map(|e| u64::from(e.qty)).sum();
@@ -146,7 +171,7 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
     // them (purchase.lua: else it reads them from the index entries).
     let counted = !uniform || limit > 0;
     let columns =
-        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 2 } + usize::from(holds);
+        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 3 } + usize::from(holds);
     let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
     args.extend([
         Value::Integer(now_ms),
@@ -188,6 +213,12 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry]) -> Vec<Value> {
     if !uniform {
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.limit))));
         args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.keep))));
+        // The record an entry short here leaves (the script stores it as
+        // given: it assembles no record).
+        for e in entries {
+            let _ = write!(buf, "{}", e.pending(now_ms).encode());
+            args.push(cut(&mut buf));
+        }
     }
     if holds {
         for e in entries {
@@ -205,34 +236,35 @@ fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> bool {
     v.windows(2).all(|w| w[0] != w[1])
 }
 
-/// `take.lua`'s call (`untake.lua` takes the same columns).
+/// `take.lua`'s call: the take's marker and its order record, encoded here.
 fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
+    let order = a.order_id.to_string();
     steps::Take {
-        now: now_ms,
-        j: bucket.index,
-        rid: a.rid.clone(),
-        pass: a.pass,
-        user: a.user.to_string(),
         qty: a.qty,
-        order: a.order_id.to_string(),
-        home: a.home,
+        taken: ProbeMarker::Taken(order.clone())
+            .encode()
+            .unwrap_or_default(),
+        record: a
+            .stream_entry(RecordKind::Order, bucket.index, now_ms)
+            .data(),
+        order,
         marker: a.marker_ttl_ms.max(1),
     }
 }
 
-/// `untake.lua`'s call: the same columns as the take it gives back.
+/// `untake.lua`'s call: the take's marker, its undo and the void record.
 fn untake_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Untake {
-    let t = take_step(bucket, now_ms, a);
+    let order = a.order_id.to_string();
     steps::Untake {
-        now: t.now,
-        j: t.j,
-        rid: t.rid,
-        pass: t.pass,
-        user: t.user,
-        qty: t.qty,
-        order: t.order,
-        home: t.home,
-        marker: t.marker,
+        qty: a.qty,
+        taken: ProbeMarker::Taken(order.clone())
+            .encode()
+            .unwrap_or_default(),
+        undone: ProbeMarker::Undone(order).encode().unwrap_or_default(),
+        record: a
+            .stream_entry(RecordKind::Void, bucket.index, now_ms)
+            .data(),
+        marker: a.marker_ttl_ms.max(1),
     }
 }
 
@@ -251,9 +283,12 @@ impl Buckets for RedisStore {
         now_ms: i64,
         entries: &[PurchaseEntry],
     ) -> Result<Vec<PurchaseReply>, StoreError> {
-        let (keys, args) = self.purchase_call(bucket, now_ms, entries);
+        let (keys, args) = self.purchase_call(bucket, now_ms, entries, false);
         let reply = self
             .eval_raw(self.scripts.get(steps::PURCHASE), keys, args)
+            .await?;
+        let reply = self
+            .purchase_full_if_asked(bucket, now_ms, entries, reply)
             .await?;
         // One WAIT for the whole batch (off unless store.min_replicas > 0).
         self.replicated(bucket).await?;
@@ -277,7 +312,7 @@ impl Buckets for RedisStore {
         let mut keys = Vec::with_capacity(groups.len() * 10);
         let mut args = vec![Value::Integer(groups.len() as i64); 1 + 2 * groups.len()];
         for (i, (bucket, entries)) in groups.iter().enumerate() {
-            let (k, a) = self.purchase_call(bucket, now_ms, entries);
+            let (k, a) = self.purchase_call(bucket, now_ms, entries, false);
             args[1 + 2 * i] = Value::Integer(k.len() as i64);
             args[2 + 2 * i] = Value::Integer(a.len() as i64);
             keys.extend(k);
@@ -300,6 +335,30 @@ impl Buckets for RedisStore {
         }
         let mut out = Vec::with_capacity(groups.len());
         for ((bucket, entries), reply) in groups.iter().zip(replies) {
+            // A group that asked for every column is sent again on its own
+            // (and waits for its own replicas).
+            let asked = matches!(&reply, Value::Array(v) if v.len() == 1
+                && v[0].as_str().as_deref() == Some(reply::WANT_COLUMNS));
+            let reply = if asked {
+                match self
+                    .purchase_full_if_asked(bucket, now_ms, entries, reply)
+                    .await
+                {
+                    Ok(reply) => match self.replicated(bucket).await {
+                        Ok(()) => reply,
+                        Err(e) => {
+                            out.push(Err(e));
+                            continue;
+                        }
+                    },
+                    Err(e) => {
+                        out.push(Err(e));
+                        continue;
+                    }
+                }
+            } else {
+                reply
+            };
             out.push(self.purchase_replies(bucket, entries, reply).await);
         }
         out
@@ -368,16 +427,40 @@ impl Buckets for RedisStore {
         now_ms: i64,
         a: &FinishArgs,
     ) -> Result<FinishReply, StoreError> {
-        // outcome: B (bought), S (sold out), A (abort).
-        let (outcome, oid, from, probes, remaining) = match &a.outcome {
+        // outcome: B (bought), S (sold out), A (abort); the order's index
+        // entry (B) and the final record (kept ones) encoded here.
+        let (outcome, oid, entry, record) = match &a.outcome {
             Finish::Bought {
                 order_id,
-                bucket,
+                bucket: from,
                 probes,
-            } => ("B", order_id.to_string(), *bucket, *probes, 0),
-            Finish::SoldOut { remaining } => ("S", String::new(), 0, 0, *remaining),
-            Finish::Abort => ("A", String::new(), 0, 0, 0),
+            } => {
+                let entry = OrderEntry {
+                    state: if a.pay_by.is_some() {
+                        EntryState::Held
+                    } else {
+                        EntryState::Confirmed
+                    },
+                    user: a.user.clone(),
+                    qty: a.qty,
+                    bucket: *from,
+                    request_id: if a.keep { a.rid.clone() } else { String::new() },
+                    at_ms: now_ms,
+                    pay_by: a.pay_by,
+                };
+                let record = RequestRecord::encode_bought(a.qty, order_id, *from, *probes);
+                ("B", order_id.to_string(), entry.encode(), record)
+            }
+            Finish::SoldOut { remaining } => {
+                let record = RequestRecord::SoldOut {
+                    qty: a.qty,
+                    remaining: *remaining,
+                };
+                ("S", String::new(), String::new(), record.encode())
+            }
+            Finish::Abort => ("A", String::new(), String::new(), String::new()),
         };
+        let record = if a.keep { record } else { String::new() };
         // A bought saga of an event with holds is held: finish.lua's hold
         // branch, with the hold's stream record.
         let hold = match (&a.outcome, a.pay_by) {
@@ -401,16 +484,13 @@ impl Buckets for RedisStore {
             _ => None,
         };
         let step = steps::Finish {
-            now: now_ms,
             rid: a.rid.clone(),
             outcome,
             user: a.user.to_string(),
             qty: a.qty,
-            keep: a.keep,
             order: oid,
-            bucket: from,
-            probes,
-            remaining,
+            entry,
+            record,
             limited: a.limited,
             saga: a.order_id.to_string(),
             pay_by: hold.as_ref().map(|(at, _)| *at),
@@ -476,10 +556,15 @@ impl Buckets for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<CancelReply, StoreError> {
+        let head = CopyHead {
+            kind: RecordKind::Cancel,
+            bucket: Some(bucket.index),
+            home: bucket.index,
+            at_ms: now_ms,
+        };
         let step = steps::Cancel {
-            now: now_ms,
             order: order.to_string(),
-            h: bucket.index,
+            head: head.encode(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;
@@ -562,7 +647,7 @@ impl Buckets for RedisStore {
         let step = steps::SetEmpty {
             epoch,
             ttl: ttl_ms.max(1),
-            left,
+            mark: EmptyMark { epoch, left }.encode(),
         };
         self.run_flag(step, At::Bucket(bucket)).await
     }

@@ -13,6 +13,7 @@ use crate::domain::ids::EventId;
 use crate::domain::model::{
     BucketRange, EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
 };
+use crate::domain::records::LeaseHolder;
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl RedisStore {
@@ -190,10 +191,14 @@ impl Events for RedisStore {
         now_ms: i64,
         left: u64,
     ) -> Result<bool, StoreError> {
+        let mark = SoldOutMark {
+            seq,
+            at_ms: now_ms,
+            left,
+        };
         let step = steps::MarkSoldOut {
             seq,
-            now: now_ms,
-            left,
+            mark: mark.encode(),
         };
         self.run_flag(step, At::Event(event)).await
     }
@@ -228,6 +233,11 @@ impl Events for RedisStore {
             now: change.at_ms,
             why: change.reason.clone(),
             history: HISTORY_CAP,
+            legacy: LeaseHolder {
+                owner: owner.to_owned(),
+                token,
+            }
+            .legacy(),
         };
         let reply = self.run(step, At::Event(event)).await?;
         match code(&reply.into_array())?.as_str() {

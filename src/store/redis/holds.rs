@@ -9,6 +9,7 @@ use super::steps;
 use super::{At, RedisStore, arg, code, num, order_entry, text, unknown};
 use crate::domain::ids::OrderId;
 use crate::domain::keys::{BucketRef, hold_index_key};
+use crate::domain::stream::{CopyHead, RecordKind};
 use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
 
 impl RedisStore {
@@ -45,10 +46,22 @@ impl Holds for RedisStore {
         now_ms: i64,
         order: &OrderId,
     ) -> Result<ConfirmReply, StoreError> {
+        let head = |kind, at: Option<u32>| {
+            CopyHead {
+                kind,
+                bucket: at,
+                home: bucket.index,
+                at_ms: now_ms,
+            }
+            .encode()
+        };
         let step = steps::Confirm {
             now: now_ms,
             order: order.to_string(),
-            h: bucket.index,
+            // A confirm's bucket is the entry's (where the units came from);
+            // an expiry's, the home bucket the units come back to.
+            confirm: head(RecordKind::Confirm, None),
+            expire: head(RecordKind::Expire, Some(bucket.index)),
         };
         let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;
@@ -73,10 +86,16 @@ impl Holds for RedisStore {
         count: u32,
         void: bool,
     ) -> Result<ExpireReply, StoreError> {
+        let head = CopyHead {
+            kind: RecordKind::Expire,
+            bucket: Some(bucket.index),
+            home: bucket.index,
+            at_ms: now_ms,
+        };
         let step = steps::ExpireHolds {
             now: now_ms,
             count: count.max(1),
-            h: bucket.index,
+            head: head.encode(),
             void,
         };
         let parts = self.run_bucket(bucket, step).await?;

@@ -8,6 +8,7 @@ use super::scripts::reply;
 use super::steps;
 use super::{At, RedisStore, arg, code, num, unknown};
 use crate::domain::ids::EventId;
+use crate::domain::records::LeaseHolder;
 use crate::store::{Leases, StoreError};
 
 impl RedisStore {
@@ -46,10 +47,15 @@ impl RedisStore {
         number: u64,
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
+        let holder_then = LeaseHolder {
+            owner: owner.to_owned(),
+            token: number,
+        };
         let step = steps::LeaseRenew {
             owner: owner.to_owned(),
             token: number,
             ttl: ttl_ms,
+            legacy: holder_then.legacy(),
         };
         self.run_flag(step, At::Given(vec![holder])).await
     }
@@ -121,15 +127,27 @@ impl Leases for RedisStore {
     }
 
     async fn lease_holder(&self, event: &EventId) -> Result<Option<(String, u64)>, StoreError> {
-        let held: Option<String> = self
-            .call(|| self.client.get(self.event_keys(event).lease))
-            .await?;
-        held.map(|v| {
-            // "owner|token", as lease_acquire.lua writes it (owners have no '|').
-            v.rsplit_once('|')
-                .and_then(|(owner, token)| Some((owner.to_owned(), token.parse().ok()?)))
-                .ok_or_else(|| StoreError::Protocol(format!("bad lease {v:?}")))
-        })
-        .transpose()
+        // A hash {o, t}, as lease_acquire.lua writes it; an older holder is
+        // a string "owner|token" (HMGET refuses it: WRONGTYPE).
+        let key = self.event_keys(event).lease;
+        let held: Result<(Option<String>, Option<u64>), StoreError> = self
+            .call(|| self.client.hmget(key.clone(), vec!["o", "t"]))
+            .await;
+        let holder = match held {
+            Ok((Some(owner), Some(token))) => Some(LeaseHolder { owner, token }),
+            Ok(_) => None,
+            Err(StoreError::Protocol(e)) if e.contains("WRONGTYPE") => {
+                let v: Option<String> = self.call(|| self.client.get(key.clone())).await?;
+                match v {
+                    None => None,
+                    Some(v) => Some(
+                        LeaseHolder::decode_legacy(&v)
+                            .ok_or_else(|| StoreError::Protocol(format!("bad lease {v:?}")))?,
+                    ),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(holder.map(|h| (h.owner, h.token)))
     }
 }

@@ -11,7 +11,8 @@ use super::{At, RedisStore, arg, array_or_stale, code, is_stale, num, text, unkn
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EntryState, OrderEntry, RequestRecord};
-use crate::domain::stream::{RecordKind, StreamId};
+use crate::domain::records::ProbeMarker;
+use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
 
 impl Retirement for RedisStore {
@@ -34,9 +35,7 @@ impl Retirement for RedisStore {
 
     async fn retire(&self, bucket: &BucketRef, now_ms: i64) -> Result<Option<u64>, StoreError> {
         let step = steps::Retire {
-            now: now_ms,
-            b: bucket.index,
-            id: bucket.name(),
+            record: StreamEntry::leftover(bucket.name(), bucket.index, now_ms).data(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         match code(&parts)?.as_str() {
@@ -90,7 +89,8 @@ impl Retirement for RedisStore {
         rid: &str,
         passes: u32,
     ) -> Result<Vec<(u32, OrderId)>, StoreError> {
-        // take.lua's marker of (rid, pass): its own key, "T|oid" once taken.
+        // take.lua's marker of (rid, pass): its own key, "T|oid" once taken
+        // (a short decision's is a hash, which MGET answers as nil).
         // One MGET: the markers of a bucket share its hash tag, so its slot.
         let keys: Vec<String> = (1..=passes)
             .map(|p| bucket.marker_in(&self.namespace, rid, p))
@@ -99,9 +99,9 @@ impl Retirement for RedisStore {
         Ok(values
             .into_iter()
             .zip(1..)
-            .filter_map(|(v, pass)| {
-                v?.strip_prefix("T|")
-                    .map(|oid| (pass, OrderId::from_stored(oid)))
+            .filter_map(|(v, pass)| match ProbeMarker::decode(&v?)? {
+                ProbeMarker::Taken(oid) => Some((pass, OrderId::from_stored(&oid))),
+                _ => None,
             })
             .collect())
     }

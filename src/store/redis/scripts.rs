@@ -28,6 +28,9 @@ pub(super) mod reply {
     pub const LIMIT: &str = "L";
     pub(crate) const SOLD_OUT: &str = "S";
     pub(crate) const PENDING: &str = "P";
+    /// purchase.lua: a uniform call that must go entry by entry asks to be
+    /// sent again with every column (its pending records among them).
+    pub(crate) const WANT_COLUMNS: &str = "W";
 
     // take.lua
     pub(crate) const TAKEN: &str = "T";
@@ -59,6 +62,12 @@ pub(super) mod reply {
     pub(crate) const APPLIED: &str = "A";
     pub(crate) const DUPLICATE: &str = "D";
     pub(crate) const FENCED: &str = "F";
+    /// transfer_out.lua: fewer units here than the entry moves (it answers
+    /// how many: the caller asks again with an entry of that many).
+    pub(crate) const SHORT_STOCK: &str = "SH";
+    /// transfer_clear.lua: the open entry is not the one the caller read
+    /// (it reads again).
+    pub(crate) const CHANGED: &str = "CH";
 
     // retire.lua
     pub(crate) const NOT_SEALED: &str = "NS";

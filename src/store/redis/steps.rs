@@ -98,13 +98,13 @@ pub(super) enum Record {
     HoldQueue,
     /// `xfer` / `xin`: a transfer journal entry (`domain::transfer`).
     Transfer,
-    /// `tk:<rid>:<pass>`: a probe marker.
+    /// `tk:<rid>:<pass>`: a probe marker (`domain::records::ProbeMarker`).
     Marker,
     /// `meta`: fields of the event's meta (`domain::model::EventMeta`).
     Meta,
-    /// `empty`: the sold-out mark "epoch|left".
+    /// `empty`: the sold-out mark (`domain::records::EmptyMark`).
     EmptyMark,
-    /// A lease holder "owner|token".
+    /// A lease holder (`domain::records::LeaseHolder`).
     Lease,
 }
 
@@ -266,7 +266,7 @@ steps! {
     /// Marks the event sold out, unless units came back since `seq`.
     MarkSoldOut = mark_sold_out {
         keys: [META],
-        argv: { seq: u64, now: i64, left: u64 },
+        argv: { seq: u64, mark: String },
         reply: Reply::Flag,
         writes: [Meta],
     }
@@ -282,7 +282,7 @@ steps! {
         keys: [META, K::Event(LEASE_KEY)],
         argv: {
             generation: u32, buckets: u32, layouts: String, owner: String,
-            token: u64, now: i64, why: String, history: usize,
+            token: u64, now: i64, why: String, history: usize, legacy: String,
         },
         reply: Reply::Codes(&[reply::OK, reply::NOT_RESHARDING, reply::FENCED]),
         writes: [Meta],
@@ -299,20 +299,14 @@ steps! {
     /// The saga's probe of bucket j.
     Take = take {
         keys: [b(Stock), K::Given("tk"), b(Orders), b(Xfer), b(Adds), b(Sealed)],
-        argv: {
-            now: i64, j: u32, rid: String, pass: u32, user: String, qty: u32,
-            order: String, home: u32, marker: u64,
-        },
+        argv: { qty: u32, order: String, taken: String, record: String, marker: u64 },
         reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT]),
         writes: [Marker, Stream],
     }
     /// Gives back what a take took.
     Untake = untake {
         keys: [b(Stock), K::Given("tk"), b(Orders), b(Adds)],
-        argv: {
-            now: i64, j: u32, rid: String, pass: u32, user: String, qty: u32,
-            order: String, home: u32, marker: u64,
-        },
+        argv: { qty: u32, taken: String, undone: String, record: String, marker: u64 },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NO_TAKE]),
         writes: [Marker, Stream],
     }
@@ -321,9 +315,9 @@ steps! {
         keys: [b(Stock), b(Users), b(Reqs), b(Idx), b(Pend)],
         more_keys: [b(Holds), b(Hunits), b(Orders)],
         argv: {
-            now: i64, rid: String, outcome: &'static str, user: String, qty: u32,
-            keep: bool, order: String, bucket: u32, probes: u32, remaining: u64,
-            limited: bool, saga: String, pay_by: Option<i64>, hold: Option<String>,
+            rid: String, outcome: &'static str, user: String, qty: u32, order: String,
+            entry: String, record: String, limited: bool, saga: String,
+            pay_by: Option<i64>, hold: Option<String>,
         },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::REPLAY, reply::NO_RECORD]),
         writes: [OrderEntry, Request, Stream],
@@ -341,7 +335,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits),
         ],
-        argv: { now: i64, order: String, h: u32 },
+        argv: { order: String, head: String },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CANCELLED, reply::NOT_FOUND,
         ]),
@@ -357,7 +351,7 @@ steps! {
     /// Marks the event found sold out, on one bucket.
     SetEmpty = set_empty {
         keys: [b(Empty), b(Epoch)],
-        argv: { epoch: u64, ttl: u64, left: u64 },
+        argv: { epoch: u64, ttl: u64, mark: String },
         reply: Reply::Flag,
         writes: [EmptyMark],
     }
@@ -378,7 +372,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits), b(Hq),
         ],
-        argv: { now: i64, order: String, h: u32 },
+        argv: { now: i64, order: String, confirm: String, expire: String },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CONFIRMED, reply::HOLD_EXPIRED,
             reply::HOLD_CANCELLED, reply::NOT_FOUND,
@@ -391,7 +385,7 @@ steps! {
             b(Stock), b(Users), b(Idx), b(Orders), b(Adds), b(Sealed), b(Holds),
             b(Hunits), b(Hq),
         ],
-        argv: { now: i64, count: u32, h: u32, void: bool },
+        argv: { now: i64, count: u32, head: String, void: bool },
         reply: Reply::Codes(&[reply::STALE, reply::OK]),
         writes: [OrderEntry, Stream],
     }
@@ -414,7 +408,7 @@ steps! {
     /// Extends or releases a lease the owner holds.
     LeaseRenew = lease_renew {
         keys: [K::Given("lease")],
-        argv: { owner: String, token: u64, ttl: u64 },
+        argv: { owner: String, token: u64, ttl: u64, legacy: String },
         reply: Reply::Flag,
         writes: [Lease],
     }
@@ -432,8 +426,10 @@ steps! {
     /// OUT: units leave a bucket into the transfer journal.
     TransferOut = transfer_out {
         keys: [b(Stock), b(Xfer), b(Fence), b(Sealed), b(Adds)],
-        argv: { token: u64, xid: String, target: u32, units: u64, sealed_ok: bool },
-        reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
+        argv: { token: u64, xid: String, units: u64, entry: String, sealed_ok: bool },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::SHORT_STOCK,
+        ]),
         writes: [Transfer],
     }
     /// A new leader's token, raised on a bucket.
@@ -453,15 +449,17 @@ steps! {
     /// IN: units arrive, once per transfer id.
     TransferIn = transfer_in {
         keys: [b(Stock), b(Xin), b(Fence), b(Adds), b(Sealed)],
-        argv: { token: u64, xid: String, source: u32, units: u64 },
+        argv: { token: u64, xid: String, units: u64, entry: String },
         reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
         writes: [Transfer],
     }
     /// Closes a transfer's journal entry.
     TransferClear = transfer_clear {
         keys: [b(Stock), b(Xfer), b(Fence)],
-        argv: { token: u64, xid: String },
-        reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
+        argv: { token: u64, xid: String, open: String, done: String },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::CHANGED,
+        ]),
         writes: [Transfer],
     }
 
@@ -492,7 +490,7 @@ steps! {
     /// Retires a sealed bucket: its leftover into the stream.
     Retire = retire {
         keys: [b(Stock), b(Sealed), b(Orders)],
-        argv: { now: i64, b: u32, id: String },
+        argv: { record: String },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NOT_SEALED]),
         writes: [Stream],
     }
@@ -507,8 +505,9 @@ steps! {
 
 /// `purchase.lua`: the HOME step for a batch of entries of one bucket.
 /// Its columns are built by `buckets::purchase_args` (the user and
-/// quantity columns only where the fast path reads them, limit and keep
-/// only for a call that is not uniform, the queue column only with holds).
+/// quantity columns only where the fast path reads them, limit, keep and
+/// pending only for a call that is not uniform, the queue column only with
+/// holds).
 pub(super) const PURCHASE: &Decl = &Decl {
     name: "purchase",
     lua: lua!(purchase),
@@ -565,6 +564,11 @@ pub(super) const PURCHASE: &Decl = &Decl {
         Arg::Each {
             count: "n",
             index: 'i',
+            cols: &["pending"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
             cols: &["queue"],
         },
     ],
@@ -576,6 +580,7 @@ pub(super) const PURCHASE: &Decl = &Decl {
         reply::LIMIT,
         reply::SOLD_OUT,
         reply::PENDING,
+        reply::WANT_COLUMNS,
     ]),
     writes: &[
         Record::Request,
@@ -733,7 +738,7 @@ mod tests {
         let step = SetEmpty {
             epoch: 7,
             ttl: 100,
-            left: 3,
+            mark: "7|3".into(),
         };
         assert_eq!(
             SetEmpty::DECL
@@ -744,9 +749,9 @@ mod tests {
                     _ => "?",
                 })
                 .collect::<Vec<_>>(),
-            ["epoch", "ttl", "left"]
+            ["epoch", "ttl", "mark"]
         );
-        assert_eq!(step.args(), ["7", "100", "3"]);
+        assert_eq!(step.args(), ["7", "100", "7|3"]);
         let lease = LeaseAcquire {
             owner: "o".into(),
             ttl: 5,

@@ -109,7 +109,9 @@ fn new_entries(reply: Value) -> Result<Vec<Value>, StoreError> {
 }
 
 /// The records of `{id, fields}` from XREADGROUP / XAUTOCLAIM / XRANGE,
-/// appended to `out`: one for a `{"d", data}` entry, one per order for a
+/// appended to `out`: one for a `{"d", data}` entry (`{"d", data, "q",
+/// units}` when the script counted the units), one for a copy record
+/// `{"k", head, "o", order id, "h", index entry}`, one per order for a
 /// purchase call's `{order id, index entry, …}` (see `domain::stream`). The
 /// flusher decodes every record it carries to the ledger: the id and the
 /// fields are read from the reply's own buffers, not copied out first.
@@ -136,10 +138,37 @@ pub(super) fn stream_entry(v: Value, out: &mut Vec<StreamEntry>) -> Result<(), S
     if fields.len() % 2 != 0 || fields.is_empty() {
         return Err(bad("fields expected in pairs"));
     }
-    if field(&fields[0], &bad)? == "d" {
-        let data = field(&fields[1], &bad)?;
-        out.push(StreamEntry::from_data(id, &data).ok_or_else(|| bad(&format!("{data:?}")))?);
-        return Ok(());
+    match &*field(&fields[0], &bad)? {
+        "d" => {
+            let data = field(&fields[1], &bad)?;
+            let mut record = StreamEntry::from_data(id, &data);
+            if let [_, _, q, units] = &fields[..] {
+                if field(q, &bad)? != "q" {
+                    return Err(bad("a d record's second field is not q"));
+                }
+                record = record.and_then(|r| r.with_qty(&field(units, &bad).ok()?));
+            } else if fields.len() != 2 {
+                return Err(bad("a d record has one field, or d and q"));
+            }
+            out.push(record.ok_or_else(|| bad(&format!("{data:?}")))?);
+            return Ok(());
+        }
+        "k" => {
+            let [_, head, o, order, h, entry] = &fields[..] else {
+                return Err(bad("a copy record has the fields k, o and h"));
+            };
+            if field(o, &bad)? != "o" || field(h, &bad)? != "h" {
+                return Err(bad("a copy record has the fields k, o and h"));
+            }
+            let (head, order, entry) =
+                (field(head, &bad)?, field(order, &bad)?, field(entry, &bad)?);
+            out.push(
+                StreamEntry::from_copy(id, &head, &order, &entry)
+                    .ok_or_else(|| bad(&format!("{head:?} {order:?} {entry:?}")))?,
+            );
+            return Ok(());
+        }
+        _ => {}
     }
     for (part, pair) in fields.chunks(2).enumerate() {
         let (order, entry) = (field(&pair[0], &bad)?, field(&pair[1], &bad)?);

@@ -9,8 +9,13 @@ use super::steps;
 use super::{At, RedisStore, arg, code, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
-use crate::domain::transfer::Forget;
+use crate::domain::transfer::{Forget, InEntry, OutEntry};
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
+
+/// Calls a transfer step makes at most when the bucket answers that what it
+/// was given no longer matches (SH, CH): each answer is the bucket's state,
+/// so a second call nearly always applies.
+const ASKS: usize = 16;
 
 impl RedisStore {
     /// `transfer_out.lua`, optionally allowed on a sealed bucket.
@@ -23,15 +28,34 @@ impl RedisStore {
         units: u64,
         sealed_ok: bool,
     ) -> Result<TransferReply, StoreError> {
-        let step = steps::TransferOut {
-            token,
-            xid: xid.to_owned(),
-            target,
-            units,
-            sealed_ok,
-        };
-        let parts = self.run_bucket(bucket, step).await?;
-        transfer_reply("transfer_out", &parts)
+        // The journal entry is encoded here for the units asked; a bucket
+        // holding fewer answers how many, and is asked again for those (its
+        // stock only moves under this fence, or down by purchases).
+        let mut units = units;
+        for _ in 0..ASKS {
+            let entry = OutEntry {
+                target,
+                units,
+                token,
+                open: true,
+            };
+            let step = steps::TransferOut {
+                token,
+                xid: xid.to_owned(),
+                units,
+                entry: entry.encode(),
+                sealed_ok,
+            };
+            let parts = self.run_bucket(bucket, step).await?;
+            if code(&parts)? == reply::SHORT_STOCK {
+                units = num(arg(&parts, 1)?)?;
+                continue;
+            }
+            return transfer_reply("transfer_out", &parts);
+        }
+        Err(StoreError::Protocol(format!(
+            "transfer_out {xid}: the stock moved under {ASKS} calls"
+        )))
     }
 }
 
@@ -106,8 +130,8 @@ impl Transfers for RedisStore {
         let step = steps::TransferIn {
             token,
             xid: xid.to_owned(),
-            source,
             units,
+            entry: InEntry { source, units }.encode(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         transfer_reply("transfer_in", &parts)
@@ -119,29 +143,46 @@ impl Transfers for RedisStore {
         token: u64,
         xid: &str,
     ) -> Result<TransferReply, StoreError> {
-        let step = steps::TransferClear {
-            token,
-            xid: xid.to_owned(),
-        };
-        let parts = self.run_bucket(bucket, step).await?;
-        transfer_reply("transfer_clear", &parts)
+        // The entry is read first: its tombstone is encoded here, and the
+        // script stores it only over the entry read (else it answers CH).
+        for _ in 0..ASKS {
+            let read: Option<String> = self
+                .call(|| self.client.hget(self.keys(bucket).xfer, xid))
+                .await?;
+            let open = read
+                .as_deref()
+                .and_then(OutEntry::decode)
+                .filter(|e| e.open);
+            let step = steps::TransferClear {
+                token,
+                xid: xid.to_owned(),
+                open: open.map(|e| e.encode()).unwrap_or_default(),
+                done: open
+                    .map(|e| OutEntry { open: false, ..e }.encode())
+                    .unwrap_or_default(),
+            };
+            let parts = self.run_bucket(bucket, step).await?;
+            if code(&parts)? == reply::CHANGED {
+                continue;
+            }
+            return transfer_reply("transfer_clear", &parts);
+        }
+        Err(StoreError::Protocol(format!(
+            "transfer_clear {xid}: the journal entry moved under {ASKS} calls"
+        )))
     }
 
     async fn open_transfers(&self, bucket: &BucketRef) -> Result<Vec<OpenTransfer>, StoreError> {
         let mut open = Vec::new();
         for (xid, v) in self.hash(self.keys(bucket).xfer).await? {
-            // "target|units|token|o", or "…|d" once cleared (transfer_out.lua).
-            let bad = || StoreError::Protocol(format!("bad journal entry {v:?}"));
-            let f: Vec<&str> = v.split('|').collect();
-            let [target, units, token, state] = f[..] else {
-                return Err(bad());
-            };
-            if state == "o" {
+            let entry = OutEntry::decode(&v)
+                .ok_or_else(|| StoreError::Protocol(format!("bad journal entry {v:?}")))?;
+            if entry.open {
                 open.push(OpenTransfer {
                     xid,
-                    target: target.parse().map_err(|_| bad())?,
-                    units: units.parse().map_err(|_| bad())?,
-                    token: token.parse().map_err(|_| bad())?,
+                    target: entry.target,
+                    units: entry.units,
+                    token: entry.token,
                 });
             }
         }
