@@ -1,4 +1,9 @@
 //! The hot path on Redis: one script per step on one bucket's slot.
+//!
+//! One file on purpose, though long: the section's declarations, the
+//! purchase call's column builder and its reply decoder belong together
+//! (the builder and the header are held to each other by a test), and the
+//! saga's steps mirror `memory/buckets.rs` path for path.
 
 use std::sync::Arc;
 
@@ -21,10 +26,221 @@ use crate::store::{
     PurchaseReply, StoreError, TakeArgs, TakeReply,
 };
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Makes a bucket: its stock and its stream's consumer group.
+    InitBucket = init_bucket {
+        keys: [b(Bk::Stock), b(Bk::Orders)],
+        argv: { units: u64, group: &'static str },
+        reply: Reply::Nothing,
+        writes: [],
+    }
+    /// The saga's probe of bucket j.
+    Take = take {
+        keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Xfer), b(Bk::Adds), b(Bk::Sealed)],
+        argv: { qty: u32, order: String, taken: String, record: String, marker: u64 },
+        reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT]),
+        writes: [Marker, Stream],
+    }
+    /// Gives back what a take took.
+    Untake = untake {
+        keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Adds)],
+        argv: { qty: u32, taken: String, undone: String, record: String, marker: u64 },
+        reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NO_TAKE]),
+        writes: [Marker, Stream],
+    }
+    /// Ends a saga at its home bucket.
+    FinishSaga = finish {
+        keys: [b(Bk::Stock), b(Bk::Users), b(Bk::Reqs), b(Bk::Idx), b(Bk::Pend)],
+        more_keys: [b(Bk::Holds), b(Bk::Hunits), b(Bk::Orders)],
+        argv: {
+            rid: String, outcome: &'static str, user: String, qty: u32, order: String,
+            entry: String, record: String, limited: bool, saga: String,
+            pay_by: Option<i64>, hold: Option<String>,
+        },
+        reply: Reply::Codes(&[reply::STALE, reply::OK, reply::REPLAY, reply::NO_RECORD]),
+        writes: [OrderEntry, Request, Stream],
+    }
+    /// Sagas pending at a home bucket since before a bound.
+    StalePending = stale_pending {
+        keys: [b(Bk::Pend), b(Bk::Reqs)],
+        argv: { bound: i64, count: u32 },
+        reply: Reply::Values,
+        writes: [],
+    }
+    /// Cancels an order.
+    Cancel = cancel {
+        keys: [
+            b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
+            b(Bk::Hunits),
+        ],
+        argv: { order: String, head: String },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::OK, reply::ALREADY_CANCELLED, reply::NOT_FOUND,
+        ]),
+        writes: [OrderEntry, Stream],
+    }
+    /// A bucket's addition count and epoch.
+    Counters = counters {
+        keys: [b(Bk::Adds), b(Bk::Epoch)],
+        argv: {},
+        reply: Reply::Values,
+        writes: [],
+    }
+    /// Marks the event found sold out, on one bucket.
+    SetEmpty = set_empty {
+        keys: [b(Bk::Empty), b(Bk::Epoch)],
+        argv: { epoch: u64, ttl: u64, mark: String },
+        reply: Reply::Flag,
+        writes: [EmptyMark],
+    }
+    /// A bucket's state in one read.
+    ReadBucketState = bucket_state {
+        keys: [
+            b(Bk::Stock), b(Bk::Xfer), b(Bk::Fence), b(Bk::Adds), b(Bk::Demand), b(Bk::Hunits), b(Bk::Sealed),
+        ],
+        argv: {},
+        reply: Reply::Codes(&[reply::STALE]),
+        writes: [],
+    }
+}
+
+/// `purchase.lua`: the HOME step for a batch of entries of one bucket.
+/// Its columns are built by `buckets::purchase_args` (the user and
+/// quantity columns only where the fast path reads them, limit, keep and
+/// pending only for a call that is not uniform, the queue column only with
+/// holds).
+pub(super) const PURCHASE: &Decl = &Decl {
+    name: "purchase",
+    lua: lua!(purchase),
+    keys: &[
+        b(Bk::Stock),
+        b(Bk::Users),
+        b(Bk::Reqs),
+        b(Bk::Orders),
+        b(Bk::Idx),
+        b(Bk::Sealed),
+        b(Bk::Demand),
+        b(Bk::Empty),
+        b(Bk::Epoch),
+        b(Bk::Pend),
+    ],
+    more_keys: &[b(Bk::Holds), b(Bk::Hunits), b(Bk::Hq)],
+    argv: &[
+        Arg::One("now"),
+        Arg::One("b"),
+        Arg::One("n"),
+        Arg::One("uniform"),
+        Arg::One("limit"),
+        Arg::One("total"),
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["rid", "record"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["order", "entry"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["user"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["qty"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["limit"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["keep"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["pending"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["queue"],
+        },
+    ],
+    reply: Reply::Codes(&[
+        reply::STALE,
+        reply::ALL_BOUGHT,
+        reply::BOUGHT,
+        reply::REPLAY,
+        reply::LIMIT,
+        reply::SOLD_OUT,
+        reply::PENDING,
+        reply::WANT_COLUMNS,
+    ]),
+    writes: &[
+        Record::Request,
+        Record::OrderEntry,
+        Record::Stream,
+        Record::HoldQueue,
+    ],
+};
+
+/// `purchase_groups.lua`: several buckets' `purchase` calls in one.
+pub(super) const PURCHASE_GROUPS: &Decl = &Decl {
+    name: "purchase_groups",
+    lua: lua!(purchase_groups),
+    keys: &[K::Groups(PURCHASE)],
+    more_keys: &[],
+    argv: &[
+        Arg::One("g"),
+        Arg::Each {
+            count: "g",
+            index: 'i',
+            cols: &["keys", "args"],
+        },
+        Arg::Groups(PURCHASE),
+    ],
+    reply: Reply::Values,
+    writes: PURCHASE.writes,
+};
+
+/// `bucket_states.lua`: several buckets' `bucket_state` in one.
+pub(super) const BUCKET_STATES: &Decl = &Decl {
+    name: "bucket_states",
+    lua: lua!(bucket_states),
+    keys: &[K::Groups(<ReadBucketState as Step>::DECL)],
+    more_keys: &[],
+    argv: &[],
+    reply: Reply::Values,
+    writes: &[],
+};
+
+/// `clear_markers.lua`: a saga's probe markers in one bucket, one a pass.
+pub(super) const CLEAR_MARKERS: &Decl = &Decl {
+    name: "clear_markers",
+    lua: lua!(clear_markers),
+    keys: &[K::Each("tk")],
+    more_keys: &[],
+    argv: &[],
+    reply: Reply::Number,
+    writes: &[],
+};
+
+/// This section's steps whose columns repeat: built beside their decoders.
+pub(super) const REPEATED: &[&Decl] = &[PURCHASE, PURCHASE_GROUPS, BUCKET_STATES, CLEAR_MARKERS];
+
 impl RedisStore {
     /// `bucket_state.lua`'s keys of a bucket.
     fn state_keys(&self, bucket: &BucketRef) -> Vec<String> {
-        self.keys_for(steps::BucketState::DECL, At::Bucket(bucket), false)
+        self.keys_for(steps::ReadBucketState::DECL, At::Bucket(bucket), false)
     }
 
     /// `purchase.lua`'s keys of a bucket, in its KEYS order, built once per
@@ -483,7 +699,7 @@ impl Buckets for RedisStore {
             )),
             _ => None,
         };
-        let step = steps::Finish {
+        let step = steps::FinishSaga {
             rid: a.rid.clone(),
             outcome,
             user: a.user.to_string(),
@@ -497,8 +713,8 @@ impl Buckets for RedisStore {
             hold: hold.as_ref().map(|(_, record)| record.clone()),
         };
         let hold = hold.map(|(at, _)| at);
-        let keys = self.keys_for(steps::Finish::DECL, At::Bucket(bucket), hold.is_some());
-        let script = self.scripts.get(steps::Finish::DECL);
+        let keys = self.keys_for(steps::FinishSaga::DECL, At::Bucket(bucket), hold.is_some());
+        let script = self.scripts.get(steps::FinishSaga::DECL);
         let parts = self.eval_bucket(bucket, script, keys, step.args()).await?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
@@ -658,7 +874,7 @@ impl Buckets for RedisStore {
     }
 
     async fn bucket_state(&self, bucket: &BucketRef) -> Result<BucketState, StoreError> {
-        let parts = self.run_bucket(bucket, steps::BucketState {}).await?;
+        let parts = self.run_bucket(bucket, steps::ReadBucketState {}).await?;
         state_of(&parts)
     }
 

@@ -16,6 +16,81 @@ use crate::domain::model::{
 use crate::domain::records::LeaseHolder;
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Creates an event's meta unless it exists.
+    CreateEvent = create_event {
+        keys: [META],
+        argv: {
+            id: String, stock: u64, buckets: u32, per_user_limit: u32,
+            max_per_order: u32, starts_at: String, ends_at: String, now: i64,
+            hold_seconds: String, auto_buckets: String,
+        },
+        reply: Reply::Codes(&[reply::OK, reply::EXISTS]),
+        writes: [Meta],
+    }
+    /// Moves the status from `from` to `to`.
+    SetStatus = set_status {
+        keys: [META],
+        argv: { from: &'static str, to: &'static str },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Switches the layout the meta routes to.
+    SetLayout = set_layout {
+        keys: [META],
+        argv: { generation: u32, buckets: u32, layouts: String },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Records which old layouts still hold records.
+    SetRetired = set_retired {
+        keys: [META],
+        argv: { generation: u32, layouts: String },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Bumps the event's sequence number.
+    BumpSeq = bump_seq {
+        keys: [META],
+        argv: {},
+        reply: Reply::Values,
+        writes: [Meta],
+    }
+    /// Notes that every bucket's epoch was bumped.
+    EpochsBumped = epochs_bumped {
+        keys: [META],
+        argv: { due: u64 },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Marks the event sold out, unless units came back since `seq`.
+    MarkSoldOut = mark_sold_out {
+        keys: [META],
+        argv: { seq: u64, mark: String },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Starts a reshard to a new layout.
+    BeginReshard = begin_reshard {
+        keys: [META],
+        argv: { generation: u32, buckets: u32 },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
+    /// Switches to the reshard's layout, under the mover lease.
+    EndReshard = end_reshard {
+        keys: [META, K::Event(LEASE_KEY)],
+        argv: {
+            generation: u32, buckets: u32, layouts: String, owner: String,
+            token: u64, now: i64, why: String, history: usize, legacy: String,
+        },
+        reply: Reply::Codes(&[reply::OK, reply::NOT_RESHARDING, reply::FENCED]),
+        writes: [Meta],
+    }
+}
+
 impl RedisStore {
     /// The set of open event ids (one small key, written once per event).
     fn events_key(&self) -> String {

@@ -12,6 +12,41 @@ use crate::domain::keys::{BucketRef, hold_index_key};
 use crate::domain::stream::{CopyHead, RecordKind};
 use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Confirms a held order (or finds it expired).
+    Confirm = confirm {
+        keys: [
+            b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
+            b(Bk::Hunits), b(Bk::Hq),
+        ],
+        argv: { now: i64, order: String, confirm: String, expire: String },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::OK, reply::ALREADY_CONFIRMED, reply::HOLD_EXPIRED,
+            reply::HOLD_CANCELLED, reply::NOT_FOUND,
+        ]),
+        writes: [OrderEntry, Stream],
+    }
+    /// Expires the due holds of a bucket (or voids every one).
+    ExpireHolds = expire_holds {
+        keys: [
+            b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
+            b(Bk::Hunits), b(Bk::Hq),
+        ],
+        argv: { now: i64, count: u32, head: String, void: bool },
+        reply: Reply::Codes(&[reply::STALE, reply::OK]),
+        writes: [OrderEntry, Stream],
+    }
+    /// Moves a bucket's entry in the deadline index.
+    HoldIndex = hold_index {
+        keys: [K::Given("holds")],
+        argv: { bucket: String, seen: i64, next: String },
+        reply: Reply::Flag,
+        writes: [],
+    }
+}
+
 impl RedisStore {
     fn hold_index(&self) -> String {
         hold_index_key(&self.namespace)

@@ -11,6 +11,25 @@ use crate::domain::ids::EventId;
 use crate::domain::records::LeaseHolder;
 use crate::store::{Leases, StoreError};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Takes a lease (or leadership) unless another owner holds it.
+    LeaseAcquire = lease_acquire {
+        keys: [K::Given("lease"), K::Given("token")],
+        argv: { owner: String, ttl: u64, seize: Option<&'static str> },
+        reply: Reply::Codes(&[reply::OK, reply::HELD]),
+        writes: [Lease],
+    }
+    /// Extends or releases a lease the owner holds.
+    LeaseRenew = lease_renew {
+        keys: [K::Given("lease")],
+        argv: { owner: String, token: u64, ttl: u64, legacy: String },
+        reply: Reply::Flag,
+        writes: [Lease],
+    }
+}
+
 impl RedisStore {
     /// `lease_acquire.lua` on a holder key and its counter: the caller's
     /// number, or `None` when another owner holds it.

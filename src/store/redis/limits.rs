@@ -6,6 +6,18 @@ use crate::domain::ids::UserId;
 use crate::domain::keys::user_rate_key;
 use crate::store::{Admit, Limits, Rate, StoreError};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Admits a request under the user's shared rate.
+    RateAdmit = rate_admit {
+        keys: [K::Given("rate")],
+        argv: { interval: u64, tolerance: u64 },
+        reply: Reply::Number,
+        writes: [],
+    }
+}
+
 impl Limits for RedisStore {
     async fn admit(&self, user: &UserId, rate: Rate) -> Result<Admit, StoreError> {
         let step = steps::RateAdmit {

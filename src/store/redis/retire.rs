@@ -15,6 +15,80 @@ use crate::domain::records::ProbeMarker;
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
 use crate::store::{BucketAudit, BucketContents, RestoreReply, Retirement, StoreError};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Seals a bucket.
+    Seal = seal {
+        keys: [b(Bk::Stock), b(Bk::Sealed)],
+        argv: {},
+        reply: Reply::Number,
+        writes: [],
+    }
+    /// Takes units out of a sealed bucket for good.
+    Forfeit = forfeit {
+        keys: [b(Bk::Stock), b(Bk::Sealed), b(Bk::Adds)],
+        argv: { units: u64 },
+        reply: Reply::Number,
+        writes: [],
+    }
+    /// Retires a sealed bucket: its leftover into the stream.
+    Retire = retire {
+        keys: [b(Bk::Stock), b(Bk::Sealed), b(Bk::Orders)],
+        argv: { record: String },
+        reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NOT_SEALED]),
+        writes: [Stream],
+    }
+    /// Everything the audit equation reads of a bucket.
+    AuditBucket = audit_bucket {
+        keys: [b(Bk::Stock), b(Bk::Xfer), b(Bk::Xin), b(Bk::Adds), b(Bk::Orders), b(Bk::Sealed), b(Bk::Hunits)],
+        argv: { page: usize },
+        reply: Reply::Codes(&[reply::STALE]),
+        writes: [],
+    }
+}
+
+/// `restore.lua`: a bucket's users, orders and request records put back.
+pub(super) const RESTORE: &Decl = &Decl {
+    name: "restore",
+    lua: lua!(restore),
+    keys: &[
+        b(Bk::Users),
+        b(Bk::Idx),
+        b(Bk::Reqs),
+        b(Bk::Fence),
+        b(Bk::Holds),
+        b(Bk::Hunits),
+    ],
+    more_keys: &[],
+    argv: &[
+        Arg::One("token"),
+        Arg::One("n"),
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["user", "units"],
+        },
+        Arg::One("m"),
+        Arg::Each {
+            count: "m",
+            index: 'j',
+            cols: &["order", "entry"],
+        },
+        Arg::One("r"),
+        Arg::Each {
+            count: "r",
+            index: 'k',
+            cols: &["rid", "record"],
+        },
+    ],
+    reply: Reply::Codes(&[reply::OK, reply::FENCED]),
+    writes: &[Record::OrderEntry, Record::Request],
+};
+
+/// This section's steps whose columns repeat: built beside their decoders.
+pub(super) const REPEATED: &[&Decl] = &[RESTORE];
+
 impl Retirement for RedisStore {
     async fn seal(&self, bucket: &BucketRef) -> Result<u64, StoreError> {
         match self.run(steps::Seal {}, At::Bucket(bucket)).await? {

@@ -9,6 +9,39 @@ use crate::domain::keys::BucketRef;
 use crate::domain::stream::{StreamEntry, StreamId};
 use crate::store::{FLUSH_GROUP, StoreError, Streams};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// Reads a bucket's stream (claiming what a dead consumer held).
+    StreamRead = stream_read {
+        keys: [b(Bk::Orders)],
+        argv: { group: &'static str, consumer: String, count: usize, claim: String },
+        reply: Reply::Values,
+        writes: [],
+    }
+}
+
+/// `stream_ack.lua`: acknowledges stream entries (the rest of ARGV).
+pub(super) const STREAM_ACK: &Decl = &Decl {
+    name: "stream_ack",
+    lua: lua!(stream_ack),
+    keys: &[b(Bk::Orders)],
+    more_keys: &[],
+    argv: &[
+        Arg::One("group"),
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["id"],
+        },
+    ],
+    reply: Reply::Number,
+    writes: &[],
+};
+
+/// This section's steps whose columns repeat: built beside their decoders.
+pub(super) const REPEATED: &[&Decl] = &[STREAM_ACK];
+
 impl Streams for RedisStore {
     async fn stream_read(
         &self,

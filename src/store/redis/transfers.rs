@@ -12,6 +12,50 @@ use crate::domain::keys::BucketRef;
 use crate::domain::transfer::{Forget, InEntry, OutEntry};
 use crate::store::{OpenTransfer, StoreError, TransferReply, Transfers};
 
+use super::steps::prelude::*;
+
+steps! {
+    /// OUT: units leave a bucket into the transfer journal.
+    TransferOut = transfer_out {
+        keys: [b(Bk::Stock), b(Bk::Xfer), b(Bk::Fence), b(Bk::Sealed), b(Bk::Adds)],
+        argv: { token: u64, xid: String, units: u64, entry: String, sealed_ok: bool },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::SHORT_STOCK,
+        ]),
+        writes: [Transfer],
+    }
+    /// A new leader's token, raised on a bucket.
+    RaiseFence = raise_fence {
+        keys: [b(Bk::Fence), b(Bk::Xfer), b(Bk::Xin)],
+        argv: { token: u64, mover_below: u64, reshard_below: u64 },
+        reply: Reply::Number,
+        writes: [],
+    }
+    /// Notes the token below which a layout's transfers are all closed.
+    SettleTransfers = settle_transfers {
+        keys: [K::Event(Xsettled)],
+        argv: { generation: u32, token: u64 },
+        reply: Reply::Flag,
+        writes: [],
+    }
+    /// IN: units arrive, once per transfer id.
+    TransferIn = transfer_in {
+        keys: [b(Bk::Stock), b(Bk::Xin), b(Bk::Fence), b(Bk::Adds), b(Bk::Sealed)],
+        argv: { token: u64, xid: String, units: u64, entry: String },
+        reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
+        writes: [Transfer],
+    }
+    /// Closes a transfer's journal entry.
+    TransferClear = transfer_clear {
+        keys: [b(Bk::Stock), b(Bk::Xfer), b(Bk::Fence)],
+        argv: { token: u64, xid: String, open: String, done: String },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED, reply::CHANGED,
+        ]),
+        writes: [Transfer],
+    }
+}
+
 /// Calls a transfer step makes at most when the bucket answers that what it
 /// was given no longer matches (SH, CH): each answer is the bucket's state,
 /// so a second call nearly always applies.
