@@ -81,6 +81,13 @@ impl Bounds {
         cancels: false,
     };
 
+    /// The CI bound with cancels too (`SHARDSTOCK_MODEL=cancels`): a larger
+    /// bound that runs to its end in minutes.
+    pub const CANCELS: Bounds = Bounds {
+        cancels: true,
+        ..Bounds::CI
+    };
+
     /// A larger bound (`SHARDSTOCK_MODEL=large`).
     pub const LARGE: Bounds = Bounds {
         old_buckets: 2,

@@ -5,7 +5,8 @@
 //!
 //! `SHARDSTOCK_MODEL=large cargo test -p shardstock-model --test check
 //! every_interleaving -- --nocapture` checks the larger bound
-//! ([`Bounds::LARGE`]); `SHARDSTOCK_MODEL_THREADS` sets the checker's threads
+//! ([`Bounds::LARGE`]), `SHARDSTOCK_MODEL=cancels` the CI bound with cancels
+//! ([`Bounds::CANCELS`]); `SHARDSTOCK_MODEL_THREADS` sets the checker's threads
 //! (2 by default: the machines have 2 cores); `SHARDSTOCK_MODEL_SECONDS`
 //! stops the check after that long (then it is not exhaustive, and says so).
 
@@ -86,6 +87,7 @@ const WITNESSES: [&str; 4] = [
 fn bounds() -> Bounds {
     match std::env::var("SHARDSTOCK_MODEL").as_deref() {
         Ok("large") => Bounds::LARGE,
+        Ok("cancels") => Bounds::CANCELS,
         _ => Bounds::CI,
     }
 }
