@@ -4,10 +4,13 @@ the bucket forgets what no step can ask about again.
 KEYS[1] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
 KEYS[2] ss:{e#g#b}:xfer    HASH transfers out of b: xid -> "target|units|token|o|d"
 KEYS[3] ss:{e#g#b}:xin     HASH transfers applied into b: xid -> "source|units"
+KEYS[4] ss:{e#g#b}:stock   remaining units; missing = no such bucket (answers "ST")
 ARGV[1] token: the new leader's
 ARGV[2] mover_below: forget applied movers' ids ("<token>.<from>.<to>.<nonce>") whose token is lower
 ARGV[3] reshard_below: forget applied reshards' ids ("rs.<gen>.<from>.<to>.<token>.<pass>") whose token is lower
-Returns the bucket's fence afterwards.
+Returns the bucket's fence afterwards, or "ST" for a bucket that does not
+exist (not created yet, retired, lost): nothing is written, so no fence key
+outlives its bucket, as in the memory store.
 
 Raising every bucket's fence at takeover means a paused former leader
 (holding a lower token) is refused by every bucket, not only by those the new
@@ -21,6 +24,9 @@ An open entry ("…|o") is never forgotten. Without this both hashes grew with
 every transfer the event ever made, and every short take, view, rebalancer
 plan and audit reads them whole.
 ]]
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  return 'ST'
+end
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
 if token > fence then

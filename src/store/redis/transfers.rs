@@ -6,7 +6,7 @@ use fred::prelude::*;
 
 use super::scripts::reply;
 use super::steps;
-use super::{At, RedisStore, arg, code, num, unavailable, unknown};
+use super::{At, RedisStore, arg, code, is_stale, num, unavailable, unknown};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::transfer::{Forget, InEntry, OutEntry};
@@ -26,7 +26,7 @@ steps! {
     }
     /// A new leader's token, raised on a bucket.
     RaiseFence = raise_fence {
-        keys: [b(Bk::Fence), b(Bk::Xfer), b(Bk::Xin)],
+        keys: [b(Bk::Fence), b(Bk::Xfer), b(Bk::Xin), b(Bk::Stock)],
         argv: { token: u64, mover_below: u64, reshard_below: u64 },
         reply: Reply::Number,
         writes: [],
@@ -138,7 +138,11 @@ impl Transfers for RedisStore {
             mover_below: forget.mover_below,
             reshard_below: forget.reshard_below,
         };
-        num(&self.run(step, At::Bucket(bucket)).await?)
+        let v = self.run(step, At::Bucket(bucket)).await?;
+        if is_stale(&v) {
+            return Err(StoreError::Stale(bucket.tag()));
+        }
+        num(&v)
     }
 
     async fn settled_transfers(&self, event: &EventId) -> Result<Vec<(u32, u64)>, StoreError> {

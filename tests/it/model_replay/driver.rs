@@ -76,10 +76,9 @@ pub struct Replay<'a, S: Store> {
     /// Units in leftover records read so far.
     pub leftover: u64,
     /// Model bucket → the fence a `raise_fence` left on it while it did not
-    /// exist: Redis's `raise_fence.lua` writes the fence key of a bucket
-    /// not created yet, the memory store answers stale (and the model
-    /// skips it). A known divergence (`STRAY_FENCE` in `model_replay.rs`):
-    /// counted and reported, and expected once the bucket is created.
+    /// exist: none since `raise_fence.lua` answers stale for a bucket not
+    /// created yet, as the memory store and the model do (`STRAY_FENCE` in
+    /// `model_replay.rs`); still counted, and reported if it comes back.
     pub stray_fences: HashMap<usize, u64>,
 }
 
