@@ -142,7 +142,16 @@ pub struct Flusher<S: Store> {
     /// new region the kernel faults in and zeroes (the embedded service's
     /// page faults under load halved).
     spare: Vec<FlushRecord>,
+    /// Batches written whose acknowledgement failed, acknowledged first
+    /// thing next round: else they waited `claim_idle_ms` for a claim (in
+    /// the stream, pending under this consumer, counted as the flush lag),
+    /// to be read and written again for nothing. At most [`UNACKED_CAP`]
+    /// (past it, the claim still gets them).
+    unacked: Vec<(BucketRef, Vec<StreamId>)>,
 }
+
+/// Written batches a worker keeps to acknowledge again.
+const UNACKED_CAP: usize = 1024;
 
 impl<S: Store> Flusher<S> {
     pub fn new(
@@ -162,6 +171,7 @@ impl<S: Store> Flusher<S> {
             lag: Arc::default(),
             busy: Arc::default(),
             spare: Vec::new(),
+            unacked: Vec::new(),
         }
     }
 
@@ -203,6 +213,9 @@ impl<S: Store> Flusher<S> {
         stop: &CancellationToken,
         claim: Claim,
     ) -> Result<(usize, Vec<BucketRef>), FlushError> {
+        for (b, ids) in std::mem::take(&mut self.unacked) {
+            self.acknowledge(b, ids).await;
+        }
         // Always stored empty (below); an error leaves a fresh one.
         let mut batch = std::mem::take(&mut self.spare);
         let mut read: Vec<(BucketRef, Vec<StreamId>)> = Vec::new();
@@ -284,15 +297,24 @@ impl<S: Store> Flusher<S> {
         }
         metrics::counter!(m::ORDERS_FLUSHED).increment(applied as u64);
         for (b, ids) in read {
-            if let Err(e) = self.engine.store().stream_ack(&b, &ids).await {
-                // Harmless: the records are claimed again later and skipped as duplicates.
-                tracing::warn!(bucket = %b.tag(), error = %e, "acknowledging flushed records failed");
-            }
+            self.acknowledge(b, ids).await;
         }
         let read_records = batch.len();
         batch.clear();
         self.spare = batch;
         Ok((read_records, unfinished))
+    }
+
+    /// Acknowledges records the database has; on a failure keeps them for
+    /// the next round (harmless meanwhile: read again, they are skipped as
+    /// duplicates).
+    async fn acknowledge(&mut self, bucket: BucketRef, ids: Vec<StreamId>) {
+        if let Err(e) = self.engine.store().stream_ack(&bucket, &ids).await {
+            tracing::warn!(bucket = %bucket.tag(), error = %e, "acknowledging flushed records failed; again next round");
+            if self.unacked.len() < UNACKED_CAP {
+                self.unacked.push((bucket, ids));
+            }
+        }
     }
 
     /// `Ledger::apply`, retried with backoff while the database is unreachable.
