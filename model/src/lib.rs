@@ -21,6 +21,7 @@
 //!   programs of the two runs an engine drives (reshard, close).
 //! - [`properties`]: the oracle's rules (`tests/it/harness/oracle.rs`) and
 //!   the promises of docs/DESIGN.md, as stateright properties.
+//! - [`traces`]: the fixed traces of the two read-found defects.
 //! - [`Protocol`]: the `Model` (bounds and variant) tying them together.
 //!
 //! # What is abstracted away
@@ -40,6 +41,7 @@
 pub mod properties;
 pub mod state;
 pub mod steps;
+pub mod traces;
 
 pub use state::State;
 pub use steps::Action;

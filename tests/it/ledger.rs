@@ -263,6 +263,36 @@ async fn a_flusher_that_meets_an_event_in_an_outage_writes_it_when_the_database_
     rounds.await.unwrap();
 }
 
+/// Twenty flush rounds over `buckets`, as the service's loop runs them (an
+/// error ends a round, the next one goes on), by a flusher whose store
+/// fails the `nth` call of `step` once and whose claims wait an hour, so
+/// only its own rounds can bring what it left behind. Returns its engine
+/// (its store counts the calls).
+async fn rounds_with_one_fault<S: Store>(
+    r: &Rig<S>,
+    buckets: &[shardstock::domain::keys::BucketRef],
+    step: &'static str,
+    nth: u64,
+) -> Arc<Engine<crate::harness::faulty::Faulty<S>>> {
+    use crate::harness::faulty::{Fault, Faulty, When};
+    let faulty = Faulty::plain(r.engine.store().clone());
+    faulty.arm_fault(step, nth, Fault::Fail, When::Before);
+    let engine = Arc::new(Engine::new(faulty, EngineOptions::default()));
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        r.ledger.clone(),
+        format!("onefault-{}", rand::random::<u32>()),
+        FlushOptions {
+            claim_idle_ms: 3_600_000,
+            ..options()
+        },
+    );
+    for _ in 0..20 {
+        let _ = flusher.flush_once(buckets, &r.stop).await;
+    }
+    engine
+}
+
 /// A round reads bucket after bucket before it writes: a read failing on
 /// the second bucket must not strand what the first read. Those records are
 /// pending under this consumer, a later read takes only new ones, and a
@@ -270,7 +300,6 @@ async fn a_flusher_that_meets_an_event_in_an_outage_writes_it_when_the_database_
 /// round writes what it read and leaves the rest for the next. (Before, the
 /// round gave up and the first bucket's records waited for the claim.)
 async fn a_read_failing_mid_round_leaves_nothing_pending_behind_it<S: Store>(engine: Engine<S>) {
-    use crate::harness::faulty::{Fault, Faulty, When};
     let r = rig(engine).await;
     let id = event_id("midround");
     create(&r, &id, 300, 4).await;
@@ -284,23 +313,7 @@ async fn a_read_failing_mid_round_leaves_nothing_pending_behind_it<S: Store>(eng
             b.index
         );
     }
-    let faulty = Faulty::plain(r.engine.store().clone());
-    faulty.arm_fault("stream_read", 2, Fault::Fail, When::Before);
-    let engine = Arc::new(Engine::new(faulty, EngineOptions::default()));
-    let mut flusher = Flusher::new(
-        engine.clone(),
-        r.ledger.clone(),
-        format!("midround-{}", rand::random::<u32>()),
-        FlushOptions {
-            claim_idle_ms: 3_600_000,
-            ..options()
-        },
-    );
-    // Rounds as the service's loop runs them: an error ends a round, the
-    // next one goes on.
-    for _ in 0..20 {
-        let _ = flusher.flush_once(&buckets, &r.stop).await;
-    }
+    let engine = rounds_with_one_fault(&r, &buckets, "stream_read", 2).await;
     assert!(
         engine.store().calls("stream_read") >= 2,
         "the fault was reached"
@@ -321,28 +334,13 @@ async fn a_read_failing_mid_round_leaves_nothing_pending_behind_it<S: Store>(eng
 /// (Before, those records stayed pending under the consumer, counted as the
 /// flush lag, until a claim read and wrote them again for nothing.)
 async fn a_failed_acknowledgement_is_made_again_next_round<S: Store>(engine: Engine<S>) {
-    use crate::harness::faulty::{Fault, Faulty, When};
     let r = rig(engine).await;
     let id = event_id("ackagain");
     create(&r, &id, 300, 4).await;
     let answered = sale(&r, &id, 160).await;
     assert!(!answered.is_empty());
     let buckets = r.engine.meta(&id).await.unwrap().all_buckets();
-    let faulty = Faulty::plain(r.engine.store().clone());
-    faulty.arm_fault("stream_ack", 1, Fault::Fail, When::Before);
-    let engine = Arc::new(Engine::new(faulty, EngineOptions::default()));
-    let mut flusher = Flusher::new(
-        engine.clone(),
-        r.ledger.clone(),
-        format!("ackagain-{}", rand::random::<u32>()),
-        FlushOptions {
-            claim_idle_ms: 3_600_000,
-            ..options()
-        },
-    );
-    for _ in 0..20 {
-        let _ = flusher.flush_once(&buckets, &r.stop).await;
-    }
+    let engine = rounds_with_one_fault(&r, &buckets, "stream_ack", 1).await;
     assert!(
         engine.store().calls("stream_ack") >= 2,
         "the fault was reached"
