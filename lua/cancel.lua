@@ -12,6 +12,8 @@ KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
 ARGV[1] order id
 ARGV[2] head: the cancel record's head "c|h|h|now" (domain::stream::CopyHead)
+ARGV[3] cancelled: the cancelled state (domain::model::EntryState::tag), put in
+        place of the entry's first field
 
 Returns:
   "ST"            bucket does not exist
@@ -45,7 +47,7 @@ if state == 'H' then
   redis.call('ZREM', KEYS[7], ARGV[1])
   redis.call('DECRBY', KEYS[8], qty)
 end
-redis.call('HSET', KEYS[3], ARGV[1], 'X' .. string.sub(entry, 2))
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3] .. string.sub(entry, 2))
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 end

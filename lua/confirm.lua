@@ -19,6 +19,8 @@ ARGV[1] now ms   ARGV[2] order id
 ARGV[3] confirm: the confirm record's head "k||h|now" (domain::stream::CopyHead:
         the bucket is the entry's)
 ARGV[4] expire: the expire record's head "e|h|h|now"
+ARGV[5] confirmed: the confirmed state   ARGV[6] expired: the expired state
+        (domain::model::EntryState::tag), put in place of the entry's first field
 
 Returns:
   "ST"              bucket does not exist or is sealed
@@ -52,12 +54,12 @@ local user, qty, pay_by = string.match(entry, '^H|([^|]*)|([^|]*)|[^|]*|[^|]*|[^
 redis.call('ZREM', KEYS[7], ARGV[2])
 redis.call('DECRBY', KEYS[8], qty)
 if tonumber(ARGV[1]) < tonumber(pay_by) then
-  local confirmed = 'C' .. string.sub(entry, 2)
+  local confirmed = ARGV[5] .. string.sub(entry, 2)
   redis.call('HSET', KEYS[3], ARGV[2], confirmed)
   redis.call('XADD', KEYS[4], '*', 'k', ARGV[3], 'o', ARGV[2], 'h', entry)
   return {'OK', confirmed}
 end
-local expired = 'E' .. string.sub(entry, 2)
+local expired = ARGV[6] .. string.sub(entry, 2)
 redis.call('HSET', KEYS[3], ARGV[2], expired)
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))

@@ -17,6 +17,8 @@ ARGV[1] now ms   ARGV[2] count: at most this many orders
 ARGV[3] head: the expire records' head "e|h|h|now" (domain::stream::CopyHead)
 ARGV[4] void: 1 = void every live hold whatever its deadline, sealed or not (a close,
         which sealed the bucket itself); 0 = only those due (pay_by <= now)
+ARGV[5] expired: the expired state (domain::model::EntryState::tag), put in place
+        of the entry's first field
 
 Returns "ST" (no bucket, or sealed and not voiding), else
 {"OK", next, oid, entry, oid, entry, …}: next is the earliest pay-by left in the
@@ -51,7 +53,7 @@ local function expire(oid)
   local entry = redis.call('HGET', KEYS[3], oid)
   if entry and string.sub(entry, 1, 1) == 'H' then
     local user, qty = string.match(entry, '^H|([^|]*)|([^|]*)|')
-    local expired = 'E' .. string.sub(entry, 2)
+    local expired = ARGV[5] .. string.sub(entry, 2)
     redis.call('HSET', KEYS[3], oid, expired)
     if redis.call('HEXISTS', KEYS[2], user) == 1 then
       redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))

@@ -29,30 +29,35 @@ ARGV[4] uniform: "1" when every entry keeps its outcome (a client request id), t
         caller checks): the call may then buy all n in one pass; else "0"
 ARGV[5] limit: the per-user limit of every entry (0 = none) when ARGV[4] is "1"
 ARGV[6] total: the n quantities' sum
+ARGV[7] limit_format: an over-limit refusal's record with its three numbers
+        (qty, limit, units held) as %s, for string.format
+        (domain::model::RequestRecord::refusal_formats)
+ARGV[8] sold_out_format: a sold-out refusal's record with its two numbers
+        (qty, units left) as %s
 then columns of n (i = 1..n), built by the caller so that the script only
 compares and writes them, laid out so that a call that buys everything
 writes each key with one command of consecutive arguments (unpack of a
 range of ARGV: no Lua table, no string built):
-  ARGV[6 + 2i - 1] rid                 request id
-  ARGV[6 + 2i] record                  its record if bought on the fast path
+  ARGV[8 + 2i - 1] rid                 request id
+  ARGV[8 + 2i] record                  its record if bought on the fast path
                                         "B|q|oid|b|0"
-  ARGV[6 + 2n + 2i - 1] order          order id
-  ARGV[6 + 2n + 2i] entry              its index entry "C|user|q|b|rid|now"
+  ARGV[8 + 2n + 2i - 1] order          order id
+  ARGV[8 + 2n + 2i] entry              its index entry "C|user|q|b|rid|now"
                                         (its stream record too: the pair is
                                         the order's field in the stream entry)
   only when ARGV[4] is "0" or ARGV[5] is not "0" (a call that may need
   them on its fast path: to check and count each user's units):
-  ARGV[6 + 4n + i] user
-  ARGV[6 + 5n + i] qty
+  ARGV[8 + 4n + i] user
+  ARGV[8 + 5n + i] qty
   only when ARGV[4] is "0":
-  ARGV[6 + 6n + i] limit               (0 = none)
-  ARGV[6 + 7n + i] keep                (1 = store the outcome)
-  ARGV[6 + 8n + i] pending             its pending record "P|q|oid|user|now"
+  ARGV[8 + 6n + i] limit               (0 = none)
+  ARGV[8 + 7n + i] keep                (1 = store the outcome)
+  ARGV[8 + 8n + i] pending             its pending record "P|q|oid|user|now"
                                         (domain::model::RequestRecord), stored
                                         as given if the entry is short here
-  only with holds, always the last column (so at 6 + 4n + i without the
-  five above, 6 + 6n + i without limit, keep and pending):
-  ARGV[6 + 9n + i] queue               the hold's queue entry "pay_by|oid"
+  only with holds, always the last column (so at 8 + 4n + i without the
+  five above, 8 + 6n + i without limit, keep and pending):
+  ARGV[8 + 9n + i] queue               the hold's queue entry "pay_by|oid"
   Without the user and qty columns (the common call: request ids, no
   limit), a path that needs them reads them from the entry's index entry
   (its second and third fields; a user id holds no "|"): a call that buys
@@ -77,11 +82,12 @@ order:
                     (limit), record "B|q|oid|b|0" stored when keep
   "R", record       the rid has a record already: the caller replays it (or
                     re-drives the saga if it is pending "P|...")
-  "L", held         over the limit; record "L|q|limit|held" when keep
+  "L", held         over the limit; record ARGV[7] filled with q, limit, held
+                    when keep
   "S", left         sold out: the event was found to hold left < q units (a
                     consistent probe of every bucket) and no unit has come
                     back since (the empty mark's epoch still equals the
-                    epoch); record "S|q|left" when keep
+                    epoch); record ARGV[8] filled with q, left when keep
   "P", stock        fewer than q here: the quota is reserved (limit), the
                     pending record stored under rid and rid added to pend
                     (score now: the sweeper ends it if no driver does); the
@@ -129,9 +135,9 @@ limit, 37,300 → 37,051; eight groups of two, 60,578 → 58,414).
 Any other call — a sold-out refusal, a bucket short of stock, entries
 without request ids, a request id or (with a limit) a user twice — runs
 entry by entry, each seeing what the ones before it did, with the records
-the fast path would have written ("L|…", "S|…" built here with the
-number only the script knows; the pending record "P|…" the caller's
-column, the script's own no longer: domain/ encodes it). Lua tables and strings built per entry cost more than
+the fast path would have written (a refusal's: the caller's format, filled
+here with the number only the script knows; the pending record "P|…" the
+caller's column: domain/ encodes every one, the script assembles none). Lua tables and strings built per entry cost more than
 the commands they save (every allocation feeds the script GC), so the
 per-entry path uses none.
 
@@ -149,10 +155,10 @@ end
 local now, b, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local uniform, limit = ARGV[4] == '1', tonumber(ARGV[5])
 local fast = uniform
-local R, O, U, Q = 6, 6 + 2 * n, 6 + 4 * n, 6 + 5 * n
-local L, K, PN = 6 + 6 * n, 6 + 7 * n, 6 + 8 * n
+local R, O, U, Q = 8, 8 + 2 * n, 8 + 4 * n, 8 + 5 * n
+local L, K, PN = 8 + 6 * n, 8 + 7 * n, 8 + 8 * n
 local cols = not uniform or limit > 0
-local hbase = not cols and U or uniform and L or 6 + 9 * n
+local hbase = not cols and U or uniform and L or 8 + 9 * n
 local holds = #ARGV > hbase
 -- Without the columns, an entry's quantity and user are matched in its index
 -- entry (inline: a helper function would be a closure and upvalues made per
@@ -242,7 +248,7 @@ if fast then
         out[2 * i - 1], out[2 * i] = 'R', got[i]
       else
         local h = over[i]
-        redis.call('HSET', KEYS[3], ARGV[R + 2 * i - 1], 'L|' .. ARGV[Q + i] .. '|' .. ARGV[5] .. '|' .. h)
+        redis.call('HSET', KEYS[3], ARGV[R + 2 * i - 1], string.format(ARGV[7], ARGV[Q + i], ARGV[5], h))
         out[2 * i - 1], out[2 * i] = 'L', h
       end
     end
@@ -339,7 +345,7 @@ for i = 1, n do
     out[o], out[o + 1] = 'R', rec
   elseif lim > 0 and held + qty > lim then
     if keep then
-      redis.call('HSET', KEYS[3], rid, 'L|' .. qs .. '|' .. ls .. '|' .. held)
+      redis.call('HSET', KEYS[3], rid, string.format(ARGV[7], qs, ls, held))
     end
     out[o], out[o + 1] = 'L', held
   elseif stock >= qty then
@@ -359,7 +365,7 @@ for i = 1, n do
     out[o], out[o + 1] = 'B', stock
   elseif soldout and stock <= left and left < qty then
     if keep then
-      redis.call('HSET', KEYS[3], rid, 'S|' .. qs .. '|' .. left)
+      redis.call('HSET', KEYS[3], rid, string.format(ARGV[8], qs, left))
     end
     out[o], out[o + 1] = 'S', left
   else

@@ -38,6 +38,9 @@ if fmt == "groups":
     own = open(os.path.join(os.path.dirname(script), "purchase.lua")).read()
     text = text.replace("--#include purchase.lua", own, 1)
 sha = r.script_load(text)
+# purchase.lua from 2026-12-06 on carries the refusals' formats (ARGV[7],
+# ARGV[8]) before the columns; an older one being compared does not.
+formats = ["L|%s|%s|%s", "S|%s|%s"] if "ARGV[7] limit_format" in text else []
 
 
 def bucket_keys(b):
@@ -62,7 +65,7 @@ for c in range(calls):
     if fmt == "groups":
         gkeys, gargs, head = [], [], [groups]
         for b in range(groups):
-            ga = [now, b, n, 1, limit, n]
+            ga = [now, b, n, 1, limit, n] + formats
             es = []
             for i in range(n):
                 u = f"u-{rnd.randrange(10**6)}"
@@ -94,7 +97,7 @@ for c in range(calls):
         for u, rid, oid, srec, ientry in entries:
             args += [u, 1, limit, rid, 1, oid, srec, ientry, f"P|1|{oid}|{u}|{now}", f"B|1|{oid}|0|0"]
     else:
-        args = [now, 0, n, 1, limit, n]
+        args = [now, 0, n, 1, limit, n] + formats
         for u, rid, oid, _, _ in entries:
             args += [rid, f"B|1|{oid}|0|0"]
         for u, rid, oid, _, ientry in entries:

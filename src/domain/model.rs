@@ -70,6 +70,41 @@ impl RequestRecord {
         }
     }
 
+    /// The two refusals' encodings with each number left as `%s`: the
+    /// format a script fills with `string.format` where a number is one only
+    /// it knows (purchase.lua: the user's units held when over the limit, the
+    /// units left when sold out). Made from [`RequestRecord::encode`] itself,
+    /// so a change of either format reaches the script with no copy to find.
+    pub(crate) fn refusal_formats() -> &'static RefusalFormats {
+        static FORMATS: std::sync::LazyLock<RefusalFormats> = std::sync::LazyLock::new(|| {
+            // Numbers no field prints otherwise, each replaced by `%s`.
+            let (a, b, c) = (3_000_000_001u32, 3_000_000_002u32, 3_000_000_003u64);
+            let format = |r: RequestRecord, numbers: &[String]| {
+                numbers
+                    .iter()
+                    .fold(r.encode(), |s, n| s.replacen(n.as_str(), "%s", 1))
+            };
+            RefusalFormats {
+                limit_exceeded: format(
+                    RequestRecord::LimitExceeded {
+                        qty: a,
+                        limit: b,
+                        held: c,
+                    },
+                    &[a.to_string(), b.to_string(), c.to_string()],
+                ),
+                sold_out: format(
+                    RequestRecord::SoldOut {
+                        qty: a,
+                        remaining: c,
+                    },
+                    &[a.to_string(), c.to_string()],
+                ),
+            }
+        });
+        &FORMATS
+    }
+
     /// [`RequestRecord::Bought`]'s encoding, from borrowed parts.
     pub(crate) fn encode_bought(qty: u32, order_id: &OrderId, bucket: u32, probes: u32) -> String {
         let mut s = String::with_capacity(order_id.as_str().len() + 24);
@@ -119,6 +154,16 @@ impl RequestRecord {
     }
 }
 
+/// [`RequestRecord::refusal_formats`]: what purchase.lua is handed to store a
+/// refusal's record.
+#[derive(Debug)]
+pub(crate) struct RefusalFormats {
+    /// `LimitExceeded`'s, filled with the quantity, the limit and the units held.
+    pub limit_exceeded: String,
+    /// `SoldOut`'s, filled with the quantity and the units left.
+    pub sold_out: String,
+}
+
 /// Where an order stands in its home bucket's index: the first letter of
 /// its entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +186,18 @@ impl EntryState {
             Self::Cancelled => 'X',
             Self::Held => 'H',
             Self::Expired => 'E',
+        }
+    }
+
+    /// The state as the first field of an entry. A script that changes an
+    /// order's state (cancel, confirm, expiry) is handed the new one and puts
+    /// it in place of the stored entry's first field; the rest it copies.
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Self::Confirmed => "C",
+            Self::Cancelled => "X",
+            Self::Held => "H",
+            Self::Expired => "E",
         }
     }
 
@@ -364,6 +421,34 @@ impl Order {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A format filled as Lua's `string.format` fills `%s`, one value each.
+    fn fill(format: &str, values: &[u64]) -> String {
+        assert_eq!(format.matches("%s").count(), values.len(), "{format}");
+        assert!(!format.replace("%s", "").contains('%'), "{format}");
+        values.iter().fold(format.to_owned(), |s, v| {
+            s.replacen("%s", &v.to_string(), 1)
+        })
+    }
+
+    #[test]
+    fn the_refusal_formats_filled_are_the_records_encode_writes() {
+        let f = RequestRecord::refusal_formats();
+        assert_eq!(f.limit_exceeded, "L|%s|%s|%s");
+        assert_eq!(f.sold_out, "S|%s|%s");
+        for (qty, limit, held) in [(1, 1, 0), (3, 2, 1), (40, u32::MAX, u64::from(u32::MAX))] {
+            let r = RequestRecord::LimitExceeded { qty, limit, held };
+            let stored = fill(&f.limit_exceeded, &[qty.into(), limit.into(), held]);
+            assert_eq!(stored, r.encode());
+            assert_eq!(RequestRecord::decode(&stored), Some(r));
+        }
+        for (qty, remaining) in [(1, 0), (5, 4), (u32::MAX, u64::MAX)] {
+            let r = RequestRecord::SoldOut { qty, remaining };
+            let stored = fill(&f.sold_out, &[qty.into(), remaining]);
+            assert_eq!(stored, r.encode());
+            assert_eq!(RequestRecord::decode(&stored), Some(r));
+        }
+    }
 
     fn spec(stock: u64, buckets: u32) -> EventSpec {
         EventSpec {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use fred::bytes::BytesMut;
+use fred::bytes::{Bytes, BytesMut};
 use fred::prelude::*;
 
 use super::scripts::reply;
@@ -75,7 +75,7 @@ steps! {
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
             b(Bk::Hunits),
         ],
-        argv: { order: String, head: String },
+        argv: { order: String, head: String, cancelled: &'static str },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CANCELLED, reply::NOT_FOUND,
         ]),
@@ -134,6 +134,8 @@ pub(super) const PURCHASE: &Decl = &Decl {
         Arg::One("uniform"),
         Arg::One("limit"),
         Arg::One("total"),
+        Arg::One("limit_format"),
+        Arg::One("sold_out_format"),
         Arg::Each {
             count: "n",
             index: 'i',
@@ -388,7 +390,8 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     let counted = !uniform || limit > 0;
     let columns =
         4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 3 } + usize::from(holds);
-    let mut args: Vec<Value> = Vec::with_capacity(6 + columns * n);
+    let refusals = RequestRecord::refusal_formats();
+    let mut args: Vec<Value> = Vec::with_capacity(8 + columns * n);
     args.extend([
         Value::Integer(now_ms),
         Value::Integer(i64::from(b)),
@@ -396,6 +399,8 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
         Value::Integer(i64::from(uniform)),
         Value::Integer(i64::from(limit)),
         Value::Integer(total as i64),
+        Value::Bytes(Bytes::from_static(refusals.limit_exceeded.as_bytes())),
+        Value::Bytes(Bytes::from_static(refusals.sold_out.as_bytes())),
     ]);
     // Every string below, with room for the numbers and separators.
     let size: usize = entries
@@ -781,6 +786,7 @@ impl Buckets for RedisStore {
         let step = steps::Cancel {
             order: order.to_string(),
             head: head.encode(),
+            cancelled: EntryState::Cancelled.tag(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;

@@ -9,6 +9,7 @@ use super::steps;
 use super::{At, RedisStore, arg, code, num, order_entry, text, unknown};
 use crate::domain::ids::OrderId;
 use crate::domain::keys::{BucketRef, hold_index_key};
+use crate::domain::model::EntryState;
 use crate::domain::stream::{CopyHead, RecordKind};
 use crate::store::{ConfirmReply, ExpireReply, Holds, StoreError};
 
@@ -21,7 +22,7 @@ steps! {
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
             b(Bk::Hunits), b(Bk::Hq),
         ],
-        argv: { now: i64, order: String, confirm: String, expire: String },
+        argv: { now: i64, order: String, confirm: String, expire: String, confirmed: &'static str, expired: &'static str },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::ALREADY_CONFIRMED, reply::HOLD_EXPIRED,
             reply::HOLD_CANCELLED, reply::NOT_FOUND,
@@ -34,7 +35,7 @@ steps! {
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
             b(Bk::Hunits), b(Bk::Hq),
         ],
-        argv: { now: i64, count: u32, head: String, void: bool },
+        argv: { now: i64, count: u32, head: String, void: bool, expired: &'static str },
         reply: Reply::Codes(&[reply::STALE, reply::OK]),
         writes: [OrderEntry, Stream],
     }
@@ -97,6 +98,8 @@ impl Holds for RedisStore {
             // an expiry's, the home bucket the units come back to.
             confirm: head(RecordKind::Confirm, None),
             expire: head(RecordKind::Expire, Some(bucket.index)),
+            confirmed: EntryState::Confirmed.tag(),
+            expired: EntryState::Expired.tag(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         self.replicated(bucket).await?;
@@ -132,6 +135,7 @@ impl Holds for RedisStore {
             count: count.max(1),
             head: head.encode(),
             void,
+            expired: EntryState::Expired.tag(),
         };
         let parts = self.run_bucket(bucket, step).await?;
         match code(&parts)?.as_str() {
