@@ -614,6 +614,15 @@ async fn a_close_voids_live_holds_and_accounts_for_their_units<S: Store>(engine:
         ),
         (6, 3, 7, 0)
     );
+    // The database alone agrees: 3 confirmed units and 7 left over, the live
+    // hold expired once, the paid one confirmed.
+    let sale = crate::harness::oracle::closed_sale(&r.ledger, &id, 10).await;
+    assert!(sale.broken.is_empty(), "{:#?}", sale.broken);
+    let status = |o: &shardstock::domain::ids::OrderId| sale.orders[o.as_str()].status;
+    assert_eq!(
+        (status(&kept.order_id), status(&live.order_id)),
+        (OrderStatus::Confirmed, OrderStatus::Expired)
+    );
     let confirm = r.engine.confirm(live.order_id.as_str()).await;
     assert!(
         confirm.is_err(),

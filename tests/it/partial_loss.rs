@@ -264,6 +264,21 @@ async fn a_redis_back_from_an_aof_missing_its_last_writes_is_refused_until_recov
         body.get("outcome").is_none(),
         "nothing was deducted: {body}"
     );
+    // A retry of a purchase bought before the cut (its order is in the
+    // ledger): the event is quarantined, so the ledger's word is not final
+    // yet, and the client is told the outcome is unknown, never refused.
+    let first = run.sale.first_bought().expect("orders before the cut");
+    let (user, rid) = (
+        first["user_id"].as_str().unwrap(),
+        first["request_id"].as_str().unwrap(),
+    );
+    let r = app.buy(event, user, 1, Some(rid)).await;
+    let retry = problem(r, 503, "backend-unavailable").await;
+    assert_eq!(retry["outcome"], "unknown", "{retry}");
+    assert!(
+        retry["detail"].as_str().unwrap().contains("quarantined"),
+        "{retry}"
+    );
     let found = units_lost(app, event).await;
     assert!(found > 0.0, "the loss is counted");
     let audit_before = app.audit(event).await;
@@ -280,6 +295,15 @@ async fn a_redis_back_from_an_aof_missing_its_last_writes_is_refused_until_recov
         (app.buy(event, "after", 1, None).await.status() == StatusCode::CREATED).then_some(())
     })
     .await;
+    // Recovered, the same retry learns its order.
+    let r = app.buy_final(event, user, 1, rid).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::CREATED,
+        "the retry after the recovery"
+    );
+    let order: Value = r.json().await.unwrap();
+    assert_eq!(order["user_id"], user, "{order}");
     run.sale.sells(200, "orders after the recovery").await;
     close_and_check(run).await;
 }

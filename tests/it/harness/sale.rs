@@ -91,6 +91,14 @@ impl Sale {
         self.bought.load(Ordering::Relaxed)
     }
 
+    /// The request body of the first purchase answered 201, if any yet.
+    pub fn first_bought(&self) -> Option<Value> {
+        let sent = self.sent.lock().unwrap();
+        sent.iter()
+            .find(|s| s.status == 201)
+            .map(|s| s.body.clone())
+    }
+
     /// Waits until `more` further purchases are answered 201.
     pub async fn sells(&self, more: usize, what: &str) {
         let want = self.bought() + more;
