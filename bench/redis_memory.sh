@@ -9,12 +9,14 @@
 # one-unit orders to distinct buyers with request ids and a per-user limit
 # (one bucket); then every stream is trimmed as the flusher would and
 # used_memory read again; then an event of 1,024 buckets is created with no
-# sale.
+# sale. Then the server is emptied and the same sale run without a limit and
+# trimmed: the difference, an order, is what the per-user limit keeps for a
+# buyer (the count in the bucket's users hash).
 #
 #   bench/redis_memory.sh [BENCH] [ATTEMPTS]
 #   bench/redis_memory.sh target/release/shardstock-bench 200000
 #
-# Prints bytes an order (unflushed, flushed) and bytes a bucket.
+# Prints bytes an order (unflushed, flushed), a buyer's count and a bucket.
 set -euo pipefail
 BENCH=${1:-target/release/shardstock-bench}
 ATTEMPTS=${2:-200000}
@@ -38,11 +40,23 @@ done
 flushed=$(used)
 "$BENCH" --strategy engine --redis "$URL" --buckets 1024 --stock 1024000 --attempts 1 --json >/dev/null
 buckets=$(used)
-python3 - "$before" "$unflushed" "$flushed" "$buckets" "$sold" <<'PY'
+redis-cli -p "$PORT" flushall >/dev/null
+bare=$(used)
+"$BENCH" --strategy engine --redis "$URL" --buckets 1 --stock $((ATTEMPTS * 2)) \
+  --attempts "$ATTEMPTS" --users 100000000 --quantities 1:1 --retry-rate 0 --json >"$DIR/nolimit.json"
+sold_nolimit=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["purchases_ok"])' "$DIR/nolimit.json")
+for key in $(redis-cli -p "$PORT" --scan --pattern '*:orders'); do
+  redis-cli -p "$PORT" xtrim "$key" maxlen 0 >/dev/null
+done
+nolimit=$(used)
+python3 - "$before" "$unflushed" "$flushed" "$buckets" "$sold" "$bare" "$nolimit" "$sold_nolimit" <<'PY'
 import sys
-before, unflushed, flushed, buckets, sold = map(int, sys.argv[1:])
+before, unflushed, flushed, buckets, sold, bare, nolimit, sold_nolimit = map(int, sys.argv[1:])
 print(f"{sold} orders")
 print(f"bytes an order, unflushed: {(unflushed - before) / sold:.0f}")
 print(f"bytes an order, flushed:   {(flushed - before) / sold:.0f}")
 print(f"bytes a bucket (1,024 of an event, 1 sold): {(buckets - flushed) / 1024:.0f}")
+per_order_nolimit = (nolimit - bare) / sold_nolimit
+print(f"bytes an order without a limit, flushed: {per_order_nolimit:.0f}")
+print(f"bytes a buyer's count (the limit's): {(flushed - before) / sold - per_order_nolimit:.0f}")
 PY
