@@ -181,12 +181,7 @@ pub enum EntryState {
 
 impl EntryState {
     fn letter(self) -> char {
-        match self {
-            Self::Confirmed => 'C',
-            Self::Cancelled => 'X',
-            Self::Held => 'H',
-            Self::Expired => 'E',
-        }
+        char::from(self.tag().as_bytes()[0])
     }
 
     /// The state as the first field of an entry. A script that changes an
