@@ -70,11 +70,12 @@ impl Bounds {
         limit: 2,
     };
 
-    /// A larger bound (`SHARDSTOCK_MODEL=release-large`).
+    /// A larger bound (`SHARDSTOCK_MODEL=release-large`): a third bucket in
+    /// the first pool, so a walk passes two short buckets.
     pub const LARGE: Bounds = Bounds {
         buckets: [3, 2],
         stock: [2, 1],
-        orders: &[2, 1, 1, 1],
+        orders: &[2, 1, 1],
         limit: 2,
     };
 

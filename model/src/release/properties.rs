@@ -18,11 +18,12 @@ pub const CONSERVATION: &str =
     "per pool: remaining + sold + taken by undecided or refused orders == stock";
 pub const WHOLE: &str = "a bought order has every line taken once and none undone";
 pub const EMPTY: &str = "a released order has no line taken";
-pub const ONCE: &str = "an order is decided once (one record, bought or refused), each line taken and undone at most once";
+pub const ONCE: &str = "an order is decided once (one record, bought or refused), \
+     each line taken and undone at most once";
 pub const LIMIT: &str = "no user's units across the release exceed the limit or its reservation";
 pub const ANSWERS: &str = "every answer is its order's record";
-pub const SWEPT: &str = "with every driver gone, the sweeper alone ends every order: none pending or refused, \
-     every count its bought orders, nothing taken for a refusal";
+pub const SWEPT: &str = "with every driver gone, the sweeper alone ends every order: \
+     none pending or refused, every count its bought orders, nothing taken for a refusal";
 pub const ENDS: &str = "with no step left, every order is bought, released or refused by the limit";
 
 pub const BOUGHT: &str = "witness: an order is bought";
@@ -46,9 +47,7 @@ pub fn all() -> Vec<Property<Release>> {
             s.lines.iter().flatten().any(|l| l.v > 0)
         }),
         Property::sometimes(LIMITED, |_, s: &State| s.reqs.contains(&Rec::Limit)),
-        Property::sometimes(AGAIN, |_, s: &State| {
-            s.reqs[0] == Rec::Released && s.reqs[1] == Rec::Bought
-        }),
+        Property::sometimes(AGAIN, again),
     ]
 }
 
@@ -145,6 +144,13 @@ pub fn swept(p: &Release, s: &State) -> bool {
         usize::from(s.users[u]) == bought * POOLS
     });
     settled(&s) && counts && conserved(p, &s) && whole(&s) && empty(&s)
+}
+
+/// A user has an order released and another bought.
+fn again(p: &Release, s: &State) -> bool {
+    let has =
+        |u: usize, rec: Rec| (0..s.reqs.len()).any(|r| p.bounds.user(r) == u && s.reqs[r] == rec);
+    (0..p.bounds.orders.len()).any(|u| has(u, Rec::Released) && has(u, Rec::Bought))
 }
 
 /// No action changes anything.
