@@ -22,6 +22,8 @@
 //! - [`properties`]: the oracle's rules (`tests/it/harness/oracle.rs`) and
 //!   the promises of docs/DESIGN.md, as stateright properties.
 //! - [`traces`]: the fixed traces of the two read-found defects.
+//! - [`release`]: a release's multi-line order (issue 45), a model of its
+//!   own: designed and checked before it is built.
 //! - [`Protocol`]: the `Model` (bounds and variant) tying them together.
 //!
 //! # What is abstracted away
@@ -39,6 +41,7 @@
 //! rebalancer's own transfers are the reshard's (same steps, same fences).
 
 pub mod properties;
+pub mod release;
 pub mod state;
 pub mod steps;
 pub mod traces;

@@ -1,8 +1,10 @@
 //! The checker's fixed traces: the two read-found defects, as the checker
-//! found them in the variants that bring them back. `model/tests/traces.rs`
-//! plays them on the model; the trace replay (`tests/it/model_replay`)
-//! plays them on the stores.
+//! found them in the variants that bring them back, and a release's commit
+//! without its compare-and-set. `model/tests/traces.rs` plays them on the
+//! model; the trace replay (`tests/it/model_replay`) plays the event's two
+//! on the stores (the release's comes with its build).
 
+use crate::release;
 use crate::steps::Action::{self, *};
 use crate::steps::Step::*;
 
@@ -83,4 +85,18 @@ pub const PAID_THEN_CLOSED: &[Action] = &[
     Run(0, Retire(2)),
     Run(0, Retire(3)),
     Run(0, LedgerClose),
+];
+
+/// A release's order is reserved, the sweeper aborts it, a late driver
+/// takes both lines, the undo gives the second back, and the driver commits
+/// without the compare-and-set on the home's record: a bought order with a
+/// line undone, refused and bought both. Found by the checker in 6 steps
+/// ([`release::Variant::COMMIT_UNCHECKED`]).
+pub const UNCHECKED_COMMIT: &[release::Action] = &[
+    release::Action::Reserve(0),
+    release::Action::Abort(0),
+    release::Action::Take(0, 0),
+    release::Action::Take(0, 1),
+    release::Action::Undo(0, 1),
+    release::Action::Commit(0),
 ];

@@ -1,18 +1,25 @@
 //! The exhaustive check: every interleaving of the store's steps for a small
 //! bound, against every property; and the two defects found by reading
 //! (commit 7a3d97b), found again by the checker in the variants that bring
-//! them back.
+//! them back. Then the same for a release's multi-line order
+//! ([`shardstock_model::release`], designed before it is built): every
+//! interleaving of its steps, and three broken variants that the checker
+//! must catch.
 //!
 //! `SHARDSTOCK_MODEL=large cargo test -p shardstock-model --test check
 //! every_interleaving -- --nocapture` checks the larger bound
 //! ([`Bounds::LARGE`]), `SHARDSTOCK_MODEL=cancels` the CI bound with cancels
-//! ([`Bounds::CANCELS`]); `SHARDSTOCK_MODEL_THREADS` sets the checker's threads
-//! (2 by default: the machines have 2 cores); `SHARDSTOCK_MODEL_SECONDS`
-//! stops the check after that long (then it is not exhaustive, and says so).
+//! ([`Bounds::CANCELS`]), `SHARDSTOCK_MODEL=release-large` (same command,
+//! filter `multi_line`) the release's larger bound
+//! ([`release::Bounds::LARGE`]); `SHARDSTOCK_MODEL_THREADS` sets the
+//! checker's threads (2 by default: the machines have 2 cores);
+//! `SHARDSTOCK_MODEL_SECONDS` stops the check after that long (then it is
+//! not exhaustive, and says so).
 
 use std::time::Instant;
 
 use shardstock_model::properties as prop;
+use shardstock_model::release::{self, Release, properties as rel};
 use shardstock_model::{Bounds, Protocol, Variant};
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -30,11 +37,16 @@ fn threads() -> usize {
         .unwrap_or(2)
 }
 
-/// Runs the checker (to the end, or to the first counterexample with
-/// `first`) and prints what it explored.
-fn check(bounds: Bounds, variant: Variant, first: bool) -> impl Checker<Protocol> {
+/// Runs the checker on `model` (to the end, or to the first counterexample
+/// with `first`) and prints what it explored under `label`.
+fn check<M>(model: M, label: String, first: bool) -> impl Checker<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq,
+{
     let start = Instant::now();
-    let mut builder = Protocol::new(bounds, variant).checker().threads(threads());
+    let mut builder = model.checker().threads(threads());
     if first {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
@@ -43,7 +55,7 @@ fn check(bounds: Bounds, variant: Variant, first: bool) -> impl Checker<Protocol
     }
     let checker = builder.spawn_bfs().join();
     println!(
-        "{variant:?}\n{bounds:?}\n{} unique states ({} generated), depth {}, in {:.1?}",
+        "{label}\n{} unique states ({} generated), depth {}, in {:.1?}",
         checker.unique_state_count(),
         checker.state_count(),
         checker.max_depth(),
@@ -53,7 +65,12 @@ fn check(bounds: Bounds, variant: Variant, first: bool) -> impl Checker<Protocol
 }
 
 /// The trace of a discovery, one action a line.
-fn trace(checker: &impl Checker<Protocol>, name: &'static str) -> Option<String> {
+fn trace<M>(checker: &impl Checker<M>, name: &'static str) -> Option<String>
+where
+    M: Model,
+    M::State: Clone + PartialEq,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
     let path = checker.discovery(name)?;
     let model = checker.model();
     let mut out = String::new();
@@ -65,6 +82,16 @@ fn trace(checker: &impl Checker<Protocol>, name: &'static str) -> Option<String>
         ));
     }
     Some(out)
+}
+
+/// Whether a check ran into `SHARDSTOCK_MODEL_SECONDS` (stateright's
+/// timeout ends it as done: tell it by the clock).
+fn stopped(start: Instant) -> bool {
+    let stopped = time_limit().is_some_and(|limit| start.elapsed() >= limit);
+    if stopped {
+        println!("stopped at SHARDSTOCK_MODEL_SECONDS: not exhaustive");
+    }
+    stopped
 }
 
 const CHECKS: [&str; 7] = [
@@ -95,16 +122,18 @@ fn bounds() -> Bounds {
 #[test]
 fn every_interleaving_of_the_steps_keeps_every_property() {
     let start = Instant::now();
-    let checker = check(bounds(), Variant::FIXED, false);
-    // stateright's timeout ends the check as done: tell it by the clock.
-    let stopped = time_limit().is_some_and(|limit| start.elapsed() >= limit);
+    let (bounds, variant) = (bounds(), Variant::FIXED);
+    let checker = check(
+        Protocol::new(bounds, variant),
+        format!("{variant:?}\n{bounds:?}"),
+        false,
+    );
     let broken: Vec<String> = CHECKS
         .iter()
         .filter_map(|name| trace(&checker, name).map(|t| format!("{name}:\n{t}")))
         .collect();
     assert!(broken.is_empty(), "counterexamples:\n{}", broken.join("\n"));
-    if stopped {
-        println!("stopped at SHARDSTOCK_MODEL_SECONDS: not exhaustive");
+    if stopped(start) {
         return;
     }
     for name in WITNESSES {
@@ -118,7 +147,11 @@ fn every_interleaving_of_the_steps_keeps_every_property() {
 /// Checks a variant until its first counterexample (breadth first: a
 /// shortest one); returns the properties broken, with their traces.
 fn find(variant: Variant) -> Vec<(&'static str, String)> {
-    let checker = check(Bounds::CI, variant, true);
+    let checker = check(
+        Protocol::new(Bounds::CI, variant),
+        format!("{variant:?}\n{:?}", Bounds::CI),
+        true,
+    );
     CHECKS
         .iter()
         .filter_map(|name| trace(&checker, name).map(|t| (*name, t)))
@@ -144,6 +177,121 @@ fn a_close_voiding_the_old_layouts_copies_is_found() {
         broken
             .iter()
             .any(|(n, _)| *n == prop::ONE_END || *n == prop::ANSWERS),
+        "no counterexample: {broken:?}"
+    );
+}
+
+/// The release's checks ([`shardstock_model::release::properties`]).
+const RELEASE_CHECKS: [&str; 8] = [
+    rel::CONSERVATION,
+    rel::WHOLE,
+    rel::EMPTY,
+    rel::ONCE,
+    rel::LIMIT,
+    rel::ANSWERS,
+    rel::SWEPT,
+    rel::ENDS,
+];
+
+const RELEASE_WITNESSES: [&str; 4] = [rel::BOUGHT, rel::UNDONE, rel::LIMITED, rel::AGAIN];
+
+fn release_bounds() -> release::Bounds {
+    match std::env::var("SHARDSTOCK_MODEL").as_deref() {
+        Ok("release-large") => release::Bounds::LARGE,
+        _ => release::Bounds::CI,
+    }
+}
+
+/// The trace of a release's discovery up to the first state that breaks
+/// it, one action a line (the checker's pending states are a stack within
+/// a block, so its path may go on past that state).
+fn breaking_prefix(checker: &impl Checker<Release>, name: &'static str) -> Option<String> {
+    let path = checker.discovery(name)?.into_vec();
+    let model = checker.model();
+    let holds = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == name)
+        .expect("a release property")
+        .condition;
+    let end = path
+        .iter()
+        .position(|(state, _)| !holds(model, state))
+        .expect("the discovery breaks it");
+    let mut out = String::new();
+    for (i, (_, action)) in path[..end].iter().enumerate() {
+        let action = action.expect("a step before the end");
+        out.push_str(&format!("  {:>2}. {action:?}\n", i + 1));
+    }
+    Some(out)
+}
+
+/// Checks a release variant at `bounds` (to the end, or to the first
+/// counterexample with `first`); returns the checks broken, with traces.
+fn release_check(
+    bounds: release::Bounds,
+    variant: release::Variant,
+    first: bool,
+) -> Vec<(&'static str, String)> {
+    let start = Instant::now();
+    let checker = check(
+        Release::new(bounds, variant),
+        format!("{variant:?}\n{bounds:?}"),
+        first,
+    );
+    let broken: Vec<_> = RELEASE_CHECKS
+        .iter()
+        .filter_map(|name| breaking_prefix(&checker, name).map(|t| (*name, t)))
+        .inspect(|(name, t)| println!("{name} ({} steps):\n{t}", t.lines().count()))
+        .collect();
+    if !first && broken.is_empty() && !stopped(start) {
+        for name in RELEASE_WITNESSES {
+            assert!(
+                checker.discovery(name).is_some(),
+                "the bound never reaches {name:?}: the check would pass vacuously"
+            );
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_interleaving_of_a_multi_line_order_keeps_every_property() {
+    let broken = release_check(release_bounds(), release::Variant::DESIGNED, false);
+    assert!(broken.is_empty(), "counterexamples: {broken:?}");
+}
+
+/// The checks a broken release variant breaks, first counterexample only.
+fn release_breaks(variant: release::Variant) -> Vec<&'static str> {
+    release_check(release::Bounds::CI, variant, true)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[test]
+fn a_commit_without_the_compare_and_set_is_found() {
+    let broken = release_breaks(release::Variant::COMMIT_UNCHECKED);
+    assert!(
+        broken.contains(&rel::WHOLE) || broken.contains(&rel::ONCE),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_reservation_released_before_the_undos_is_found() {
+    let broken = release_breaks(release::Variant::RELEASE_AT_DECISION);
+    assert!(
+        broken.contains(&rel::LIMIT) || broken.contains(&rel::EMPTY),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_walk_past_an_undone_marker_is_found() {
+    let broken = release_breaks(release::Variant::WALK_PAST_UNDONE);
+    assert!(
+        broken.contains(&rel::EMPTY) || broken.contains(&rel::SWEPT),
         "no counterexample: {broken:?}"
     );
 }

@@ -3,8 +3,9 @@
 //! (where every property holds after every step).
 
 use shardstock_model::properties as prop;
+use shardstock_model::release::{self, Release, properties as rel};
 use shardstock_model::steps::{Action, Step};
-use shardstock_model::traces::{PAID_THEN_CLOSED, RESURRECTED};
+use shardstock_model::traces::{PAID_THEN_CLOSED, RESURRECTED, UNCHECKED_COMMIT};
 use shardstock_model::{Bounds, Protocol, State, Variant};
 use stateright::Model;
 
@@ -84,4 +85,29 @@ fn a_close_voids_the_current_layout_only() {
         assert!(!prop::stranded(&model, state), "after step {}", i + 1);
     }
     assert!(prop::closed_sale(&model, after.last().unwrap()));
+}
+
+#[test]
+fn a_release_commits_only_what_is_still_pending() {
+    let model = |variant| Release::new(release::Bounds::CI, variant);
+    let broken = model(release::Variant::COMMIT_UNCHECKED);
+    let mut state = broken.init_states().remove(0);
+    for &action in UNCHECKED_COMMIT {
+        state = broken
+            .next_state(&state, action)
+            .expect("every step applies");
+    }
+    assert!(!rel::whole(&state) && !rel::once(&state));
+    // As designed, the commit finds the order refused and changes nothing;
+    // every check holds after every step.
+    let designed = model(release::Variant::DESIGNED);
+    let mut state = designed.init_states().remove(0);
+    let (last, before) = UNCHECKED_COMMIT.split_last().unwrap();
+    for &action in before {
+        state = designed
+            .next_state(&state, action)
+            .expect("every step applies");
+        assert!(rel::whole(&state) && rel::once(&state) && rel::swept(&designed, &state));
+    }
+    assert!(designed.next_state(&state, *last).is_none());
 }
