@@ -144,8 +144,9 @@ fn every_interleaving_of_the_steps_keeps_every_property() {
     }
 }
 
-/// Checks a variant until its first counterexample (breadth first: a
-/// shortest one); returns the properties broken, with their traces.
+/// Checks a variant until its first counterexample (breadth first, each
+/// batch newest first: a short trace, not always the shortest); returns the
+/// properties broken, with their traces.
 fn find(variant: Variant) -> Vec<(&'static str, String)> {
     let checker = check(
         Protocol::new(Bounds::CI, variant),
