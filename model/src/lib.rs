@@ -24,6 +24,8 @@
 //! - [`traces`]: the fixed traces of the two read-found defects.
 //! - [`release`]: a release's multi-line order (issue 45), a model of its
 //!   own: designed and checked before it is built.
+//! - [`admission`]: fair drops' access tokens and waiting-list offers
+//!   (issue 46), a third model, also checked before it is built.
 //! - [`Protocol`]: the `Model` (bounds and variant) tying them together.
 //!
 //! # What is abstracted away
@@ -40,6 +42,7 @@
 //! marker). One pass of probes; one reshard (to generation 1); the
 //! rebalancer's own transfers are the reshard's (same steps, same fences).
 
+pub mod admission;
 pub mod properties;
 pub mod release;
 pub mod state;

@@ -1,12 +1,14 @@
 //! The checker's fixed traces: the two read-found defects, as the checker
 //! found them in the variants that bring them back, and a release's commit
-//! without its compare-and-set. `model/tests/traces.rs` plays them on the
-//! model; the trace replay (`tests/it/model_replay`) plays the event's two
-//! on the stores (the release's comes with its build).
+//! without its compare-and-set, and fair drops' token checked before the
+//! take and passed offer put back on sale. `model/tests/traces.rs` plays
+//! them on the model; the trace replay (`tests/it/model_replay`) plays the
+//! event's two on the stores (the release's and fair drops' come with their
+//! builds).
 
-use crate::release;
 use crate::steps::Action::{self, *};
 use crate::steps::Step::*;
+use crate::{admission, release};
 
 /// A reshard restores a hold into the new layout, the sweeper expires it
 /// there, the run stalls (its lease lapses) and the next run restores the
@@ -99,4 +101,31 @@ pub const UNCHECKED_COMMIT: &[release::Action] = &[
     release::Action::Take(0, 1),
     release::Action::Undo(0, 1),
     release::Action::Commit(0),
+];
+
+/// Two requests of user 0 with its one-unit token: the token is checked for
+/// both (in a step of its own), then each home step takes a unit and
+/// consumes the token without checking again: two units for an allowance
+/// of one ([`admission::Variant::CHECK_BEFORE_TAKE`]). The checker's
+/// counterexample (5 steps) is the same on user 1's saga requests, where
+/// the second home step reserves without checking again.
+pub const CHECKED_BEFORE_TAKE: &[admission::Action] = &[
+    admission::Action::Purchase(0),
+    admission::Action::Purchase(1),
+    admission::Action::Purchase(0),
+    admission::Action::Purchase(1),
+];
+
+/// A hold expires, its unit reaches the waiting list and is offered, the
+/// offer's deadline passes and the sweeper passes it: back on open sale
+/// while the second user in line still waits. The checker's 7 steps
+/// without one that plays no part (request 1's refusal)
+/// ([`admission::Variant::PASS_TO_OPEN_SALE`]).
+pub const PASSED_TO_OPEN_SALE: &[admission::Action] = &[
+    admission::Action::Purchase(0),
+    admission::Action::Return(0),
+    admission::Action::Arrive(0),
+    admission::Action::Offer,
+    admission::Action::Due(0),
+    admission::Action::Pass(0),
 ];

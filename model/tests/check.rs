@@ -4,20 +4,25 @@
 //! them back. Then the same for a release's multi-line order
 //! ([`shardstock_model::release`], designed before it is built): every
 //! interleaving of its steps, and three broken variants that the checker
-//! must catch.
+//! must catch. And fair drops' token purchases and offers
+//! ([`shardstock_model::admission`], designed before they are built), with
+//! three broken variants.
 //!
 //! `SHARDSTOCK_MODEL=large cargo test -p shardstock-model --test check
 //! every_interleaving -- --nocapture` checks the larger bound
 //! ([`Bounds::LARGE`]), `SHARDSTOCK_MODEL=cancels` the CI bound with cancels
 //! ([`Bounds::CANCELS`]), `SHARDSTOCK_MODEL=release-large` (same command,
 //! filter `multi_line`) the release's larger bound
-//! ([`release::Bounds::LARGE`]); `SHARDSTOCK_MODEL_THREADS` sets the
+//! ([`release::Bounds::LARGE`]), `SHARDSTOCK_MODEL=admission-large` (filter
+//! `token_purchase`) the admission model's ([`admission::Bounds::LARGE`]);
+//! `SHARDSTOCK_MODEL_THREADS` sets the
 //! checker's threads (2 by default: the machines have 2 cores);
 //! `SHARDSTOCK_MODEL_SECONDS` stops the check after that long (then it is
 //! not exhaustive, and says so).
 
 use std::time::Instant;
 
+use shardstock_model::admission::{self, Admission, properties as adm};
 use shardstock_model::properties as prop;
 use shardstock_model::release::{self, Release, properties as rel};
 use shardstock_model::{Bounds, Protocol, Variant};
@@ -293,6 +298,127 @@ fn a_walk_past_an_undone_marker_is_found() {
     let broken = release_breaks(release::Variant::WALK_PAST_UNDONE);
     assert!(
         broken.contains(&rel::EMPTY) || broken.contains(&rel::SWEPT),
+        "no counterexample: {broken:?}"
+    );
+}
+
+/// The admission model's checks ([`shardstock_model::admission::properties`]).
+const ADMISSION_CHECKS: [&str; 9] = [
+    adm::VALID,
+    adm::ALLOWANCE,
+    adm::PAIRED,
+    adm::ANSWERS,
+    adm::CONSERVATION,
+    adm::CLOSED,
+    adm::NOT_REOPENED,
+    adm::LINE,
+    adm::ENDS,
+];
+
+const ADMISSION_WITNESSES: [&str; 8] = [
+    adm::FAST,
+    adm::SAGA,
+    adm::REUSED,
+    adm::FOREIGN,
+    adm::EXPIRED,
+    adm::RETURNED,
+    adm::PASSED,
+    adm::LEFTOVER,
+];
+
+/// The trace of an admission discovery up to the first state that breaks
+/// it, one action a line.
+fn admission_prefix(checker: &impl Checker<Admission>, name: &'static str) -> Option<String> {
+    let path = checker.discovery(name)?.into_vec();
+    let model = checker.model();
+    let holds = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == name)
+        .expect("an admission property")
+        .condition;
+    let end = path
+        .iter()
+        .position(|(state, _)| !holds(model, state))
+        .expect("the discovery breaks it");
+    let mut out = String::new();
+    for (i, (_, action)) in path[..end].iter().enumerate() {
+        let action = action.expect("a step before the end");
+        out.push_str(&format!("  {:>2}. {action:?}\n", i + 1));
+    }
+    Some(out)
+}
+
+/// Checks an admission variant at `bounds` (to the end, or to the first
+/// counterexample with `first`); returns the checks broken, with traces.
+fn admission_check(
+    bounds: admission::Bounds,
+    variant: admission::Variant,
+    first: bool,
+) -> Vec<(&'static str, String)> {
+    let start = Instant::now();
+    let checker = check(
+        Admission::new(bounds, variant),
+        format!("{variant:?}\n{bounds:?}"),
+        first,
+    );
+    let broken: Vec<_> = ADMISSION_CHECKS
+        .iter()
+        .filter_map(|name| admission_prefix(&checker, name).map(|t| (*name, t)))
+        .inspect(|(name, t)| println!("{name} ({} steps):\n{t}", t.lines().count()))
+        .collect();
+    if !first && broken.is_empty() && !stopped(start) {
+        for name in ADMISSION_WITNESSES {
+            assert!(
+                checker.discovery(name).is_some(),
+                "the bound never reaches {name:?}: the check would pass vacuously"
+            );
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_interleaving_of_token_purchases_and_offers_keeps_every_property() {
+    let bounds = match std::env::var("SHARDSTOCK_MODEL").as_deref() {
+        Ok("admission-large") => admission::Bounds::LARGE,
+        _ => admission::Bounds::CI,
+    };
+    let broken = admission_check(bounds, admission::Variant::DESIGNED, false);
+    assert!(broken.is_empty(), "counterexamples: {broken:?}");
+}
+
+/// The checks a broken admission variant breaks, first counterexample only.
+fn admission_breaks(variant: admission::Variant) -> Vec<&'static str> {
+    admission_check(admission::Bounds::CI, variant, true)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[test]
+fn a_token_checked_in_a_step_before_the_take_is_found() {
+    let broken = admission_breaks(admission::Variant::CHECK_BEFORE_TAKE);
+    assert!(
+        broken.contains(&adm::ALLOWANCE),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_passed_offer_put_back_on_open_sale_is_found() {
+    let broken = admission_breaks(admission::Variant::PASS_TO_OPEN_SALE);
+    assert!(
+        broken.contains(&adm::NOT_REOPENED),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_saga_token_consumed_only_at_the_finish_is_found() {
+    let broken = admission_breaks(admission::Variant::SAGA_UNRESERVED);
+    assert!(
+        broken.contains(&adm::ALLOWANCE),
         "no counterexample: {broken:?}"
     );
 }

@@ -2,10 +2,13 @@
 //! variant it broke (and must still break it) and on the code as it is
 //! (where every property holds after every step).
 
+use shardstock_model::admission::{self, Admission, properties as adm};
 use shardstock_model::properties as prop;
 use shardstock_model::release::{self, Release, properties as rel};
 use shardstock_model::steps::{Action, Step};
-use shardstock_model::traces::{PAID_THEN_CLOSED, RESURRECTED, UNCHECKED_COMMIT};
+use shardstock_model::traces::{
+    CHECKED_BEFORE_TAKE, PAID_THEN_CLOSED, PASSED_TO_OPEN_SALE, RESURRECTED, UNCHECKED_COMMIT,
+};
 use shardstock_model::{Bounds, Protocol, State, Variant};
 use stateright::Model;
 
@@ -110,4 +113,73 @@ fn a_release_commits_only_what_is_still_pending() {
         assert!(rel::whole(&state) && rel::once(&state) && rel::swept(&designed, &state));
     }
     assert!(designed.next_state(&state, *last).is_none());
+}
+
+/// Plays `trace` on the admission model as `variant` says; every step must
+/// apply. Returns the states after each step.
+fn admission_play(
+    variant: admission::Variant,
+    trace: &[admission::Action],
+) -> Vec<admission::State> {
+    let model = Admission::new(admission::Bounds::CI, variant);
+    let mut state = model.init_states().remove(0);
+    trace
+        .iter()
+        .map(|&action| {
+            state = model
+                .next_state(&state, action)
+                .expect("every step applies");
+            state.clone()
+        })
+        .collect()
+}
+
+/// Whether every admission check holds in `state`.
+fn admission_holds(state: &admission::State) -> bool {
+    let model = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    model
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == stateright::Expectation::Always)
+        .all(|p| (p.condition)(&model, state))
+}
+
+#[test]
+fn a_token_is_checked_in_the_step_that_takes() {
+    let model = Admission::new(admission::Bounds::CI, admission::Variant::CHECK_BEFORE_TAKE);
+    let after = admission_play(admission::Variant::CHECK_BEFORE_TAKE, CHECKED_BEFORE_TAKE);
+    assert!(!adm::within_allowance(&model, after.last().unwrap()));
+    // As designed, the first request consumes the token with its take, the
+    // second is refused (used), and both replays answer the same.
+    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    let mut state = designed.init_states().remove(0);
+    for &action in CHECKED_BEFORE_TAKE {
+        if let Some(next) = designed.next_state(&state, action) {
+            state = next;
+        }
+        assert!(admission_holds(&state));
+    }
+    assert_eq!(state.told[0], admission::state::Told::Bought);
+    assert_eq!(
+        state.told[1],
+        admission::state::Told::Refused(admission::state::Why::Used)
+    );
+}
+
+#[test]
+fn a_passed_offer_stays_with_the_waiting_list() {
+    let after = admission_play(admission::Variant::PASS_TO_OPEN_SALE, PASSED_TO_OPEN_SALE);
+    assert!(!adm::not_reopened(after.last().unwrap()));
+    // As designed, the passed offer's unit goes back aside, and the next
+    // user in line is offered it.
+    let after = admission_play(admission::Variant::DESIGNED, PASSED_TO_OPEN_SALE);
+    assert!(after.iter().all(admission_holds));
+    let mut last = after.last().unwrap().clone();
+    assert_eq!(last.aside, 1);
+    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    last = designed
+        .next_state(&last, admission::Action::Offer)
+        .expect("the next user is offered the unit");
+    assert_eq!(last.offers[1], admission::state::Offer::Open);
+    assert!(admission_holds(&last));
 }
