@@ -23,7 +23,7 @@ use crate::store::Store;
     security(("bearer" = [])),
     params(("id" = EventId, Path, description = "The event")),
     responses(
-        (status = 204, description = "Archived: out of the listing; its orders stay in the database"),
+        (status = 204, description = "Archived: out of the listing; its orders, and its final view at `GET /v1/events/{id}`, stay"),
         (status = 400, response = super::openapi::BadRequest),
         (status = 401, response = super::openapi::Unauthorized),
         (status = 404, response = super::openapi::UnknownEvent),

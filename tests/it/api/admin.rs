@@ -342,6 +342,11 @@ async fn a_closed_event_is_archived_out_of_the_listing_and_keeps_its_orders(b: B
         .await
         .unwrap();
     assert_eq!(got["status"], "confirmed", "{got}");
+    // An archive is not an erasure: the event's final view still answers.
+    let r = app.get(&format!("/v1/events/{id}")).await;
+    assert_eq!(r.status(), StatusCode::OK, "the archived event's view");
+    let view: Value = r.json().await.unwrap();
+    assert_eq!(view["status"], "closed", "{view}");
     let r = admin(
         &app,
         reqwest::Method::DELETE,
