@@ -221,6 +221,10 @@ impl Application {
             );
             tasks.spawn(quietly(rebalancer.run(stop.clone())));
         }
+        if let Some(relay) = options::relay(&settings.outbox) {
+            let relay = crate::control::relay::Relay::new(engine.clone(), ledger.clone(), relay);
+            tasks.spawn(quietly(relay.run(stop.clone())));
+        }
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);
             tasks.spawn(quietly(audits::run(

@@ -82,6 +82,7 @@ pub struct Settings {
     pub rate_limit: RateLimitSettings,
     pub rebalancer: RebalancerSettings,
     pub batching: BatchSettings,
+    pub outbox: OutboxSettings,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventSettings>,
 }
@@ -331,6 +332,48 @@ impl Default for RebalancerSettings {
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
             resize_max_sold: 100_000,
+        }
+    }
+}
+
+/// Order events out: the relay of the ledger's outbox (docs/DESIGN.md,
+/// "Order events out"). The outbox is always written; the relay runs only
+/// where a target is configured.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxSettings {
+    /// Absent: no JetStream relay. `nats://host:port`: the relay publishes
+    /// every change to NATS JetStream.
+    pub nats_url: Option<String>,
+    /// The deployment's JetStream stream (created if missing), capturing the
+    /// subjects `<subject_prefix>.>`.
+    pub stream: String,
+    /// Subjects are `<subject_prefix>.<event>.<type>`.
+    pub subject_prefix: String,
+    /// The stream's duplicate window: a change published again within it (a
+    /// relay that died between publish and mark) is dropped by the server.
+    pub duplicate_window_ms: u64,
+    /// Changes a relay round reads and publishes at most.
+    pub batch: usize,
+    /// How long the relay waits after a round that found nothing new.
+    pub interval_ms: u64,
+    /// The relay leader's lease (renewed every round).
+    pub lease_ttl_ms: u64,
+    /// How long one publish may wait for the server's acknowledgement.
+    pub publish_timeout_ms: u64,
+}
+
+impl Default for OutboxSettings {
+    fn default() -> Self {
+        Self {
+            nats_url: None,
+            stream: "shardstock".into(),
+            subject_prefix: "shardstock".into(),
+            duplicate_window_ms: 120_000,
+            batch: 512,
+            interval_ms: 100,
+            lease_ttl_ms: 3_000,
+            publish_timeout_ms: 5_000,
         }
     }
 }

@@ -36,7 +36,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{archive, events, live, lookup, ops, orders, purchases};
+use super::{archive, changes, events, live, lookup, ops, orders, purchases};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -56,7 +56,7 @@ use super::{archive, events, live, lookup, ops, orders, purchases};
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, archive::archive, live::live, purchases::purchase, orders::order, orders::cancel,
-        orders::confirm, lookup::user_orders, lookup::request_answer,
+        orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(

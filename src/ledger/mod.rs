@@ -11,12 +11,14 @@
 //! `migrations/sqlite` hold one folder each (0001 is the same file in both, so
 //! a database 0001 migrated migrates on) because keys and index kinds differ.
 //! Sub-modules: `apply` writes flushed batches exactly once and applies the
-//! final guard, with `records` writing their rows; `read` answers orders
+//! final guard, with `records` writing their rows and `outbox` the order
+//! changes they make (read back by the relay); `read` answers orders
 //! (derived from their records by `derive`), totals and what the audit and a
 //! recovery need.
 
 mod apply;
 mod derive;
+mod outbox;
 mod read;
 mod records;
 
@@ -35,6 +37,9 @@ use crate::domain::ids::EventId;
 use crate::domain::model::EventSpec;
 
 pub use apply::{Applied, FlushRecord};
+pub use outbox::{
+    Backlog, Change, EVENT_CLOSED, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
+};
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 
 /// Failures of the ledger layer.
@@ -377,6 +382,7 @@ impl Ledger {
             .bind(event.as_str())
             .fetch_optional(&mut *tx)
             .await?;
+            self.write_closed(&mut tx, event.as_str(), now_ms).await?;
         }
         tx.commit().await?;
         if let Some(excess) = excess {

@@ -1,0 +1,580 @@
+//! The transactional outbox: the changes a flushed batch (or a close) makes,
+//! written in the same transaction as the change itself, and read back in
+//! sequence order by the relay and the changes endpoint.
+//!
+//! **What a batch's new records say** ([`changes_of`], pure): an order's first
+//! take (`o`) or hold (`h`) record to reach the ledger is its
+//! `order.created`; a confirm (`k`), cancel (`c`) or expiry (`e`) is its
+//! `order.confirmed`, `order.cancelled` or `order.expired`. A take given back
+//! (`v`, a saga's losing take) and a leftover (`l`) are not order changes;
+//! the leftovers are in `event.closed`'s counts.
+//!
+//! **Exactly once.** Only the records a batch wrote anew make changes (a batch
+//! applied twice makes none the second time), and (subject, type) is unique:
+//! a second take of one order, or a change already there, is skipped.
+//!
+//! **In order.** `seq` comes from `outbox_head`, locked first (before the
+//! reads below) and held to the commit: the outbox sections of two writers
+//! run one after the other, and their numbers become visible in order. Per
+//! order, `order.created` comes first: a terminal change whose order has no
+//! `order.created` yet is parked (`outbox_parked`) and numbered right after
+//! the creation that releases it.
+//!
+//! Both databases run the same steps; the statements differ only in how a
+//! list is passed (one JSON parameter: `json_to_recordset` /
+//! `json_array_elements_text` on PostgreSQL, `json_each` on SQLite).
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::{Postgres, Row, Sqlite, Transaction};
+
+use super::apply::FlushRecord;
+use super::{DbKind, Ledger, LedgerError};
+use crate::domain::stream::RecordKind;
+
+/// The change types, as published (`shardstock.<event>.<type>`).
+pub const ORDER_CREATED: &str = "order.created";
+pub const ORDER_CONFIRMED: &str = "order.confirmed";
+pub const ORDER_CANCELLED: &str = "order.cancelled";
+pub const ORDER_EXPIRED: &str = "order.expired";
+pub const EVENT_CLOSED: &str = "event.closed";
+
+/// A change as stored: the row of `outbox_changes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// Its place in the deployment's one sequence.
+    pub seq: i64,
+    /// `<subject>:<type>`: stable, the id consumers deduplicate by.
+    pub change_id: String,
+    pub event_id: String,
+    /// The order id (the event id for `event.closed`).
+    pub subject: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the change happened (unix ms).
+    pub at_ms: i64,
+    /// The change's body (JSON).
+    pub payload: Value,
+}
+
+/// A change on its way in, before it has a `seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct Pending {
+    pub change_id: String,
+    pub event_id: String,
+    pub subject: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub at_ms: i64,
+    /// JSON text.
+    pub payload: String,
+}
+
+impl Pending {
+    pub(super) fn new(
+        event: &str,
+        subject: &str,
+        kind: &'static str,
+        at_ms: i64,
+        payload: Value,
+    ) -> Self {
+        Self {
+            change_id: format!("{subject}:{kind}"),
+            event_id: event.to_owned(),
+            subject: subject.to_owned(),
+            kind,
+            at_ms,
+            payload: payload.to_string(),
+        }
+    }
+}
+
+/// The changes `new` records make: creations, and terminal changes, each
+/// (subject, type) once, in the batch's order.
+pub(super) fn changes_of(new: &[&FlushRecord], now_ms: i64) -> (Vec<Pending>, Vec<Pending>) {
+    let mut seen = HashSet::new();
+    let (mut created, mut terminal) = (Vec::new(), Vec::new());
+    for r in new {
+        let e = &r.entry;
+        let order = e.order_id.as_str();
+        let (kind, at_ms, payload) = match e.kind {
+            RecordKind::Order => {
+                let mut p = json!({"user_id": e.user, "quantity": e.qty, "bucket": e.bucket});
+                if let Some(pay_by) = e.pay_by {
+                    p["pay_by_ms"] = json!(pay_by);
+                }
+                (ORDER_CREATED, e.at_ms, p)
+            }
+            // A saga's hold: its `at_ms` is the deadline, not a time of change.
+            RecordKind::Hold => (
+                ORDER_CREATED,
+                now_ms,
+                json!({"user_id": e.user, "quantity": e.qty, "pay_by_ms": e.at_ms}),
+            ),
+            RecordKind::Confirm => (
+                ORDER_CONFIRMED,
+                e.at_ms,
+                json!({"user_id": e.user, "quantity": e.qty}),
+            ),
+            RecordKind::Cancel => (
+                ORDER_CANCELLED,
+                e.at_ms,
+                json!({"user_id": e.user, "quantity": e.qty}),
+            ),
+            RecordKind::Expire => (
+                ORDER_EXPIRED,
+                e.at_ms,
+                json!({"user_id": e.user, "quantity": e.qty}),
+            ),
+            RecordKind::Void | RecordKind::Leftover => continue,
+        };
+        if !seen.insert((order, kind)) {
+            continue;
+        }
+        let mut payload = payload;
+        payload["order_id"] = json!(order);
+        payload["event_id"] = json!(r.event);
+        let change = Pending::new(&r.event, order, kind, at_ms, payload);
+        if kind == ORDER_CREATED {
+            created.push(change);
+        } else {
+            terminal.push(change);
+        }
+    }
+    (created, terminal)
+}
+
+/// The changes in the order they are numbered: creations, then the terminal
+/// changes they release (parked before), then the batch's terminal changes
+/// whose order has its creation; the others are returned to be parked.
+fn sequence(
+    created: Vec<Pending>,
+    released: Vec<Pending>,
+    terminal: Vec<Pending>,
+    has_creation: &HashSet<String>,
+) -> (Vec<Pending>, Vec<Pending>) {
+    let now: HashSet<String> = created.iter().map(|c| c.subject.clone()).collect();
+    let (ready, parked): (Vec<Pending>, Vec<Pending>) = terminal
+        .into_iter()
+        .partition(|t| now.contains(&t.subject) || has_creation.contains(&t.subject));
+    let mut out = created;
+    out.extend(released);
+    out.extend(ready);
+    (out, parked)
+}
+
+fn json_list<T: Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).expect("plain rows serialize")
+}
+
+/// A `Pending` from a row of `subject, type, change_id, event_id, at_ms, payload`.
+fn pending_of<R: Row>(row: &R) -> Result<Pending, sqlx::Error>
+where
+    usize: sqlx::ColumnIndex<R>,
+    for<'c> String: sqlx::Decode<'c, R::Database> + sqlx::Type<R::Database>,
+    for<'c> i64: sqlx::Decode<'c, R::Database> + sqlx::Type<R::Database>,
+{
+    let kind: String = row.try_get(1)?;
+    Ok(Pending {
+        subject: row.try_get(0)?,
+        kind: static_kind(&kind),
+        change_id: row.try_get(2)?,
+        event_id: row.try_get(3)?,
+        at_ms: row.try_get(4)?,
+        payload: row.try_get(5)?,
+    })
+}
+
+fn static_kind(kind: &str) -> &'static str {
+    match kind {
+        ORDER_CREATED => ORDER_CREATED,
+        ORDER_CONFIRMED => ORDER_CONFIRMED,
+        ORDER_CANCELLED => ORDER_CANCELLED,
+        ORDER_EXPIRED => ORDER_EXPIRED,
+        _ => EVENT_CLOSED,
+    }
+}
+
+/// A change with its `seq`, as inserted.
+#[derive(Serialize)]
+struct Numbered<'a> {
+    seq: i64,
+    #[serde(flatten)]
+    change: &'a Pending,
+}
+
+/// The statements of one database (see the module docs).
+struct Sql {
+    lock_head: &'static str,
+    set_head: &'static str,
+    created_of: &'static str,
+    release: &'static str,
+    park: &'static str,
+    insert: &'static str,
+}
+
+const PG: Sql = Sql {
+    lock_head: "SELECT seq FROM outbox_head WHERE id = 1 FOR UPDATE",
+    set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
+    created_of: "SELECT subject FROM outbox_changes WHERE type = 'order.created' \
+         AND subject IN (SELECT value FROM json_array_elements_text($1::json))",
+    release: "DELETE FROM outbox_parked WHERE subject IN (SELECT value FROM json_array_elements_text($1::json)) \
+         RETURNING subject, type, change_id, event_id, at_ms, payload",
+    park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
+         SELECT change_id, event_id, subject, type, at_ms, payload FROM json_to_recordset($1::json) \
+         AS x(change_id text, event_id text, subject text, type text, at_ms int8, payload text) ON CONFLICT DO NOTHING",
+    insert: "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+         SELECT seq, change_id, event_id, subject, type, at_ms, payload FROM json_to_recordset($1::json) \
+         AS x(seq int8, change_id text, event_id text, subject text, type text, at_ms int8, payload text) ON CONFLICT DO NOTHING",
+};
+
+const SQLITE: Sql = Sql {
+    lock_head: "SELECT seq FROM outbox_head WHERE id = 1",
+    set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
+    created_of: "SELECT o.subject FROM json_each($1) j JOIN outbox_changes o \
+         ON substr(o.subject, -8) = substr(j.value, -8) AND +o.subject = j.value AND o.type = 'order.created'",
+    release: "DELETE FROM outbox_parked WHERE subject IN (SELECT value FROM json_each($1)) \
+         RETURNING subject, type, change_id, event_id, at_ms, payload",
+    park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
+         SELECT json_extract(value, '$.change_id'), json_extract(value, '$.event_id'), json_extract(value, '$.subject'), \
+         json_extract(value, '$.type'), json_extract(value, '$.at_ms'), json_extract(value, '$.payload') \
+         FROM json_each($1) WHERE true ON CONFLICT DO NOTHING",
+    insert: "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+         SELECT json_extract(value, '$.seq'), json_extract(value, '$.change_id'), json_extract(value, '$.event_id'), \
+         json_extract(value, '$.subject'), json_extract(value, '$.type'), json_extract(value, '$.at_ms'), \
+         json_extract(value, '$.payload') FROM json_each($1) WHERE true ON CONFLICT DO NOTHING",
+};
+
+/// Writes `created` and `terminal` into the outbox in the open transaction:
+/// lock the head, find which terminal changes have their creation, release
+/// parked ones, number and insert, park the rest. Returns the changes
+/// numbered.
+macro_rules! write_changes {
+    ($name:ident, $db:ty, $sql:expr) => {
+        pub(super) async fn $name(
+            tx: &mut Transaction<'_, $db>,
+            created: Vec<Pending>,
+            terminal: Vec<Pending>,
+        ) -> Result<usize, LedgerError> {
+            if created.is_empty() && terminal.is_empty() {
+                return Ok(0);
+            }
+            let sql: &Sql = &$sql;
+            let head: i64 = sqlx::query_scalar(sql.lock_head)
+                .fetch_one(&mut **tx)
+                .await?;
+            let mut has_creation = HashSet::new();
+            if !terminal.is_empty() {
+                let subjects: Vec<&str> = terminal.iter().map(|t| t.subject.as_str()).collect();
+                for s in sqlx::query_scalar::<_, String>(sql.created_of)
+                    .bind(json_list(&subjects))
+                    .fetch_all(&mut **tx)
+                    .await?
+                {
+                    has_creation.insert(s);
+                }
+            }
+            let mut released = Vec::new();
+            if !created.is_empty() {
+                let subjects: Vec<&str> = created.iter().map(|c| c.subject.as_str()).collect();
+                for row in sqlx::query(sql.release)
+                    .bind(json_list(&subjects))
+                    .fetch_all(&mut **tx)
+                    .await?
+                {
+                    released.push(pending_of(&row)?);
+                }
+                // Per order, in the order they happened.
+                released.sort_by_key(|p| (p.subject.clone(), p.at_ms));
+            }
+            let (ordered, parked) = sequence(created, released, terminal, &has_creation);
+            if !parked.is_empty() {
+                sqlx::query(sql.park)
+                    .bind(json_list(&parked))
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            if ordered.is_empty() {
+                return Ok(0);
+            }
+            let numbered: Vec<Numbered> = ordered
+                .iter()
+                .zip(head + 1..)
+                .map(|(change, seq)| Numbered { seq, change })
+                .collect();
+            sqlx::query(sql.set_head)
+                .bind(head + numbered.len() as i64)
+                .execute(&mut **tx)
+                .await?;
+            let written = sqlx::query(sql.insert)
+                .bind(json_list(&numbered))
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            Ok(written as usize)
+        }
+    };
+}
+write_changes!(write_pg, Postgres, PG);
+write_changes!(write_sqlite, Sqlite, SQLITE);
+
+/// The columns of a [`Change`], in [`change_of`]'s order.
+const CHANGE_COLUMNS: &str = "seq, change_id, event_id, subject, type, at_ms, payload";
+
+fn change_of(row: &sqlx::any::AnyRow) -> Result<Change, LedgerError> {
+    let payload: String = row.try_get(6)?;
+    Ok(Change {
+        seq: row.try_get(0)?,
+        change_id: row.try_get(1)?,
+        event_id: row.try_get(2)?,
+        subject: row.try_get(3)?,
+        kind: row.try_get(4)?,
+        at_ms: row.try_get(5)?,
+        payload: serde_json::from_str(&payload).map_err(|e| {
+            LedgerError::Data(format!(
+                "outbox payload of seq {}: {e}",
+                row.try_get::<i64, _>(0).unwrap_or(-1)
+            ))
+        })?,
+    })
+}
+
+/// How far a relay target is behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Changes after the target's cursor.
+    pub changes: i64,
+    /// The oldest of them: when it happened (unix ms).
+    pub oldest_ms: Option<i64>,
+}
+
+impl Ledger {
+    /// Writes `event.closed` with the event's final counts, in the close's
+    /// transaction (`close_event`).
+    pub(super) async fn write_closed(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        event: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        let lock = match self.kind {
+            DbKind::Postgres => PG.lock_head,
+            DbKind::Sqlite => SQLITE.lock_head,
+        };
+        let head: i64 = sqlx::query_scalar(lock).fetch_one(&mut **tx).await?;
+        let row = sqlx::query(
+            "SELECT stock, sold, released, leftover, guard_violations FROM event_totals WHERE event_id = $1",
+        )
+        .bind(event)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(());
+        };
+        let (stock, sold, released, leftover, violations): (i64, i64, i64, i64, i64) = (
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+        );
+        let payload = json!({
+            "event_id": event,
+            "stock": stock,
+            "sold": sold,
+            "released": released,
+            "net_sold": sold - released,
+            "leftover": leftover,
+            "guard_violations": violations,
+        });
+        let change = Pending::new(event, event, EVENT_CLOSED, now_ms, payload);
+        let seq = head + 1;
+        sqlx::query("UPDATE outbox_head SET seq = $1 WHERE id = 1")
+            .bind(seq)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(seq)
+        .bind(&change.change_id)
+        .bind(&change.event_id)
+        .bind(&change.subject)
+        .bind(change.kind)
+        .bind(change.at_ms)
+        .bind(&change.payload)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Changes after `after` in sequence order, at most `limit`: of one event,
+    /// or of all (`None`).
+    pub async fn changes(
+        &self,
+        event: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Change>, LedgerError> {
+        let rows = match event {
+            Some(event) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {CHANGE_COLUMNS} FROM outbox_changes WHERE event_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+                )))
+                .bind(event)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {CHANGE_COLUMNS} FROM outbox_changes WHERE seq > $1 ORDER BY seq LIMIT $2"
+                )))
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        rows.iter().map(change_of).collect()
+    }
+
+    /// The changes after `after`: how many, and the oldest's time.
+    pub async fn backlog(&self, after: i64) -> Result<Backlog, LedgerError> {
+        let row = sqlx::query("SELECT COUNT(*), MIN(at_ms) FROM outbox_changes WHERE seq > $1")
+            .bind(after)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Backlog {
+            changes: row.try_get(0)?,
+            oldest_ms: row.try_get(1)?,
+        })
+    }
+
+    /// Terminal changes waiting for their order's creation.
+    pub async fn parked_changes(&self) -> Result<i64, LedgerError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox_parked")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// A relay target's cursor: every change up to it is delivered; 0 for a
+    /// target never seen.
+    pub async fn outbox_cursor(&self, target: &str) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar("SELECT seq FROM outbox_cursors WHERE target = $1")
+                .bind(target)
+                .fetch_optional(&self.pool)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Moves a target's cursor to `seq`, fenced by the relay leader's `term`:
+    /// false (nothing written) when a leader of a newer term has written it.
+    pub async fn mark_outbox(
+        &self,
+        target: &str,
+        seq: i64,
+        term: i64,
+        now_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query(
+            "INSERT INTO outbox_cursors (target, seq, term, updated_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (target) DO UPDATE SET seq = excluded.seq, term = excluded.term, updated_ms = excluded.updated_ms \
+             WHERE outbox_cursors.term <= excluded.term",
+        )
+        .bind(target)
+        .bind(seq)
+        .bind(term)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(done == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::stream::{StreamEntry, StreamId};
+
+    fn rec(kind: RecordKind, order: &str, seq: u64) -> FlushRecord {
+        FlushRecord {
+            stream: "e#0#0".into(),
+            event: "e".into(),
+            entry: StreamEntry {
+                id: StreamId { ms: 1, seq },
+                kind,
+                order_id: order.into(),
+                user: "u".into(),
+                qty: 2,
+                bucket: 0,
+                home: 0,
+                rid: String::new(),
+                at_ms: 1_000 + seq as i64,
+                pay_by: None,
+                part: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn records_make_one_change_per_order_and_type() {
+        let mut held = rec(RecordKind::Order, "a", 1);
+        held.entry.pay_by = Some(9_000);
+        let all = [
+            held,
+            rec(RecordKind::Order, "a", 2),
+            rec(RecordKind::Void, "a", 3),
+            rec(RecordKind::Confirm, "a", 4),
+            rec(RecordKind::Cancel, "b", 5),
+            rec(RecordKind::Leftover, "", 6),
+            rec(RecordKind::Expire, "c", 7),
+        ];
+        let new: Vec<&FlushRecord> = all.iter().collect();
+        let (created, terminal) = changes_of(&new, 5);
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].change_id, "a:order.created");
+        let payload: Value = serde_json::from_str(&created[0].payload).unwrap();
+        assert_eq!(payload["pay_by_ms"], 9_000);
+        assert_eq!(payload["quantity"], 2);
+        let kinds: Vec<&str> = terminal.iter().map(|t| t.change_id.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["a:order.confirmed", "b:order.cancelled", "c:order.expired"]
+        );
+    }
+
+    #[test]
+    fn a_terminal_change_waits_for_its_orders_creation() {
+        let all = [
+            rec(RecordKind::Order, "a", 1),
+            rec(RecordKind::Cancel, "a", 2),
+            rec(RecordKind::Cancel, "b", 3),
+            rec(RecordKind::Expire, "c", 4),
+        ];
+        let new: Vec<&FlushRecord> = all.iter().collect();
+        let (created, terminal) = changes_of(&new, 5);
+        let before: HashSet<String> = ["c".to_owned()].into();
+        let released = vec![Pending::new("e", "a", ORDER_CONFIRMED, 0, json!({}))];
+        let (ordered, parked) = sequence(created, released, terminal, &before);
+        let ids: Vec<&str> = ordered.iter().map(|c| c.change_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "a:order.created",
+                "a:order.confirmed",
+                "a:order.cancelled",
+                "c:order.expired"
+            ]
+        );
+        assert_eq!(parked.len(), 1);
+        assert_eq!(parked[0].change_id, "b:order.cancelled");
+    }
+}
