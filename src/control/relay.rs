@@ -4,7 +4,8 @@
 //! **One leader.** Every instance with a NATS URL runs a relay; only the one
 //! holding the relay's leadership publishes. The leadership is the store's
 //! (the rebalancer's lease, on a reserved id, [`RELAY_LEASE`]), renewed every
-//! round, and its term fences the ledger: the target's cursor is moved only
+//! round (the embedded store serves one process, which leads alone), and its
+//! term fences the ledger: the target's cursor is moved only
 //! by a term at least the one that moved it last (`Ledger::mark_outbox`), so
 //! a relay that paused past its lease cannot move it back.
 //!
@@ -184,10 +185,16 @@ impl<S: Store> Relay<S> {
     /// One round: lead (or not), publish the next changes, move the cursor.
     pub async fn round(&mut self) -> Result<Round, RelayError> {
         let store = self.engine.store();
-        let Some(term) = store
-            .acquire_leadership(&self.lease, &self.owner, self.opts.lease_ttl_ms)
-            .await?
-        else {
+        // The embedded store serves one process: it leads alone (the memory
+        // store keeps leaderships only for events it has).
+        let term = if store.capabilities().remote {
+            store
+                .acquire_leadership(&self.lease, &self.owner, self.opts.lease_ttl_ms)
+                .await?
+        } else {
+            Some(1)
+        };
+        let Some(term) = term else {
             if self.term.take().is_some() {
                 metrics::gauge!(m::OUTBOX_LEADER).set(0.0);
                 tracing::info!("no longer leading the outbox relay");

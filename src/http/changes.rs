@@ -24,9 +24,8 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new().route("/v1/events/{id}/changes", get(changes::<S>))
 }
 
-/// `?after=SEQ&limit=N`; an unknown parameter is refused.
+/// `?after=SEQ&limit=N`; an unknown parameter is refused, by name.
 #[derive(Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(super) struct Page {
     /// Changes after this sequence number (0, the default: from the start).
@@ -38,6 +37,27 @@ pub(super) struct Page {
 }
 
 impl Page {
+    /// The page a query asks for; an unknown parameter is refused by name
+    /// (axum's own rejection would say only "Bad Request").
+    fn from_query(query: Vec<(String, String)>) -> Result<Self, ApiError> {
+        let mut page = Page {
+            after: None,
+            limit: None,
+        };
+        for (name, value) in query {
+            match name.as_str() {
+                "after" => page.after = Some(value),
+                "limit" => page.limit = Some(value),
+                other => {
+                    return Err(ApiError::invalid(format!(
+                        "unknown query parameter {other:?} (expected after, limit)"
+                    )));
+                }
+            }
+        }
+        Ok(page)
+    }
+
     /// `(after, limit)`, each checked, the field named when it is wrong.
     fn bounds(&self) -> Result<(i64, i64), ApiError> {
         let after = match &self.after {
@@ -114,10 +134,10 @@ pub(super) async fn changes<S: Store>(
     State(state): State<AppState<S>>,
     _admin: Admin,
     Path(id): Path<String>,
-    Query(page): Query<Page>,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Json<Changes>, ApiError> {
     let event = event_id(id)?;
-    let (after, limit) = page.bounds()?;
+    let (after, limit) = Page::from_query(query)?.bounds()?;
     let unavailable = |e: crate::ledger::LedgerError| {
         tracing::warn!(error = %e, "ledger failed");
         ApiError::Unavailable {
@@ -183,5 +203,7 @@ mod tests {
             let detail = p.bounds().unwrap_err().to_string();
             assert!(detail.starts_with(field), "{detail}");
         }
+        let unknown = Page::from_query(vec![("limt".into(), "5".into())]);
+        assert!(unknown.err().unwrap().to_string().contains("\"limt\""));
     }
 }

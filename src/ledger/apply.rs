@@ -215,8 +215,7 @@ impl Ledger {
                 let new = records::insert_pg(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_pg(&mut tx, &new).await?;
                 // Last: the outbox's head stays locked from here to the commit.
-                let (created, terminal) = outbox::changes_of(&new, now_ms);
-                outbox::write_pg(&mut tx, created, terminal).await?;
+                outbox::write_pg(&mut tx, &new, now_ms).await?;
                 tx.commit().await?;
                 (new.len(), moved, named)
             }
@@ -226,8 +225,7 @@ impl Ledger {
                 numbers.extend(named.clone());
                 let new = records::insert_sqlite(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_sqlite(&mut tx, &new).await?;
-                let (created, terminal) = outbox::changes_of(&new, now_ms);
-                outbox::write_sqlite(&mut tx, created, terminal).await?;
+                outbox::write_sqlite(&mut tx, &new, now_ms).await?;
                 tx.commit().await?;
                 (new.len(), moved, named)
             }

@@ -2,12 +2,16 @@
 //! written in the same transaction as the change itself, and read back in
 //! sequence order by the relay and the changes endpoint.
 //!
-//! **What a batch's new records say** ([`changes_of`], pure): an order's first
-//! take (`o`) or hold (`h`) record to reach the ledger is its
-//! `order.created`; a confirm (`k`), cancel (`c`) or expiry (`e`) is its
-//! `order.confirmed`, `order.cancelled` or `order.expired`. A take given back
-//! (`v`, a saga's losing take) and a leftover (`l`) are not order changes;
-//! the leftovers are in `event.closed`'s counts.
+//! **What a batch's new records say** ([`changes_of`], pure): an order's
+//! creation is its take (`o`) on an event without holds; on an event with
+//! holds, its take when the fast path bought it (the take carries the
+//! `pay_by`), else its saga's hold record (`h`, the deadline its `at_ms`),
+//! so every hold's `order.created` has its deadline; a saga's take there is
+//! not a change (and a saga that never finished, whose takes were all given
+//! back, creates no order). A confirm (`k`), cancel (`c`) or expiry (`e`) is
+//! the order's `order.confirmed`, `order.cancelled` or `order.expired`. A
+//! take given back (`v`) and a leftover (`l`) are not order changes; the
+//! leftovers are in `event.closed`'s counts.
 //!
 //! **Exactly once.** Only the records a batch wrote anew make changes (a batch
 //! applied twice makes none the second time), and (subject, type) is unique:
@@ -92,16 +96,23 @@ impl Pending {
 }
 
 /// The changes `new` records make: creations, and terminal changes, each
-/// (subject, type) once, in the batch's order.
-pub(super) fn changes_of(new: &[&FlushRecord], now_ms: i64) -> (Vec<Pending>, Vec<Pending>) {
+/// (subject, type) once, in the batch's order. `held`: the batch's events
+/// that have holds.
+pub(super) fn changes_of(
+    new: &[&FlushRecord],
+    held: &HashSet<String>,
+    now_ms: i64,
+) -> (Vec<Pending>, Vec<Pending>) {
     let mut seen = HashSet::new();
     let (mut created, mut terminal) = (Vec::new(), Vec::new());
     for r in new {
         let e = &r.entry;
         let order = e.order_id.as_str();
         let (kind, at_ms, payload) = match e.kind {
+            // A saga's take on an event with holds: its hold record creates it.
+            RecordKind::Order if e.pay_by.is_none() && held.contains(&r.event) => continue,
             RecordKind::Order => {
-                let mut p = json!({"user_id": e.user, "quantity": e.qty, "bucket": e.bucket});
+                let mut p = json!({"user_id": e.user, "quantity": e.qty});
                 if let Some(pay_by) = e.pay_by {
                     p["pay_by_ms"] = json!(pay_by);
                 }
@@ -208,6 +219,7 @@ struct Numbered<'a> {
 /// The statements of one database (see the module docs).
 struct Sql {
     lock_head: &'static str,
+    held: &'static str,
     set_head: &'static str,
     created_of: &'static str,
     release: &'static str,
@@ -217,6 +229,8 @@ struct Sql {
 
 const PG: Sql = Sql {
     lock_head: "SELECT seq FROM outbox_head WHERE id = 1 FOR UPDATE",
+    held: "SELECT event_id FROM events WHERE hold_seconds IS NOT NULL \
+         AND event_id IN (SELECT value FROM json_array_elements_text($1::json))",
     set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
     created_of: "SELECT subject FROM outbox_changes WHERE type = 'order.created' \
          AND subject IN (SELECT value FROM json_array_elements_text($1::json))",
@@ -232,6 +246,8 @@ const PG: Sql = Sql {
 
 const SQLITE: Sql = Sql {
     lock_head: "SELECT seq FROM outbox_head WHERE id = 1",
+    held: "SELECT event_id FROM events WHERE hold_seconds IS NOT NULL \
+         AND event_id IN (SELECT value FROM json_each($1))",
     set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
     created_of: "SELECT o.subject FROM json_each($1) j JOIN outbox_changes o \
          ON substr(o.subject, -8) = substr(j.value, -8) AND +o.subject = j.value AND o.type = 'order.created'",
@@ -255,16 +271,28 @@ macro_rules! write_changes {
     ($name:ident, $db:ty, $sql:expr) => {
         pub(super) async fn $name(
             tx: &mut Transaction<'_, $db>,
-            created: Vec<Pending>,
-            terminal: Vec<Pending>,
+            new: &[&FlushRecord],
+            now_ms: i64,
         ) -> Result<usize, LedgerError> {
-            if created.is_empty() && terminal.is_empty() {
+            if new
+                .iter()
+                .all(|r| matches!(r.entry.kind, RecordKind::Void | RecordKind::Leftover))
+            {
                 return Ok(0);
             }
             let sql: &Sql = &$sql;
             let head: i64 = sqlx::query_scalar(sql.lock_head)
                 .fetch_one(&mut **tx)
                 .await?;
+            let events: HashSet<&str> = new.iter().map(|r| r.event.as_str()).collect();
+            let events: Vec<&str> = events.into_iter().collect();
+            let held: HashSet<String> = sqlx::query_scalar::<_, String>(sql.held)
+                .bind(json_list(&events))
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .collect();
+            let (created, terminal) = changes_of(new, &held, now_ms);
             let mut has_creation = HashSet::new();
             if !terminal.is_empty() {
                 let subjects: Vec<&str> = terminal.iter().map(|t| t.subject.as_str()).collect();
@@ -538,7 +566,7 @@ mod tests {
             rec(RecordKind::Expire, "c", 7),
         ];
         let new: Vec<&FlushRecord> = all.iter().collect();
-        let (created, terminal) = changes_of(&new, 5);
+        let (created, terminal) = changes_of(&new, &HashSet::new(), 5);
         assert_eq!(created.len(), 1);
         assert_eq!(created[0].change_id, "a:order.created");
         let payload: Value = serde_json::from_str(&created[0].payload).unwrap();
@@ -552,6 +580,35 @@ mod tests {
     }
 
     #[test]
+    fn on_an_event_with_holds_a_sagas_hold_record_creates_its_order() {
+        let mut fast = rec(RecordKind::Order, "a", 1);
+        fast.entry.pay_by = Some(9_000);
+        let mut hold = rec(RecordKind::Hold, "b", 3);
+        hold.entry.at_ms = 7_000;
+        let all = [fast, rec(RecordKind::Order, "b", 2), hold];
+        let new: Vec<&FlushRecord> = all.iter().collect();
+        let held: HashSet<String> = ["e".to_owned()].into();
+        let (created, _) = changes_of(&new, &held, 5);
+        let deadlines: Vec<(String, Value)> = created
+            .iter()
+            .map(|c| {
+                let p: Value = serde_json::from_str(&c.payload).unwrap();
+                (c.subject.clone(), p["pay_by_ms"].clone())
+            })
+            .collect();
+        assert_eq!(
+            deadlines,
+            [
+                ("a".to_owned(), json!(9_000)),
+                ("b".to_owned(), json!(7_000))
+            ]
+        );
+        // Without holds, the take creates its order.
+        let (created, _) = changes_of(&new[1..2], &HashSet::new(), 5);
+        assert_eq!(created[0].change_id, "b:order.created");
+    }
+
+    #[test]
     fn a_terminal_change_waits_for_its_orders_creation() {
         let all = [
             rec(RecordKind::Order, "a", 1),
@@ -560,7 +617,7 @@ mod tests {
             rec(RecordKind::Expire, "c", 4),
         ];
         let new: Vec<&FlushRecord> = all.iter().collect();
-        let (created, terminal) = changes_of(&new, 5);
+        let (created, terminal) = changes_of(&new, &HashSet::new(), 5);
         let before: HashSet<String> = ["c".to_owned()].into();
         let released = vec![Pending::new("e", "a", ORDER_CONFIRMED, 0, json!({}))];
         let (ordered, parked) = sequence(created, released, terminal, &before);

@@ -1,0 +1,409 @@
+//! Order events out (issue 47): the ledger's outbox, served by
+//! `GET /v1/events/{id}/changes` and relayed to the machine's NATS JetStream
+//! (127.0.0.1:4222).
+//!
+//! A sale over HTTP with holds, confirms, cancels and the close's expiries;
+//! then every order's changes, from the endpoint and from the stream, are
+//! exactly what the sale did: one `order.created` and one terminal change
+//! per order, the creation first, `event.closed` with the final counts. The
+//! relay is killed mid-way (its marks lost) and another takes over: nothing
+//! is lost and the server drops the copies it publishes again.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use shardstock::control::relay::{Relay, RelayOptions};
+use shardstock::ledger::Ledger;
+
+use crate::harness::{
+    Backend, Sale, TOKEN, TestApp, eid, eventually, on_every_backend, pg_pool, pg_url, settings_in,
+    standalone,
+};
+
+/// Starts the machine's NATS server (JetStream on) when it is down.
+pub const START_NATS: &str =
+    "nats-server -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log &";
+const NATS: &str = "nats://127.0.0.1:4222";
+
+/// A JetStream context on the machine's server, or a failure that says how
+/// to start it.
+async fn jet() -> jetstream::Context {
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(3))
+        .connect(NATS)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("NATS is not answering on 127.0.0.1:4222 ({e}); start it with:\n  {START_NATS}")
+        });
+    jetstream::new(client)
+}
+
+/// A stream and subject prefix of this test's own.
+fn stream_names() -> (String, String) {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    (format!("shardstock_it_{tag}"), format!("it{tag}"))
+}
+
+/// What the sale did to each order: `order.confirmed`, `order.cancelled`
+/// or `order.expired`.
+type Outcomes = HashMap<String, &'static str>;
+
+/// A sale of `stock` units in 4 buckets with holds, bought to the last unit by
+/// 6 clients over HTTP (the last units by sagas), then a third of the orders
+/// confirmed, a third cancelled, and the close: the rest expire.
+async fn sale_with_holds(app: &TestApp, event: &str, stock: u64) -> Outcomes {
+    app.create(event, stock, 4, json!({"hold_seconds": 600}))
+        .await;
+    let sale = Sale::start(&app.base, event, 6);
+    eventually(
+        "the sale to sell out",
+        Duration::from_secs(60),
+        async || {
+            let view = app.view(event).await;
+            (view["remaining"] == 0).then_some(())
+        },
+    )
+    .await;
+    let sent = sale.stop().await;
+    let orders: Vec<String> = sent
+        .iter()
+        .filter(|s| s.status == 201)
+        .map(|s| s.answer["order_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(orders.len() as u64, stock, "one unit an order");
+    let mut outcomes = Outcomes::new();
+    for (i, order) in orders.iter().enumerate() {
+        let outcome = match i % 3 {
+            0 => {
+                let r = app
+                    .post(&format!("/v1/orders/{order}/confirm"), json!({}))
+                    .await;
+                assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+                "order.confirmed"
+            }
+            1 => {
+                let r = app
+                    .post(&format!("/v1/orders/{order}/cancel"), json!({}))
+                    .await;
+                assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+                "order.cancelled"
+            }
+            _ => "order.expired",
+        };
+        outcomes.insert(order.clone(), outcome);
+    }
+    app.close(event).await;
+    outcomes
+}
+
+/// Every change of `event` from the endpoint, `limit` a page.
+async fn all_changes(app: &TestApp, event: &str, limit: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let r = app
+            .client
+            .get(app.url(&format!(
+                "/v1/events/{event}/changes?after={after}&limit={limit}"
+            )))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let page: Value = r.json().await.unwrap();
+        let changes = page["changes"].as_array().unwrap().clone();
+        assert!(changes.len() <= limit);
+        let next = page["next"].as_i64().unwrap();
+        if changes.is_empty() {
+            assert_eq!(next, after, "an empty page keeps the cursor");
+            return out;
+        }
+        assert_eq!(next, changes.last().unwrap()["seq"].as_i64().unwrap());
+        after = next;
+        out.extend(changes);
+    }
+}
+
+/// `changes` (in the order delivered) say exactly what `outcomes` did: per
+/// order its creation then its terminal change, nothing twice, and the
+/// event's close with the final counts.
+fn check_changes(changes: &[Value], event: &str, outcomes: &Outcomes, stock: u64) {
+    let mut seen = HashSet::new();
+    let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut last_seq = 0;
+    let mut closed = None;
+    for c in changes {
+        let id = c["id"].as_str().unwrap();
+        assert!(seen.insert(id.to_owned()), "{id} twice");
+        let seq = c["seq"].as_i64().unwrap();
+        assert!(seq > last_seq, "in sequence order");
+        last_seq = seq;
+        assert_eq!(c["event_id"], event);
+        let kind = c["type"].as_str().unwrap();
+        let subject = c["subject"].as_str().unwrap();
+        assert_eq!(id, format!("{subject}:{kind}"));
+        if kind == "event.closed" {
+            closed = Some(c["payload"].clone());
+            continue;
+        }
+        assert_eq!(c["payload"]["order_id"], subject);
+        assert_eq!(c["payload"]["quantity"], 1);
+        if kind == "order.created" {
+            assert!(
+                c["payload"]["pay_by_ms"].as_i64().is_some(),
+                "a hold's creation has its deadline: {c}"
+            );
+        }
+        per_order
+            .entry(subject.to_owned())
+            .or_default()
+            .push(kind.to_owned());
+    }
+    assert_eq!(
+        per_order.len(),
+        outcomes.len(),
+        "every order, and only them"
+    );
+    for (order, outcome) in outcomes {
+        assert_eq!(
+            per_order[order],
+            ["order.created", outcome],
+            "the changes of {order}"
+        );
+    }
+    let closed = closed.expect("event.closed");
+    let cancelled_or_expired = outcomes
+        .values()
+        .filter(|o| **o != "order.confirmed")
+        .count() as u64;
+    // A saga's losing take counts in both sold and released.
+    assert_eq!(closed["stock"], stock);
+    assert_eq!(closed["net_sold"], stock - cancelled_or_expired);
+}
+
+/// The endpoint serves a sale's changes, in pages, each order's in order;
+/// its parameters are checked and it is the admin's.
+async fn a_sales_changes_are_served_in_order_per_order(backend: Backend) {
+    let app = TestApp::spawn_with(settings_in("outbox", backend)).await;
+    let event = eid("ch");
+    let outcomes = sale_with_holds(&app, &event, 60).await;
+    let changes = all_changes(&app, &event, 7).await;
+    check_changes(&changes, &event, &outcomes, 60);
+    assert_eq!(all_changes(&app, &event, 1000).await, changes);
+
+    let get = |query: &str, token: bool| {
+        let mut r = app
+            .client
+            .get(app.url(&format!("/v1/events/{event}/changes{query}")));
+        if token {
+            r = r.bearer_auth(TOKEN);
+        }
+        r.send()
+    };
+    for (query, field) in [
+        ("?after=-1", "after"),
+        ("?after=x", "after"),
+        ("?limit=0", "limit"),
+        ("?limit=1001", "limit"),
+        ("?limt=5", "limt"),
+    ] {
+        let r = get(query, true).await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{query}");
+        let body: Value = r.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().unwrap().contains(field),
+            "{query}: {body}"
+        );
+    }
+    assert_eq!(
+        get("", false).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let r = app
+        .client
+        .get(app.url("/v1/events/no-such-event/changes"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+/// Every message of `stream`, in the stream's order, deduplicated by
+/// `Nats-Msg-Id` (with the count of copies found), as change bodies.
+async fn stream_messages(jet: &jetstream::Context, stream: &str) -> (Vec<Value>, usize) {
+    let mut s = jet.get_stream(stream).await.unwrap();
+    let last = s.info().await.unwrap().state.last_sequence;
+    let (mut out, mut ids, mut copies) = (Vec::new(), HashSet::new(), 0);
+    for seq in 1..=last {
+        let m = s.get_raw_message(seq).await.unwrap();
+        let id = m.headers.get("Nats-Msg-Id").unwrap().to_string();
+        let body: Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(body["id"].as_str().unwrap(), id);
+        let want = format!(
+            "{}.{}.{}",
+            stream_prefix(&m.subject),
+            body["event_id"].as_str().unwrap().replace('.', "_"),
+            body["type"].as_str().unwrap()
+        );
+        assert_eq!(m.subject.as_str(), want);
+        if ids.insert(id) {
+            out.push(body);
+        } else {
+            copies += 1;
+        }
+    }
+    (out, copies)
+}
+
+fn stream_prefix(subject: &str) -> &str {
+    subject.split('.').next().unwrap()
+}
+
+/// The relay of a running service publishes every change of a sale to
+/// JetStream: after deduplication, exactly the database's changes.
+async fn the_relay_publishes_exactly_the_ledgers_changes(backend: Backend) {
+    let jet = jet().await;
+    let (stream, prefix) = stream_names();
+    let mut settings = settings_in("outbox", backend);
+    settings.outbox.nats_url = Some(NATS.into());
+    settings.outbox.stream = stream.clone();
+    settings.outbox.subject_prefix = prefix.clone();
+    settings.outbox.interval_ms = 20;
+    let app = TestApp::spawn_with(settings).await;
+    let event = eid("nats");
+    let outcomes = sale_with_holds(&app, &event, 60).await;
+    let changes = all_changes(&app, &event, 1000).await;
+    check_changes(&changes, &event, &outcomes, 60);
+    // The database holds other tests' changes too (on PostgreSQL): the
+    // relay publishes them all, this event's among them.
+    let mine = eventually(
+        "the relay to publish every change",
+        Duration::from_secs(30),
+        async || {
+            let (messages, copies) = stream_messages(&jet, &stream).await;
+            assert_eq!(copies, 0);
+            let mine: Vec<Value> = messages
+                .into_iter()
+                .filter(|m| m["event_id"] == event.as_str())
+                .collect();
+            (mine.len() >= changes.len()).then_some(mine)
+        },
+    )
+    .await;
+    assert_eq!(
+        mine, changes,
+        "the stream holds the ledger's changes, in order"
+    );
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("shardstock_outbox_deliveries_total"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("shardstock_outbox_lag_seconds"));
+    app.stop().await;
+    jet.delete_stream(&stream).await.unwrap();
+}
+
+on_every_backend!(app:
+    a_sales_changes_are_served_in_order_per_order,
+    the_relay_publishes_exactly_the_ledgers_changes,
+);
+
+fn relay_options(stream: &str, prefix: &str) -> RelayOptions {
+    RelayOptions {
+        nats_url: NATS.into(),
+        stream: stream.into(),
+        subject_prefix: prefix.into(),
+        duplicate_window: Duration::from_secs(120),
+        batch: 16,
+        interval: Duration::from_millis(5),
+        lease_ttl_ms: 400,
+        publish_timeout: Duration::from_secs(5),
+    }
+}
+
+/// A relay killed mid-way, its last marks lost (the cursor set back, as if
+/// it died between publishing and marking): the next leader takes over once
+/// the lease lapses, publishes the rest and the copies again, the server
+/// drops the copies, and the stream ends with every change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_relay_killed_mid_way_loses_nothing_and_publishes_nothing_twice() {
+    let jet = jet().await;
+    let (stream, prefix) = stream_names();
+    // The sale, on Redis and PostgreSQL, with no relay of its own.
+    let app = TestApp::spawn_with(settings_in("outbox-kill", Backend::Redis)).await;
+    let event = eid("kill");
+    let outcomes = sale_with_holds(&app, &event, 90).await;
+    let changes = all_changes(&app, &event, 1000).await;
+    check_changes(&changes, &event, &outcomes, 90);
+    let ledger = Ledger::connect(&pg_url(), 2).await.unwrap();
+    // Other tests' changes share this database: the relay publishes them too.
+    let last = ledger.changes(None, 0, i64::MAX).await.unwrap();
+    let last = last.last().unwrap().seq;
+    let target = format!("nats:{stream}");
+
+    let engine = Arc::new(standalone("outbox-kill").await);
+    let mut first = Relay::new(
+        engine.clone(),
+        ledger.clone(),
+        relay_options(&stream, &prefix),
+    );
+    for _ in 0..4 {
+        assert!(first.round().await.unwrap().led);
+    }
+    drop(first); // killed: the leadership is not given back
+    let reached = ledger.outbox_cursor(&target).await.unwrap();
+    assert!(reached < last, "killed mid-way ({reached} of {last})");
+    // Its last marks lost: the changes after `lost` were published, not marked.
+    let lost = reached / 2;
+    sqlx::query("UPDATE outbox_cursors SET seq = $1 WHERE target = $2")
+        .bind(lost)
+        .bind(&target)
+        .execute(&pg_pool().await)
+        .await
+        .unwrap();
+
+    let mut second = Relay::new(engine, ledger.clone(), relay_options(&stream, &prefix));
+    let (mut duplicates, mut led) = (0, false);
+    eventually(
+        "the second relay to finish",
+        Duration::from_secs(60),
+        async || {
+            let round = second.round().await.unwrap();
+            led |= round.led;
+            duplicates += round.duplicates;
+            (round.led && round.cursor >= last).then_some(())
+        },
+    )
+    .await;
+    assert!(led);
+    assert!(
+        duplicates as i64 >= reached - lost,
+        "the server dropped the copies: {duplicates} of {}",
+        reached - lost
+    );
+    let (messages, copies) = stream_messages(&jet, &stream).await;
+    assert_eq!(copies, 0, "no copy reached the stream");
+    let all = ledger.changes(None, 0, i64::MAX).await.unwrap();
+    let ids: Vec<&str> = messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let want: Vec<&str> = all
+        .iter()
+        .filter(|c| c.seq <= last)
+        .map(|c| c.change_id.as_str())
+        .collect();
+    assert_eq!(ids[..want.len()], want[..], "every change once, in order");
+    let mine: Vec<Value> = messages
+        .into_iter()
+        .filter(|m| m["event_id"] == event.as_str())
+        .collect();
+    assert_eq!(mine, changes);
+    app.stop().await;
+    jet.delete_stream(&stream).await.unwrap();
+}
