@@ -83,6 +83,10 @@ pub struct BackendArgs {
     /// replicas have it (`store.min_replicas`; 0: off).
     #[arg(long, env = "SHARDSTOCK_MIN_REPLICAS")]
     pub min_replicas: Option<u32>,
+    /// NATS URL (nats://host:port): relay the order changes to JetStream
+    /// (`outbox.nats_url`; empty: no relay).
+    #[arg(long, env = "SHARDSTOCK_NATS_URL")]
+    pub nats_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +151,9 @@ impl BackendArgs {
         }
         if let Some(n) = self.min_replicas {
             s.store.min_replicas = n;
+        }
+        if let Some(url) = &self.nats_url {
+            s.outbox.nats_url = Some(url.clone()).filter(|u| !u.is_empty());
         }
         Ok(resolved)
     }
@@ -239,11 +246,14 @@ mod tests {
             "1",
             "--worker-threads",
             "1",
+            "--nats-url",
+            "nats://127.0.0.1:4222",
         ]);
         let Command::Serve(args) = cli.command else {
             panic!()
         };
         let s = args.settings().unwrap();
+        assert_eq!(s.outbox.nats_url.as_deref(), Some("nats://127.0.0.1:4222"));
         assert_eq!(s.server.listen, "0.0.0.0:9999");
         assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
         assert_eq!(s.store.min_replicas, 1);
