@@ -147,6 +147,20 @@ pub fn serve(settings: &Settings) -> ServeOptions {
     }
 }
 
+/// The outbox relay's options; `None` without a NATS URL (no relay).
+pub fn relay(o: &crate::config::OutboxSettings) -> Option<RelayOptions> {
+    o.nats_url.as_ref().map(|url| RelayOptions {
+        nats_url: url.clone(),
+        stream: o.stream.clone(),
+        subject_prefix: o.subject_prefix.clone(),
+        duplicate_window: Duration::from_millis(o.duplicate_window_ms),
+        batch: o.batch,
+        interval: Duration::from_millis(o.interval_ms),
+        lease_ttl_ms: o.lease_ttl_ms,
+        publish_timeout: Duration::from_millis(o.publish_timeout_ms),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,18 +214,4 @@ mod tests {
         let sqlite = flush(&db, DbKind::Sqlite);
         assert_eq!((sqlite.batch, sqlite.workers), (2_000, 1));
     }
-}
-
-/// The outbox relay's options; `None` without a NATS URL (no relay).
-pub fn relay(o: &crate::config::OutboxSettings) -> Option<RelayOptions> {
-    o.nats_url.as_ref().map(|url| RelayOptions {
-        nats_url: url.clone(),
-        stream: o.stream.clone(),
-        subject_prefix: o.subject_prefix.clone(),
-        duplicate_window: Duration::from_millis(o.duplicate_window_ms),
-        batch: o.batch,
-        interval: Duration::from_millis(o.interval_ms),
-        lease_ttl_ms: o.lease_ttl_ms,
-        publish_timeout: Duration::from_millis(o.publish_timeout_ms),
-    })
 }
