@@ -17,11 +17,12 @@ use async_nats::jetstream;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shardstock::control::relay::{Relay, RelayOptions};
-use shardstock::ledger::Ledger;
+use shardstock::domain::stream::{RecordKind, StreamEntry, StreamId};
+use shardstock::ledger::{FlushRecord, Ledger};
 
 use crate::harness::{
-    Backend, Sale, TOKEN, TestApp, eid, eventually, on_every_backend, pg_pool, pg_url, settings_in,
-    standalone,
+    Backend, Sale, TOKEN, TestApp, eid, event_id, eventually, on_every_backend, pg_pool, pg_url,
+    settings_in, spec, standalone,
 };
 
 /// Starts the machine's NATS server (JetStream on) when it is down.
@@ -407,3 +408,180 @@ async fn a_relay_killed_mid_way_loses_nothing_and_publishes_nothing_twice() {
     app.stop().await;
     jet.delete_stream(&stream).await.unwrap();
 }
+
+// ---- the ledger's outbox alone, on both databases ----
+
+fn record(stream: &str, event: &str, seq: u64, kind: RecordKind, order: &str) -> FlushRecord {
+    FlushRecord {
+        stream: stream.to_owned(),
+        event: event.to_owned(),
+        entry: StreamEntry {
+            id: StreamId { ms: 1_000, seq },
+            kind,
+            order_id: order.to_owned(),
+            user: "u-1".into(),
+            qty: 1,
+            bucket: 0,
+            home: 0,
+            rid: String::new(),
+            at_ms: 1_000 + seq as i64,
+            pay_by: None,
+            part: 0,
+        },
+    }
+}
+
+/// `(subject, type)` of each change of `event`, in sequence order.
+async fn kinds(ledger: &Ledger, event: &str) -> Vec<(String, String)> {
+    let all = ledger.changes(Some(event), 0, 100_000).await.unwrap();
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq));
+    all.into_iter().map(|c| (c.subject, c.kind)).collect()
+}
+
+/// A cancel flushed before its take (another bucket's stream) waits for the
+/// take's creation and comes right after it; batches applied again add no
+/// change.
+async fn a_cancel_flushed_before_its_take_comes_after_its_creation(url: String) {
+    let id = event_id("park");
+    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    ledger.register_event(&spec(&id, 100, 4), 0).await.unwrap();
+    let e = id.as_str();
+    let (home, other) = (format!("{e}#0#0"), format!("{e}#0#1"));
+    let first = vec![
+        record(&home, e, 1, RecordKind::Order, "a"),
+        record(&home, e, 2, RecordKind::Cancel, "x"),
+    ];
+    ledger.apply(&first, 5).await.unwrap();
+    let pair = |s: &str, k: &str| (s.to_owned(), k.to_owned());
+    assert_eq!(kinds(&ledger, e).await, [pair("a", "order.created")]);
+    assert_eq!(ledger.parked_changes().await.unwrap(), 1);
+    let second = vec![
+        record(&other, e, 1, RecordKind::Order, "x"),
+        record(&other, e, 2, RecordKind::Order, "b"),
+        record(&home, e, 3, RecordKind::Cancel, "a"),
+    ];
+    ledger.apply(&second, 6).await.unwrap();
+    let want = [
+        pair("a", "order.created"),
+        pair("x", "order.created"),
+        pair("b", "order.created"),
+        pair("x", "order.cancelled"),
+        pair("a", "order.cancelled"),
+    ];
+    assert_eq!(kinds(&ledger, e).await, want);
+    for batch in [&first, &second] {
+        assert_eq!(ledger.apply(batch, 7).await.unwrap().new_records, 0);
+    }
+    let mut both = first.clone();
+    both.extend(second.clone());
+    both.push(record(&other, e, 3, RecordKind::Order, "c"));
+    assert_eq!(ledger.apply(&both, 8).await.unwrap().new_records, 1);
+    let mut want = want.to_vec();
+    want.push(pair("c", "order.created"));
+    assert_eq!(kinds(&ledger, e).await, want);
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+    ledger.close_event(&id, 9).await.unwrap();
+    ledger.close_event(&id, 10).await.unwrap();
+    want.push(pair(e, "event.closed"));
+    assert_eq!(kinds(&ledger, e).await, want, "closed once");
+}
+
+/// Eight writers on overlapping batches, each batch twice in another order:
+/// every order's creation once, before its cancel, each cancel once, and
+/// the sequence rising with no number used twice.
+async fn concurrent_flushers_write_each_change_once_in_order(url: String) {
+    let id = event_id("meet");
+    let ledger = Ledger::connect(&url, 8).await.unwrap();
+    ledger
+        .register_event(&spec(&id, 1_000_000, 8), 0)
+        .await
+        .unwrap();
+    let e = id.to_string();
+    // Orders in one stream, their cancels in another: the cancels often
+    // reach the ledger first.
+    let records: Vec<FlushRecord> = (0..1_200u64)
+        .map(|i| {
+            let order = format!("{e}.o{}", i / 2);
+            if i % 2 == 0 {
+                record(
+                    &format!("{e}#0#{}", i % 8),
+                    &e,
+                    1 + i,
+                    RecordKind::Order,
+                    &order,
+                )
+            } else {
+                record(
+                    &format!("{e}#0#{}", 7 - i % 8),
+                    &e,
+                    1 + i,
+                    RecordKind::Cancel,
+                    &order,
+                )
+            }
+        })
+        .collect();
+    let mut batches: Vec<Vec<FlushRecord>> = Vec::new();
+    for start in (0..records.len()).step_by(90) {
+        let mut b = records[start..(start + 120).min(records.len())].to_vec();
+        b.reverse();
+        batches.push(b.clone());
+        let half = b.len() / 2;
+        b.rotate_left(half);
+        batches.push(b);
+    }
+    let batches = Arc::new(batches);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let (ledger, batches, next) = (ledger.clone(), batches.clone(), next.clone());
+            tokio::spawn(async move {
+                while let Some(b) =
+                    batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    ledger.apply(b, 0).await.expect("no writer gives up");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let changes = kinds(&ledger, &e).await;
+    assert_eq!(changes.len(), 1_200, "each change once");
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for (subject, kind) in changes {
+        seen.entry(subject).or_default().push(kind);
+    }
+    assert_eq!(seen.len(), 600);
+    for (order, kinds) in seen {
+        assert_eq!(kinds, ["order.created", "order.cancelled"], "{order}");
+    }
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+}
+
+macro_rules! on_both_databases {
+    ($($name:ident),*) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::harness::sqlite_url()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::harness::pg_url()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_databases!(
+    a_cancel_flushed_before_its_take_comes_after_its_creation,
+    concurrent_flushers_write_each_change_once_in_order
+);
