@@ -225,6 +225,12 @@ impl Application {
             let relay = crate::control::relay::Relay::new(engine.clone(), ledger.clone(), relay);
             tasks.spawn(quietly(relay.run(stop.clone())));
         }
+        tasks.spawn(quietly(crate::control::relay::prune(
+            engine.clone(),
+            ledger.clone(),
+            options::prune(&settings.outbox),
+            stop.clone(),
+        )));
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);
             tasks.spawn(quietly(audits::run(

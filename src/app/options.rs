@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::{DatabaseSettings, RateLimitSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
-use crate::control::relay::RelayOptions;
+use crate::control::relay::{PruneOptions, RelayOptions};
 use crate::control::saga_sweeper::SagaSweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
@@ -159,6 +159,19 @@ pub fn relay(o: &crate::config::OutboxSettings) -> Option<RelayOptions> {
         lease_ttl_ms: o.lease_ttl_ms,
         publish_timeout: Duration::from_millis(o.publish_timeout_ms),
     })
+}
+
+/// How the outbox is pruned: the relay's target, if any, must have a
+/// change before its replay window ends.
+pub fn prune(o: &crate::config::OutboxSettings) -> PruneOptions {
+    PruneOptions {
+        replay: Duration::from_millis(o.replay_ms),
+        retention: Duration::from_millis(o.retention_ms),
+        interval: Duration::from_millis(o.prune_interval_ms),
+        targets: relay(o)
+            .map(|r| vec![crate::control::relay::target(&r.stream)])
+            .unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

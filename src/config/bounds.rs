@@ -140,6 +140,9 @@ numeric! {
     "outbox.interval_ms": outbox.interval_ms in 1, 60_000;
     "outbox.lease_ttl_ms": outbox.lease_ttl_ms in 100, HOUR_MS;
     "outbox.publish_timeout_ms": outbox.publish_timeout_ms in 10, 600_000;
+    "outbox.replay_ms": outbox.replay_ms in 0, 365 * DAY_MS;
+    "outbox.retention_ms": outbox.retention_ms in 60_000, 365 * DAY_MS;
+    "outbox.prune_interval_ms": outbox.prune_interval_ms in 100, DAY_MS;
 }
 
 /// A setting of the table by name.

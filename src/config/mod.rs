@@ -361,6 +361,15 @@ pub struct OutboxSettings {
     pub lease_ttl_ms: u64,
     /// How long one publish may wait for the server's acknowledgement.
     pub publish_timeout_ms: u64,
+    /// A change every target has is kept this long for replays
+    /// (`GET /v1/events/{id}/changes`), then pruned.
+    pub replay_ms: u64,
+    /// Any change is pruned this long after it happened, delivered or not:
+    /// the outbox stays bounded while a target is down (its lag alert fires
+    /// long before).
+    pub retention_ms: u64,
+    /// How often every instance prunes the outbox.
+    pub prune_interval_ms: u64,
 }
 
 impl Default for OutboxSettings {
@@ -374,6 +383,9 @@ impl Default for OutboxSettings {
             interval_ms: 100,
             lease_ttl_ms: 3_000,
             publish_timeout_ms: 5_000,
+            replay_ms: 86_400_000,
+            retention_ms: 604_800_000,
+            prune_interval_ms: 60_000,
         }
     }
 }

@@ -22,6 +22,11 @@
 //! `shardstock.demo.order.created`; a `.` in the event id is written `_`
 //! there (the body has the id as it is).
 //!
+//! **Pruning** ([`prune`], every instance): a change every target has goes
+//! `replay_ms` after it happened; any change goes `retention_ms` after it
+//! happened, delivered or not, so the outbox stays bounded while a target is
+//! down (its lag alert fires long before).
+//!
 //! The relay never slows the flusher: it reads committed rows on its own
 //! connections. Failures are logged and counted, the connection is dropped
 //! and made again on the next round.
@@ -54,6 +59,51 @@ pub struct RelayOptions {
     pub interval: Duration,
     pub lease_ttl_ms: u64,
     pub publish_timeout: Duration,
+}
+
+/// How the outbox is pruned (from `[outbox]`).
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    pub replay: Duration,
+    pub retention: Duration,
+    pub interval: Duration,
+    /// The relay targets a change must reach before its replay window ends
+    /// ([`target`] of each).
+    pub targets: Vec<String>,
+}
+
+/// The cursor row of the relay to `stream`.
+pub fn target(stream: &str) -> String {
+    format!("nats:{stream}")
+}
+
+/// Prunes the outbox every interval until `stop` (see the module docs).
+pub async fn prune<S: Store>(
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    opts: PruneOptions,
+    stop: CancellationToken,
+) {
+    let mut ticker = super::ticker::Ticker::new(opts.interval, &stop);
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    while ticker.tick().await {
+        let now = engine.clock().now_ms();
+        let pruned = async {
+            let upto = ledger.lowest_cursor(&opts.targets).await?;
+            ledger
+                .prune_outbox(
+                    now.saturating_sub(ms(opts.retention)),
+                    now.saturating_sub(ms(opts.replay)),
+                    upto,
+                )
+                .await
+        };
+        match pruned.await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(pruned = n, "outbox pruned"),
+            Err(e) => tracing::warn!(error = %e, "pruning the outbox failed; trying again later"),
+        }
+    }
 }
 
 /// Failures of a relay round.
@@ -121,7 +171,7 @@ pub fn body(change: &Change) -> Vec<u8> {
 impl<S: Store> Relay<S> {
     pub fn new(engine: Arc<Engine<S>>, ledger: Ledger, opts: RelayOptions) -> Self {
         let owner = format!("{}/relay-{:08x}", engine.instance(), rand::random::<u32>());
-        let target = format!("nats:{}", opts.stream);
+        let target = target(&opts.stream);
         Self {
             engine,
             ledger,

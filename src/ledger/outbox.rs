@@ -483,6 +483,67 @@ impl Ledger {
         })
     }
 
+    /// Prunes the outbox from its oldest change on, in sequence order, and
+    /// stops at the first change it must keep. A change goes when it
+    /// happened before `any_before_ms` (the retention: the outbox stays
+    /// bounded while a target is down), or before `delivered_before_ms` (the
+    /// replay window of the changes endpoint) if every target has it
+    /// (`delivered_upto`: the lowest target cursor; `None` without targets).
+    /// Parked changes older than the retention go too. Returns the changes
+    /// pruned.
+    pub async fn prune_outbox(
+        &self,
+        any_before_ms: i64,
+        delivered_before_ms: i64,
+        delivered_upto: Option<i64>,
+    ) -> Result<u64, LedgerError> {
+        const CHUNK: i64 = 1_000;
+        let upto = delivered_upto.unwrap_or(i64::MAX);
+        let mut pruned = 0;
+        loop {
+            let rows = sqlx::query("SELECT seq, at_ms FROM outbox_changes ORDER BY seq LIMIT $1")
+                .bind(CHUNK)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut last = None;
+            for row in &rows {
+                let (seq, at_ms): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+                let goes = at_ms < any_before_ms || (at_ms < delivered_before_ms && seq <= upto);
+                if !goes {
+                    break;
+                }
+                last = Some(seq);
+            }
+            let Some(last) = last else { break };
+            pruned += sqlx::query("DELETE FROM outbox_changes WHERE seq <= $1")
+                .bind(last)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if rows.len() < CHUNK as usize
+                || rows.last().and_then(|r| r.try_get::<i64, _>(0).ok()) != Some(last)
+            {
+                break;
+            }
+        }
+        sqlx::query("DELETE FROM outbox_parked WHERE at_ms < $1")
+            .bind(any_before_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(pruned)
+    }
+
+    /// The lowest cursor of `targets` (0 for one never seen); `None` without
+    /// targets.
+    pub async fn lowest_cursor(&self, targets: &[String]) -> Result<Option<i64>, LedgerError> {
+        let mut lowest = None;
+        for target in targets {
+            let cursor = self.outbox_cursor(target).await?;
+            lowest = Some(lowest.map_or(cursor, |l: i64| l.min(cursor)));
+        }
+        Ok(lowest)
+    }
+
     /// Terminal changes waiting for their order's creation.
     pub async fn parked_changes(&self) -> Result<i64, LedgerError> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox_parked")

@@ -583,5 +583,62 @@ macro_rules! on_both_databases {
 
 on_both_databases!(
     a_cancel_flushed_before_its_take_comes_after_its_creation,
-    concurrent_flushers_write_each_change_once_in_order
+    concurrent_flushers_write_each_change_once_in_order,
+    the_outbox_is_pruned_once_delivered_and_bounded_by_retention
 );
+
+/// Pruning keeps what a target has not had until the retention ends, and
+/// what every target has until the replay window ends; it goes from the
+/// oldest change on.
+async fn the_outbox_is_pruned_once_delivered_and_bounded_by_retention(url: String) {
+    // Pruning goes from the deployment's oldest change: on PostgreSQL a
+    // database of its own, away from the other tests' changes.
+    let private = url
+        .starts_with("postgres")
+        .then(|| format!("shardstock_prune_{:08x}", rand::random::<u32>()));
+    let url = match &private {
+        Some(db) => format!("{}/{db}", url.rsplit_once('/').unwrap().0),
+        None => url,
+    };
+    let id = event_id("prune");
+    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    ledger
+        .register_event(&spec(&id, 10_000, 1), 0)
+        .await
+        .unwrap();
+    let e = id.as_str();
+    let stream = format!("{e}#0#0");
+    // 30 orders, one change each, at_ms 1_001 … 1_030.
+    let batch: Vec<FlushRecord> = (1..=30)
+        .map(|i| record(&stream, e, i, RecordKind::Order, &format!("{e}.o{i}")))
+        .collect();
+    ledger.apply(&batch, 0).await.unwrap();
+    let mine = ledger.changes(Some(e), 0, 1_000).await.unwrap();
+    let (first, tenth) = (mine[0].seq, mine[9].seq);
+    // The target has up to the tenth.
+    let target = format!("prune-{e}");
+    assert!(ledger.mark_outbox(&target, tenth, 1, 0).await.unwrap());
+    let upto = ledger.lowest_cursor(&[target.clone()]).await.unwrap();
+    assert_eq!(upto, Some(tenth));
+    // Nothing older than the retention, nothing delivered past the replay window.
+    ledger.prune_outbox(1_000, 1_000, upto).await.unwrap();
+    assert_eq!(ledger.changes(Some(e), 0, 1_000).await.unwrap().len(), 30);
+    // Delivered and past the replay window: the first ten go, no more.
+    ledger.prune_outbox(1_000, 1_020, upto).await.unwrap();
+    let left = ledger.changes(Some(e), 0, 1_000).await.unwrap();
+    assert_eq!(left.len(), 20);
+    assert_eq!(left[0].seq, mine[10].seq);
+    assert!(ledger.changes(Some(e), first - 1, 1).await.unwrap()[0].seq > tenth);
+    // Past the retention, delivered or not: up to at_ms 1_025.
+    ledger.prune_outbox(1_026, 1_020, upto).await.unwrap();
+    assert_eq!(ledger.changes(Some(e), 0, 1_000).await.unwrap().len(), 5);
+    drop(ledger);
+    if let Some(db) = private {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"
+        )))
+        .execute(&pg_pool().await)
+        .await
+        .unwrap();
+    }
+}
