@@ -618,7 +618,10 @@ async fn the_outbox_is_pruned_once_delivered_and_bounded_by_retention(url: Strin
     // The target has up to the tenth.
     let target = format!("prune-{e}");
     assert!(ledger.mark_outbox(&target, tenth, 1, 0).await.unwrap());
-    let upto = ledger.lowest_cursor(&[target.clone()]).await.unwrap();
+    let upto = ledger
+        .lowest_cursor(std::slice::from_ref(&target))
+        .await
+        .unwrap();
     assert_eq!(upto, Some(tenth));
     // Nothing older than the retention, nothing delivered past the replay window.
     ledger.prune_outbox(1_000, 1_000, upto).await.unwrap();
