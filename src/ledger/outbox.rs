@@ -24,17 +24,21 @@
 //! `order.created` yet is parked (`outbox_parked`) and numbered right after
 //! the creation that releases it.
 //!
-//! Both databases run the same steps; the statements differ only in how a
-//! list is passed (one JSON parameter: `json_to_recordset` /
-//! `json_array_elements_text` on PostgreSQL, `json_each` on SQLite).
+//! Both databases run the same steps; the statements differ in how a list
+//! is passed: the changes go in as the records do (arrays and `UNNEST` on
+//! PostgreSQL, multi-row `VALUES` in fixed chunk sizes on SQLite), the rare
+//! lists of order ids as one JSON parameter (`json_array_elements_text`,
+//! `json_each`).
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use sqlx::{Postgres, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
 use super::apply::FlushRecord;
+use super::records::{CHUNKS, anonymous, chunked};
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::stream::RecordKind;
 
@@ -208,14 +212,6 @@ fn static_kind(kind: &str) -> &'static str {
     }
 }
 
-/// A change with its `seq`, as inserted.
-#[derive(Serialize)]
-struct Numbered<'a> {
-    seq: i64,
-    #[serde(flatten)]
-    change: &'a Pending,
-}
-
 /// The statements of one database (see the module docs).
 struct Sql {
     lock_head: &'static str,
@@ -224,7 +220,7 @@ struct Sql {
     created_of: &'static str,
     release: &'static str,
     park: &'static str,
-    insert: &'static str,
+    any_parked: &'static str,
 }
 
 const PG: Sql = Sql {
@@ -239,9 +235,7 @@ const PG: Sql = Sql {
     park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
          SELECT change_id, event_id, subject, type, at_ms, payload FROM json_to_recordset($1::json) \
          AS x(change_id text, event_id text, subject text, type text, at_ms int8, payload text) ON CONFLICT DO NOTHING",
-    insert: "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
-         SELECT seq, change_id, event_id, subject, type, at_ms, payload FROM json_to_recordset($1::json) \
-         AS x(seq int8, change_id text, event_id text, subject text, type text, at_ms int8, payload text) ON CONFLICT DO NOTHING",
+    any_parked: "SELECT EXISTS (SELECT 1 FROM outbox_parked)",
 };
 
 const SQLITE: Sql = Sql {
@@ -257,10 +251,7 @@ const SQLITE: Sql = Sql {
          SELECT json_extract(value, '$.change_id'), json_extract(value, '$.event_id'), json_extract(value, '$.subject'), \
          json_extract(value, '$.type'), json_extract(value, '$.at_ms'), json_extract(value, '$.payload') \
          FROM json_each($1) WHERE true ON CONFLICT DO NOTHING",
-    insert: "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
-         SELECT json_extract(value, '$.seq'), json_extract(value, '$.change_id'), json_extract(value, '$.event_id'), \
-         json_extract(value, '$.subject'), json_extract(value, '$.type'), json_extract(value, '$.at_ms'), \
-         json_extract(value, '$.payload') FROM json_each($1) WHERE true ON CONFLICT DO NOTHING",
+    any_parked: "SELECT EXISTS (SELECT 1 FROM outbox_parked)",
 };
 
 /// Writes `created` and `terminal` into the outbox in the open transaction:
@@ -268,7 +259,7 @@ const SQLITE: Sql = Sql {
 /// parked ones, number and insert, park the rest. Returns the changes
 /// numbered.
 macro_rules! write_changes {
-    ($name:ident, $db:ty, $sql:expr) => {
+    ($name:ident, $db:ty, $sql:expr, $insert:ident) => {
         pub(super) async fn $name(
             tx: &mut Transaction<'_, $db>,
             new: &[&FlushRecord],
@@ -305,7 +296,13 @@ macro_rules! write_changes {
                 }
             }
             let mut released = Vec::new();
-            if !created.is_empty() {
+            // Almost always nothing is parked: one probe instead of a lookup
+            // of every created order.
+            let parked_any = !created.is_empty()
+                && sqlx::query_scalar::<_, bool>(sql.any_parked)
+                    .fetch_one(&mut **tx)
+                    .await?;
+            if parked_any {
                 let subjects: Vec<&str> = created.iter().map(|c| c.subject.as_str()).collect();
                 for row in sqlx::query(sql.release)
                     .bind(json_list(&subjects))
@@ -327,26 +324,92 @@ macro_rules! write_changes {
             if ordered.is_empty() {
                 return Ok(0);
             }
-            let numbered: Vec<Numbered> = ordered
-                .iter()
-                .zip(head + 1..)
-                .map(|(change, seq)| Numbered { seq, change })
-                .collect();
             sqlx::query(sql.set_head)
-                .bind(head + numbered.len() as i64)
+                .bind(head + ordered.len() as i64)
                 .execute(&mut **tx)
                 .await?;
-            let written = sqlx::query(sql.insert)
-                .bind(json_list(&numbered))
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-            Ok(written as usize)
+            $insert(tx, &ordered, head + 1).await
         }
     };
 }
-write_changes!(write_pg, Postgres, PG);
-write_changes!(write_sqlite, Sqlite, SQLITE);
+write_changes!(write_pg, Postgres, PG, insert_pg);
+write_changes!(write_sqlite, Sqlite, SQLITE, insert_sqlite);
+
+/// Inserts `changes` numbered from `first`, skipping any already there: one
+/// `INSERT … SELECT FROM UNNEST(…)` of seven arrays.
+async fn insert_pg(
+    tx: &mut Transaction<'_, Postgres>,
+    changes: &[Pending],
+    first: i64,
+) -> Result<usize, LedgerError> {
+    let seqs: Vec<i64> = (first..).take(changes.len()).collect();
+    let text = |f: fn(&Pending) -> &str| changes.iter().map(f).collect::<Vec<&str>>();
+    let written = sqlx::query(
+        "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+         SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[]) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(seqs)
+    .bind(text(|c| &c.change_id))
+    .bind(text(|c| &c.event_id))
+    .bind(text(|c| &c.subject))
+    .bind(text(|c| c.kind))
+    .bind(changes.iter().map(|c| c.at_ms).collect::<Vec<i64>>())
+    .bind(text(|c| &c.payload))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(written as usize)
+}
+
+/// The text of SQLite's insert of `rows` changes (one of the records'
+/// chunk sizes, so the connection prepares each once).
+fn sqlite_insert(rows: usize) -> &'static str {
+    static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        CHUNKS
+            .iter()
+            .map(|&n| {
+                format!(
+                    "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) VALUES {} \
+                     ON CONFLICT DO NOTHING",
+                    anonymous(n, 7)
+                )
+            })
+            .collect()
+    });
+    let at = CHUNKS
+        .iter()
+        .position(|&n| n == rows)
+        .expect("a chunk has one of the CHUNKS sizes");
+    &texts[at]
+}
+
+/// Inserts `changes` numbered from `first`, skipping any already there:
+/// multi-row `VALUES` in the records' chunk sizes.
+async fn insert_sqlite(
+    tx: &mut Transaction<'_, Sqlite>,
+    changes: &[Pending],
+    first: i64,
+) -> Result<usize, LedgerError> {
+    let numbered: Vec<(i64, &Pending)> = (first..).zip(changes).collect();
+    let mut written = 0;
+    for chunk in chunked(&numbered) {
+        let mut q = sqlx::query(AssertSqlSafe(sqlite_insert(chunk.len())));
+        for (seq, c) in chunk {
+            q = q
+                .bind(*seq)
+                .bind(c.change_id.as_str())
+                .bind(c.event_id.as_str())
+                .bind(c.subject.as_str())
+                .bind(c.kind)
+                .bind(c.at_ms)
+                .bind(c.payload.as_str());
+        }
+        written += q.execute(&mut **tx).await?.rows_affected();
+    }
+    Ok(written as usize)
+}
 
 /// The columns of a [`Change`], in [`change_of`]'s order.
 const CHANGE_COLUMNS: &str = "seq, change_id, event_id, subject, type, at_ms, payload";
