@@ -26,9 +26,14 @@ CREATE TABLE outbox_changes (
     subject    TEXT NOT NULL,
     type       TEXT NOT NULL,
     at_ms      BIGINT NOT NULL,
-    payload    TEXT NOT NULL,       -- JSON
-    UNIQUE (subject, type)
+    payload    TEXT NOT NULL        -- JSON
 );
+-- Keyed by the order id's last 8 characters first: they rise (an instance's
+-- order counter), so a batch's keys land on a few neighbouring pages of the
+-- B-tree; keyed by the whole id (random after the event and user hash), a
+-- flushed order cost PostgreSQL 13 µs instead of 4 (ledger_cost, batches of
+-- 2,000), most of it this index.
+CREATE UNIQUE INDEX outbox_changes_subject ON outbox_changes (right(subject, 8), subject, type);
 CREATE INDEX outbox_changes_event ON outbox_changes (event_id, seq);
 
 -- An order's terminal change that reached the ledger before the order's

@@ -228,8 +228,8 @@ const PG: Sql = Sql {
     held: "SELECT event_id FROM events WHERE hold_seconds IS NOT NULL \
          AND event_id IN (SELECT value FROM json_array_elements_text($1::json))",
     set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
-    created_of: "SELECT subject FROM outbox_changes WHERE type = 'order.created' \
-         AND subject IN (SELECT value FROM json_array_elements_text($1::json))",
+    created_of: "SELECT o.subject FROM json_array_elements_text($1::json) j JOIN outbox_changes o \
+         ON right(o.subject, 8) = right(j.value, 8) AND o.subject = j.value AND o.type = 'order.created'",
     release: "DELETE FROM outbox_parked WHERE subject IN (SELECT value FROM json_array_elements_text($1::json)) \
          RETURNING subject, type, change_id, event_id, at_ms, payload",
     park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
