@@ -15,7 +15,9 @@
 //!
 //! **Exactly once.** Only the records a batch wrote anew make changes (a batch
 //! applied twice makes none the second time), and (subject, type) is unique:
-//! a second take of one order, or a change already there, is skipped.
+//! a change already there (a second take of one order, in another batch)
+//! fails the plain insert, and the batch is written again `careful`, which
+//! skips it.
 //!
 //! **In order.** `seq` comes from `outbox_head`, locked first (before the
 //! reads below) and held to the commit: the outbox sections of two writers
@@ -264,6 +266,7 @@ macro_rules! write_changes {
             tx: &mut Transaction<'_, $db>,
             new: &[&FlushRecord],
             now_ms: i64,
+            careful: bool,
         ) -> Result<usize, LedgerError> {
             if new
                 .iter()
@@ -328,53 +331,61 @@ macro_rules! write_changes {
                 .bind(head + ordered.len() as i64)
                 .execute(&mut **tx)
                 .await?;
-            $insert(tx, &ordered, head + 1).await
+            $insert(tx, &ordered, head + 1, careful).await
         }
     };
 }
 write_changes!(write_pg, Postgres, PG, insert_pg);
 write_changes!(write_sqlite, Sqlite, SQLITE, insert_sqlite);
 
-/// Inserts `changes` numbered from `first`, skipping any already there: one
-/// `INSERT … SELECT FROM UNNEST(…)` of seven arrays.
+/// Inserts `changes` numbered from `first`: one `INSERT … SELECT FROM
+/// UNNEST(…)` of seven arrays. Plain, as the records' fast insert: a change
+/// already there (a second take of one order in another batch) fails the
+/// statement and the batch is written again `careful`, skipping it (`ON
+/// CONFLICT DO NOTHING` costs PostgreSQL a speculative insertion a row:
+/// 6.9 µs against 4.1 a row of this table, in one 100,000-row statement).
 async fn insert_pg(
     tx: &mut Transaction<'_, Postgres>,
     changes: &[Pending],
     first: i64,
+    careful: bool,
 ) -> Result<usize, LedgerError> {
+    const PLAIN: &str = "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+         SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[])";
+    const SKIPPING: &str = "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
+         SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[]) \
+         ON CONFLICT DO NOTHING";
     let seqs: Vec<i64> = (first..).take(changes.len()).collect();
     let text = |f: fn(&Pending) -> &str| changes.iter().map(f).collect::<Vec<&str>>();
-    let written = sqlx::query(
-        "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) \
-         SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[]) \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(seqs)
-    .bind(text(|c| &c.change_id))
-    .bind(text(|c| &c.event_id))
-    .bind(text(|c| &c.subject))
-    .bind(text(|c| c.kind))
-    .bind(changes.iter().map(|c| c.at_ms).collect::<Vec<i64>>())
-    .bind(text(|c| &c.payload))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
+    let written = sqlx::query(if careful { SKIPPING } else { PLAIN })
+        .bind(seqs)
+        .bind(text(|c| &c.change_id))
+        .bind(text(|c| &c.event_id))
+        .bind(text(|c| &c.subject))
+        .bind(text(|c| c.kind))
+        .bind(changes.iter().map(|c| c.at_ms).collect::<Vec<i64>>())
+        .bind(text(|c| &c.payload))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
     Ok(written as usize)
 }
 
 /// The text of SQLite's insert of `rows` changes (one of the records'
-/// chunk sizes, so the connection prepares each once).
-fn sqlite_insert(rows: usize) -> &'static str {
-    static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
+/// chunk sizes, so the connection prepares each once), plain or skipping
+/// changes already there.
+fn sqlite_insert(rows: usize, careful: bool) -> &'static str {
+    static TEXTS: OnceLock<Vec<[String; 2]>> = OnceLock::new();
     let texts = TEXTS.get_or_init(|| {
         CHUNKS
             .iter()
             .map(|&n| {
-                format!(
-                    "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) VALUES {} \
-                     ON CONFLICT DO NOTHING",
+                let plain = format!(
+                    "INSERT INTO outbox_changes (seq, change_id, event_id, subject, type, at_ms, payload) VALUES {}",
                     anonymous(n, 7)
-                )
+                );
+                let careful = format!("{plain} ON CONFLICT DO NOTHING");
+                [plain, careful]
             })
             .collect()
     });
@@ -382,20 +393,21 @@ fn sqlite_insert(rows: usize) -> &'static str {
         .iter()
         .position(|&n| n == rows)
         .expect("a chunk has one of the CHUNKS sizes");
-    &texts[at]
+    &texts[at][usize::from(careful)]
 }
 
-/// Inserts `changes` numbered from `first`, skipping any already there:
-/// multi-row `VALUES` in the records' chunk sizes.
+/// Inserts `changes` numbered from `first`: multi-row `VALUES` in the
+/// records' chunk sizes, plain unless `careful` (as [`insert_pg`]).
 async fn insert_sqlite(
     tx: &mut Transaction<'_, Sqlite>,
     changes: &[Pending],
     first: i64,
+    careful: bool,
 ) -> Result<usize, LedgerError> {
     let numbered: Vec<(i64, &Pending)> = (first..).zip(changes).collect();
     let mut written = 0;
     for chunk in chunked(&numbered) {
-        let mut q = sqlx::query(AssertSqlSafe(sqlite_insert(chunk.len())));
+        let mut q = sqlx::query(AssertSqlSafe(sqlite_insert(chunk.len(), careful)));
         for (seq, c) in chunk {
             q = q
                 .bind(*seq)
