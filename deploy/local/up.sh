@@ -33,7 +33,7 @@
 #   PGHOST=127.0.0.1 PGPORT=5432 PGUSER=postgres DB_NAME=shardstock
 #   RESET_DB=0                       1: drop and re-create $DB_NAME first
 #   ADMIN_TOKEN=demo-admin-token     passed as --admin-token
-#   NATS_URL=nats://127.0.0.1:4222   passed as --nats-url (empty: no relay)
+#   NATS_URL=nats://127.0.0.1:4222   passed as --nats-url, with --outbox true (empty: no relay)
 #   READY_TIMEOUT=90                 seconds to wait for each component
 set -euo pipefail
 
@@ -302,7 +302,7 @@ for i in $(seq 1 "$REPLICAS_SVC"); do
   (cd "$REPO" && start_bg "shardstock-$i" "$(basename "$SHARDSTOCK_BIN")" \
     "$SHARDSTOCK_BIN" serve --config "$CONFIG" --listen "127.0.0.1:$port" \
     --redis "$REDIS_URL" --database-url "$DATABASE_URL" --admin-token "$ADMIN_TOKEN" \
-    --min-replicas "$MIN_REPLICAS" --nats-url "$NATS_URL")
+    --min-replicas "$MIN_REPLICAS" --outbox true --nats-url "$NATS_URL")
   SERVICE_URLS+=("http://127.0.0.1:$port")
   SERVICE_TARGETS+=("127.0.0.1:$port")
   SERVICE_PIDS+=("$(cat "$RUN_DIR/pids/shardstock-$i.pid")")

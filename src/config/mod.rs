@@ -337,11 +337,16 @@ impl Default for RebalancerSettings {
 }
 
 /// Order events out: the relay of the ledger's outbox (docs/DESIGN.md,
-/// "Order events out"). The outbox is always written; the relay runs only
-/// where a target is configured.
+/// "Order events out"). Off by default: the flusher then writes no outbox and
+/// a flushed order costs what it did before the outbox; on, every change is
+/// written and the relay runs where a target is configured.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboxSettings {
+    /// Order events on: the flusher writes each batch's order changes (and a
+    /// close its `event.closed`) into the ledger's outbox, the changes
+    /// endpoint serves them, and the relay publishes them to `nats_url`.
+    pub enabled: bool,
     /// Absent: no JetStream relay. `nats://host:port`: the relay publishes
     /// every change to NATS JetStream.
     pub nats_url: Option<String>,
@@ -375,6 +380,7 @@ pub struct OutboxSettings {
 impl Default for OutboxSettings {
     fn default() -> Self {
         Self {
+            enabled: false,
             nats_url: None,
             stream: "shardstock".into(),
             subject_prefix: "shardstock".into(),

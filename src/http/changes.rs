@@ -2,6 +2,9 @@
 //! from the ledger's outbox, in sequence order, with the cursor of the next
 //! page. The way a consumer replays, or catches up after an outage.
 //!
+//! Only with order events on (`[outbox] enabled`): off, it answers 404
+//! `order-events-off`, naming the setting.
+//!
 //! Admin only, as the audit: the feed carries every buyer's orders (a buyer's
 //! own lookup is `GET /v1/events/{id}/orders?user_id=…`).
 
@@ -125,7 +128,7 @@ pub(super) struct Changes {
         (status = 200, description = "The changes after `after`, oldest first, with the next page's cursor", body = Changes),
         (status = 400, response = super::openapi::BadRequest),
         (status = 401, response = super::openapi::Unauthorized),
-        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 404, response = super::openapi::NoChanges),
         (status = 500, response = super::openapi::Internal),
         (status = 503, response = super::openapi::Unavailable),
     ),
@@ -138,6 +141,9 @@ pub(super) async fn changes<S: Store>(
 ) -> Result<Json<Changes>, ApiError> {
     let event = event_id(id)?;
     let (after, limit) = Page::from_query(query)?.bounds()?;
+    if !state.ledger.outbox() {
+        return Err(ApiError::OrderEventsOff);
+    }
     let unavailable = |e: crate::ledger::LedgerError| {
         tracing::warn!(error = %e, "ledger failed");
         ApiError::Unavailable {

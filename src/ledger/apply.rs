@@ -215,7 +215,9 @@ impl Ledger {
                 let new = records::insert_pg(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_pg(&mut tx, &new).await?;
                 // Last: the outbox's head stays locked from here to the commit.
-                outbox::write_pg(&mut tx, &new, now_ms, careful).await?;
+                if self.outbox {
+                    outbox::write_pg(&mut tx, &new, now_ms, careful).await?;
+                }
                 tx.commit().await?;
                 (new.len(), moved, named)
             }
@@ -225,7 +227,9 @@ impl Ledger {
                 numbers.extend(named.clone());
                 let new = records::insert_sqlite(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_sqlite(&mut tx, &new).await?;
-                outbox::write_sqlite(&mut tx, &new, now_ms, careful).await?;
+                if self.outbox {
+                    outbox::write_sqlite(&mut tx, &new, now_ms, careful).await?;
+                }
                 tx.commit().await?;
                 (new.len(), moved, named)
             }

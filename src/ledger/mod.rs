@@ -91,6 +91,9 @@ pub struct Ledger {
     /// Events this process made sure the ledger has (the flusher registers
     /// an event before its first records), until they close.
     registered: Arc<Mutex<HashSet<EventId>>>,
+    /// Order events on (`[outbox] enabled`): the flusher and a close write
+    /// the outbox. Off (the default), a flush writes what it did without it.
+    outbox: bool,
 }
 
 /// The pool of the flusher's writes, on the database's own driver.
@@ -260,7 +263,20 @@ impl Ledger {
             writer,
             streams: Arc::default(),
             registered: Arc::default(),
+            outbox: false,
         })
+    }
+
+    /// This ledger with order events on or off (`[outbox] enabled`; off
+    /// unless set): whether flushes and closes write the outbox.
+    pub fn with_outbox(mut self, on: bool) -> Self {
+        self.outbox = on;
+        self
+    }
+
+    /// Whether flushes and closes write the outbox.
+    pub fn outbox(&self) -> bool {
+        self.outbox
     }
 
     pub fn kind(&self) -> DbKind {
@@ -382,7 +398,9 @@ impl Ledger {
             .bind(event.as_str())
             .fetch_optional(&mut *tx)
             .await?;
-            self.write_closed(&mut tx, event.as_str(), now_ms).await?;
+            if self.outbox {
+                self.write_closed(&mut tx, event.as_str(), now_ms).await?;
+            }
         }
         tx.commit().await?;
         if let Some(excess) = excess {

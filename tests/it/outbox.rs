@@ -32,6 +32,13 @@ const NATS: &str = "nats://127.0.0.1:4222";
 
 /// A JetStream context on the machine's server, or a failure that says how
 /// to start it.
+/// A suite's settings with order events on (`[outbox] enabled`, off by default).
+fn events_on(suite: &str, backend: Backend) -> shardstock::config::Settings {
+    let mut s = settings_in(suite, backend);
+    s.outbox.enabled = true;
+    s
+}
+
 async fn jet() -> jetstream::Context {
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(3))
@@ -190,7 +197,7 @@ fn check_changes(changes: &[Value], event: &str, outcomes: &Outcomes, stock: u64
 /// The endpoint serves a sale's changes, in pages, each order's in order;
 /// its parameters are checked and it is the admin's.
 async fn a_sales_changes_are_served_in_order_per_order(backend: Backend) {
-    let app = TestApp::spawn_with(settings_in("outbox", backend)).await;
+    let app = TestApp::spawn_with(events_on("outbox", backend)).await;
     let event = eid("ch");
     let outcomes = sale_with_holds(&app, &event, 60).await;
     let changes = all_changes(&app, &event, 7).await;
@@ -272,7 +279,7 @@ fn stream_prefix(subject: &str) -> &str {
 async fn the_relay_publishes_exactly_the_ledgers_changes(backend: Backend) {
     let jet = jet().await;
     let (stream, prefix) = stream_names();
-    let mut settings = settings_in("outbox", backend);
+    let mut settings = events_on("outbox", backend);
     settings.outbox.nats_url = Some(NATS.into());
     settings.outbox.stream = stream.clone();
     settings.outbox.subject_prefix = prefix.clone();
@@ -312,9 +319,52 @@ async fn the_relay_publishes_exactly_the_ledgers_changes(backend: Backend) {
     jet.delete_stream(&stream).await.unwrap();
 }
 
+/// With the default settings order events are off: a whole sale (flushes,
+/// confirms, cancels, the close) writes no outbox row, and the endpoint
+/// answers `order-events-off`, naming the setting that turns them on.
+async fn by_default_a_sale_writes_no_outbox_and_the_endpoint_says_so(backend: Backend) {
+    let settings = settings_in("outbox-off", backend);
+    assert!(!settings.outbox.enabled, "off by default");
+    let url = settings.database.url.clone();
+    let app = TestApp::spawn_with(settings).await;
+    let event = eid("off");
+    let outcomes = sale_with_holds(&app, &event, 30).await;
+    // Read as an outbox-on ledger would: nothing is there.
+    let ledger = Ledger::connect(&url, 2).await.unwrap().with_outbox(true);
+    let id = shardstock::domain::ids::EventId::parse(event.clone()).unwrap();
+    let totals = ledger
+        .totals(&id)
+        .await
+        .unwrap()
+        .expect("the event is in the ledger");
+    // A saga's losing take counts in sold (and released).
+    assert!(totals.sold >= outcomes.len() as u64, "the sale was flushed");
+    assert_eq!(ledger.changes(Some(&event), 0, 1_000).await.unwrap(), []);
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+    let r = app
+        .client
+        .get(app.url(&format!("/v1/events/{event}/changes")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "urn:shardstock:order-events-off", "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("[outbox] enabled = true"),
+        "{body}"
+    );
+    app.stop().await;
+}
+
 on_every_backend!(app:
     a_sales_changes_are_served_in_order_per_order,
     the_relay_publishes_exactly_the_ledgers_changes,
+    by_default_a_sale_writes_no_outbox_and_the_endpoint_says_so,
 );
 
 fn relay_options(stream: &str, prefix: &str) -> RelayOptions {
@@ -339,12 +389,15 @@ async fn a_relay_killed_mid_way_loses_nothing_and_publishes_nothing_twice() {
     let jet = jet().await;
     let (stream, prefix) = stream_names();
     // The sale, on Redis and PostgreSQL, with no relay of its own.
-    let app = TestApp::spawn_with(settings_in("outbox-kill", Backend::Redis)).await;
+    let app = TestApp::spawn_with(events_on("outbox-kill", Backend::Redis)).await;
     let event = eid("kill");
     let outcomes = sale_with_holds(&app, &event, 90).await;
     let changes = all_changes(&app, &event, 1000).await;
     check_changes(&changes, &event, &outcomes, 90);
-    let ledger = Ledger::connect(&pg_url(), 2).await.unwrap();
+    let ledger = Ledger::connect(&pg_url(), 2)
+        .await
+        .unwrap()
+        .with_outbox(true);
     // Other tests' changes share this database: the relay publishes them too.
     let last = ledger.changes(None, 0, i64::MAX).await.unwrap();
     let last = last.last().unwrap().seq;
@@ -443,7 +496,7 @@ async fn kinds(ledger: &Ledger, event: &str) -> Vec<(String, String)> {
 /// change.
 async fn a_cancel_flushed_before_its_take_comes_after_its_creation(url: String) {
     let id = event_id("park");
-    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let ledger = Ledger::connect(&url, 4).await.unwrap().with_outbox(true);
     ledger.register_event(&spec(&id, 100, 4), 0).await.unwrap();
     let e = id.as_str();
     let (home, other) = (format!("{e}#0#0"), format!("{e}#0#1"));
@@ -502,7 +555,7 @@ async fn a_cancel_flushed_before_its_take_comes_after_its_creation(url: String) 
 /// the sequence rising with no number used twice.
 async fn concurrent_flushers_write_each_change_once_in_order(url: String) {
     let id = event_id("meet");
-    let ledger = Ledger::connect(&url, 8).await.unwrap();
+    let ledger = Ledger::connect(&url, 8).await.unwrap().with_outbox(true);
     ledger
         .register_event(&spec(&id, 1_000_000, 8), 0)
         .await
@@ -612,7 +665,7 @@ async fn the_outbox_is_pruned_once_delivered_and_bounded_by_retention(url: Strin
         None => url,
     };
     let id = event_id("prune");
-    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let ledger = Ledger::connect(&url, 4).await.unwrap().with_outbox(true);
     ledger
         .register_event(&spec(&id, 10_000, 1), 0)
         .await
