@@ -92,7 +92,8 @@ pub(super) struct ChangeView {
     seq: i64,
     /// `<subject>:<type>`: stable, to deduplicate by (a change may be delivered twice).
     id: String,
-    /// `order.created`, `order.confirmed`, `order.cancelled`, `order.expired` or `event.closed`.
+    /// `order.created`, `order.confirmed`, `order.cancelled`, `order.expired`,
+    /// `order.voided` (the order never existed: its saga gave its takes back) or `event.closed`.
     #[serde(rename = "type")]
     kind: String,
     #[schema(value_type = EventId)]

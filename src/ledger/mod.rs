@@ -39,6 +39,7 @@ use crate::domain::model::EventSpec;
 pub use apply::{Applied, FlushRecord};
 pub use outbox::{
     Backlog, Change, EVENT_CLOSED, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
+    ORDER_VOIDED,
 };
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 

@@ -10,8 +10,23 @@
 //! not a change (and a saga that never finished, whose takes were all given
 //! back, creates no order). A confirm (`k`), cancel (`c`) or expiry (`e`) is
 //! the order's `order.confirmed`, `order.cancelled` or `order.expired`. A
-//! take given back (`v`) and a leftover (`l`) are not order changes; the
-//! leftovers are in `event.closed`'s counts.
+//! leftover (`l`) is not an order change (the leftovers are in
+//! `event.closed`'s counts).
+//!
+//! **A take given back** (`v`, a saga's take undone) changes an order only
+//! when it leaves the order with every take given back, which the ledger
+//! then derives as voided (`derive`): the order never existed, its client was
+//! never answered 201 for it. The batch's orders with a void are looked up
+//! in `order_records` (this batch's records are in already): if the order is
+//! voided and its `order.created` was written by an earlier batch,
+//! `order.voided` follows it; if its take is in this batch, neither is
+//! written; if no take of it is in yet (a void flushed before its take, from
+//! another stream), an `order.voided` is parked as a marker, and the batch
+//! that brings the take looks again (so a voided order's take creates
+//! nothing). An order with a hold, confirm, cancel or expiry record is never
+//! voided: its saga finished and its client was answered. On an event with
+//! holds a void changes nothing: a saga's order is created there by its
+//! hold record, written only once the saga finished.
 //!
 //! **Exactly once.** Only the records a batch wrote anew make changes (a batch
 //! applied twice makes none the second time), and (subject, type) is unique:
@@ -49,6 +64,9 @@ pub const ORDER_CREATED: &str = "order.created";
 pub const ORDER_CONFIRMED: &str = "order.confirmed";
 pub const ORDER_CANCELLED: &str = "order.cancelled";
 pub const ORDER_EXPIRED: &str = "order.expired";
+/// An order downstream was told of (`order.created`) that the ledger then
+/// found never existed: every take of its saga was given back (`v`).
+pub const ORDER_VOIDED: &str = "order.voided";
 pub const EVENT_CLOSED: &str = "event.closed";
 
 /// A change as stored: the row of `outbox_changes`.
@@ -210,6 +228,7 @@ fn static_kind(kind: &str) -> &'static str {
         ORDER_CONFIRMED => ORDER_CONFIRMED,
         ORDER_CANCELLED => ORDER_CANCELLED,
         ORDER_EXPIRED => ORDER_EXPIRED,
+        ORDER_VOIDED => ORDER_VOIDED,
         _ => EVENT_CLOSED,
     }
 }
@@ -223,6 +242,9 @@ struct Sql {
     release: &'static str,
     park: &'static str,
     any_parked: &'static str,
+    /// `order_id, kind, bucket` of the takes, voids and lifecycle records of
+    /// a JSON list of order ids.
+    void_check: &'static str,
 }
 
 const PG: Sql = Sql {
@@ -238,6 +260,8 @@ const PG: Sql = Sql {
          SELECT change_id, event_id, subject, type, at_ms, payload FROM json_to_recordset($1::json) \
          AS x(change_id text, event_id text, subject text, type text, at_ms int8, payload text) ON CONFLICT DO NOTHING",
     any_parked: "SELECT EXISTS (SELECT 1 FROM outbox_parked)",
+    void_check: "SELECT r.order_id, r.kind, r.bucket FROM json_array_elements_text($1::json) j \
+         JOIN order_records r ON r.order_id = j.value WHERE r.kind IN ('o', 'v', 'h', 'k', 'c', 'e')",
 };
 
 const SQLITE: Sql = Sql {
@@ -254,7 +278,71 @@ const SQLITE: Sql = Sql {
          json_extract(value, '$.type'), json_extract(value, '$.at_ms'), json_extract(value, '$.payload') \
          FROM json_each($1) WHERE true ON CONFLICT DO NOTHING",
     any_parked: "SELECT EXISTS (SELECT 1 FROM outbox_parked)",
+    void_check: "SELECT r.order_id, r.kind, r.bucket FROM json_each($1) j \
+         JOIN order_records r ON substr(r.order_id, -8) = substr(j.value, -8) AND +r.order_id = j.value \
+         WHERE r.kind IN ('o', 'v', 'h', 'k', 'c', 'e')",
 };
+
+/// How an order with a void stands once a batch's records are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Voiding {
+    /// No take of it is in yet (its void came first).
+    NoTake,
+    /// Every take given back: the order never existed.
+    Voided,
+    /// A take stands, or its saga finished (hold, confirm, cancel, expiry).
+    Stands,
+}
+
+/// Each order's [`Voiding`], from its `(order_id, kind, bucket)` rows.
+fn voidings(rows: &[(String, String, i64)]) -> std::collections::HashMap<&str, Voiding> {
+    let mut by_order: std::collections::HashMap<&str, Vec<(&str, i64)>> = Default::default();
+    for (order, kind, bucket) in rows {
+        by_order
+            .entry(order.as_str())
+            .or_default()
+            .push((kind.as_str(), *bucket));
+    }
+    by_order
+        .into_iter()
+        .map(|(order, recs)| {
+            let voided = |b: i64| recs.iter().any(|&(k, vb)| k == "v" && vb == b);
+            let takes: Vec<i64> = recs.iter().filter(|r| r.0 == "o").map(|r| r.1).collect();
+            let v = if recs.iter().any(|r| matches!(r.0, "h" | "k" | "c" | "e")) {
+                Voiding::Stands
+            } else if takes.is_empty() {
+                Voiding::NoTake
+            } else if takes.iter().all(|&b| voided(b)) {
+                Voiding::Voided
+            } else {
+                Voiding::Stands
+            };
+            (order, v)
+        })
+        .collect()
+}
+
+/// The batch's voids, one `order.voided` per order (the first void's), on
+/// events without holds (with holds, a saga's order is created by its hold
+/// record, written only when the saga finished: a void there only gives
+/// back a losing take).
+fn voids_of(new: &[&FlushRecord], held: &HashSet<String>) -> Vec<Pending> {
+    let mut seen = HashSet::new();
+    new.iter()
+        .filter(|r| r.entry.kind == RecordKind::Void && !held.contains(&r.event))
+        .filter(|r| seen.insert(r.entry.order_id.as_str()))
+        .map(|r| {
+            let e = &r.entry;
+            let payload = json!({
+                "user_id": e.user,
+                "quantity": e.qty,
+                "order_id": e.order_id,
+                "event_id": r.event,
+            });
+            Pending::new(&r.event, &e.order_id, ORDER_VOIDED, e.at_ms, payload)
+        })
+        .collect()
+}
 
 /// Writes `created` and `terminal` into the outbox in the open transaction:
 /// lock the head, find which terminal changes have their creation, release
@@ -268,10 +356,7 @@ macro_rules! write_changes {
             now_ms: i64,
             careful: bool,
         ) -> Result<usize, LedgerError> {
-            if new
-                .iter()
-                .all(|r| matches!(r.entry.kind, RecordKind::Void | RecordKind::Leftover))
-            {
+            if new.iter().all(|r| r.entry.kind == RecordKind::Leftover) {
                 return Ok(0);
             }
             let sql: &Sql = &$sql;
@@ -286,7 +371,8 @@ macro_rules! write_changes {
                 .await?
                 .into_iter()
                 .collect();
-            let (created, terminal) = changes_of(new, &held, now_ms);
+            let (mut created, terminal) = changes_of(new, &held, now_ms);
+            let mut voids = voids_of(new, &held);
             let mut has_creation = HashSet::new();
             if !terminal.is_empty() {
                 let subjects: Vec<&str> = terminal.iter().map(|t| t.subject.as_str()).collect();
@@ -317,7 +403,53 @@ macro_rules! write_changes {
                 // Per order, in the order they happened.
                 released.sort_by_key(|p| (p.subject.clone(), p.at_ms));
             }
-            let (ordered, parked) = sequence(created, released, terminal, &has_creation);
+            // Voids: a parked `order.voided` is a marker (its void came
+            // before the take this batch brings), looked at again with the
+            // batch's own voids.
+            let (markers, released): (Vec<Pending>, Vec<Pending>) =
+                released.into_iter().partition(|p| p.kind == ORDER_VOIDED);
+            for m in markers {
+                if !voids.iter().any(|v| v.subject == m.subject) {
+                    voids.push(m);
+                }
+            }
+            let mut voided = Vec::new();
+            let mut park_voids = Vec::new();
+            if !voids.is_empty() {
+                let subjects: Vec<&str> = voids.iter().map(|v| v.subject.as_str()).collect();
+                let rows: Vec<(String, String, i64)> = sqlx::query_as(sql.void_check)
+                    .bind(json_list(&subjects))
+                    .fetch_all(&mut **tx)
+                    .await?;
+                let stands = voidings(&rows);
+                let announced: HashSet<String> = sqlx::query_scalar::<_, String>(sql.created_of)
+                    .bind(json_list(&subjects))
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .collect();
+                for v in voids {
+                    match stands
+                        .get(v.subject.as_str())
+                        .copied()
+                        .unwrap_or(Voiding::NoTake)
+                    {
+                        Voiding::Stands => {}
+                        Voiding::NoTake => park_voids.push(v),
+                        Voiding::Voided => {
+                            // Its take in this batch creates nothing; one
+                            // already announced is taken back, after it.
+                            created.retain(|c| c.subject != v.subject);
+                            if announced.contains(&v.subject) {
+                                voided.push(v);
+                            }
+                        }
+                    }
+                }
+            }
+            let (mut ordered, mut parked) = sequence(created, released, terminal, &has_creation);
+            ordered.extend(voided);
+            parked.extend(park_voids);
             if !parked.is_empty() {
                 sqlx::query(sql.park)
                     .bind(json_list(&parked))

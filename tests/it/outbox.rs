@@ -624,6 +624,89 @@ async fn concurrent_flushers_write_each_change_once_in_order(url: String) {
     assert_eq!(ledger.parked_changes().await.unwrap(), 0);
 }
 
+/// A saga's take given back (`v`) on an event without holds: the ledger
+/// derives its order as voided (it never existed). Flushed after the take's
+/// `order.created`, it is announced as `order.voided`, once, after it; with
+/// its take in the same batch, or before it, neither is written; a losing
+/// take given back while another take of the order stands changes nothing.
+async fn a_take_given_back_after_its_creation_is_voided(url: String) {
+    let id = event_id("void");
+    let ledger = Ledger::connect(&url, 4).await.unwrap().with_outbox(true);
+    ledger.register_event(&spec(&id, 100, 4), 0).await.unwrap();
+    let e = id.as_str();
+    let (s0, s1) = (format!("{e}#0#0"), format!("{e}#0#1"));
+    let in_bucket = |stream: &str, seq: u64, kind: RecordKind, order: &str, bucket: u32| {
+        let mut r = record(stream, e, seq, kind, order);
+        r.entry.bucket = bucket;
+        r
+    };
+    let pair = |s: &str, k: &str| (s.to_owned(), k.to_owned());
+    // The saga's take in one batch, its void in a later one.
+    let take = vec![in_bucket(&s1, 1, RecordKind::Order, "v", 1)];
+    ledger.apply(&take, 5).await.unwrap();
+    let mut want = vec![pair("v", "order.created")];
+    assert_eq!(kinds(&ledger, e).await, want);
+    let void = vec![in_bucket(&s1, 2, RecordKind::Void, "v", 1)];
+    assert_eq!(ledger.apply(&void, 6).await.unwrap().new_records, 1);
+    want.push(pair("v", "order.voided"));
+    assert_eq!(kinds(&ledger, e).await, want, "created, then voided");
+    let voided = ledger
+        .changes(Some(e), 0, 100)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(voided.change_id, "v:order.voided");
+    assert_eq!(voided.payload["order_id"], "v");
+    assert_eq!(voided.payload["quantity"], 1);
+    // Applied again: nothing new.
+    assert_eq!(ledger.apply(&void, 7).await.unwrap().new_records, 0);
+    assert_eq!(kinds(&ledger, e).await, want, "voided once");
+
+    // Take and void in one batch: neither.
+    let both = vec![
+        in_bucket(&s1, 3, RecordKind::Order, "w", 1),
+        in_bucket(&s1, 4, RecordKind::Void, "w", 1),
+    ];
+    assert_eq!(ledger.apply(&both, 8).await.unwrap().new_records, 2);
+    assert_eq!(
+        kinds(&ledger, e).await,
+        want,
+        "a take given back in its batch"
+    );
+
+    // The void flushed before its take: neither, and nothing left parked.
+    ledger
+        .apply(&[in_bucket(&s1, 6, RecordKind::Void, "x", 1)], 9)
+        .await
+        .unwrap();
+    ledger
+        .apply(&[in_bucket(&s1, 5, RecordKind::Order, "x", 1)], 10)
+        .await
+        .unwrap();
+    assert_eq!(kinds(&ledger, e).await, want, "a void before its take");
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+
+    // A losing take given back while the order's other take stands.
+    ledger
+        .apply(&[in_bucket(&s0, 2, RecordKind::Order, "y", 0)], 11)
+        .await
+        .unwrap();
+    want.push(pair("y", "order.created"));
+    ledger
+        .apply(
+            &[
+                in_bucket(&s1, 7, RecordKind::Order, "y", 1),
+                in_bucket(&s1, 8, RecordKind::Void, "y", 1),
+            ],
+            12,
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&ledger, e).await, want, "the order stands");
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+}
+
 macro_rules! on_both_databases {
     ($($name:ident),*) => {
         mod sqlite {
@@ -648,6 +731,7 @@ macro_rules! on_both_databases {
 on_both_databases!(
     a_cancel_flushed_before_its_take_comes_after_its_creation,
     concurrent_flushers_write_each_change_once_in_order,
+    a_take_given_back_after_its_creation_is_voided,
     the_outbox_is_pruned_once_delivered_and_bounded_by_retention
 );
 
