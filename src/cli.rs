@@ -83,6 +83,14 @@ pub struct BackendArgs {
     /// replicas have it (`store.min_replicas`; 0: off).
     #[arg(long, env = "SHARDSTOCK_MIN_REPLICAS")]
     pub min_replicas: Option<u32>,
+    /// Order events on or off (`outbox.enabled`; off by default): the ledger's
+    /// outbox, the changes endpoint and the relay.
+    #[arg(long, env = "SHARDSTOCK_OUTBOX")]
+    pub outbox: Option<bool>,
+    /// NATS URL (nats://host:port): relay the order changes to JetStream
+    /// (`outbox.nats_url`, which needs `--outbox true`; empty: no relay).
+    #[arg(long, env = "SHARDSTOCK_NATS_URL")]
+    pub nats_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +155,12 @@ impl BackendArgs {
         }
         if let Some(n) = self.min_replicas {
             s.store.min_replicas = n;
+        }
+        if let Some(on) = self.outbox {
+            s.outbox.enabled = on;
+        }
+        if let Some(url) = &self.nats_url {
+            s.outbox.nats_url = Some(url.clone()).filter(|u| !u.is_empty());
         }
         Ok(resolved)
     }
@@ -239,11 +253,17 @@ mod tests {
             "1",
             "--worker-threads",
             "1",
+            "--outbox",
+            "true",
+            "--nats-url",
+            "nats://127.0.0.1:4222",
         ]);
         let Command::Serve(args) = cli.command else {
             panic!()
         };
         let s = args.settings().unwrap();
+        assert_eq!(s.outbox.nats_url.as_deref(), Some("nats://127.0.0.1:4222"));
+        assert!(s.outbox.enabled);
         assert_eq!(s.server.listen, "0.0.0.0:9999");
         assert_eq!(s.store.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
         assert_eq!(s.store.min_replicas, 1);

@@ -76,6 +76,17 @@ pub const DB_GUARD_VIOLATIONS: &str = "shardstock_db_guard_violations_total";
 /// gauge {event}: 1 when the last audit balanced, 0 when it did not.
 pub const AUDIT_BALANCED: &str = "shardstock_audit_balanced";
 
+// ---- order events out (the outbox relay; labels: target) ----
+/// gauge {target}: changes in the outbox the target has not been sent yet.
+pub const OUTBOX_LAG_CHANGES: &str = "shardstock_outbox_lag_changes";
+/// gauge {target}: age of the oldest change the target has not been sent (0 when none).
+pub const OUTBOX_LAG_SECONDS: &str = "shardstock_outbox_lag_seconds";
+/// counter {target, outcome}: changes delivered: published, duplicate (the
+/// server had it: a relay re-sent after a crash), failed.
+pub const OUTBOX_DELIVERIES: &str = "shardstock_outbox_deliveries_total";
+/// gauge: 1 while this instance leads the outbox relay.
+pub const OUTBOX_LEADER: &str = "shardstock_outbox_relay_leader";
+
 // ---- store and HTTP ----
 /// counter {op}: store calls that failed (Redis unreachable, timeouts…).
 pub const STORE_ERRORS: &str = "shardstock_store_errors_total";
@@ -193,6 +204,23 @@ pub(crate) fn describe() {
     describe_counter!(
         STORE_UNITS_LOST,
         "Units held by orders in the database that the store had put back on sale (writes it lost)"
+    );
+    describe_gauge!(
+        OUTBOX_LAG_CHANGES,
+        "Changes in the outbox not yet delivered to the target"
+    );
+    describe_gauge!(
+        OUTBOX_LAG_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest change not yet delivered to the target"
+    );
+    describe_counter!(
+        OUTBOX_DELIVERIES,
+        "Changes delivered by the outbox relay, by target and outcome"
+    );
+    describe_gauge!(
+        OUTBOX_LEADER,
+        "1 while this instance leads the outbox relay"
     );
     describe_counter!(HTTP_REQUESTS, "HTTP requests by matched route and status");
     describe_histogram!(

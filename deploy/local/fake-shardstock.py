@@ -230,6 +230,12 @@ class World:
                 h.render(M["PURCHASE_DURATION"], {"path": p}, out)
             out.append(f"{M['FLUSH_LAG']} {self.pending}")
             out.append(f"{M['ORDERS_FLUSHED']} {self.flushed}")
+            # The outbox relay: its changes trail the flushed orders by one round.
+            relay = {"target": "nats:shardstock"}
+            out.append(f"{M['OUTBOX_LAG_CHANGES']}{label_str(relay)} {min(self.pending, 100)}")
+            out.append(f"{M['OUTBOX_LAG_SECONDS']}{label_str(relay)} {0.1 if self.pending else 0}")
+            out.append(f"{M['OUTBOX_DELIVERIES']}{label_str({**relay, 'outcome': 'published'})} {self.flushed}")
+            out.append(f"{M['OUTBOX_LEADER']} 1")
             self.flush_hist.render(M["FLUSH_BATCH_DURATION"], {}, out)
             for (route, method, status), c in self.http.items():
                 out.append(f"{M['HTTP_REQUESTS']}{label_str({'route': route, 'method': method, 'status': status})} {c}")

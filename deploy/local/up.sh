@@ -5,6 +5,8 @@
 #     on free ports;
 #   - the machine's PostgreSQL (127.0.0.1:5432, user postgres, trust auth),
 #     with database $DB_NAME created if absent;
+#   - the machine's NATS server with JetStream ($NATS_URL), which the
+#     services relay their order changes to (NATS_URL= : no relay);
 #   - REPLICAS_SVC shardstock processes on ports from BASE_PORT, with the
 #     durability setting on when the masters have replicas (--min-replicas
 #     MIN_REPLICAS), waited for until /readyz answers 200;
@@ -31,6 +33,7 @@
 #   PGHOST=127.0.0.1 PGPORT=5432 PGUSER=postgres DB_NAME=shardstock
 #   RESET_DB=0                       1: drop and re-create $DB_NAME first
 #   ADMIN_TOKEN=demo-admin-token     passed as --admin-token
+#   NATS_URL=nats://127.0.0.1:4222   passed as --nats-url, with --outbox true (empty: no relay)
 #   READY_TIMEOUT=90                 seconds to wait for each component
 set -euo pipefail
 
@@ -56,6 +59,7 @@ PGUSER=${PGUSER:-postgres}
 DB_NAME=${DB_NAME:-shardstock}
 RESET_DB=${RESET_DB:-0}
 ADMIN_TOKEN=${ADMIN_TOKEN:-demo-admin-token}
+NATS_URL=${NATS_URL-nats://127.0.0.1:4222}
 READY_TIMEOUT=${READY_TIMEOUT:-90}
 export PGHOST PGPORT PGUSER
 
@@ -122,7 +126,7 @@ need curl "apt-get install -y curl   (or: bash deploy/local/install.sh)"
 REDIS_COUNT=$((3 * (1 + REPLICAS)))
 # A fingerprint of everything that shapes the setup: an existing run with the
 # same one is reused, a different one is replaced.
-FINGERPRINT="replicas=$REPLICAS min_replicas=$MIN_REPLICAS svc=$REPLICAS_SVC bin=$SHARDSTOCK_BIN config=$CONFIG db=$PGHOST:$PGPORT/$DB_NAME base=$BASE_PORT redis=$REDIS_BASE_PORT prom=$PROM_PORT"
+FINGERPRINT="replicas=$REPLICAS min_replicas=$MIN_REPLICAS svc=$REPLICAS_SVC bin=$SHARDSTOCK_BIN config=$CONFIG db=$PGHOST:$PGPORT/$DB_NAME base=$BASE_PORT redis=$REDIS_BASE_PORT prom=$PROM_PORT nats=$NATS_URL"
 
 # ---- already up? ------------------------------------------------------------------
 # healthy: every recorded process alive, every service ready, Prometheus ready.
@@ -225,6 +229,15 @@ if [ "$(psql -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NA
 fi
 DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB_NAME"
 
+# ---- NATS (JetStream) -------------------------------------------------------------
+if [ -n "$NATS_URL" ]; then
+  nats_hostport=${NATS_URL#nats://}
+  log "checking NATS at $nats_hostport"
+  if ! (exec 3<>"/dev/tcp/${nats_hostport%:*}/${nats_hostport##*:}") 2>/dev/null; then
+    fail "NATS does not answer at $nats_hostport. Start it: nats-server -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log &   (install: apt-get install -y nats-server; or NATS_URL= for no relay)"
+  fi
+fi
+
 # ---- Redis Cluster ----------------------------------------------------------------
 REDIS_PORTS=()
 for _ in $(seq 1 "$REDIS_COUNT"); do
@@ -289,7 +302,7 @@ for i in $(seq 1 "$REPLICAS_SVC"); do
   (cd "$REPO" && start_bg "shardstock-$i" "$(basename "$SHARDSTOCK_BIN")" \
     "$SHARDSTOCK_BIN" serve --config "$CONFIG" --listen "127.0.0.1:$port" \
     --redis "$REDIS_URL" --database-url "$DATABASE_URL" --admin-token "$ADMIN_TOKEN" \
-    --min-replicas "$MIN_REPLICAS")
+    --min-replicas "$MIN_REPLICAS" --outbox true --nats-url "$NATS_URL")
   SERVICE_URLS+=("http://127.0.0.1:$port")
   SERVICE_TARGETS+=("127.0.0.1:$port")
   SERVICE_PIDS+=("$(cat "$RUN_DIR/pids/shardstock-$i.pid")")

@@ -122,7 +122,8 @@ impl Application {
         let db = &settings.database;
         let ledger = Ledger::connect(&db.url, db.max_connections)
             .await
-            .with_context(|| format!("connecting to the database at {}", mask_url(&db.url)))?;
+            .with_context(|| format!("connecting to the database at {}", mask_url(&db.url)))?
+            .with_outbox(settings.outbox.enabled);
         let backend = store.capabilities();
         let policy = db.lost_state.unwrap_or(if backend.durable {
             LostState::Refuse
@@ -220,6 +221,20 @@ impl Application {
                 options::rebalance(&settings.rebalancer),
             );
             tasks.spawn(quietly(rebalancer.run(stop.clone())));
+        }
+        // Order events off (the default): no outbox, so no relay and no pruning.
+        if settings.outbox.enabled {
+            if let Some(relay) = options::relay(&settings.outbox) {
+                let relay =
+                    crate::control::relay::Relay::new(engine.clone(), ledger.clone(), relay);
+                tasks.spawn(quietly(relay.run(stop.clone())));
+            }
+            tasks.spawn(quietly(crate::control::relay::prune(
+                engine.clone(),
+                ledger.clone(),
+                options::prune(&settings.outbox),
+                stop.clone(),
+            )));
         }
         if db.audit_interval_ms > 0 {
             let every = Duration::from_millis(db.audit_interval_ms);

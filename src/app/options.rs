@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::{DatabaseSettings, RateLimitSettings, RebalancerSettings, Settings};
 use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
+use crate::control::relay::{PruneOptions, RelayOptions};
 use crate::control::saga_sweeper::SagaSweepOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
@@ -143,6 +144,33 @@ pub fn serve(settings: &Settings) -> ServeOptions {
     ServeOptions {
         header_read_timeout: Duration::from_millis(settings.server.header_read_timeout_ms),
         max_connections: settings.server.max_connections,
+    }
+}
+
+/// The outbox relay's options; `None` without a NATS URL (no relay).
+pub fn relay(o: &crate::config::OutboxSettings) -> Option<RelayOptions> {
+    o.nats_url.as_ref().map(|url| RelayOptions {
+        nats_url: url.clone(),
+        stream: o.stream.clone(),
+        subject_prefix: o.subject_prefix.clone(),
+        duplicate_window: Duration::from_millis(o.duplicate_window_ms),
+        batch: o.batch,
+        interval: Duration::from_millis(o.interval_ms),
+        lease_ttl_ms: o.lease_ttl_ms,
+        publish_timeout: Duration::from_millis(o.publish_timeout_ms),
+    })
+}
+
+/// How the outbox is pruned: the relay's target, if any, must have a
+/// change before its replay window ends.
+pub fn prune(o: &crate::config::OutboxSettings) -> PruneOptions {
+    PruneOptions {
+        replay: Duration::from_millis(o.replay_ms),
+        retention: Duration::from_millis(o.retention_ms),
+        interval: Duration::from_millis(o.prune_interval_ms),
+        targets: relay(o)
+            .map(|r| vec![crate::control::relay::target(&r.stream)])
+            .unwrap_or_default(),
     }
 }
 

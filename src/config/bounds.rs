@@ -135,6 +135,14 @@ numeric! {
     "batching.max_batch": batching.max_batch in 1, crate::domain::model::MAX_BATCH;
     "batching.max_wait_us": batching.max_wait_us in 0, 100_000;
     "batching.shared_lanes": batching.shared_lanes in 1, 256;
+    "outbox.duplicate_window_ms": outbox.duplicate_window_ms in 1_000, DAY_MS;
+    "outbox.batch": outbox.batch in 1, 10_000;
+    "outbox.interval_ms": outbox.interval_ms in 1, 60_000;
+    "outbox.lease_ttl_ms": outbox.lease_ttl_ms in 100, HOUR_MS;
+    "outbox.publish_timeout_ms": outbox.publish_timeout_ms in 10, 600_000;
+    "outbox.replay_ms": outbox.replay_ms in 0, 365 * DAY_MS;
+    "outbox.retention_ms": outbox.retention_ms in 60_000, 365 * DAY_MS;
+    "outbox.prune_interval_ms": outbox.prune_interval_ms in 100, DAY_MS;
 }
 
 /// A setting of the table by name.

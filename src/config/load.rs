@@ -124,6 +124,12 @@ impl Settings {
                 "must be at least twice interval_ms",
             ));
         }
+        if self.outbox.nats_url.is_some() && !self.outbox.enabled {
+            return Err(invalid(
+                "outbox.nats_url",
+                "is set while outbox.enabled = false: the relay publishes the outbox, which is only written with outbox.enabled = true (set it, or remove nats_url)",
+            ));
+        }
         self.event_specs().map(drop)
     }
 }

@@ -82,6 +82,7 @@ pub struct Settings {
     pub rate_limit: RateLimitSettings,
     pub rebalancer: RebalancerSettings,
     pub batching: BatchSettings,
+    pub outbox: OutboxSettings,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventSettings>,
 }
@@ -331,6 +332,66 @@ impl Default for RebalancerSettings {
             shrink_orders_per_bucket: 8,
             resize_interval_ms: 2_000,
             resize_max_sold: 100_000,
+        }
+    }
+}
+
+/// Order events out: the relay of the ledger's outbox (docs/DESIGN.md,
+/// "Order events out"). Off by default: the flusher then writes no outbox and
+/// a flushed order costs what it did before the outbox; on, every change is
+/// written and the relay runs where a target is configured.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxSettings {
+    /// Order events on: the flusher writes each batch's order changes (and a
+    /// close its `event.closed`) into the ledger's outbox, the changes
+    /// endpoint serves them, and the relay publishes them to `nats_url`.
+    pub enabled: bool,
+    /// Absent: no JetStream relay. `nats://host:port`: the relay publishes
+    /// every change to NATS JetStream.
+    pub nats_url: Option<String>,
+    /// The deployment's JetStream stream (created if missing), capturing the
+    /// subjects `<subject_prefix>.>`.
+    pub stream: String,
+    /// Subjects are `<subject_prefix>.<event>.<type>`.
+    pub subject_prefix: String,
+    /// The stream's duplicate window: a change published again within it (a
+    /// relay that died between publish and mark) is dropped by the server.
+    pub duplicate_window_ms: u64,
+    /// Changes a relay round reads and publishes at most.
+    pub batch: usize,
+    /// How long the relay waits after a round that found nothing new.
+    pub interval_ms: u64,
+    /// The relay leader's lease (renewed every round).
+    pub lease_ttl_ms: u64,
+    /// How long one publish may wait for the server's acknowledgement.
+    pub publish_timeout_ms: u64,
+    /// A change every target has is kept this long for replays
+    /// (`GET /v1/events/{id}/changes`), then pruned.
+    pub replay_ms: u64,
+    /// Any change is pruned this long after it happened, delivered or not:
+    /// the outbox stays bounded while a target is down (its lag alert fires
+    /// long before).
+    pub retention_ms: u64,
+    /// How often every instance prunes the outbox.
+    pub prune_interval_ms: u64,
+}
+
+impl Default for OutboxSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            nats_url: None,
+            stream: "shardstock".into(),
+            subject_prefix: "shardstock".into(),
+            duplicate_window_ms: 120_000,
+            batch: 512,
+            interval_ms: 100,
+            lease_ttl_ms: 3_000,
+            publish_timeout_ms: 5_000,
+            replay_ms: 86_400_000,
+            retention_ms: 604_800_000,
+            prune_interval_ms: 60_000,
         }
     }
 }

@@ -21,6 +21,7 @@ pub fn show(settings: &Settings, source: &ConfigSource) -> Result<String, Config
     }
     masked.store.redis_url = masked.store.redis_url.as_deref().map(mask_url);
     masked.database.url = mask_url(&masked.database.url);
+    masked.outbox.nats_url = masked.outbox.nats_url.as_deref().map(mask_url);
     let toml = toml::to_string(&masked).map_err(|e| ConfigError::Show(e.to_string()))?;
     let mut out = String::new();
     // Writing to a String cannot fail.

@@ -144,3 +144,15 @@ fn the_sweeper_bounds_are_checked_against_each_other() {
     let ok = "[server]\nrequest_timeout_ms = 100\n[engine]\nstale_saga_after_ms = 200\nsweep_interval_ms = 50\nmarker_ttl_ms = 1000\n";
     assert_eq!(parse(ok).unwrap().engine.stale_saga_after_ms, 200);
 }
+
+#[test]
+fn a_nats_url_without_order_events_is_refused_naming_both() {
+    let off = "[outbox]\nnats_url = \"nats://127.0.0.1:4222\"\n";
+    let e = parse(off).unwrap_err();
+    let text = e.to_string();
+    assert_eq!(field_of(e), "outbox.nats_url");
+    assert!(text.contains("outbox.enabled"), "{text}");
+    let on = parse("[outbox]\nenabled = true\nnats_url = \"nats://127.0.0.1:4222\"\n").unwrap();
+    assert!(on.outbox.enabled);
+    assert!(!parse("").unwrap().outbox.enabled, "off by default");
+}

@@ -2,8 +2,9 @@
 //! whole — its life (create, close, rebuild), resharding, the rebalancer, the
 //! flusher that streams orders into the ledger, the audit and the
 //! reconciliation after a partial loss, the gauges, the sweeper that ends
-//! sagas whose driver went away, and the expiry sweeper that puts unpaid
-//! holds back on sale.
+//! sagas whose driver went away, the expiry sweeper that puts unpaid
+//! holds back on sale, and the relay that publishes the ledger's order
+//! changes.
 //!
 //! These run in the background or on an operator's request, compose engine
 //! and store steps under the mover lease, and join the store to the ledger.
@@ -26,6 +27,8 @@ pub mod lifecycle;
 pub mod rebalancer;
 /// After a partial loss: units held by orders in the ledger taken off sale.
 pub mod reconcile;
+/// The outbox relay: the ledger's order changes to NATS JetStream.
+pub mod relay;
 /// Moving a live event to another bucket count.
 pub mod reshard;
 /// Ends pending sagas no driver will end.

@@ -85,6 +85,13 @@ pub enum ApiError {
         detail: String,
         outcome_unknown: bool,
     },
+    /// 404 `order-events-off`: the changes endpoint while `[outbox] enabled`
+    /// is false (the ledger writes no order changes).
+    #[error(
+        "order events are off: this deployment writes no order changes; \
+         set `[outbox] enabled = true` (or SHARDSTOCK_OUTBOX=true) to record and serve them"
+    )]
+    OrderEventsOff,
     /// 404 `not-found`: no such route.
     #[error("no such route")]
     NotFound,
@@ -112,6 +119,11 @@ impl ApiError {
                 (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized")
             }
             UnknownEvent(_) => (StatusCode::NOT_FOUND, "unknown-event", "Unknown event"),
+            OrderEventsOff => (
+                StatusCode::NOT_FOUND,
+                "order-events-off",
+                "Order events off",
+            ),
             UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
             UnknownRequest(_) => (StatusCode::NOT_FOUND, "unknown-request", "Unknown request"),
             EventExists(_) => (StatusCode::CONFLICT, "event-exists", "Event exists"),

@@ -1,7 +1,7 @@
 //! The HTTP API (`API.md`): axum routes, state, and the layers around them.
 //!
-//! Each area builds its own router (`events`, `purchases`, `orders`, `live`,
-//! `ops`); [`router`] merges them and wraps each route in one middleware,
+//! Each area builds its own router (`events`, `purchases`, `orders`,
+//! `lookup`, `changes`, `live`, `ops`); [`router`] merges them and wraps each route in one middleware,
 //! [`observe`] (with the body limit inside it), which runs the request in
 //! its span (`trace`: request id, event, user, the caller's trace) under the
 //! request timeout, records the per-route metrics labelled by the matched
@@ -14,6 +14,7 @@
 //! (`GET /openapi.json`).
 
 mod archive;
+mod changes;
 pub mod error;
 mod events;
 pub mod guard;
@@ -184,6 +185,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
         .merge(purchases::router())
         .merge(orders::router())
         .merge(lookup::router())
+        .merge(changes::router())
         .merge(live::router())
         .merge(ops::router())
         .fallback(error::not_found)

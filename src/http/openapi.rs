@@ -36,7 +36,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{archive, events, live, lookup, ops, orders, purchases};
+use super::{archive, changes, events, live, lookup, ops, orders, purchases};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -56,7 +56,7 @@ use super::{archive, events, live, lookup, ops, orders, purchases};
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, archive::archive, live::live, purchases::purchase, orders::order, orders::cancel,
-        orders::confirm, lookup::user_orders, lookup::request_answer,
+        orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
@@ -65,7 +65,7 @@ use super::{archive, events, live, lookup, ops, orders, purchases};
             BadRequest, Unauthorized, UnknownEvent, UnknownOrder, UnknownRequest, EventExists,
             PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
-            ConfirmRefused,
+            ConfirmRefused, NoChanges,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
@@ -174,6 +174,9 @@ problems! {
     Unauthorized => [ApiError::Unauthorized, ApiError::AdminDisabled], CHALLENGE;
     /// No such event
     UnknownEvent => [ApiError::UnknownEvent("sneaker-42".into())];
+    /// No such event, or order events are off (`[outbox] enabled = false`,
+    /// the default): the detail names the setting that turns them on
+    NoChanges => [ApiError::UnknownEvent("sneaker-42".into()), ApiError::OrderEventsOff];
     /// No such order
     UnknownOrder => [ApiError::UnknownOrder("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into())];
     /// No answer is kept for this request id of this user

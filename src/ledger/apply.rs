@@ -1,7 +1,8 @@
 //! Writing flushed batches: exactly once, with the final guard.
 //!
 //! One transaction per batch: number the batch's new streams, insert its
-//! records (`records`), and move the per-event totals by what was new. Orders
+//! records (`records`), move the per-event totals by what was new, and write
+//! the order changes the new records make into the outbox (`outbox`). Orders
 //! are not written: `orders` is a view deriving each order from its records
 //! (migration 0002), so a flushed order costs one row.
 //!
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 use sqlx::{Postgres, Sqlite, Transaction};
 
-use super::{Ledger, LedgerError, Writer, records};
+use super::{Ledger, LedgerError, Writer, outbox, records};
 use crate::domain::stream::{RecordKind, StreamEntry};
 
 /// A stream record on its way to the database.
@@ -151,9 +152,9 @@ fn is_duplicate(e: &LedgerError) -> bool {
 }
 
 impl Ledger {
-    /// Writes a batch of stream records exactly once. (`_now_ms` is unused
-    /// since orders became a view of their records.)
-    pub async fn apply(&self, batch: &[FlushRecord], _now_ms: i64) -> Result<Applied, LedgerError> {
+    /// Writes a batch of stream records exactly once, with the changes they
+    /// make in the outbox (`outbox`; `now_ms` stamps a saga hold's creation).
+    pub async fn apply(&self, batch: &[FlushRecord], now_ms: i64) -> Result<Applied, LedgerError> {
         if batch.is_empty() {
             return Ok(Applied::default());
         }
@@ -161,7 +162,7 @@ impl Ledger {
         let mut attempt = 0;
         let (new_records, moved) = loop {
             attempt += 1;
-            match self.write(batch, careful).await {
+            match self.write(batch, careful, now_ms).await {
                 Ok(done) => break done,
                 Err(e) if attempt < ATTEMPTS && retryable(&e) => {
                     if is_duplicate(&e) {
@@ -194,12 +195,13 @@ impl Ledger {
         })
     }
 
-    /// One transaction: streams, records, totals. Returns the records that
-    /// were new and how the totals moved.
+    /// One transaction: streams, records, totals, outbox. Returns the records
+    /// that were new and how the totals moved.
     async fn write(
         &self,
         batch: &[FlushRecord],
         careful: bool,
+        now_ms: i64,
     ) -> Result<(usize, Vec<Moved>), LedgerError> {
         let (mut numbers, unnamed) = records::numbered(
             batch,
@@ -212,6 +214,10 @@ impl Ledger {
                 numbers.extend(named.clone());
                 let new = records::insert_pg(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_pg(&mut tx, &new).await?;
+                // Last: the outbox's head stays locked from here to the commit.
+                if self.outbox {
+                    outbox::write_pg(&mut tx, &new, now_ms, careful).await?;
+                }
                 tx.commit().await?;
                 (new.len(), moved, named)
             }
@@ -221,6 +227,9 @@ impl Ledger {
                 numbers.extend(named.clone());
                 let new = records::insert_sqlite(&mut tx, batch, &numbers, careful).await?;
                 let moved = move_totals_sqlite(&mut tx, &new).await?;
+                if self.outbox {
+                    outbox::write_sqlite(&mut tx, &new, now_ms, careful).await?;
+                }
                 tx.commit().await?;
                 (new.len(), moved, named)
             }

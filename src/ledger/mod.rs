@@ -11,12 +11,14 @@
 //! `migrations/sqlite` hold one folder each (0001 is the same file in both, so
 //! a database 0001 migrated migrates on) because keys and index kinds differ.
 //! Sub-modules: `apply` writes flushed batches exactly once and applies the
-//! final guard, with `records` writing their rows; `read` answers orders
+//! final guard, with `records` writing their rows and `outbox` the order
+//! changes they make (read back by the relay); `read` answers orders
 //! (derived from their records by `derive`), totals and what the audit and a
 //! recovery need.
 
 mod apply;
 mod derive;
+mod outbox;
 mod read;
 mod records;
 
@@ -35,6 +37,10 @@ use crate::domain::ids::EventId;
 use crate::domain::model::EventSpec;
 
 pub use apply::{Applied, FlushRecord};
+pub use outbox::{
+    Backlog, Change, EVENT_CLOSED, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
+    ORDER_VOIDED,
+};
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 
 /// Failures of the ledger layer.
@@ -86,6 +92,9 @@ pub struct Ledger {
     /// Events this process made sure the ledger has (the flusher registers
     /// an event before its first records), until they close.
     registered: Arc<Mutex<HashSet<EventId>>>,
+    /// Order events on (`[outbox] enabled`): the flusher and a close write
+    /// the outbox. Off (the default), a flush writes what it did without it.
+    outbox: bool,
 }
 
 /// The pool of the flusher's writes, on the database's own driver.
@@ -255,7 +264,20 @@ impl Ledger {
             writer,
             streams: Arc::default(),
             registered: Arc::default(),
+            outbox: false,
         })
+    }
+
+    /// This ledger with order events on or off (`[outbox] enabled`; off
+    /// unless set): whether flushes and closes write the outbox.
+    pub fn with_outbox(mut self, on: bool) -> Self {
+        self.outbox = on;
+        self
+    }
+
+    /// Whether flushes and closes write the outbox.
+    pub fn outbox(&self) -> bool {
+        self.outbox
     }
 
     pub fn kind(&self) -> DbKind {
@@ -377,6 +399,9 @@ impl Ledger {
             .bind(event.as_str())
             .fetch_optional(&mut *tx)
             .await?;
+            if self.outbox {
+                self.write_closed(&mut tx, event.as_str(), now_ms).await?;
+            }
         }
         tx.commit().await?;
         if let Some(excess) = excess {

@@ -26,10 +26,10 @@ use super::apply::FlushRecord;
 /// into "whatever was left" instead, nearly every batch had a statement of
 /// its own, and SQLite parsed and planned a 3,000-placeholder INSERT for each
 /// (a third of the embedded flusher's CPU under load, in `callgrind`).
-const CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
+pub(super) const CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
 
 /// `rows` cut into runs whose lengths are all in [`CHUNKS`], largest first.
-fn chunked<T>(mut rows: &[T]) -> Vec<&[T]> {
+pub(super) fn chunked<T>(mut rows: &[T]) -> Vec<&[T]> {
     let mut out = Vec::new();
     for size in CHUNKS {
         while rows.len() >= size {
@@ -58,7 +58,7 @@ fn placeholders(rows: usize, cols: usize) -> String {
 /// SQLite finds a name by scanning the statement's list of them, so a
 /// 5,500-parameter `$N` insert cost O(n²) — 69% of the embedded service's CPU
 /// under load (`perf`). Anonymous parameters have no names to scan.
-fn anonymous(rows: usize, cols: usize) -> String {
+pub(super) fn anonymous(rows: usize, cols: usize) -> String {
     let row = format!("({})", vec!["?"; cols].join(", "));
     vec![row; rows].join(", ")
 }

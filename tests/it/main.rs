@@ -57,6 +57,9 @@
 //!   replica, with the durability setting on and off.
 //! - `partial_loss`: Redis back from an AOF missing its last writes: the
 //!   loss found by the audits, repaired or refused until recovered.
+//! - `outbox`: order events out (issue 47): a sale's changes from the
+//!   changes endpoint and from NATS JetStream, exactly the ledger's, each
+//!   order's in order; a relay killed mid-way.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the stream scan bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
@@ -88,6 +91,7 @@ mod interplay;
 mod ledger;
 mod live_page;
 mod model_replay;
+mod outbox;
 mod partial_loss;
 mod quickstart;
 mod rebalancer;

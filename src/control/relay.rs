@@ -1,0 +1,374 @@
+//! The outbox relay: the ledger's order changes, published to NATS
+//! JetStream in sequence order.
+//!
+//! **One leader.** Every instance with a NATS URL runs a relay; only the one
+//! holding the relay's leadership publishes. The leadership is the store's
+//! (the rebalancer's lease, on a reserved id, [`RELAY_LEASE`]), renewed every
+//! round (the embedded store serves one process, which leads alone), and its
+//! term fences the ledger: the target's cursor is moved only
+//! by a term at least the one that moved it last (`Ledger::mark_outbox`), so
+//! a relay that paused past its lease cannot move it back.
+//!
+//! **At least once, deduplicated.** A round reads the changes after the
+//! target's cursor, publishes them in order, awaits the server's
+//! acknowledgements, then moves the cursor to the last one acknowledged in
+//! an unbroken run. A relay that dies between publishing and moving the
+//! cursor publishes those changes again; each carries `Nats-Msg-Id` = its
+//! change id, so the stream drops the copies within its duplicate window
+//! (`outbox.duplicate_window_ms`). Past the window a copy is delivered, and
+//! consumers deduplicate by the same id (it is in the body too).
+//!
+//! **Subjects** are `<prefix>.<event>.<type>`, e.g.
+//! `shardstock.demo.order.created`; a `.` in the event id is written `_`
+//! there (the body has the id as it is).
+//!
+//! **Pruning** ([`prune`], every instance): a change every target has goes
+//! `replay_ms` after it happened; any change goes `retention_ms` after it
+//! happened, delivered or not, so the outbox stays bounded while a target is
+//! down (its lag alert fires long before).
+//!
+//! The relay never slows the flusher: it reads committed rows on its own
+//! connections. Failures are logged and counted, the connection is dropped
+//! and made again on the next round.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::ids::EventId;
+use crate::engine::Engine;
+use crate::ledger::{Change, Ledger};
+use crate::metrics as m;
+use crate::store::Store;
+
+/// The id whose leadership is the relay's (no event is sold under it: the
+/// leadership keys are the only keys it has).
+pub const RELAY_LEASE: &str = "_outbox-relay";
+
+/// How the relay runs (from `[outbox]`).
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    pub nats_url: String,
+    pub stream: String,
+    pub subject_prefix: String,
+    pub duplicate_window: Duration,
+    pub batch: usize,
+    pub interval: Duration,
+    pub lease_ttl_ms: u64,
+    pub publish_timeout: Duration,
+}
+
+/// How the outbox is pruned (from `[outbox]`).
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    pub replay: Duration,
+    pub retention: Duration,
+    pub interval: Duration,
+    /// The relay targets a change must reach before its replay window ends
+    /// ([`target`] of each).
+    pub targets: Vec<String>,
+}
+
+/// The cursor row of the relay to `stream`.
+pub fn target(stream: &str) -> String {
+    format!("nats:{stream}")
+}
+
+/// Prunes the outbox every interval until `stop` (see the module docs).
+pub async fn prune<S: Store>(
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    opts: PruneOptions,
+    stop: CancellationToken,
+) {
+    let mut ticker = super::ticker::Ticker::new(opts.interval, &stop);
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    while ticker.tick().await {
+        let now = engine.clock().now_ms();
+        let pruned = async {
+            let upto = ledger.lowest_cursor(&opts.targets).await?;
+            ledger
+                .prune_outbox(
+                    now.saturating_sub(ms(opts.retention)),
+                    now.saturating_sub(ms(opts.replay)),
+                    upto,
+                )
+                .await
+        };
+        match pruned.await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(pruned = n, "outbox pruned"),
+            Err(e) => tracing::warn!(error = %e, "pruning the outbox failed; trying again later"),
+        }
+    }
+}
+
+/// Failures of a relay round.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("ledger: {0}")]
+    Ledger(#[from] crate::ledger::LedgerError),
+    #[error("store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("NATS: {0}")]
+    Nats(String),
+}
+
+fn nats(e: impl std::fmt::Display) -> RelayError {
+    RelayError::Nats(e.to_string())
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    /// This instance led the round.
+    pub led: bool,
+    /// Changes acknowledged as new by the server.
+    pub published: usize,
+    /// Changes the server already had (sent again after a crash).
+    pub duplicates: usize,
+    /// The cursor after the round.
+    pub cursor: i64,
+}
+
+/// The relay of one instance.
+pub struct Relay<S: Store> {
+    engine: Arc<Engine<S>>,
+    ledger: Ledger,
+    opts: RelayOptions,
+    owner: String,
+    lease: EventId,
+    /// The cursor's row in `outbox_cursors`.
+    target: String,
+    /// Connected, with the stream ensured; dropped on a failure.
+    jet: Option<jetstream::Context>,
+    term: Option<u64>,
+}
+
+/// `<prefix>.<event>.<type>`, the event's dots written `_`.
+pub fn subject(prefix: &str, event: &str, kind: &str) -> String {
+    format!("{prefix}.{}.{kind}", event.replace('.', "_"))
+}
+
+/// The message body: the change as the changes endpoint shows it.
+pub fn body(change: &Change) -> Vec<u8> {
+    json!({
+        "id": change.change_id,
+        "seq": change.seq,
+        "type": change.kind,
+        "event_id": change.event_id,
+        "subject": change.subject,
+        "at_ms": change.at_ms,
+        "payload": change.payload,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+impl<S: Store> Relay<S> {
+    pub fn new(engine: Arc<Engine<S>>, ledger: Ledger, opts: RelayOptions) -> Self {
+        let owner = format!("{}/relay-{:08x}", engine.instance(), rand::random::<u32>());
+        let target = target(&opts.stream);
+        Self {
+            engine,
+            ledger,
+            opts,
+            owner,
+            lease: EventId::parse(RELAY_LEASE).expect("a valid id"),
+            target,
+            jet: None,
+            term: None,
+        }
+    }
+
+    /// Rounds until `stop`; then gives the leadership up.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut pause = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = match self.round().await {
+                Ok(r) if r.led && r.published + r.duplicates == self.opts.batch => Duration::ZERO,
+                Ok(_) => self.opts.interval,
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox relay round failed; trying again");
+                    self.jet = None;
+                    self.opts.interval.max(Duration::from_millis(500))
+                }
+            };
+        }
+        if let Some(term) = self.term.take() {
+            let _ = self
+                .engine
+                .store()
+                .release_leadership(&self.lease, &self.owner, term)
+                .await;
+            metrics::gauge!(m::OUTBOX_LEADER).set(0.0);
+        }
+    }
+
+    /// Connects and makes sure the stream exists (once per connection).
+    async fn connect(&self) -> Result<jetstream::Context, RelayError> {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(self.opts.publish_timeout)
+            .connect(self.opts.nats_url.as_str())
+            .await
+            .map_err(nats)?;
+        let mut jet = jetstream::new(client);
+        jet.set_timeout(self.opts.publish_timeout);
+        jet.get_or_create_stream(jetstream::stream::Config {
+            name: self.opts.stream.clone(),
+            subjects: vec![format!("{}.>", self.opts.subject_prefix)],
+            duplicate_window: self.opts.duplicate_window,
+            ..Default::default()
+        })
+        .await
+        .map_err(nats)?;
+        Ok(jet)
+    }
+
+    /// One round: lead (or not), publish the next changes, move the cursor.
+    pub async fn round(&mut self) -> Result<Round, RelayError> {
+        let store = self.engine.store();
+        // The embedded store serves one process: it leads alone (the memory
+        // store keeps leaderships only for events it has).
+        let term = if store.capabilities().remote {
+            store
+                .acquire_leadership(&self.lease, &self.owner, self.opts.lease_ttl_ms)
+                .await?
+        } else {
+            Some(1)
+        };
+        let Some(term) = term else {
+            if self.term.take().is_some() {
+                metrics::gauge!(m::OUTBOX_LEADER).set(0.0);
+                tracing::info!("no longer leading the outbox relay");
+            }
+            return Ok(Round::default());
+        };
+        if self.term != Some(term) {
+            self.term = Some(term);
+            metrics::gauge!(m::OUTBOX_LEADER).set(1.0);
+            tracing::info!(term, "leading the outbox relay");
+        }
+        let jet = match &self.jet {
+            Some(jet) => jet.clone(),
+            None => {
+                let jet = self.connect().await?;
+                self.jet = Some(jet.clone());
+                jet
+            }
+        };
+        let cursor = self.ledger.outbox_cursor(&self.target).await?;
+        let changes = self
+            .ledger
+            .changes(None, cursor, self.opts.batch as i64)
+            .await?;
+        let mut round = Round {
+            led: true,
+            cursor,
+            ..Round::default()
+        };
+        // Sent in order, acknowledged in order: the cursor moves over an
+        // unbroken run of acknowledged changes only.
+        let mut acks = Vec::with_capacity(changes.len());
+        for change in &changes {
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(body(change).into())
+                .message_id(change.change_id.as_str());
+            let subject = subject(&self.opts.subject_prefix, &change.event_id, &change.kind);
+            match jet.send_publish(subject, publish).await {
+                Ok(ack) => acks.push((change.seq, ack)),
+                Err(e) => {
+                    tracing::warn!(seq = change.seq, error = %e, "outbox relay: publish failed");
+                    break;
+                }
+            }
+        }
+        let sent = acks.len();
+        let mut failure = None;
+        for (seq, ack) in acks {
+            match ack.await {
+                Ok(ack) => {
+                    let outcome = if ack.duplicate {
+                        round.duplicates += 1;
+                        "duplicate"
+                    } else {
+                        round.published += 1;
+                        "published"
+                    };
+                    metrics::counter!(m::OUTBOX_DELIVERIES, "target" => self.target.clone(), "outcome" => outcome)
+                        .increment(1);
+                    round.cursor = seq;
+                }
+                Err(e) => {
+                    failure = Some(nats(e));
+                    break;
+                }
+            }
+        }
+        let failed = changes.len() - (round.published + round.duplicates);
+        if failed > 0 {
+            metrics::counter!(m::OUTBOX_DELIVERIES, "target" => self.target.clone(), "outcome" => "failed")
+                .increment(failed as u64);
+        }
+        if round.cursor > cursor {
+            let now = self.engine.clock().now_ms();
+            if !self
+                .ledger
+                .mark_outbox(&self.target, round.cursor, term as i64, now)
+                .await?
+            {
+                tracing::warn!(
+                    term,
+                    "outbox relay: a newer leader moved the cursor; stepping down"
+                );
+                self.term = None;
+                metrics::gauge!(m::OUTBOX_LEADER).set(0.0);
+                return Ok(Round::default());
+            }
+        }
+        self.measure(round.cursor).await?;
+        match failure {
+            Some(e) => Err(e),
+            None if sent < changes.len() => Err(RelayError::Nats("a publish failed".into())),
+            None => Ok(round),
+        }
+    }
+
+    /// The lag gauges: changes after the cursor, and the oldest's age.
+    async fn measure(&self, cursor: i64) -> Result<(), RelayError> {
+        let backlog = self.ledger.backlog(cursor).await?;
+        let now = self.engine.clock().now_ms();
+        let age = backlog
+            .oldest_ms
+            .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+        metrics::gauge!(m::OUTBOX_LAG_CHANGES, "target" => self.target.clone())
+            .set(backlog.changes as f64);
+        metrics::gauge!(m::OUTBOX_LAG_SECONDS, "target" => self.target.clone()).set(age);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_name_the_event_and_the_type() {
+        assert_eq!(
+            subject("shardstock", "demo", "order.created"),
+            "shardstock.demo.order.created"
+        );
+        assert_eq!(
+            subject("ss", "drop.2026", "event.closed"),
+            "ss.drop_2026.event.closed"
+        );
+        assert!(EventId::parse(RELAY_LEASE).is_ok());
+    }
+}
