@@ -208,17 +208,22 @@ fn release_bounds() -> release::Bounds {
     }
 }
 
-/// The trace of a release's discovery up to the first state that breaks
-/// it, one action a line (the checker's pending states are a stack within
-/// a block, so its path may go on past that state).
-fn breaking_prefix(checker: &impl Checker<Release>, name: &'static str) -> Option<String> {
+/// The trace of a discovery up to the first state that breaks it, one
+/// action a line (the checker's pending states are a stack within a block,
+/// so its path may go on past that state).
+fn breaking_prefix<M>(checker: &impl Checker<M>, name: &'static str) -> Option<String>
+where
+    M: Model,
+    M::State: Clone + PartialEq,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
     let path = checker.discovery(name)?.into_vec();
     let model = checker.model();
     let holds = model
         .properties()
         .into_iter()
         .find(|p| p.name == name)
-        .expect("a release property")
+        .expect("a property of the model")
         .condition;
     let end = path
         .iter()
@@ -226,10 +231,43 @@ fn breaking_prefix(checker: &impl Checker<Release>, name: &'static str) -> Optio
         .expect("the discovery breaks it");
     let mut out = String::new();
     for (i, (_, action)) in path[..end].iter().enumerate() {
-        let action = action.expect("a step before the end");
+        let action = action.as_ref().expect("a step before the end");
         out.push_str(&format!("  {:>2}. {action:?}\n", i + 1));
     }
     Some(out)
+}
+
+/// Checks `model` (to the end, or to the first counterexample with
+/// `first`); returns the `checks` broken, with their traces, and asserts
+/// that a whole check that broke none reached every one of `witnesses`.
+fn check_to_prefixes<M>(
+    model: M,
+    label: String,
+    first: bool,
+    checks: &[&'static str],
+    witnesses: &[&'static str],
+) -> Vec<(&'static str, String)>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
+    let start = Instant::now();
+    let checker = check(model, label, first);
+    let broken: Vec<_> = checks
+        .iter()
+        .filter_map(|name| breaking_prefix(&checker, name).map(|t| (*name, t)))
+        .inspect(|(name, t)| println!("{name} ({} steps):\n{t}", t.lines().count()))
+        .collect();
+    if !first && broken.is_empty() && !stopped(start) {
+        for name in witnesses {
+            assert!(
+                checker.discovery(name).is_some(),
+                "the bound never reaches {name:?}: the check would pass vacuously"
+            );
+        }
+    }
+    broken
 }
 
 /// Checks a release variant at `bounds` (to the end, or to the first
@@ -239,26 +277,13 @@ fn release_check(
     variant: release::Variant,
     first: bool,
 ) -> Vec<(&'static str, String)> {
-    let start = Instant::now();
-    let checker = check(
+    check_to_prefixes(
         Release::new(bounds, variant),
         format!("{variant:?}\n{bounds:?}"),
         first,
-    );
-    let broken: Vec<_> = RELEASE_CHECKS
-        .iter()
-        .filter_map(|name| breaking_prefix(&checker, name).map(|t| (*name, t)))
-        .inspect(|(name, t)| println!("{name} ({} steps):\n{t}", t.lines().count()))
-        .collect();
-    if !first && broken.is_empty() && !stopped(start) {
-        for name in RELEASE_WITNESSES {
-            assert!(
-                checker.discovery(name).is_some(),
-                "the bound never reaches {name:?}: the check would pass vacuously"
-            );
-        }
-    }
-    broken
+        &RELEASE_CHECKS,
+        &RELEASE_WITNESSES,
+    )
 }
 
 #[test]
@@ -326,29 +351,6 @@ const ADMISSION_WITNESSES: [&str; 8] = [
     adm::LEFTOVER,
 ];
 
-/// The trace of an admission discovery up to the first state that breaks
-/// it, one action a line.
-fn admission_prefix(checker: &impl Checker<Admission>, name: &'static str) -> Option<String> {
-    let path = checker.discovery(name)?.into_vec();
-    let model = checker.model();
-    let holds = model
-        .properties()
-        .into_iter()
-        .find(|p| p.name == name)
-        .expect("an admission property")
-        .condition;
-    let end = path
-        .iter()
-        .position(|(state, _)| !holds(model, state))
-        .expect("the discovery breaks it");
-    let mut out = String::new();
-    for (i, (_, action)) in path[..end].iter().enumerate() {
-        let action = action.expect("a step before the end");
-        out.push_str(&format!("  {:>2}. {action:?}\n", i + 1));
-    }
-    Some(out)
-}
-
 /// Checks an admission variant at `bounds` (to the end, or to the first
 /// counterexample with `first`); returns the checks broken, with traces.
 fn admission_check(
@@ -356,26 +358,13 @@ fn admission_check(
     variant: admission::Variant,
     first: bool,
 ) -> Vec<(&'static str, String)> {
-    let start = Instant::now();
-    let checker = check(
+    check_to_prefixes(
         Admission::new(bounds, variant),
         format!("{variant:?}\n{bounds:?}"),
         first,
-    );
-    let broken: Vec<_> = ADMISSION_CHECKS
-        .iter()
-        .filter_map(|name| admission_prefix(&checker, name).map(|t| (*name, t)))
-        .inspect(|(name, t)| println!("{name} ({} steps):\n{t}", t.lines().count()))
-        .collect();
-    if !first && broken.is_empty() && !stopped(start) {
-        for name in ADMISSION_WITNESSES {
-            assert!(
-                checker.discovery(name).is_some(),
-                "the bound never reaches {name:?}: the check would pass vacuously"
-            );
-        }
-    }
-    broken
+        &ADMISSION_CHECKS,
+        &ADMISSION_WITNESSES,
+    )
 }
 
 #[test]
