@@ -342,8 +342,14 @@ def check_k8s(schema):
             err("deploy/k8s", f"{kind} should be {api}, is {objs[kind][0][1].get('apiVersion')}")
     if any(k not in objs for k in expected):
         return
-    _, dep = objs["Deployment"][0]
-    _, svc = objs["Service"][0]
+    def named(kind, name):
+        """The `kind` named `name` (a file may add others: nats.yaml's Service)."""
+        found = [d for _, d in objs[kind] if d["metadata"]["name"] == name]
+        if not found:
+            err("deploy/k8s", f"no {kind} named {name}")
+        return found[0] if found else objs[kind][0][1]
+    dep = named("Deployment", "shardstock")
+    svc = named("Service", "shardstock")
     _, cm = objs["ConfigMap"][0]
     _, pdb = objs["PodDisruptionBudget"][0]
     _, hpa = objs["HorizontalPodAutoscaler"][0]
@@ -419,6 +425,15 @@ def check_k8s(schema):
     for f in ("deployment.yaml", "service.yaml", "configmap.yaml", "pdb.yaml", "hpa.yaml", "servicemonitor.yaml"):
         if f not in listed:
             err("deploy/k8s/kustomization.yaml", f"does not list {f}")
+    nats = [d for _, d in objs.get("StatefulSet", []) if d["metadata"]["name"] == "nats"]
+    if "nats.yaml" in listed:
+        if not nats:
+            err("deploy/k8s/nats.yaml", "no StatefulSet named nats")
+        elif "--jetstream" not in nats[0]["spec"]["template"]["spec"]["containers"][0].get("args", []):
+            err("deploy/k8s/nats.yaml", "the NATS server must run with --jetstream")
+        toml = cm.get("data", {}).get("shardstock.toml", "")
+        if 'nats_url = "nats://nats:4222"' not in toml:
+            err("deploy/k8s/configmap.yaml", "[outbox] nats_url should point at nats.yaml's Service (nats://nats:4222)")
     for f in listed:
         if not (kdir / f).is_file():
             err("deploy/k8s/kustomization.yaml", f"lists {f}, which does not exist")
