@@ -35,7 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::ids::EventId;
@@ -155,17 +154,29 @@ pub fn subject(prefix: &str, event: &str, kind: &str) -> String {
 
 /// The message body: the change as the changes endpoint shows it.
 pub fn body(change: &Change) -> Vec<u8> {
-    json!({
-        "id": change.change_id,
-        "seq": change.seq,
-        "type": change.kind,
-        "event_id": change.event_id,
-        "subject": change.subject,
-        "at_ms": change.at_ms,
-        "payload": change.payload,
+    /// Borrows the change (a `json!` map copied every string and the
+    /// payload once more for each message).
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        id: &'a str,
+        seq: i64,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        event_id: &'a str,
+        subject: &'a str,
+        at_ms: i64,
+        payload: &'a serde_json::Value,
+    }
+    serde_json::to_vec(&Body {
+        id: &change.change_id,
+        seq: change.seq,
+        kind: &change.kind,
+        event_id: &change.event_id,
+        subject: &change.subject,
+        at_ms: change.at_ms,
+        payload: &change.payload,
     })
-    .to_string()
-    .into_bytes()
+    .expect("a change serializes")
 }
 
 impl<S: Store> Relay<S> {
@@ -370,5 +381,27 @@ mod tests {
             "ss.drop_2026.event.closed"
         );
         assert!(EventId::parse(RELAY_LEASE).is_ok());
+    }
+
+    #[test]
+    fn a_body_is_the_change_as_the_changes_endpoint_shows_it() {
+        let change = Change {
+            seq: 7,
+            change_id: "o-1:order.created".into(),
+            event_id: "demo".into(),
+            subject: "o-1".into(),
+            kind: "order.created".into(),
+            at_ms: 1_750_000_000_000,
+            payload: serde_json::json!({"user_id": "u-1", "quantity": 2}),
+        };
+        let got: serde_json::Value = serde_json::from_slice(&body(&change)).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!({
+                "id": "o-1:order.created", "seq": 7, "type": "order.created",
+                "event_id": "demo", "subject": "o-1", "at_ms": 1_750_000_000_000i64,
+                "payload": {"user_id": "u-1", "quantity": 2},
+            })
+        );
     }
 }

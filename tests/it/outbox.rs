@@ -771,6 +771,12 @@ async fn the_outbox_is_pruned_once_delivered_and_bounded_by_retention(url: Strin
         .await
         .unwrap();
     assert_eq!(upto, Some(tenth));
+    // The target's backlog (the lag gauges): twenty changes behind, the
+    // first of them the eleventh order's (the database is this test's own).
+    let behind = ledger.backlog(tenth).await.unwrap();
+    assert_eq!((behind.changes, behind.oldest_ms), (20, Some(1_011)));
+    let none = ledger.backlog(mine[29].seq).await.unwrap();
+    assert_eq!((none.changes, none.oldest_ms), (0, None));
     // Nothing older than the retention, nothing delivered past the replay window.
     ledger.prune_outbox(1_000, 1_000, upto).await.unwrap();
     assert_eq!(ledger.changes(Some(e), 0, 1_000).await.unwrap().len(), 30);

@@ -1,0 +1,101 @@
+//! `outbox_lag`: how long an order change takes to reach a NATS consumer.
+//!
+//! Subscribes to `<prefix>.>` on NATS (a plain subscription sees every
+//! message the relay publishes into the JetStream stream, as it is stored),
+//! and for each `order.created` records the time from the purchase (the
+//! change's `at_ms`, the take's time in the store) to its arrival here: the
+//! flusher's lag, the outbox, the relay and NATS together. Ends once
+//! `--expect` creations arrived, or after `--idle` seconds without a message
+//! once the first arrived, and prints the count and p50 / p99 / max in
+//! seconds as one line (`bench/outbox_lag.sh` runs it beside a sale).
+//!
+//! `cargo run --release -p shardstock-bench --bin outbox_lag -- --prefix P
+//! [--nats URL] [--expect N] [--idle S]`
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+
+struct Args {
+    nats: String,
+    prefix: String,
+    expect: u64,
+    idle: Duration,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut a = Args {
+        nats: "nats://127.0.0.1:4222".into(),
+        prefix: String::new(),
+        expect: u64::MAX,
+        idle: Duration::from_secs(10),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--nats" => a.nats = value()?,
+            "--prefix" => a.prefix = value()?,
+            "--expect" => a.expect = value()?.parse()?,
+            "--idle" => a.idle = Duration::from_secs_f64(value()?.parse()?),
+            "-h" | "--help" => {
+                println!("outbox_lag --prefix P [--nats URL] [--expect N] [--idle S]");
+                std::process::exit(0);
+            }
+            other => anyhow::bail!("unknown argument {other:?}"),
+        }
+    }
+    anyhow::ensure!(
+        !a.prefix.is_empty(),
+        "--prefix is required (the service's [outbox] subject_prefix)"
+    );
+    Ok(a)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = args()?;
+    let client = async_nats::connect(a.nats.as_str()).await?;
+    let mut sub = client.subscribe(format!("{}.>", a.prefix)).await?;
+    // Ready: the caller starts the sale once it reads this line.
+    println!("subscribed to {}.>", a.prefix);
+    let mut lag = Histogram::<u64>::new_with_bounds(1, 3_600_000, 3)?;
+    let (mut created, mut others) = (0u64, 0u64);
+    while created < a.expect {
+        let wait = if created + others == 0 {
+            Duration::from_secs(600)
+        } else {
+            a.idle
+        };
+        let Ok(Some(msg)) = tokio::time::timeout(wait, sub.next()).await else {
+            break;
+        };
+        let arrived = now_ms();
+        let body: serde_json::Value = serde_json::from_slice(&msg.payload)?;
+        if body["type"] == "order.created" {
+            let at = body["at_ms"].as_i64().unwrap_or(arrived);
+            lag.record((arrived - at).max(1) as u64)?;
+            created += 1;
+        } else {
+            others += 1;
+        }
+    }
+    let s = |q: f64| lag.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "outbox_lag: {created} order.created ({others} other changes); purchase to consumer p50 {:.3} s, p99 {:.3} s, max {:.3} s",
+        s(0.5),
+        s(0.99),
+        lag.max() as f64 / 1000.0
+    );
+    Ok(())
+}
