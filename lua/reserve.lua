@@ -11,8 +11,8 @@ ARGV[6] pending: the order's pending record (domain::release::HomeRecord, "P|…
 ARGV[7] limited: the record kept when the limit refuses ("L|…")
 
 Returns:
-  {"OK"}               counted: the user's units += ARGV[3], the record is
-                       ARGV[6] and the id is in pend
+  {"OK"}               counted: the user's units += units, the pending
+                       record stored and the id in pend
   {"L", held}          over the limit: nothing counted, ARGV[7] kept
   {"R", record, held}  the request id has a record (held: the user's units now)
 
