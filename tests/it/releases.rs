@@ -86,7 +86,12 @@ fn random_lines(rng: &mut impl Rng, pools: usize) -> Vec<(EventId, u32)> {
         .collect()
 }
 
-fn request(spec: &ReleaseSpec, u: &str, lines: Vec<(EventId, u32)>, rid: Option<String>) -> LinesRequest {
+fn request(
+    spec: &ReleaseSpec,
+    u: &str,
+    lines: Vec<(EventId, u32)>,
+    rid: Option<String>,
+) -> LinesRequest {
     LinesRequest {
         release: spec.id.clone(),
         user: user(u),
@@ -139,7 +144,10 @@ impl Book {
         if let Err(LinesRefusal::SoldOut { short }) = &out.result {
             assert!(!short.is_empty());
             for s in short {
-                assert!(s.remaining < u64::from(s.quantity), "a short line with enough left: {s:?}");
+                assert!(
+                    s.remaining < u64::from(s.quantity),
+                    "a short line with enough left: {s:?}"
+                );
             }
         }
         self.answers.insert(key, out.clone());
@@ -149,7 +157,12 @@ impl Book {
 /// The promises on the store: per pool sold + remaining == stock, each
 /// user's count == what they were told bought (within the limit), nothing
 /// pending.
-async fn check_store<S: Store>(engine: &Engine<S>, spec: &ReleaseSpec, book: &Book, users: &[String]) {
+async fn check_store<S: Store>(
+    engine: &Engine<S>,
+    spec: &ReleaseSpec,
+    book: &Book,
+    users: &[String],
+) {
     for k in 0..spec.pools.len() {
         let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
         let sold = book.bought_pool.get(&format!("p{k}")).copied().unwrap_or(0);
@@ -161,23 +174,37 @@ async fn check_store<S: Store>(engine: &Engine<S>, spec: &ReleaseSpec, book: &Bo
         );
     }
     for u in users {
-        let held = engine.release_units(&spec.id, &user(u.as_str())).await.unwrap();
+        let held = engine
+            .release_units(&spec.id, &user(u.as_str()))
+            .await
+            .unwrap();
         let bought = book.bought_user.get(u).copied().unwrap_or(0);
         assert_eq!(held, bought, "user {u}: count {held}, told bought {bought}");
         if let Some(limit) = spec.per_user_limit {
-            assert!(held <= u64::from(limit), "user {u} holds {held} over {limit}");
+            assert!(
+                held <= u64::from(limit),
+                "user {u} holds {held} over {limit}"
+            );
         }
     }
     for h in 0..spec.homes {
         let home = shardstock::domain::keys::HomeRef::new(&spec.id, h);
-        let left = engine.store().stale_orders(&home, i64::MAX, 1_000).await.unwrap();
+        let left = engine
+            .store()
+            .stale_orders(&home, i64::MAX, 1_000)
+            .await
+            .unwrap();
         assert!(left.is_empty(), "orders not ended: {left:?}");
     }
 }
 
 /// Quiet: every pool with units left sells one to a new buyer (no false
 /// sold-out), and an order of more than a pool has is refused naming it.
-async fn check_no_false_sold_out<S: Store>(engine: &Engine<S>, spec: &ReleaseSpec, book: &mut Book) {
+async fn check_no_false_sold_out<S: Store>(
+    engine: &Engine<S>,
+    spec: &ReleaseSpec,
+    book: &mut Book,
+) {
     for k in 0..spec.pools.len() {
         let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
         let u = format!("quiet-{k}");
@@ -188,7 +215,11 @@ async fn check_no_false_sold_out<S: Store>(engine: &Engine<S>, spec: &ReleaseSpe
             .await
             .unwrap();
         if view.remaining >= u64::from(want) {
-            assert!(out.result.is_ok(), "pool p{k} has {} left: {out:?}", view.remaining);
+            assert!(
+                out.result.is_ok(),
+                "pool p{k} has {} left: {out:?}",
+                view.remaining
+            );
         } else {
             assert_eq!(
                 out.result,
@@ -216,7 +247,12 @@ fn flush_options() -> FlushOptions {
 
 /// Closes every pool and reads it from the database alone: the oracle, and
 /// each bought line confirmed, no other order confirmed.
-async fn check_ledger<S: Store>(engine: Arc<Engine<S>>, ledger: shardstock::ledger::Ledger, spec: &ReleaseSpec, book: &Book) {
+async fn check_ledger<S: Store>(
+    engine: Arc<Engine<S>>,
+    ledger: shardstock::ledger::Ledger,
+    spec: &ReleaseSpec,
+    book: &Book,
+) {
     let mut flusher = Flusher::new(
         engine.clone(),
         ledger.clone(),
@@ -241,19 +277,25 @@ async fn check_ledger<S: Store>(engine: Arc<Engine<S>>, ledger: shardstock::ledg
     confirmed.sort();
     let mut told = book.bought_lines.clone();
     told.sort();
-    assert_eq!(confirmed, told, "the database's confirmed lines are the bought orders' lines");
+    assert_eq!(
+        confirmed, told,
+        "the database's confirmed lines are the bought orders' lines"
+    );
 }
 
 async fn sixty_four_tasks_buy_mixed_orders_all_or_nothing<S: Store>(engine: Engine<S>) {
     let ledger = ledger_for(engine.store().kind()).await;
     let engine = Arc::new(engine);
     let spec = release_spec(POOLS, STOCK, 4, Some(LIMIT));
-    lifecycle::create_release(&engine, &ledger, spec.clone()).await.unwrap();
+    lifecycle::create_release(&engine, &ledger, spec.clone())
+        .await
+        .unwrap();
     let book = Arc::new(Mutex::new(Book::default()));
-    let users: Vec<String> = (0..48).map(|u| format!("u{u}")).collect();
+    let users: Vec<String> = (0..160).map(|u| format!("u{u}")).collect();
     let tasks: Vec<_> = (0..64)
         .map(|t| {
-            let (engine, spec, book, users) = (engine.clone(), spec.clone(), book.clone(), users.clone());
+            let (engine, spec, book, users) =
+                (engine.clone(), spec.clone(), book.clone(), users.clone());
             tokio::spawn(async move {
                 let mut earlier: Vec<(String, String, Vec<(EventId, u32)>)> = Vec::new();
                 for i in 0..12 {
@@ -300,7 +342,10 @@ async fn sixty_four_tasks_buy_mixed_orders_all_or_nothing<S: Store>(engine: Engi
         .values()
         .filter(|o| matches!(o.result, Err(LinesRefusal::LimitExceeded { .. })))
         .count();
-    println!("bought {bought}, sold out {short}, over the limit {limited}, replays {}", book.replays);
+    println!(
+        "bought {bought}, sold out {short}, over the limit {limited}, replays {}",
+        book.replays
+    );
     assert!(bought > 0 && short > 0, "the run must sell out some pools");
     check_store(&engine, &spec, &book, &users).await;
     check_no_false_sold_out(&engine, &spec, &mut book).await;
@@ -324,8 +369,8 @@ async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
             max_delay: Duration::from_millis(5),
         },
     });
-    let users: Vec<String> = (0..12).map(|u| format!("u{u}")).collect();
-    let requests: Vec<(String, String, Vec<(EventId, u32)>)> = (0..120)
+    let users: Vec<String> = (0..40).map(|u| format!("u{u}")).collect();
+    let requests: Vec<(String, String, Vec<(EventId, u32)>)> = (0..200)
         .map(|i| {
             let mut rng = rand::rng();
             (
@@ -339,7 +384,8 @@ async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
     let tasks: Vec<_> = requests
         .chunks(8)
         .map(|chunk| {
-            let (engine, spec, book, chunk) = (engine.clone(), spec.clone(), book.clone(), chunk.to_vec());
+            let (engine, spec, book, chunk) =
+                (engine.clone(), spec.clone(), book.clone(), chunk.to_vec());
             tokio::spawn(async move {
                 for (u, rid, lines) in chunk {
                     let req = request(&spec, &u, lines, Some(rid.clone()));
@@ -347,7 +393,12 @@ async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
                         // Some calls are dropped mid-way (a client that left).
                         let cut = rand::rng().random_bool(0.15);
                         let out = if cut {
-                            match tokio::time::timeout(Duration::from_millis(1), engine.buy_lines(&req)).await {
+                            match tokio::time::timeout(
+                                Duration::from_millis(1),
+                                engine.buy_lines(&req),
+                            )
+                            .await
+                            {
                                 Ok(out) => out,
                                 Err(_) => continue,
                             }
@@ -373,10 +424,21 @@ async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
     faulty.heal();
     // A dropped call's last command may still be on its way.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    println!("{} faults injected", faulty.injected().len());
+    let injected = faulty.injected();
+    let on_release_steps = injected
+        .iter()
+        .filter(|i| shardstock::store::releases::STEPS.contains(&i.step))
+        .count();
+    println!(
+        "{} faults injected, {on_release_steps} in release steps",
+        injected.len()
+    );
+    assert!(on_release_steps > 0);
     // Settled: the sweeper with no wait ends what no driver finished, then
     // every request is asked again (a replay answers from its record).
-    release_sweeper::sweep_release(&engine, &spec.id, &sweep_now()).await.unwrap();
+    release_sweeper::sweep_release(&engine, &spec.id, &sweep_now())
+        .await
+        .unwrap();
     let mut book = Arc::try_unwrap(book).ok().unwrap().into_inner().unwrap();
     for (u, rid, lines) in &requests {
         let out = engine
@@ -409,10 +471,20 @@ async fn an_engine_gone_between_lines_is_ended_once_by_the_sweeper<S: Store>(eng
     engine.inject_crash(CrashPoint::AfterTake);
     let crashed = engine.buy_lines(&req).await;
     engine.inject_crash(CrashPoint::None);
-    assert!(matches!(crashed, Err(EngineError::InjectedCrash(_))), "{crashed:?}");
-    let taken = engine.view(&spec.pool_event(0).unwrap()).await.unwrap().remaining;
+    assert!(
+        matches!(crashed, Err(EngineError::InjectedCrash(_))),
+        "{crashed:?}"
+    );
+    let taken = engine
+        .view(&spec.pool_event(0).unwrap())
+        .await
+        .unwrap()
+        .remaining;
     assert_eq!(taken, 3, "the first line was taken");
-    assert_eq!(engine.release_units(&spec.id, &user("gone")).await.unwrap(), 3);
+    assert_eq!(
+        engine.release_units(&spec.id, &user("gone")).await.unwrap(),
+        3
+    );
     // Two sweepers at once end it once.
     let opts = sweep_now();
     let (a, b) = tokio::join!(
@@ -424,21 +496,36 @@ async fn an_engine_gone_between_lines_is_ended_once_by_the_sweeper<S: Store>(eng
         let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
         assert_eq!(view.remaining, 4, "pool p{k}: every take given back once");
     }
-    assert_eq!(engine.release_units(&spec.id, &user("gone")).await.unwrap(), 0);
+    assert_eq!(
+        engine.release_units(&spec.id, &user("gone")).await.unwrap(),
+        0
+    );
     let again = engine.buy_lines(&req).await.unwrap();
     assert_eq!(again.result, Err(LinesRefusal::GaveUp));
     assert!(again.replayed);
-    assert_eq!(release_sweeper::sweep_release(&engine, &spec.id, &opts).await.unwrap(), 0);
+    assert_eq!(
+        release_sweeper::sweep_release(&engine, &spec.id, &opts)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 /// An engine stops after a line's take; a retry with the request id (here
 /// racing a sweeper) ends the order once: bought, or refused with nothing
 /// kept.
-async fn a_retry_after_an_engine_stopped_between_lines_ends_the_order_once<S: Store>(engine: Engine<S>) {
+async fn a_retry_after_an_engine_stopped_between_lines_ends_the_order_once<S: Store>(
+    engine: Engine<S>,
+) {
     let spec = release_spec(2, 4, 2, Some(4));
     let engine = Arc::new(engine);
     engine.create_release(spec.clone()).await.unwrap();
-    let req = request(&spec, "back", vec![(pool(0), 2), (pool(1), 1)], Some("b1".into()));
+    let req = request(
+        &spec,
+        "back",
+        vec![(pool(0), 2), (pool(1), 1)],
+        Some("b1".into()),
+    );
     engine.inject_crash(CrashPoint::AfterTake);
     assert!(engine.buy_lines(&req).await.is_err());
     engine.inject_crash(CrashPoint::None);
@@ -452,8 +539,16 @@ async fn a_retry_after_an_engine_stopped_between_lines_ends_the_order_once<S: St
     let again = engine.buy_lines(&req).await.unwrap();
     assert_eq!(again.result, retry.result, "decided once");
     let (r0, r1) = (
-        engine.view(&spec.pool_event(0).unwrap()).await.unwrap().remaining,
-        engine.view(&spec.pool_event(1).unwrap()).await.unwrap().remaining,
+        engine
+            .view(&spec.pool_event(0).unwrap())
+            .await
+            .unwrap()
+            .remaining,
+        engine
+            .view(&spec.pool_event(1).unwrap())
+            .await
+            .unwrap()
+            .remaining,
     );
     let units = engine.release_units(&spec.id, &user("back")).await.unwrap();
     match retry.result {
@@ -468,11 +563,16 @@ async fn a_retry_after_an_engine_stopped_between_lines_ends_the_order_once<S: St
 
 /// A two-line order whose second pool is sold out is refused naming it,
 /// and keeps nothing of the first; the limit counts across pools.
-async fn a_short_second_line_refuses_the_order_and_the_limit_spans_pools<S: Store>(engine: Engine<S>) {
+async fn a_short_second_line_refuses_the_order_and_the_limit_spans_pools<S: Store>(
+    engine: Engine<S>,
+) {
     let spec = release_spec(2, 3, 2, Some(3));
     engine.create_release(spec.clone()).await.unwrap();
     let one = |u: &str, rid: &str, lines| request(&spec, u, lines, Some(rid.into()));
-    let out = engine.buy_lines(&one("a", "1", vec![(pool(1), 3)])).await.unwrap();
+    let out = engine
+        .buy_lines(&one("a", "1", vec![(pool(1), 3)]))
+        .await
+        .unwrap();
     assert!(out.result.is_ok());
     let out = engine
         .buy_lines(&one("b", "1", vec![(pool(0), 2), (pool(1), 1)]))
@@ -488,16 +588,41 @@ async fn a_short_second_line_refuses_the_order_and_the_limit_spans_pools<S: Stor
             }]
         })
     );
-    assert_eq!(engine.view(&spec.pool_event(0).unwrap()).await.unwrap().remaining, 3);
+    assert_eq!(
+        engine
+            .view(&spec.pool_event(0).unwrap())
+            .await
+            .unwrap()
+            .remaining,
+        3
+    );
     assert_eq!(engine.release_units(&spec.id, &user("b")).await.unwrap(), 0);
-    let out = engine.buy_lines(&one("b", "2", vec![(pool(0), 2)])).await.unwrap();
+    let out = engine
+        .buy_lines(&one("b", "2", vec![(pool(0), 2)]))
+        .await
+        .unwrap();
     assert!(out.result.is_ok());
-    let over = engine.buy_lines(&one("b", "3", vec![(pool(0), 1), (pool(1), 1)])).await.unwrap();
-    assert!(matches!(over.result, Err(LinesRefusal::LimitExceeded { limit: 3, held: 2 })), "{over:?}");
-    let replay = engine.buy_lines(&one("b", "1", vec![(pool(0), 2), (pool(1), 1)])).await.unwrap();
+    let over = engine
+        .buy_lines(&one("b", "3", vec![(pool(0), 1), (pool(1), 1)]))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            over.result,
+            Err(LinesRefusal::LimitExceeded { limit: 3, held: 2 })
+        ),
+        "{over:?}"
+    );
+    let replay = engine
+        .buy_lines(&one("b", "1", vec![(pool(0), 2), (pool(1), 1)]))
+        .await
+        .unwrap();
     assert!(replay.replayed && matches!(replay.result, Err(LinesRefusal::SoldOut { .. })));
     let conflict = engine.buy_lines(&one("b", "1", vec![(pool(0), 1)])).await;
-    assert!(matches!(conflict, Err(EngineError::IdempotencyConflict(_))), "{conflict:?}");
+    assert!(
+        matches!(conflict, Err(EngineError::IdempotencyConflict(_))),
+        "{conflict:?}"
+    );
 }
 
 on_every_backend!(namespace_per_test:
