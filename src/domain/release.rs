@@ -70,7 +70,7 @@ pub enum ReleaseError {
 impl ReleaseSpec {
     /// The event that is pool `k` (`<release>.<pool>`).
     pub fn pool_event(&self, k: usize) -> Result<EventId, IdError> {
-        EventId::parse(&format!("{}.{}", self.id, self.pools[k].name))
+        EventId::parse(format!("{}.{}", self.id, self.pools[k].name))
     }
 
     /// Pool `k` as the event it is: no per-user limit of its own (the

@@ -36,6 +36,9 @@ use crate::harness::faulty::{Faulty, Mode, Rule};
 use crate::harness::{event_id, ledger_for, on_every_backend, user};
 
 const POOLS: usize = 10;
+
+/// A request as asked: user, request id, lines.
+type Asked = (String, String, Vec<(EventId, u32)>);
 const STOCK: u64 = 24;
 const LIMIT: u32 = 5;
 
@@ -297,7 +300,7 @@ async fn sixty_four_tasks_buy_mixed_orders_all_or_nothing<S: Store>(engine: Engi
             let (engine, spec, book, users) =
                 (engine.clone(), spec.clone(), book.clone(), users.clone());
             tokio::spawn(async move {
-                let mut earlier: Vec<(String, String, Vec<(EventId, u32)>)> = Vec::new();
+                let mut earlier: Vec<Asked> = Vec::new();
                 for i in 0..12 {
                     let (u, rid, lines) = {
                         let mut rng = rand::rng();
@@ -370,7 +373,7 @@ async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
         },
     });
     let users: Vec<String> = (0..40).map(|u| format!("u{u}")).collect();
-    let requests: Vec<(String, String, Vec<(EventId, u32)>)> = (0..200)
+    let requests: Vec<Asked> = (0..200)
         .map(|i| {
             let mut rng = rand::rng();
             (

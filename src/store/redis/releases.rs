@@ -84,7 +84,15 @@ impl RedisStore {
         step: steps::DecideOrder,
     ) -> Result<Decided, StoreError> {
         let at = self.home_keys(home, &["reqs", "pend"]);
-        decided("decide_order", self.run(step, at).await?)
+        let reply = decided("decide_order", self.run(step, at).await?)?;
+        self.home_replicated(home).await?;
+        Ok(reply)
+    }
+
+    /// With `min_replicas`, waits until the home's writes are on replicas.
+    async fn home_replicated(&self, home: &HomeRef) -> Result<(), StoreError> {
+        self.replicated_at(&home.key_in(&self.namespace, "reqs"))
+            .await
     }
 }
 
@@ -173,6 +181,7 @@ impl Releases for RedisStore {
             Value::Array(parts) => parts,
             other => return Err(protocol("array", &other)),
         };
+        self.home_replicated(home).await?;
         match code(&parts)?.as_str() {
             reply::OK => Ok(ReserveReply::Reserved),
             reply::LIMIT => Ok(ReserveReply::Limit {
@@ -235,7 +244,9 @@ impl Releases for RedisStore {
             released: released.encode(),
         };
         let at = self.home_keys(home, &["units", "reqs", "pend"]);
-        decided("release_order", self.run(step, at).await?)
+        let reply = decided("release_order", self.run(step, at).await?)?;
+        self.home_replicated(home).await?;
+        Ok(reply)
     }
 
     async fn stale_orders(
