@@ -13,11 +13,16 @@ ARGV[3] taken: the marker of this take, "T|oid" (domain::records::ProbeMarker)
 ARGV[4] record: the order record (domain::stream::StreamEntry::data), stored as
         the stream entry's field d
 ARGV[5] marker lifetime (ms, PX)
+ARGV[6] undone: a release line's take only, its undone marker "U|oid"; absent
+        for an event's own saga, whose take behaves exactly as without it
 
 Returns:
   "ST"                          bucket j does not exist or is sealed
   {"T", oid}                    q units taken here for order oid (now, or by an
                                 earlier driver of this saga)
+  {"U"}                         (a line's take, ARGV[6] given) the marker is the
+                                line's undone one: the order was refused and
+                                its undo came first here; the walk stops
   {"S", available, fresh, adds} fewer than q here. available = stock + units
                                 journaled out; adds = j's addition count when
                                 that was decided; fresh = 1 when decided by this
@@ -51,6 +56,7 @@ if marker == 'hash' then
 elseif marker == 'string' then
   seen = redis.call('GET', KEYS[2])
   if seen == ARGV[3] then return {'T', ARGV[2]} end
+  if ARGV[6] and seen == ARGV[6] then return {'U'} end
   local was, adds = string.match(seen, '^S|([^|]*)|(.*)$')
   if was then return {'S', was, 0, adds} end
 end

@@ -12,7 +12,7 @@
 //! only) and is joined to it by `control`. The `layering` test below checks it.
 //! - [`domain`]: ids, the key layout, routing, the model and the order-stream
 //!   entries with their stored encodings (pure).
-//! - [`store`]: the `Store` trait of per-bucket atomic steps in eight sections,
+//! - [`store`]: the `Store` trait of per-bucket atomic steps in nine sections,
 //!   and its two backends, `memory` (embedded) and `redis` (Lua scripts from
 //!   `lua/`).
 //! - [`ledger`]: the database (PostgreSQL or SQLite) behind Redis: orders,

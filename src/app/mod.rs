@@ -254,6 +254,11 @@ impl Application {
             options::sweep(&settings),
             stop.clone(),
         )));
+        tasks.spawn(quietly(crate::control::release_sweeper::run(
+            engine.clone(),
+            options::sweep(&settings),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(crate::control::hold_expiry::run(
             engine.clone(),
             Default::default(),

@@ -95,6 +95,26 @@ pub async fn create<S: Store>(
     Ok(view)
 }
 
+/// Creates a release: its spec and every pool in the store (the engine),
+/// then each pool's event in the ledger. A creation cut off is resumed by
+/// the same call again (both sides skip what they have).
+pub async fn create_release<S: Store>(
+    engine: &Engine<S>,
+    ledger: &Ledger,
+    spec: crate::domain::release::ReleaseSpec,
+) -> Result<std::sync::Arc<crate::domain::release::ReleaseSpec>, ControlError> {
+    let spec = engine.create_release(spec).await?;
+    for k in 0..spec.pools.len() {
+        let pool = spec.pool_spec(k).map_err(EngineError::from)?;
+        if ledger.event(&pool.id).await?.is_none() {
+            ledger
+                .register_event(&pool, engine.clock().now_ms())
+                .await?;
+        }
+    }
+    Ok(spec)
+}
+
 /// Ensures a configured event exists: created when neither side knows it,
 /// left alone when the store has it; when only the ledger has it, the start-up
 /// rebuild decides.

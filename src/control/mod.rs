@@ -1,8 +1,8 @@
 //! The control plane: everything beyond the hot path that keeps an event
 //! whole — its life (create, close, rebuild), resharding, the rebalancer, the
 //! flusher that streams orders into the ledger, the audit and the
-//! reconciliation after a partial loss, the gauges, the sweeper that ends
-//! sagas whose driver went away, the expiry sweeper that puts unpaid
+//! reconciliation after a partial loss, the gauges, the sweepers that end
+//! sagas and release orders whose driver went away, the expiry sweeper that puts unpaid
 //! holds back on sale, and the relay that publishes the ledger's order
 //! changes.
 //!
@@ -29,6 +29,8 @@ pub mod rebalancer;
 pub mod reconcile;
 /// The outbox relay: the ledger's order changes to NATS JetStream.
 pub mod relay;
+/// Ends release orders no driver will end.
+pub mod release_sweeper;
 /// Moving a live event to another bucket count.
 pub mod reshard;
 /// Ends pending sagas no driver will end.

@@ -233,7 +233,7 @@ impl OrderId {
     }
 
     /// Wraps an id read back from a store (already validated when written).
-    pub(crate) fn from_stored(value: &str) -> Self {
+    pub fn from_stored(value: &str) -> Self {
         Self(value.into())
     }
 

@@ -29,6 +29,11 @@
 //! ss:{<event>#<gen>#<b>}:hq      LIST  "pay_by|order id" of holds bought on the fast path, in deadline order (the hot path's deadline queue; entries of confirmed or cancelled orders are dropped when due)
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ss:{u#<user>}:rate             STR   the user's theoretical arrival time for the shared per-user rate, µs (PX)
+//! ss:releases                    SET   ids of the releases (what the release sweeper visits)
+//! ss:{r#<release>}:spec          STR   the release's spec (domain::release::ReleaseSpec, JSON)
+//! ss:{r#<release>#h<h>}:units    HASH  user -> units counted against the release-wide limit (users whose home is h)
+//! ss:{r#<release>#h<h>}:reqs     HASH  request id -> home record (domain::release::HomeRecord: P, B, R, X, L)
+//! ss:{r#<release>#h<h>}:pend     ZSET  request ids of orders pending or refused and not released -> start ms (the release sweeper's list)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
 //! of a Cluster, while all keys one script touches share a slot. The generation
@@ -49,6 +54,46 @@ pub(crate) fn hold_index_key(ns: &str) -> String {
 /// hash tag (users spread over a Cluster's masters).
 pub(crate) fn user_rate_key(ns: &str, user: &crate::domain::ids::UserId) -> String {
     format!("{ns}:{{u#{user}}}:rate")
+}
+
+/// The set of release ids in namespace `ns`.
+pub(crate) fn releases_key(ns: &str) -> String {
+    format!("{ns}:releases")
+}
+
+/// A release's spec in namespace `ns`. `r#` cannot start an event id (no
+/// `#` in ids), so no event's meta slot shares this tag.
+pub(crate) fn release_spec_key(ns: &str, release: &EventId) -> String {
+    format!("{ns}:{{r#{release}}}:spec")
+}
+
+/// One home slot of a release: where its users' limit counts and request
+/// records live, one Cluster slot each (`{r#<release>#h<h>}`: the `h` keeps
+/// the tag apart from a bucket's `{<event>#<gen>#<b>}`, whose last part is a
+/// number).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HomeRef {
+    pub release: EventId,
+    pub index: u32,
+}
+
+impl HomeRef {
+    pub fn new(release: &EventId, index: u32) -> Self {
+        Self {
+            release: release.clone(),
+            index,
+        }
+    }
+
+    /// The home's hash tag.
+    pub fn tag(&self) -> String {
+        format!("{{r#{}#h{}}}", self.release, self.index)
+    }
+
+    /// One key of this home in namespace `ns`: `units`, `reqs` or `pend`.
+    pub(crate) fn key_in(&self, ns: &str, name: &str) -> String {
+        format!("{ns}:{}:{name}", self.tag())
+    }
 }
 
 /// The keys of one event's meta slot.
@@ -409,6 +454,18 @@ mod tests {
         for (f, key) in ev {
             assert_eq!(&f.of("ns", &e), key);
         }
+    }
+
+    #[test]
+    fn a_release_home_shares_no_tag_with_a_bucket() {
+        let home = HomeRef::new(&event("0"), 3);
+        let bucket = BucketRef::new(&event("r"), 0, 3);
+        assert_eq!(home.tag(), "{r#0#h3}");
+        assert_ne!(home.tag(), bucket.tag());
+        assert_eq!(
+            slot(&home.key_in("ss", "units")),
+            slot(&home.key_in("ss", "pend"))
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub mod keys;
 pub mod model;
 /// Small stored records: probe markers, lease holders, the empty mark.
 pub mod records;
+/// Releases: pools sold as one, and the home records of multi-line orders.
+pub mod release;
 /// The stable routing hash, home bucket and probe ring.
 pub mod routing;
 /// A bucket's order stream: entry kinds, ids and their stored encoding.

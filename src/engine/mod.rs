@@ -9,7 +9,8 @@
 //! Sub-modules: `purchase` (fast path), `saga` (the probe saga), `precheck`
 //! (the event-wide check before a saga probes: the last units refused in one
 //! round trip), `settle` (ending a saga from its markers: close, reshard, the
-//! sweeper), `orders` (cancel,
+//! sweeper), `release` (a release's multi-line orders: reserve, commit or
+//! abort, release) and `lines` (a line's walk and undo in its pool), `orders` (cancel,
 //! lookup), `holds` (confirm, expiry and voiding of held orders), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
@@ -19,10 +20,12 @@ mod clock;
 mod handoff;
 mod holds;
 mod lease;
+mod lines;
 pub mod mover;
 mod orders;
 mod precheck;
 mod purchase;
+mod release;
 mod saga;
 mod settle;
 mod view;
@@ -47,6 +50,7 @@ pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
+pub use release::{LinesOutcome, LinesRefusal, LinesRequest, OrderLine, ReleaseOrder, ShortLine};
 pub use view::{BucketView, EventView, LayoutView, skew};
 
 /// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).
@@ -58,6 +62,10 @@ pub enum EngineError {
     UnknownOrder(String),
     #[error("event {0} exists")]
     EventExists(EventId),
+    #[error("no such release: {0}")]
+    UnknownRelease(EventId),
+    #[error(transparent)]
+    Release(#[from] crate::domain::release::ReleaseError),
     /// `starts_at` is the sale's opening (Unix ms) when `why` is that it has
     /// not started, so a client can be told when to come back.
     #[error("event {event} is not on sale ({why})")]
@@ -175,6 +183,8 @@ pub struct Engine<S: Store> {
     prechecks: precheck::Prechecks,
     /// Per event, the one purchase at a time that polls a reshard's end.
     reshard_waits: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Releases' specs (a spec never changes once stored).
+    releases: RwLock<HashMap<EventId, Arc<crate::domain::release::ReleaseSpec>>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -200,6 +210,7 @@ impl<S: Store> Engine<S> {
             clock: Clock::system(),
             prechecks: precheck::Prechecks::default(),
             reshard_waits: Mutex::default(),
+            releases: RwLock::default(),
         }
     }
 

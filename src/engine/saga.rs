@@ -317,30 +317,48 @@ impl<S: Store> Engine<S> {
             // or some in a transfer a mover left open): consolidate them.
             let fragmented = total(&seen) >= qty;
             if fragmented {
-                if lease.is_none() {
-                    *lease = self.mover_lease(meta).await?;
-                }
-                if let Some(token) = lease.as_ref().map(Lease::token) {
-                    let gathered = async {
-                        crate::engine::mover::complete_open(&self.store, meta, token).await?;
-                        crate::engine::mover::gather(&self.store, meta, token, saga.home, qty).await
-                    };
-                    let span = tracing::debug_span!(parent: &pass_span, "consolidate", units = qty);
-                    match gathered.instrument(span).await {
-                        Ok(moved) => {
-                            metrics::counter!(crate::metrics::CONSOLIDATIONS, "event" => meta.spec.id.to_string()).increment(1);
-                            tracing::debug!(event = %meta.spec.id, units = moved.units, "consolidated fragments on demand");
-                        }
-                        // Fenced (the lease expired and a newer mover took over) or a
-                        // store hiccup: probe on without gathering.
-                        Err(e) => {
-                            tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed")
-                        }
-                    }
-                }
+                self.consolidate(meta, saga.home, qty, lease, &pass_span)
+                    .await?;
             }
         }
         Ok(Step::GaveUp)
+    }
+
+    /// Gathers `qty` units into bucket `home` under the event's mover lease
+    /// (taken here unless `lease` holds it already, and kept there): open
+    /// transfers completed first. A failed gathering is logged, not an
+    /// error: the next pass probes on without it.
+    pub(super) async fn consolidate(
+        &self,
+        meta: &EventMeta,
+        home: u32,
+        qty: u64,
+        lease: &mut Option<Lease>,
+        pass_span: &tracing::Span,
+    ) -> Result<(), EngineError> {
+        if lease.is_none() {
+            *lease = self.mover_lease(meta).await?;
+        }
+        let Some(token) = lease.as_ref().map(Lease::token) else {
+            return Ok(());
+        };
+        let gathered = async {
+            crate::engine::mover::complete_open(&self.store, meta, token).await?;
+            crate::engine::mover::gather(&self.store, meta, token, home, qty).await
+        };
+        let span = tracing::debug_span!(parent: pass_span, "consolidate", units = qty);
+        match gathered.instrument(span).await {
+            Ok(moved) => {
+                metrics::counter!(crate::metrics::CONSOLIDATIONS, "event" => meta.spec.id.to_string()).increment(1);
+                tracing::debug!(event = %meta.spec.id, units = moved.units, "consolidated fragments on demand");
+            }
+            // Fenced (the lease expired and a newer mover took over) or a
+            // store hiccup: probe on without gathering.
+            Err(e) => {
+                tracing::warn!(event = %meta.spec.id, error = %e, "on-demand consolidation failed")
+            }
+        }
+        Ok(())
     }
 
     /// Makes a short pass into a consistent snapshot (a double collect): collect

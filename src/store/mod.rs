@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in eight sections, one trait and one file each; both backends
+//! The steps come in nine sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -24,6 +24,8 @@
 //! - [`streams`]: the flusher's reads and acknowledgements of order streams.
 //! - [`retire`]: a bucket that stops selling — seal, leftover, audit, what it
 //!   remembers and its rebuild, expiry.
+//! - [`releases`]: a release's multi-line orders — reserve, commit, abort and
+//!   release at the user's home, a line's take and undo in its pool.
 //!
 //! A step is named like the script it runs (`purchase` runs `purchase.lua`);
 //! where one script serves several steps (the leases, OUT and drain) the step's
@@ -82,6 +84,7 @@ pub mod leases;
 pub mod limits;
 pub mod memory;
 pub mod redis;
+pub mod releases;
 pub mod retire;
 pub mod streams;
 pub mod transfers;
@@ -100,6 +103,7 @@ pub use leases::Leases;
 pub use limits::{Admit, Limits, Rate};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+pub use releases::{Decided, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply};
 pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
 pub use streams::{FLUSH_GROUP, Streams};
 pub use transfers::{OpenTransfer, TransferReply, Transfers};
@@ -121,6 +125,7 @@ pub static STEPS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::
         transfers::STEPS,
         streams::STEPS,
         retire::STEPS,
+        releases::STEPS,
         &["ping"],
     ]
     .concat()
@@ -212,6 +217,7 @@ pub trait Store:
     + Transfers
     + Streams
     + Retirement
+    + Releases
     + Clone
     + Send
     + Sync

@@ -45,6 +45,11 @@
 //!   expiry, replays (also after the window and the close), transfers,
 //!   reshards, closes, checkpoint crashes and dropped calls over `Faulty`
 //!   stores, then the promises checked, the last from the database alone.
+//! - `releases`: multi-line orders over a release's pools, all or nothing:
+//!   64 tasks with retries, faults in every step, an engine gone between
+//!   lines, the sweeper; each pool read from the database after.
+//! - `release_replay`: the release model's traces replayed on the store's
+//!   release steps, on every backend.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `telemetry`: a probing purchase as one trace under the caller's
 //!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.
@@ -96,6 +101,8 @@ mod partial_loss;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod release_replay;
+mod releases;
 mod replicas;
 mod reshard;
 mod sagas;

@@ -14,6 +14,7 @@ mod events;
 mod holds;
 mod leases;
 mod limits;
+mod releases;
 mod retire;
 mod streams;
 mod transfers;
@@ -164,6 +165,10 @@ struct Inner {
     hold_index: Mutex<HashMap<BucketRef, i64>>,
     /// Each buyer's theoretical arrival time, µs (`ss:{u#<user>}:rate`).
     rates: Mutex<HashMap<UserId, u64>>,
+    /// Releases' specs (`ss:{r#<release>}:spec`).
+    releases: Mutex<HashMap<EventId, crate::domain::release::ReleaseSpec>>,
+    /// Releases' home slots (`ss:{r#<release>#h<h>}:*`).
+    homes: Mutex<HashMap<crate::domain::keys::HomeRef, releases::Home>>,
 }
 
 /// The in-process store (the embedded default).

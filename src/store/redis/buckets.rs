@@ -39,8 +39,11 @@ steps! {
     /// The saga's probe of bucket j.
     Take = take {
         keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Xfer), b(Bk::Adds), b(Bk::Sealed)],
-        argv: { qty: u32, order: String, taken: String, record: String, marker: u64 },
-        reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT]),
+        argv: {
+            qty: u32, order: String, taken: String, record: String, marker: u64,
+            undone: Option<String>,
+        },
+        reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT, reply::UNDONE]),
         writes: [Marker, Stream],
     }
     /// Gives back what a take took.
@@ -458,7 +461,7 @@ fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> bool {
 }
 
 /// `take.lua`'s call: the take's marker and its order record, encoded here.
-fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
+pub(super) fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
     let order = a.order_id.to_string();
     steps::Take {
         qty: a.qty,
@@ -470,6 +473,7 @@ fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps::Take {
             .data(),
         order,
         marker: a.marker_ttl_ms.max(1),
+        undone: None,
     }
 }
 

@@ -48,11 +48,19 @@ impl RedisStore {
     /// connection to `bucket`'s node are on `min_replicas` replicas. Off, it
     /// costs nothing (not even the bucket's key).
     pub(super) async fn replicated(&self, bucket: &BucketRef) -> Result<(), StoreError> {
+        if self.durability.is_none() {
+            return Ok(());
+        }
+        self.replicated_at(&self.keys(bucket).stock).await
+    }
+
+    /// [`RedisStore::replicated`] on the node of `key`'s slot (a release's
+    /// home).
+    pub(super) async fn replicated_at(&self, key: &str) -> Result<(), StoreError> {
         let Some(d) = self.durability else {
             return Ok(());
         };
-        let key = self.keys(bucket).stock;
-        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot(&key)), true);
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot(key)), true);
         let args = vec![
             Value::Integer(i64::from(d.min_replicas)),
             Value::Integer(d.timeout.as_millis() as i64),

@@ -25,6 +25,7 @@ mod events;
 mod holds;
 mod leases;
 mod limits;
+mod releases;
 mod retire;
 mod scripts;
 mod steps;

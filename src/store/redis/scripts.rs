@@ -36,8 +36,17 @@ pub(super) mod reply {
     pub(crate) const TAKEN: &str = "T";
     pub(crate) const SHORT: &str = "S";
 
+    /// take.lua (a release line's take): the line's undone marker is here.
+    pub(crate) const UNDONE: &str = "U";
+
     // untake.lua
     pub(crate) const NO_TAKE: &str = "NO";
+
+    // undo_line.lua (also OK, and SHORT: a short decision, passed)
+    /// Nothing decided here: closed to a late walk.
+    pub(crate) const CLOSED: &str = "CL";
+    /// Undone already.
+    pub(crate) const UNDONE_ALREADY: &str = "UD";
 
     // finish.lua
     pub(crate) const NO_RECORD: &str = "NR";

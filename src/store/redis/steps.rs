@@ -226,6 +226,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
         super::streams::REPEATED,
         super::retire::FIXED,
         super::retire::REPEATED,
+        super::releases::FIXED,
     ]
     .into_iter()
     .flatten()
@@ -236,7 +237,8 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
 /// one wherever it is declared.
 #[allow(unused_imports)]
 pub(super) use super::{
-    buckets::*, events::*, holds::*, leases::*, limits::*, retire::*, streams::*, transfers::*,
+    buckets::*, events::*, holds::*, leases::*, limits::*, releases::*, retire::*, streams::*,
+    transfers::*,
 };
 
 /// What a section's declarations name: `steps! { … }` at the top of each
@@ -266,6 +268,7 @@ mod tests {
         ("rate_admit", &["admit"]),
         ("hold_index", &["reschedule_holds"]),
         ("bucket_states", &["bucket_state"]),
+        ("decide_order", &["commit_order", "abort_order"]),
     ];
 
     #[test]

@@ -33,6 +33,7 @@ use std::time::Duration;
 use shardstock::domain::ids::*;
 use shardstock::domain::keys::*;
 use shardstock::domain::model::*;
+use shardstock::domain::release::*;
 use shardstock::domain::stream::*;
 use shardstock::domain::transfer::*;
 use shardstock::store::*;
@@ -408,6 +409,7 @@ shardstock::forward_limits!(faulty_sections);
 shardstock::forward_transfers!(faulty_sections);
 shardstock::forward_streams!(faulty_sections);
 shardstock::forward_retire!(faulty_sections);
+shardstock::forward_releases!(faulty_sections);
 
 impl<S: Store> Store for Faulty<S> {
     /// The inner store's: the harness picks a ledger by it.

@@ -1,0 +1,31 @@
+--[[ decide_order.lua — decides a release order at the user's home: commit
+(pending → bought) or abort (pending → refused), by compare-and-set.
+
+KEYS[1] ss:{r#<release>#h<h>}:reqs   HASH request id -> home record
+KEYS[2] ss:{r#<release>#h<h>}:pend   ZSET request ids of orders not ended -> start ms
+ARGV[1] rid
+ARGV[2] expected: the pending record the caller drives ("P|…")
+ARGV[3] decided: the record to put in its place ("B|…" or "R|…")
+ARGV[4] ended: 1 when the decision ends the order (a commit: it leaves pend),
+        0 when the order stays listed (an abort: its undo and release follow)
+
+Returns {"OK"} (this call decided), {"R", record} (the record is not the
+expected one: already decided, this is the decision) or {"NR"} (no record).
+
+The one decision point of an order: whoever comes first (the driver, a
+retry on another instance, the sweeper) decides, everyone after finds the
+decision and follows it. Every record is the engine's, compared and stored
+whole.
+]]
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then
+  return {'NR'}
+end
+if rec ~= ARGV[2] then
+  return {'R', rec}
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return {'OK'}

@@ -1,0 +1,78 @@
+//! The release sweeper: ends the multi-line orders no driver will end.
+//!
+//! An order is listed in its home's `pend` set from its reserve until it is
+//! bought or released. Its driver is the call that reserved it or a retry
+//! with its request id; when the process dies mid-order, nobody may come
+//! back, and its reservation would count against the user's limit for
+//! ever. Every instance therefore sweeps, every `interval`: each release's
+//! homes list the orders listed since `stale_after` or longer
+//! (`Releases::stale_orders`), and `Engine::end_stale_orders` aborts a
+//! pending one (a compare-and-set: a driver that comes first commits
+//! instead, and the sweeper follows it), then undoes every line of a
+//! refused one and releases its reservation. Each step is idempotent, so
+//! two sweepers, or a sweeper racing a retry, end an order once.
+//!
+//! The bound is the one-event sweeper's (`SagaSweepOptions`): a driver stops
+//! walking at half its markers' lifetime, and the markers outlive the
+//! sweeper's bound and round several times over (the settings check it),
+//! so a refused order's takes are still marked when its undo comes.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::control::ControlError;
+use crate::control::saga_sweeper::SagaSweepOptions;
+use crate::control::ticker::Ticker;
+use crate::domain::ids::EventId;
+use crate::engine::Engine;
+use crate::store::Store;
+
+/// Ends the stale orders of one release; returns how many this call ended.
+pub async fn sweep_release<S: Store>(
+    engine: &Engine<S>,
+    release: &EventId,
+    opts: &SagaSweepOptions,
+) -> Result<u32, ControlError> {
+    let before = engine.clock().now_ms() - opts.stale_after.as_millis() as i64;
+    let ended = engine
+        .end_stale_orders(release, before, opts.per_bucket)
+        .await?;
+    if ended > 0 {
+        tracing::info!(%release, ended, "swept stale release orders");
+    }
+    Ok(ended)
+}
+
+/// One round: every release, once. Never fails: a release whose round was
+/// cut short is logged, and the next round tries again.
+pub async fn sweep_round<S: Store>(engine: &Engine<S>, opts: &SagaSweepOptions) {
+    let releases = match engine.store().list_releases().await {
+        Ok(releases) => releases,
+        Err(e) => {
+            crate::metrics::store_error("list_releases");
+            tracing::warn!(error = %e, "release sweeper: listing releases failed");
+            return;
+        }
+    };
+    for release in releases {
+        if let Err(e) = sweep_release(engine, &release, opts).await {
+            tracing::warn!(%release, error = %e, "release sweeper: round cut short");
+        }
+    }
+}
+
+/// Sweeps every release each `interval` until `stop`.
+pub async fn run<S: Store>(
+    engine: Arc<Engine<S>>,
+    opts: SagaSweepOptions,
+    stop: CancellationToken,
+) {
+    let mut ticker = Ticker::new(opts.interval, &stop);
+    while ticker.tick().await {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = sweep_round(&engine, &opts) => {}
+        }
+    }
+}

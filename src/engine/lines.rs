@@ -1,0 +1,218 @@
+//! A release order's lines in their pools: the walk that takes a line, and
+//! the undo that gives it back or closes it.
+//!
+//! A line's walk is the one-event saga's probe (`saga.rs`) in the line's
+//! pool, with the line's own order id and the order's marker id: the ring
+//! from the user's home bucket in that pool, one `take_line` a bucket,
+//! passes with a consolidation between them, and "short" only from a
+//! consistent snapshot of the whole pool (the first driver may refuse from
+//! the pool's sold-out mark or its one-read snapshot, as a purchase does).
+//! The walk stops at its own take, and at an undone marker: the order was
+//! refused and its undo came first there.
+//!
+//! The undo walks the same ring, pass after pass: it passes the short
+//! buckets, and at the first other one gives the take back (`T` → `U`),
+//! closes the bucket (nothing → `U`) or finds it undone already. A walk and
+//! the undo pass only short buckets before that bucket, so no walk gets past
+//! it: a late driver's walk stops there, taking nothing.
+
+use tracing::Instrument;
+
+use super::release::OrderRun;
+use super::saga::{Driver, Saga};
+use super::{Engine, EngineError, Lease};
+use crate::domain::model::{EventMeta, EventStatus};
+use crate::domain::release::{Line, line_order_id};
+use crate::domain::routing::{home, ring, user_hash};
+use crate::store::{LineTake, LineUndo, Store};
+
+/// Where a line's walk ended.
+#[derive(Debug)]
+pub(super) enum LineEnd {
+    Taken,
+    /// The order was decided by someone else (an undone marker, or a record
+    /// no longer pending): follow its record.
+    Decided,
+    /// The pool as a whole cannot serve the line (at most `remaining` left).
+    Short {
+        remaining: u64,
+    },
+    /// No decision within the probe budget.
+    GaveUp,
+}
+
+impl<S: Store> Engine<S> {
+    /// The line as a one-event saga of its pool (markers, take records).
+    fn line_saga(&self, run: &OrderRun, line: &Line, meta: &EventMeta) -> Saga {
+        let pool = run.pool(line);
+        Saga {
+            home: home(user_hash(&run.head.user), meta.spec.buckets),
+            rid: run.line_rid(),
+            keep: true,
+            limited: false,
+            user: run.head.user.clone(),
+            qty: line.qty,
+            order_id: line_order_id(&run.head.order_id, &run.spec.id, &pool),
+            started_ms: run.head.at_ms,
+            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
+            pay_by: None,
+        }
+    }
+
+    /// The pool's meta, its layout current (a reshard under way is waited
+    /// for, as a purchase waits).
+    async fn pool_meta(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+    ) -> Result<std::sync::Arc<EventMeta>, EngineError> {
+        let pool = run.pool(line);
+        let mut meta = self.meta(&pool).await?;
+        if meta.status == EventStatus::Resharding {
+            meta = Box::pin(self.after_reshard(&pool)).await?;
+        }
+        Ok(meta)
+    }
+
+    /// Walks line `line` of the order until it is taken, the pool is found
+    /// short, the order is found decided, or the pass budget is spent.
+    pub(super) async fn walk_line(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+        driver: Driver,
+    ) -> Result<LineEnd, EngineError> {
+        let meta = self.pool_meta(run, line).await?;
+        let saga = self.line_saga(run, line, &meta);
+        let start = self.fresh_meta(&meta).await?;
+        if driver == Driver::First {
+            let ttl = self.opts.sold_out_mark_ttl.as_millis() as i64;
+            if let Some(left) = start.sold_out_for(saga.qty, self.clock.now_ms(), ttl) {
+                return Ok(LineEnd::Short { remaining: left });
+            }
+            if let Some(available) = self.short_everywhere(&meta, &saga, start.seq).await? {
+                return Ok(LineEnd::Short {
+                    remaining: available,
+                });
+            }
+        }
+        let mut lease: Option<Lease> = None;
+        let end = self
+            .line_passes(run, &meta, &saga, start.seq, &mut lease)
+            .await;
+        if let Some(lease) = lease {
+            lease.release(&self.store).await;
+        }
+        end
+    }
+
+    async fn line_passes(
+        &self,
+        run: &OrderRun,
+        meta: &EventMeta,
+        saga: &Saga,
+        seq: u64,
+        lease: &mut Option<Lease>,
+    ) -> Result<LineEnd, EngineError> {
+        let qty = u64::from(saga.qty);
+        for pass in 1..=self.opts.max_passes {
+            if self.clock.now_ms() - saga.started_ms > (saga.marker_ttl_ms / 2) as i64 {
+                return Err(EngineError::OutcomeUnknown(format!(
+                    "release order {} outlived half its markers' lifetime",
+                    run.rid
+                )));
+            }
+            let pass_span = tracing::debug_span!("line_pass", pass);
+            let args = saga.take_args(pass);
+            let mut fresh_all = true;
+            let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
+            for j in ring(saga.home, meta.spec.buckets) {
+                let bucket = Self::bucket(meta, j);
+                let taken = self
+                    .store
+                    .take_line(&bucket, self.clock.now_ms(), &args)
+                    .instrument(pass_span.clone())
+                    .await;
+                self.activity.wrote(&bucket);
+                match taken? {
+                    LineTake::Taken { .. } => return Ok(LineEnd::Taken),
+                    LineTake::Undone => return Ok(LineEnd::Decided),
+                    LineTake::Short {
+                        available,
+                        fresh,
+                        adds,
+                    } => {
+                        fresh_all &= fresh;
+                        seen.push((j, available, adds));
+                    }
+                }
+            }
+            let total = |seen: &[(u32, u64, u64)]| seen.iter().map(|o| o.1).sum::<u64>();
+            if total(&seen) < qty
+                && let Some(epochs) = self
+                    .settle_short(meta, &mut seen, qty)
+                    .instrument(pass_span.clone())
+                    .await?
+            {
+                let available = total(&seen);
+                self.mark_short(meta, seq, available, &epochs).await?;
+                return Ok(LineEnd::Short {
+                    remaining: available,
+                });
+            }
+            if !fresh_all {
+                // Another driver walked here first: it may have decided.
+                let record = self.store.home_record(&run.home, &run.rid).await?;
+                if !matches!(record, Some(crate::domain::release::HomeRecord::Pending(_))) {
+                    return Ok(LineEnd::Decided);
+                }
+            }
+            if total(&seen) >= qty {
+                self.consolidate(meta, saga.home, qty, lease, &pass_span)
+                    .await?;
+            }
+        }
+        Ok(LineEnd::GaveUp)
+    }
+
+    /// Undoes line `line` of a refused order: the walk's ring, pass after
+    /// pass, to the first bucket that is not short.
+    pub(super) async fn undo_walk(&self, run: &OrderRun, line: &Line) -> Result<(), EngineError> {
+        let meta = self.pool_meta(run, line).await?;
+        let saga = self.line_saga(run, line, &meta);
+        for pass in 1..=self.opts.max_passes {
+            let args = saga.take_args(pass);
+            for j in ring(saga.home, meta.spec.buckets) {
+                let bucket = Self::bucket(&meta, j);
+                let undone = self
+                    .store
+                    .undo_line(&bucket, self.clock.now_ms(), &args)
+                    .await;
+                self.activity.wrote(&bucket);
+                match undone? {
+                    LineUndo::Short => {}
+                    LineUndo::Closed => return Ok(()),
+                    // Also when undone before: that undo may have stopped
+                    // before voiding the sold-out marks its units made wrong.
+                    LineUndo::GaveBack | LineUndo::Already => {
+                        crate::engine::mover::units_came_back(&self.store, &meta.spec.id, &meta)
+                            .await?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A pool's remaining units, read (no markers): stock and units in
+    /// transfer of every bucket.
+    pub(super) async fn pool_remaining(
+        &self,
+        pool: &crate::domain::ids::EventId,
+    ) -> Result<u64, EngineError> {
+        let meta = self.meta(pool).await?;
+        let states = self.bucket_states(&meta).await?;
+        Ok(states.iter().map(|s| s.stock + s.in_transfer).sum())
+    }
+}

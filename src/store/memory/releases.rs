@@ -1,0 +1,248 @@
+//! A release's steps in memory: the home's records in one map, a line's
+//! take and undo on its pool's bucket, each one critical section.
+
+use std::collections::HashMap;
+
+use super::{Marker, MemoryStore};
+use crate::domain::ids::{EventId, UserId};
+use crate::domain::keys::{BucketRef, HomeRef};
+use crate::domain::release::{HomeRecord, ReleaseSpec};
+use crate::domain::stream::RecordKind;
+use crate::store::{
+    Buckets, Decided, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply, StoreError,
+    TakeArgs, TakeReply,
+};
+
+/// One home slot: what its three keys hold.
+#[derive(Debug, Default)]
+pub(super) struct Home {
+    units: HashMap<UserId, u64>,
+    reqs: HashMap<String, HomeRecord>,
+    pend: HashMap<String, i64>,
+}
+
+impl MemoryStore {
+    fn with_home<T>(&self, home: &HomeRef, f: impl FnOnce(&mut Home) -> T) -> T {
+        let mut homes = self.inner.homes.lock().expect("homes poisoned");
+        f(homes.entry(home.clone()).or_default())
+    }
+
+    /// `decide_order.lua`'s compare-and-set.
+    fn decide(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        expected: &HomeRecord,
+        decided: &HomeRecord,
+        ended: bool,
+    ) -> Decided {
+        self.with_home(home, |h| match h.reqs.get(rid) {
+            None => Decided::NoRecord,
+            Some(rec) if rec != expected => Decided::Found(rec.clone()),
+            Some(_) => {
+                h.reqs.insert(rid.to_owned(), decided.clone());
+                if ended {
+                    h.pend.remove(rid);
+                }
+                Decided::Done
+            }
+        })
+    }
+}
+
+impl Releases for MemoryStore {
+    /// Mirrors `lua/create_release.lua`.
+    async fn create_release(&self, spec: &ReleaseSpec) -> Result<Option<ReleaseSpec>, StoreError> {
+        let mut releases = self.inner.releases.lock().expect("releases poisoned");
+        if let Some(had) = releases.get(&spec.id) {
+            return Ok(Some(had.clone()));
+        }
+        releases.insert(spec.id.clone(), spec.clone());
+        Ok(None)
+    }
+
+    async fn load_release(&self, release: &EventId) -> Result<Option<ReleaseSpec>, StoreError> {
+        let releases = self.inner.releases.lock().expect("releases poisoned");
+        Ok(releases.get(release).cloned())
+    }
+
+    async fn list_releases(&self) -> Result<Vec<EventId>, StoreError> {
+        let releases = self.inner.releases.lock().expect("releases poisoned");
+        Ok(releases.keys().cloned().collect())
+    }
+
+    /// Mirrors `lua/reserve.lua`.
+    async fn reserve(
+        &self,
+        home: &HomeRef,
+        now_ms: i64,
+        a: &ReserveArgs,
+    ) -> Result<ReserveReply, StoreError> {
+        Ok(self.with_home(home, |h| {
+            let held = h.units.get(&a.user).copied().unwrap_or(0);
+            if let Some(record) = h.reqs.get(&a.rid) {
+                return ReserveReply::Replay {
+                    record: record.clone(),
+                    held,
+                };
+            }
+            if a.limit > 0 && held + a.units > u64::from(a.limit) {
+                h.reqs.insert(a.rid.clone(), a.limited.clone());
+                return ReserveReply::Limit { held };
+            }
+            *h.units.entry(a.user.clone()).or_default() += a.units;
+            h.reqs.insert(a.rid.clone(), a.pending.clone());
+            h.pend.insert(a.rid.clone(), now_ms);
+            ReserveReply::Reserved
+        }))
+    }
+
+    /// Mirrors `lua/decide_order.lua` (a commit ends the order).
+    async fn commit_order(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        pending: &HomeRecord,
+        bought: &HomeRecord,
+    ) -> Result<Decided, StoreError> {
+        Ok(self.decide(home, rid, pending, bought, true))
+    }
+
+    /// Mirrors `lua/decide_order.lua` (an abort keeps the order listed).
+    async fn abort_order(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        pending: &HomeRecord,
+        refused: &HomeRecord,
+    ) -> Result<Decided, StoreError> {
+        Ok(self.decide(home, rid, pending, refused, false))
+    }
+
+    /// Mirrors `lua/release_order.lua`.
+    async fn release_order(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        user: &UserId,
+        units: u64,
+        refused: &HomeRecord,
+        released: &HomeRecord,
+    ) -> Result<Decided, StoreError> {
+        Ok(self.with_home(home, |h| match h.reqs.get(rid) {
+            None => Decided::NoRecord,
+            Some(rec) if rec != refused => Decided::Found(rec.clone()),
+            Some(_) => {
+                let held = h.units.entry(user.clone()).or_default();
+                *held = held.saturating_sub(units);
+                h.reqs.insert(rid.to_owned(), released.clone());
+                h.pend.remove(rid);
+                Decided::Done
+            }
+        }))
+    }
+
+    /// Mirrors `lua/stale_orders.lua`.
+    async fn stale_orders(
+        &self,
+        home: &HomeRef,
+        before_ms: i64,
+        count: u32,
+    ) -> Result<Vec<(String, HomeRecord)>, StoreError> {
+        Ok(self.with_home(home, |h| {
+            let mut due: Vec<(i64, String)> = h
+                .pend
+                .iter()
+                .filter(|(_, at)| **at <= before_ms)
+                .map(|(rid, at)| (*at, rid.clone()))
+                .collect();
+            due.sort();
+            due.truncate(count as usize);
+            let mut out = Vec::new();
+            for (_, rid) in due {
+                match h.reqs.get(&rid) {
+                    Some(rec @ (HomeRecord::Pending(_) | HomeRecord::Refused(..))) => {
+                        out.push((rid, rec.clone()))
+                    }
+                    _ => {
+                        h.pend.remove(&rid);
+                    }
+                }
+            }
+            out
+        }))
+    }
+
+    async fn home_record(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+    ) -> Result<Option<HomeRecord>, StoreError> {
+        Ok(self.with_home(home, |h| h.reqs.get(rid).cloned()))
+    }
+
+    async fn home_units(&self, home: &HomeRef, user: &UserId) -> Result<u64, StoreError> {
+        Ok(self.with_home(home, |h| h.units.get(user).copied().unwrap_or(0)))
+    }
+
+    /// Mirrors `lua/take.lua` with the line's undone marker: an undone
+    /// marker stops the walk; anything else is `take`.
+    async fn take_line(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<LineTake, StoreError> {
+        // Two critical sections, and as good as one: `take` answers an
+        // undone marker as short and writes nothing, and a short decision
+        // (or a take) is never turned into an undone marker, so a short
+        // answer whose marker is undone right after found it undone.
+        Ok(match self.take(b, now_ms, a).await? {
+            TakeReply::Taken { order_id } => LineTake::Taken { order_id },
+            TakeReply::Short { .. } if self.line_undone(b, a)? => LineTake::Undone,
+            TakeReply::Short {
+                available,
+                fresh,
+                adds,
+            } => LineTake::Short {
+                available,
+                fresh,
+                adds,
+            },
+        })
+    }
+
+    /// Mirrors `lua/undo_line.lua`.
+    async fn undo_line(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<LineUndo, StoreError> {
+        self.with(b, |bk| {
+            match bk.marker(&a.rid, a.pass) {
+                None => {
+                    bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
+                    return LineUndo::Closed;
+                }
+                Some(Marker::Undone) => return LineUndo::Already,
+                Some(Marker::Taken(oid)) if *oid == a.order_id => {}
+                Some(_) => return LineUndo::Short,
+            }
+            bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
+            bk.stock += u64::from(a.qty);
+            bk.adds += 1;
+            bk.append(a.stream_entry(RecordKind::Void, b.index, now_ms));
+            LineUndo::GaveBack
+        })
+    }
+}
+
+impl MemoryStore {
+    /// Whether the line's marker in `b` is its undone one.
+    fn line_undone(&self, b: &BucketRef, a: &TakeArgs) -> Result<bool, StoreError> {
+        self.with(b, |bk| {
+            matches!(bk.marker(&a.rid, a.pass), Some(Marker::Undone))
+        })
+    }
+}
