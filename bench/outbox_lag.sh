@@ -24,7 +24,7 @@ LAG=target/release/outbox_lag
 for b in "$BIN" "$LOAD" "$LAG"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release && cargo build --release -p shardstock-bench --bins" >&2; exit 1; }
 done
-nc -z 127.0.0.1 4222 || { echo "NATS is not on 127.0.0.1:4222: nats-server -js &" >&2; exit 1; }
+(exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null || { echo "NATS is not on 127.0.0.1:4222: nats-server -js &" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 REDIS_PORT=$(free_port)
 HTTP_PORT=$(free_port)
