@@ -5,8 +5,10 @@
 //! leadership ([`RELAY_LEASE`](super::relay::RELAY_LEASE)) under the same
 //! owner as the instance's JetStream relay, so one instance leads both, and
 //! the term fences every cursor it moves (`Ledger::mark_outbox`). Each round
-//! (at most a second apart) it renews the lease, reads the subscriptions
-//! from the ledger and keeps one worker task per active subscription: a
+//! (at most a second apart) it reads the subscriptions from the ledger,
+//! renews the lease if there is any (none: it neither takes nor renews it,
+//! so an idle deployment costs one read of an empty table a second), and
+//! keeps one worker task per active subscription: a
 //! subscription made, changed, paused, resumed or deleted (through any
 //! instance) is followed within a round. Losing the lease stops every
 //! worker.
@@ -193,8 +195,13 @@ impl<S: Store> Dispatcher<S> {
     /// One round: lead (or not), then match the workers to the ledger's
     /// active subscriptions.
     pub async fn round(&mut self) -> Result<usize, super::relay::RelayError> {
+        let subs = self.shared.ledger.webhooks().await?;
+        // No subscription: nothing to lead for (the lease is left to lapse,
+        // or to the instance's JetStream relay, which shares it).
         let store = self.engine.store();
-        let term = if store.capabilities().remote {
+        let term = if subs.is_empty() {
+            None
+        } else if store.capabilities().remote {
             store
                 .acquire_leadership(&self.lease, &self.owner, self.shared.opts.lease_ttl_ms)
                 .await?
@@ -211,7 +218,6 @@ impl<S: Store> Dispatcher<S> {
             }
             return Ok(0);
         };
-        let subs = self.shared.ledger.webhooks().await?;
         // Workers whose subscription went, paused, changed or ended.
         let gone: Vec<String> = self
             .workers

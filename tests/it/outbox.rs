@@ -403,7 +403,10 @@ async fn a_relay_killed_mid_way_loses_nothing_and_publishes_nothing_twice() {
     let last = last.last().unwrap().seq;
     let target = format!("nats:{stream}");
 
-    let engine = Arc::new(standalone("outbox-kill").await);
+    // The relays' lease apart from the app's: the app's webhook dispatcher
+    // takes the relay lease of its namespace while any test of this process
+    // has a webhook subscription in the shared database.
+    let engine = Arc::new(standalone("outbox-kill-relay").await);
     let mut first = Relay::new(
         engine.clone(),
         ledger.clone(),
