@@ -38,9 +38,9 @@ pub const CHANGE_TYPES: [&str; 6] = [
 pub const MAX_SUBSCRIPTIONS: usize = 32;
 /// Secrets at most per subscription (a rotation: the old and the new).
 pub const MAX_SECRETS: usize = 2;
-/// The shortest secret accepted, in bytes.
+/// The shortest secret accepted, in characters.
 pub const MIN_SECRET_LEN: usize = 16;
-/// The longest id, URL and secret accepted.
+/// The longest id, URL (characters) and secret (characters) accepted.
 pub const MAX_ID_LEN: usize = 64;
 pub const MAX_URL_LEN: usize = 2_048;
 pub const MAX_SECRET_LEN: usize = 256;
@@ -63,17 +63,27 @@ pub fn check(
             format!("must be 1 to {MAX_ID_LEN} of A-Z a-z 0-9 _ -, not {id:?}"),
         ));
     }
+    // The OpenAPI document's pattern, `^https?://[^ /?#]+([/?#][^ ]*)?$`,
+    // and length (in characters), exactly: what it allows is accepted.
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"));
     let host_ok = rest.is_some_and(|r| {
         let host = r.split(['/', '?', '#']).next().unwrap_or("");
-        !host.is_empty() && !host.contains(char::is_whitespace)
+        !host.is_empty() && !r.contains(' ')
     });
-    if url.len() > MAX_URL_LEN || !host_ok || url.chars().any(char::is_control) {
+    if url.chars().count() > MAX_URL_LEN || !host_ok {
         return Err((
             "url",
-            format!("must be an http:// or https:// URL with a host, at most {MAX_URL_LEN} bytes"),
+            format!(
+                "must be an http:// or https:// URL with a host and no space, at most {MAX_URL_LEN} characters"
+            ),
+        ));
+    }
+    if types.len() > CHANGE_TYPES.len() {
+        return Err((
+            "types",
+            format!("may name at most {} types", CHANGE_TYPES.len()),
         ));
     }
     if let Some(t) = types.iter().find(|t| !CHANGE_TYPES.contains(&t.as_str())) {
@@ -93,11 +103,11 @@ pub fn check(
     }
     if secrets
         .iter()
-        .any(|s| !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&s.len()))
+        .any(|s| !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&s.chars().count()))
     {
         return Err((
             "secrets",
-            format!("each secret must be {MIN_SECRET_LEN} to {MAX_SECRET_LEN} bytes"),
+            format!("each secret must be {MIN_SECRET_LEN} to {MAX_SECRET_LEN} characters"),
         ));
     }
     Ok(())
@@ -252,6 +262,7 @@ mod tests {
         assert_eq!(field(check("", "http://x", &[], &ok)), "id");
         assert_eq!(field(check("a", "ftp://x", &[], &ok)), "url");
         assert_eq!(field(check("a", "http://", &[], &ok)), "url");
+        assert_eq!(field(check("a", "http://x/a b", &[], &ok)), "url");
         assert_eq!(
             field(check("a", "http://x", &s(&["order.made"]), &ok)),
             "types"

@@ -38,16 +38,40 @@ pub(super) struct CreateWebhook {
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     id: String,
     /// `http://` or `https://`, where each change is POSTed.
-    #[schema(max_length = 2048)]
+    #[schema(max_length = 2048, pattern = "^https?://[^ /?#]+([/?#][^ ]*)?$")]
     url: String,
     /// The change types delivered (absent or empty: every type).
     #[serde(default)]
-    #[schema(max_items = 6)]
+    #[schema(max_items = 6, value_type = Vec<ChangeType>)]
     types: Vec<String>,
-    /// One signing secret, or two while one is rotated (16 to 256 bytes each).
-    #[schema(min_items = 1, max_items = 2)]
+    /// One signing secret, or two while one is rotated.
+    #[schema(min_items = 1, max_items = 2, value_type = Vec<Secret>)]
     secrets: Vec<String>,
 }
+
+/// A change type (the document's name for the strings `types` takes).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(super) enum ChangeType {
+    #[schema(rename = "order.created")]
+    OrderCreated,
+    #[schema(rename = "order.confirmed")]
+    OrderConfirmed,
+    #[schema(rename = "order.cancelled")]
+    OrderCancelled,
+    #[schema(rename = "order.expired")]
+    OrderExpired,
+    #[schema(rename = "order.voided")]
+    OrderVoided,
+    #[schema(rename = "event.closed")]
+    EventClosed,
+}
+
+/// A signing secret: 16 to 256 characters.
+#[derive(utoipa::ToSchema)]
+#[schema(min_length = 16, max_length = 256)]
+#[allow(dead_code)]
+pub(super) struct Secret(String);
 
 /// A subscription as the API shows it (its secrets never).
 #[derive(Serialize, utoipa::ToSchema)]
