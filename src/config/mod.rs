@@ -400,7 +400,8 @@ pub struct OutboxSettings {
 pub struct WebhookSettings {
     /// Its name: 1 to 64 of `A-Z a-z 0-9 _ -`, unique.
     pub id: String,
-    /// Where the changes are POSTed: `http://` or `https://`.
+    /// Where the changes are POSTed: `http://…` (`https://` is not supported
+    /// yet: a TLS proxy in front of the receiver does it).
     pub url: String,
     /// The change types delivered (`order.created` …); empty or absent:
     /// every type.

@@ -58,6 +58,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases, webh
         events::rebalance, events::audit, archive::archive, live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
+        webhooks::rotate,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(

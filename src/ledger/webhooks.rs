@@ -228,6 +228,22 @@ impl Ledger {
         Ok(done == 1)
     }
 
+    /// Replaces a subscription's secrets (a rotation); false when there is
+    /// none.
+    pub async fn set_webhook_secrets(
+        &self,
+        id: &str,
+        secrets: &[String],
+    ) -> Result<bool, LedgerError> {
+        let done = sqlx::query("UPDATE webhook_subscriptions SET secrets = $2 WHERE id = $1")
+            .bind(id)
+            .bind(json(secrets))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(done == 1)
+    }
+
     /// Resumes a subscription from its cursor; false when there is none.
     pub async fn resume_webhook(&self, id: &str) -> Result<bool, LedgerError> {
         let done = sqlx::query(

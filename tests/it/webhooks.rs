@@ -8,8 +8,8 @@
 //! (a rotation), and Python's `hmac`, running the check docs/API.md
 //! documents, accepts it and refuses a tampered body and a replay past the
 //! tolerance. A subscription that keeps failing is paused, reported (the
-//! admin API, the metric) and resumed from its cursor; subscriptions and
-//! cursors survive a restart.
+//! admin API, the metric), its secret rotated, and resumed from its cursor;
+//! subscriptions and cursors survive a restart.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -195,6 +195,16 @@ async fn webhook(app: &TestApp, id: &str) -> Value {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     r.json().await.unwrap()
+}
+
+async fn put_secrets(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/v1/webhooks/{id}/secrets")))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
 }
 
 async fn delete(app: &TestApp, id: &str) -> StatusCode {
@@ -387,6 +397,11 @@ async fn a_failing_subscription_is_paused_reported_and_resumed() {
     let line = format!("shardstock_webhook_paused{{subscription=\"{down_id}\"}} 1");
     assert!(metrics.contains(&line), "{line} in /metrics");
 
+    // Its secret rotated while paused: what it sends after is signed by the
+    // new one only.
+    let rotated = put_secrets(&app, &down_id, json!({"secrets": [SECRET_NEW]})).await;
+    assert_eq!(rotated.status(), StatusCode::OK);
+    let before = down.all().len();
     down.set(200);
     let r = app
         .admin_post(&format!("/v1/webhooks/{down_id}/resume"), json!({}))
@@ -405,6 +420,17 @@ async fn a_failing_subscription_is_paused_reported_and_resumed() {
     )
     .await;
     check_changes(&delivered, &event, &outcomes, 12);
+    for d in &down.all()[before..] {
+        let t: i64 = d
+            .signature
+            .split(',')
+            .find_map(|p| p.strip_prefix("t="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        verify(SECRET_NEW, &d.signature, &d.body, t, 300).unwrap();
+        assert!(verify(SECRET_OLD, &d.signature, &d.body, t, 300).is_err());
+    }
     let last = changes.last().unwrap()["seq"].as_i64().unwrap();
     eventually(
         "the cursor past the sale",
@@ -491,6 +517,20 @@ async fn the_admin_api_checks_what_it_is_given() {
         .collect();
     assert_eq!(origins["pay"], "api");
     assert_eq!(origins["from-config"], "config");
+    let two = json!({"secrets": [SECRET_OLD, SECRET_NEW]});
+    let r = put_secrets(&app, "pay", two.clone()).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["secrets"], 2);
+    assert_eq!(
+        put_secrets(&app, "from-config", two.clone()).await.status(),
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        put_secrets(&app, "nope", two).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let short = put_secrets(&app, "pay", json!({"secrets": ["short"]})).await;
+    assert_eq!(short.status(), StatusCode::BAD_REQUEST);
     assert_eq!(delete(&app, "from-config").await, StatusCode::CONFLICT);
     assert_eq!(delete(&app, "nope").await, StatusCode::NOT_FOUND);
     let r = app.admin_post("/v1/webhooks/nope/resume", json!({})).await;
