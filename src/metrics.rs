@@ -86,6 +86,11 @@ pub const OUTBOX_LAG_SECONDS: &str = "shardstock_outbox_lag_seconds";
 pub const OUTBOX_DELIVERIES: &str = "shardstock_outbox_deliveries_total";
 /// gauge: 1 while this instance leads the outbox relay.
 pub const OUTBOX_LEADER: &str = "shardstock_outbox_relay_leader";
+/// gauge {subscription}: 1 while a webhook subscription is paused (its
+/// deliveries kept failing), set by the relay leader. A subscription's
+/// deliveries and lag are the outbox's series with target `webhook:<id>`
+/// (outcomes delivered, rejected, timeout, unreachable).
+pub const WEBHOOK_PAUSED: &str = "shardstock_webhook_paused";
 
 // ---- store and HTTP ----
 /// counter {op}: store calls that failed (Redis unreachable, timeouts…).
@@ -217,6 +222,10 @@ pub(crate) fn describe() {
     describe_counter!(
         OUTBOX_DELIVERIES,
         "Changes delivered by the outbox relay, by target and outcome"
+    );
+    describe_gauge!(
+        WEBHOOK_PAUSED,
+        "1 while a webhook subscription is paused after failing deliveries"
     );
     describe_gauge!(
         OUTBOX_LEADER,

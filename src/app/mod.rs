@@ -163,6 +163,13 @@ impl Application {
                 .with_context(|| format!("creating the configured event {id}"))?;
             tracing::info!(event = %id, created, "configured event ready");
         }
+        if settings.outbox.enabled {
+            let now = engine.clock().now_ms();
+            ledger
+                .sync_config_webhooks(&options::config_webhooks(&settings.outbox, now), now)
+                .await
+                .context("writing the configured webhook subscriptions ([[outbox.webhooks]])")?;
+        }
         let stop = CancellationToken::new();
         let admin_token = Some(settings.server.admin_token.as_str()).filter(|t| !t.is_empty());
         if admin_token.is_none() {
@@ -222,13 +229,24 @@ impl Application {
             );
             tasks.spawn(quietly(rebalancer.run(stop.clone())));
         }
-        // Order events off (the default): no outbox, so no relay and no pruning.
+        // Order events off (the default): no outbox, so no relay, no
+        // webhooks and no pruning.
         if settings.outbox.enabled {
+            // The relay and the webhook dispatcher lead together.
+            let owner = crate::control::relay::owner(&engine);
             if let Some(relay) = options::relay(&settings.outbox) {
                 let relay =
-                    crate::control::relay::Relay::new(engine.clone(), ledger.clone(), relay);
+                    crate::control::relay::Relay::new(engine.clone(), ledger.clone(), relay)
+                        .with_owner(owner.clone());
                 tasks.spawn(quietly(relay.run(stop.clone())));
             }
+            let dispatcher = crate::control::webhook::Dispatcher::new(
+                engine.clone(),
+                ledger.clone(),
+                options::webhooks(&settings.outbox),
+                owner,
+            );
+            tasks.spawn(quietly(dispatcher.run(stop.clone())));
             tasks.spawn(quietly(crate::control::relay::prune(
                 engine.clone(),
                 ledger.clone(),

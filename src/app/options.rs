@@ -10,6 +10,7 @@ use crate::control::flusher::FlushOptions;
 use crate::control::rebalancer::{Policy, RebalanceOptions, Resizing};
 use crate::control::relay::{PruneOptions, RelayOptions};
 use crate::control::saga_sweeper::SagaSweepOptions;
+use crate::control::webhook::WebhookOptions;
 use crate::engine::EngineOptions;
 use crate::http::serve::ServeOptions;
 use crate::http::{RateLimitOptions, RouterOptions};
@@ -159,6 +160,40 @@ pub fn relay(o: &crate::config::OutboxSettings) -> Option<RelayOptions> {
         lease_ttl_ms: o.lease_ttl_ms,
         publish_timeout: Duration::from_millis(o.publish_timeout_ms),
     })
+}
+
+/// How webhooks are delivered.
+pub fn webhooks(o: &crate::config::OutboxSettings) -> WebhookOptions {
+    WebhookOptions {
+        batch: o.batch,
+        interval: Duration::from_millis(o.interval_ms),
+        lease_ttl_ms: o.lease_ttl_ms,
+        timeout: Duration::from_millis(o.webhook_timeout_ms),
+        retry_min_ms: o.webhook_retry_min_ms,
+        retry_max_ms: o.webhook_retry_max_ms,
+        pause_after_failures: o.webhook_pause_after_failures,
+        pause_after: Duration::from_millis(o.webhook_pause_after_ms),
+    }
+}
+
+/// The configuration's webhook subscriptions, as the ledger keeps them.
+pub fn config_webhooks(
+    o: &crate::config::OutboxSettings,
+    now_ms: i64,
+) -> Vec<crate::ledger::Subscription> {
+    o.webhooks
+        .iter()
+        .map(|w| crate::ledger::Subscription {
+            id: w.id.clone(),
+            url: w.url.clone(),
+            types: w.types.clone(),
+            secrets: w.secrets.clone(),
+            origin: crate::ledger::ORIGIN_CONFIG.into(),
+            created_ms: now_ms,
+            paused_ms: None,
+            paused_reason: None,
+        })
+        .collect()
 }
 
 /// How the outbox is pruned: the relay's target, if any, must have a

@@ -143,6 +143,11 @@ numeric! {
     "outbox.replay_ms": outbox.replay_ms in 0, 365 * DAY_MS;
     "outbox.retention_ms": outbox.retention_ms in 60_000, 365 * DAY_MS;
     "outbox.prune_interval_ms": outbox.prune_interval_ms in 100, DAY_MS;
+    "outbox.webhook_timeout_ms": outbox.webhook_timeout_ms in 10, 600_000;
+    "outbox.webhook_retry_min_ms": outbox.webhook_retry_min_ms in 1, 600_000;
+    "outbox.webhook_retry_max_ms": outbox.webhook_retry_max_ms in 1, DAY_MS;
+    "outbox.webhook_pause_after_failures": outbox.webhook_pause_after_failures in 1, 1_000_000;
+    "outbox.webhook_pause_after_ms": outbox.webhook_pause_after_ms in 1, 30 * DAY_MS;
 }
 
 /// A setting of the table by name.

@@ -130,6 +130,39 @@ impl Settings {
                 "is set while outbox.enabled = false: the relay publishes the outbox, which is only written with outbox.enabled = true (set it, or remove nats_url)",
             ));
         }
+        if !self.outbox.webhooks.is_empty() && !self.outbox.enabled {
+            return Err(invalid(
+                "outbox.webhooks",
+                "are declared while outbox.enabled = false: webhooks deliver the outbox, which is only written with outbox.enabled = true",
+            ));
+        }
+        if self.outbox.webhook_retry_max_ms < self.outbox.webhook_retry_min_ms {
+            return Err(invalid(
+                "outbox.webhook_retry_max_ms",
+                "must be at least webhook_retry_min_ms",
+            ));
+        }
+        if self.outbox.webhooks.len() > crate::domain::webhook::MAX_SUBSCRIPTIONS {
+            return Err(invalid(
+                "outbox.webhooks",
+                format!(
+                    "at most {} subscriptions",
+                    crate::domain::webhook::MAX_SUBSCRIPTIONS
+                ),
+            ));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for (i, hook) in self.outbox.webhooks.iter().enumerate() {
+            let field = |name: &str| format!("outbox.webhooks[{i}].{name}");
+            crate::domain::webhook::check(&hook.id, &hook.url, &hook.types, &hook.secrets)
+                .map_err(|(name, reason)| invalid(field(name), reason))?;
+            if !ids.insert(hook.id.as_str()) {
+                return Err(invalid(
+                    field("id"),
+                    format!("{:?} is declared twice", hook.id),
+                ));
+            }
+        }
         self.event_specs().map(drop)
     }
 }

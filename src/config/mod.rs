@@ -375,6 +375,41 @@ pub struct OutboxSettings {
     pub retention_ms: u64,
     /// How often every instance prunes the outbox.
     pub prune_interval_ms: u64,
+    /// How long one webhook POST may take (connect, send, answer).
+    pub webhook_timeout_ms: u64,
+    /// A failed webhook delivery is retried after a random wait of up to
+    /// `webhook_retry_min_ms × 2^(failures − 1)`, capped at
+    /// `webhook_retry_max_ms` (exponential backoff, full jitter).
+    pub webhook_retry_min_ms: u64,
+    pub webhook_retry_max_ms: u64,
+    /// A subscription is paused after this many failed deliveries in a row,
+    /// or once it has failed for `webhook_pause_after_ms` without a success,
+    /// whichever comes first; the admin API resumes it from its cursor.
+    pub webhook_pause_after_failures: u32,
+    pub webhook_pause_after_ms: u64,
+    /// Webhook subscriptions declared here (`[[outbox.webhooks]]`); more
+    /// are made with the admin API (`/v1/webhooks`). Both are kept in the
+    /// ledger.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<WebhookSettings>,
+}
+
+/// A webhook subscription of the configuration (`[[outbox.webhooks]]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Its name: 1 to 64 of `A-Z a-z 0-9 _ -`, unique.
+    pub id: String,
+    /// Where the changes are POSTed: `http://…` (`https://` is not supported
+    /// yet: a TLS proxy in front of the receiver does it).
+    pub url: String,
+    /// The change types delivered (`order.created` …); empty or absent:
+    /// every type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<String>,
+    /// The signing secrets, at least 16 bytes each: one, or two while a
+    /// secret is rotated (every delivery then carries a signature by each).
+    pub secrets: Vec<String>,
 }
 
 impl Default for OutboxSettings {
@@ -392,6 +427,12 @@ impl Default for OutboxSettings {
             replay_ms: 86_400_000,
             retention_ms: 604_800_000,
             prune_interval_ms: 60_000,
+            webhook_timeout_ms: 10_000,
+            webhook_retry_min_ms: 500,
+            webhook_retry_max_ms: 300_000,
+            webhook_pause_after_failures: 20,
+            webhook_pause_after_ms: 3_600_000,
+            webhooks: Vec::new(),
         }
     }
 }

@@ -22,6 +22,10 @@ pub fn show(settings: &Settings, source: &ConfigSource) -> Result<String, Config
     masked.store.redis_url = masked.store.redis_url.as_deref().map(mask_url);
     masked.database.url = mask_url(&masked.database.url);
     masked.outbox.nats_url = masked.outbox.nats_url.as_deref().map(mask_url);
+    for hook in &mut masked.outbox.webhooks {
+        hook.url = mask_url(&hook.url);
+        hook.secrets.iter_mut().for_each(|s| *s = MASK.into());
+    }
     let toml = toml::to_string(&masked).map_err(|e| ConfigError::Show(e.to_string()))?;
     let mut out = String::new();
     // Writing to a String cannot fail.

@@ -156,3 +156,28 @@ fn a_nats_url_without_order_events_is_refused_naming_both() {
     assert!(on.outbox.enabled);
     assert!(!parse("").unwrap().outbox.enabled, "off by default");
 }
+
+#[test]
+fn a_webhook_subscription_names_the_field_it_gets_wrong() {
+    let hook = |extra: &str| {
+        format!(
+            "[outbox]\nenabled = true\n[[outbox.webhooks]]\nid = \"pay\"\nurl = \"http://127.0.0.1:9/h\"\nsecrets = [\"0123456789abcdef\"]\n{extra}"
+        )
+    };
+    let ok = parse(&hook("types = [\"order.created\"]\n")).unwrap();
+    assert_eq!(ok.outbox.webhooks[0].types, ["order.created"]);
+    let unknown = parse(&hook("secret = \"x\"\n")).unwrap_err().to_string();
+    assert!(unknown.contains("unknown field `secret`"), "{unknown}");
+    let e = parse(&hook("types = [\"order.made\"]\n")).unwrap_err();
+    assert_eq!(field_of(e), "outbox.webhooks[0].types");
+    let twice = format!(
+        "{}[[outbox.webhooks]]\nid = \"pay\"\nurl = \"http://x\"\nsecrets = [\"0123456789abcdef\"]\n",
+        hook("")
+    );
+    assert_eq!(
+        field_of(parse(&twice).unwrap_err()),
+        "outbox.webhooks[1].id"
+    );
+    let off = hook("").replace("enabled = true", "enabled = false");
+    assert_eq!(field_of(parse(&off).unwrap_err()), "outbox.webhooks");
+}

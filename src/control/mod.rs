@@ -39,6 +39,8 @@ pub mod saga_sweeper;
 pub mod stream_scan;
 /// The pace of every background loop: a round each period until stopped.
 pub mod ticker;
+/// Webhook delivery: the outbox's changes POSTed, signed, to each subscription.
+pub mod webhook;
 
 use crate::domain::ids::EventId;
 use crate::engine::EngineError;

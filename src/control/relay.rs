@@ -22,7 +22,10 @@
 //! `shardstock.demo.order.created`; a `.` in the event id is written `_`
 //! there (the body has the id as it is).
 //!
-//! **Pruning** ([`prune`], every instance): a change every target has goes
+//! Webhooks are delivered by the same leader (`control::webhook`).
+//!
+//! **Pruning** ([`prune`], every instance): a change every target (the
+//! stream, each webhook subscription) has goes
 //! `replay_ms` after it happened; any change goes `retention_ms` after it
 //! happened, delivered or not, so the outbox stays bounded while a target is
 //! down (its lag alert fires long before).
@@ -88,7 +91,17 @@ pub async fn prune<S: Store>(
     while ticker.tick().await {
         let now = engine.clock().now_ms();
         let pruned = async {
-            let upto = ledger.lowest_cursor(&opts.targets).await?;
+            // Every webhook subscription, paused or not, is a target too:
+            // a paused one holds the outbox until the retention only.
+            let mut targets = opts.targets.clone();
+            targets.extend(
+                ledger
+                    .webhooks()
+                    .await?
+                    .iter()
+                    .map(|s| crate::ledger::webhook_target(&s.id)),
+            );
+            let upto = ledger.lowest_cursor(&targets).await?;
             ledger
                 .prune_outbox(
                     now.saturating_sub(ms(opts.retention)),
@@ -147,6 +160,12 @@ pub struct Relay<S: Store> {
     term: Option<u64>,
 }
 
+/// A relay leadership owner of this instance: one for its relay and its
+/// webhook dispatcher, which lead together.
+pub fn owner<S: Store>(engine: &Engine<S>) -> String {
+    format!("{}/relay-{:08x}", engine.instance(), rand::random::<u32>())
+}
+
 /// `<prefix>.<event>.<type>`, the event's dots written `_`.
 pub fn subject(prefix: &str, event: &str, kind: &str) -> String {
     format!("{prefix}.{}.{kind}", event.replace('.', "_"))
@@ -181,7 +200,7 @@ pub fn body(change: &Change) -> Vec<u8> {
 
 impl<S: Store> Relay<S> {
     pub fn new(engine: Arc<Engine<S>>, ledger: Ledger, opts: RelayOptions) -> Self {
-        let owner = format!("{}/relay-{:08x}", engine.instance(), rand::random::<u32>());
+        let owner = owner(&engine);
         let target = target(&opts.stream);
         Self {
             engine,
@@ -193,6 +212,13 @@ impl<S: Store> Relay<S> {
             jet: None,
             term: None,
         }
+    }
+
+    /// Leads as `owner` (the instance's webhook `Dispatcher` shares it, so
+    /// one instance leads both).
+    pub fn with_owner(mut self, owner: String) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Rounds until `stop`; then gives the leadership up.

@@ -22,3 +22,6 @@ pub mod routing;
 pub mod stream;
 /// Transfer ids, and which of them a bucket may forget.
 pub mod transfer;
+/// Webhooks: a subscription's checks, delivery signatures and their
+/// verification, the retry backoff.
+pub mod webhook;

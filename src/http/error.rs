@@ -92,6 +92,13 @@ pub enum ApiError {
          set `[outbox] enabled = true` (or SHARDSTOCK_OUTBOX=true) to record and serve them"
     )]
     OrderEventsOff,
+    /// 404 `unknown-webhook`: no webhook subscription with this id.
+    #[error("no webhook subscription {0:?}")]
+    UnknownWebhook(String),
+    /// 409 `webhook-conflict`: the id is taken, the subscription is the
+    /// configuration's, or the most subscriptions exist already.
+    #[error("{0}")]
+    WebhookConflict(String),
     /// 404 `not-found`: no such route.
     #[error("no such route")]
     NotFound,
@@ -123,6 +130,16 @@ impl ApiError {
                 StatusCode::NOT_FOUND,
                 "order-events-off",
                 "Order events off",
+            ),
+            UnknownWebhook(_) => (
+                StatusCode::NOT_FOUND,
+                "unknown-webhook",
+                "Unknown webhook subscription",
+            ),
+            WebhookConflict(_) => (
+                StatusCode::CONFLICT,
+                "webhook-conflict",
+                "Webhook subscription conflict",
             ),
             UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
             UnknownRequest(_) => (StatusCode::NOT_FOUND, "unknown-request", "Unknown request"),

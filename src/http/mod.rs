@@ -1,7 +1,7 @@
 //! The HTTP API (`API.md`): axum routes, state, and the layers around them.
 //!
 //! Each area builds its own router (`events`, `purchases`, `orders`,
-//! `lookup`, `changes`, `live`, `ops`); [`router`] merges them and wraps each route in one middleware,
+//! `lookup`, `changes`, `webhooks`, `live`, `ops`); [`router`] merges them and wraps each route in one middleware,
 //! [`observe`] (with the body limit inside it), which runs the request in
 //! its span (`trace`: request id, event, user, the caller's trace) under the
 //! request timeout, records the per-route metrics labelled by the matched
@@ -28,6 +28,7 @@ mod purchases;
 mod quarantine;
 pub mod serve;
 mod trace;
+mod webhooks;
 mod whole;
 
 use std::sync::Arc;
@@ -186,6 +187,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
         .merge(orders::router())
         .merge(lookup::router())
         .merge(changes::router())
+        .merge(webhooks::router())
         .merge(live::router())
         .merge(ops::router())
         .fallback(error::not_found)

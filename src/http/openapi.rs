@@ -36,7 +36,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{archive, changes, events, live, lookup, ops, orders, purchases};
+use super::{archive, changes, events, live, lookup, ops, orders, purchases, webhooks};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -57,6 +57,8 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases};
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, archive::archive, live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
+        webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
+        webhooks::rotate,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
@@ -65,7 +67,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases};
             BadRequest, Unauthorized, UnknownEvent, UnknownOrder, UnknownRequest, EventExists,
             PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
-            ConfirmRefused, NoChanges,
+            ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
@@ -73,6 +75,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases};
         (name = "events", description = "Events: create, view, and the admin operations"),
         (name = "purchases", description = "The hot path"),
         (name = "orders", description = "Lookup, confirm and cancel"),
+        (name = "webhooks", description = "Webhook subscriptions: the order changes POSTed, signed (docs/API.md, \"Webhooks\")"),
         (name = "operations", description = "Health, readiness, metrics, the live page, this document"),
     ),
 )]
@@ -177,6 +180,14 @@ problems! {
     /// No such event, or order events are off (`[outbox] enabled = false`,
     /// the default): the detail names the setting that turns them on
     NoChanges => [ApiError::UnknownEvent("sneaker-42".into()), ApiError::OrderEventsOff];
+    /// Order events are off (`[outbox] enabled = false`, the default): the
+    /// detail names the setting that turns them on
+    NoWebhooks => [ApiError::OrderEventsOff];
+    /// No such webhook subscription, or order events are off
+    UnknownWebhook => [ApiError::UnknownWebhook("payments".into()), ApiError::OrderEventsOff];
+    /// The id is taken, the subscription is the configuration's (not deleted
+    /// here), or the most subscriptions (32) exist
+    WebhookConflict => [ApiError::WebhookConflict("webhook subscription \"payments\" exists".into())];
     /// No such order
     UnknownOrder => [ApiError::UnknownOrder("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into())];
     /// No answer is kept for this request id of this user

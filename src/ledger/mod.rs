@@ -12,7 +12,8 @@
 //! a database 0001 migrated migrates on) because keys and index kinds differ.
 //! Sub-modules: `apply` writes flushed batches exactly once and applies the
 //! final guard, with `records` writing their rows and `outbox` the order
-//! changes they make (read back by the relay); `read` answers orders
+//! changes they make (read back by the relay), and `webhooks` the webhook
+//! subscriptions the relay delivers them to; `read` answers orders
 //! (derived from their records by `derive`), totals and what the audit and a
 //! recovery need.
 
@@ -21,6 +22,7 @@ mod derive;
 mod outbox;
 mod read;
 mod records;
+mod webhooks;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -42,6 +44,7 @@ pub use outbox::{
     ORDER_VOIDED,
 };
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
+pub use webhooks::{Created, ORIGIN_API, ORIGIN_CONFIG, Subscription, webhook_target};
 
 /// Failures of the ledger layer.
 #[derive(Debug, thiserror::Error)]

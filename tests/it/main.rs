@@ -65,6 +65,9 @@
 //! - `outbox`: order events out (issue 47): a sale's changes from the
 //!   changes endpoint and from NATS JetStream, exactly the ledger's, each
 //!   order's in order; a relay killed mid-way.
+//! - `webhooks`: the outbox's changes POSTed to a receiver the test
+//!   starts: exactly the ledger's changes, signed (checked by Python's
+//!   `hmac`), through a 500 spell, a pause and a resume.
 //! - `idle`: idle cost that does not grow with the number of events; dirty
 //!   buckets and the stream scan bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
@@ -110,3 +113,4 @@ mod stall;
 mod telemetry;
 mod topology;
 mod upgrade;
+mod webhooks;

@@ -33,7 +33,7 @@ const NATS: &str = "nats://127.0.0.1:4222";
 /// A JetStream context on the machine's server, or a failure that says how
 /// to start it.
 /// A suite's settings with order events on (`[outbox] enabled`, off by default).
-fn events_on(suite: &str, backend: Backend) -> shardstock::config::Settings {
+pub(crate) fn events_on(suite: &str, backend: Backend) -> shardstock::config::Settings {
     let mut s = settings_in(suite, backend);
     s.outbox.enabled = true;
     s
@@ -58,12 +58,12 @@ fn stream_names() -> (String, String) {
 
 /// What the sale did to each order: `order.confirmed`, `order.cancelled`
 /// or `order.expired`.
-type Outcomes = HashMap<String, &'static str>;
+pub(crate) type Outcomes = HashMap<String, &'static str>;
 
 /// A sale of `stock` units in 4 buckets with holds, bought to the last unit by
 /// 6 clients over HTTP (the last units by sagas), then a third of the orders
 /// confirmed, a third cancelled, and the close: the rest expire.
-async fn sale_with_holds(app: &TestApp, event: &str, stock: u64) -> Outcomes {
+pub(crate) async fn sale_with_holds(app: &TestApp, event: &str, stock: u64) -> Outcomes {
     app.create(event, stock, 4, json!({"hold_seconds": 600}))
         .await;
     let sale = Sale::start(&app.base, event, 6);
@@ -109,7 +109,7 @@ async fn sale_with_holds(app: &TestApp, event: &str, stock: u64) -> Outcomes {
 }
 
 /// Every change of `event` from the endpoint, `limit` a page.
-async fn all_changes(app: &TestApp, event: &str, limit: usize) -> Vec<Value> {
+pub(crate) async fn all_changes(app: &TestApp, event: &str, limit: usize) -> Vec<Value> {
     let mut out = Vec::new();
     let mut after = 0;
     loop {
@@ -140,7 +140,7 @@ async fn all_changes(app: &TestApp, event: &str, limit: usize) -> Vec<Value> {
 /// `changes` (in the order delivered) say exactly what `outcomes` did: per
 /// order its creation then its terminal change, nothing twice, and the
 /// event's close with the final counts.
-fn check_changes(changes: &[Value], event: &str, outcomes: &Outcomes, stock: u64) {
+pub(crate) fn check_changes(changes: &[Value], event: &str, outcomes: &Outcomes, stock: u64) {
     let mut seen = HashSet::new();
     let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut last_seq = 0;
@@ -403,7 +403,10 @@ async fn a_relay_killed_mid_way_loses_nothing_and_publishes_nothing_twice() {
     let last = last.last().unwrap().seq;
     let target = format!("nats:{stream}");
 
-    let engine = Arc::new(standalone("outbox-kill").await);
+    // The relays' lease apart from the app's: the app's webhook dispatcher
+    // takes the relay lease of its namespace while any test of this process
+    // has a webhook subscription in the shared database.
+    let engine = Arc::new(standalone("outbox-kill-relay").await);
     let mut first = Relay::new(
         engine.clone(),
         ledger.clone(),
