@@ -146,11 +146,7 @@ impl ApiError {
             SoldOut { .. } | LinesSoldOut(_) => (StatusCode::CONFLICT, "sold-out", "Sold out"),
             UnknownRelease(_) => (StatusCode::NOT_FOUND, "unknown-release", "Unknown release"),
             ReleaseExists(_) => (StatusCode::CONFLICT, "release-exists", "Release exists"),
-            ReleasePool { .. } => (
-                StatusCode::CONFLICT,
-                "release-pool",
-                "Pool of a release",
-            ),
+            ReleasePool { .. } => (StatusCode::CONFLICT, "release-pool", "Pool of a release"),
             LimitExceeded { .. } => (
                 StatusCode::CONFLICT,
                 "limit-exceeded",

@@ -187,8 +187,8 @@ problems! {
     EventExists => [ApiError::EventExists("sneaker-42".into())];
     /// No such release
     UnknownRelease => [ApiError::UnknownRelease("air-max".into())];
-    /// The release id is taken by other settings
-    ReleaseExists => [ApiError::ReleaseExists("air-max".into())];
+    /// The release id is taken by other settings, or a pool's event id by an event
+    ReleaseExists => [ApiError::ReleaseExists("air-max".into()), ApiError::EventExists("air-max.42".into())];
     /// The order is refused, nothing of it kept: `sold-out` names each
     /// short line with its pool's remaining (`short_lines`); a refusal is
     /// stored like a success and replayed

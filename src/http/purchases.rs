@@ -43,7 +43,10 @@ pub(super) struct PurchaseBody {
 /// agree). Both are held to `RequestId`'s one rule: a header value that is
 /// not ASCII is refused as the same characters in the body are, and an error
 /// names the header when the header was wrong.
-pub(super) fn request_id(headers: &HeaderMap, body: Option<String>) -> Result<Option<RequestId>, ApiError> {
+pub(super) fn request_id(
+    headers: &HeaderMap,
+    body: Option<String>,
+) -> Result<Option<RequestId>, ApiError> {
     let header = headers
         .get("idempotency-key")
         .map(|v| {

@@ -36,8 +36,13 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CreatePool {
-    /// The pool's name in the release; its event is `<release>.<pool>`.
-    #[schema(value_type = EventId)]
+    /// The pool's name in the release (an event id of at most 32
+    /// characters); its event is `<release>.<pool>`.
+    #[schema(
+        pattern = "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
+        min_length = 1,
+        max_length = 32
+    )]
     id: String,
     #[serde(deserialize_with = "super::whole::u64")]
     #[schema(maximum = 9007199254740992_u64)]
@@ -53,7 +58,13 @@ pub(super) struct CreatePool {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "air-max", "pools": [{"id": "42", "stock": 100, "buckets": 4}, {"id": "43", "stock": 100, "buckets": 4}], "per_user_limit": 2, "max_per_order": 2}))]
 pub(super) struct CreateRelease {
-    #[schema(value_type = EventId)]
+    /// An event id of at most 31 characters (a pool's event,
+    /// `<release>.<pool>`, is an event id).
+    #[schema(
+        pattern = "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
+        min_length = 1,
+        max_length = 31
+    )]
     id: String,
     /// 1 to 64 pools, in the order an order's lines are taken.
     #[schema(min_items = 1, max_items = 64)]
@@ -74,11 +85,31 @@ pub(super) struct CreateRelease {
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
     #[schema(value_type = Option<String>, format = DateTime)]
     ends_at: Option<i64>,
+    /// Not accepted yet: holds on releases are not built.
+    #[serde(default)]
+    #[schema(ignore)]
+    hold_seconds: Option<serde_json::Value>,
 }
+
+/// The longest release id: a pool's event id, `<release>.<pool>`, is an
+/// event id (64 characters at most).
+pub(crate) const MAX_RELEASE_ID: usize = 31;
+/// The longest pool id.
+pub(crate) const MAX_POOL_ID: usize = 32;
 
 impl CreateRelease {
     fn spec(self) -> Result<ReleaseSpec, ApiError> {
-        let id = event_id(self.id)?;
+        if self.hold_seconds.is_some() {
+            return Err(ApiError::invalid(
+                "hold_seconds: holds on releases are not supported yet; leave it out",
+            ));
+        }
+        let id = EventId::parse(self.id).map_err(|e| ApiError::invalid(format!("id: {e}")))?;
+        if id.as_str().len() > MAX_RELEASE_ID {
+            return Err(ApiError::invalid(format!(
+                "id: a release id has at most {MAX_RELEASE_ID} characters"
+            )));
+        }
         let pools = self
             .pools
             .into_iter()
@@ -86,7 +117,15 @@ impl CreateRelease {
             .map(|(k, p)| {
                 Ok(PoolSpec {
                     name: EventId::parse(p.id)
-                        .map_err(|e| ApiError::invalid(format!("pools[{k}].id: {e}")))?,
+                        .map_err(|e| ApiError::invalid(format!("pools[{k}].id: {e}")))
+                        .and_then(|name| {
+                            if name.as_str().len() > MAX_POOL_ID {
+                                return Err(ApiError::invalid(format!(
+                                    "pools[{k}].id: a pool id has at most {MAX_POOL_ID} characters"
+                                )));
+                            }
+                            Ok(name)
+                        })?,
                     stock: p.stock,
                     buckets: p.buckets.initial(),
                     auto_buckets: p.buckets.range(),
@@ -103,7 +142,15 @@ impl CreateRelease {
             hold_seconds: None,
             homes: DEFAULT_HOMES,
         };
-        spec.validate().map_err(ApiError::invalid)?;
+        if spec.pools.is_empty() || spec.pools.len() > crate::domain::release::MAX_POOLS {
+            return Err(ApiError::invalid(format!(
+                "pools: a release has 1 to {} pools, got {}",
+                crate::domain::release::MAX_POOLS,
+                spec.pools.len()
+            )));
+        }
+        spec.validate()
+            .map_err(|e| ApiError::invalid(format!("pools: {e}")))?;
         Ok(spec)
     }
 }
