@@ -163,6 +163,13 @@ impl Application {
                 .with_context(|| format!("creating the configured event {id}"))?;
             tracing::info!(event = %id, created, "configured event ready");
         }
+        for spec in settings.release_specs()? {
+            let id = spec.id.clone();
+            lifecycle::create_release(&engine, &ledger, spec)
+                .await
+                .with_context(|| format!("creating the configured release {id}"))?;
+            tracing::info!(release = %id, "configured release ready");
+        }
         let stop = CancellationToken::new();
         let admin_token = Some(settings.server.admin_token.as_str()).filter(|t| !t.is_empty());
         if admin_token.is_none() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem};
+use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem, settings};
 
 on_every_backend!(
     app:
@@ -17,6 +17,7 @@ on_every_backend!(
     the_limit_covers_every_pool_and_a_replay_answers_the_original,
     invalid_orders_and_releases_are_refused_naming_the_field,
     a_pools_own_purchases_are_refused,
+    a_configured_release_is_created_at_start_up,
 );
 
 fn release_body(id: &str, extra: Value) -> Value {
@@ -335,5 +336,39 @@ async fn a_pools_own_purchases_are_refused(b: Backend) {
         app.buy(&plain, "u-1", 1, None).await.status(),
         StatusCode::CREATED
     );
+    app.stop().await;
+}
+
+async fn a_configured_release_is_created_at_start_up(b: Backend) {
+    let id = eid("cfg-rel");
+    let mut s = settings(b);
+    s.releases = vec![shardstock::config::ReleaseSettings {
+        id: id.clone(),
+        pools: vec![shardstock::config::PoolSettings {
+            id: "floor".into(),
+            stock: 3,
+            buckets: shardstock::config::BucketsSetting::Count(1),
+        }],
+        per_user_limit: Some(2),
+        max_per_order: Some(2),
+        starts_at: None,
+        ends_at: None,
+        hold_seconds: None,
+    }];
+    let app = TestApp::spawn_with(s.clone()).await;
+    let v = view(&app, &id).await;
+    assert_eq!(v["per_user_limit"], 2);
+    assert_eq!(figures(&v), vec![(3, 0)]);
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "floor", "quantity": 2}]}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    app.stop().await;
+    // A restart with the same configuration finds it as it was.
+    let app = TestApp::spawn_with(s).await;
+    assert_eq!(figures(&view(&app, &id).await), vec![(1, 2)]);
     app.stop().await;
 }
