@@ -170,6 +170,13 @@ impl Application {
                 .await
                 .context("writing the configured webhook subscriptions ([[outbox.webhooks]])")?;
         }
+        for spec in settings.release_specs()? {
+            let id = spec.id.clone();
+            lifecycle::create_release(&engine, &ledger, spec)
+                .await
+                .with_context(|| format!("creating the configured release {id}"))?;
+            tracing::info!(release = %id, "configured release ready");
+        }
         let stop = CancellationToken::new();
         let admin_token = Some(settings.server.admin_token.as_str()).filter(|t| !t.is_empty());
         if admin_token.is_none() {

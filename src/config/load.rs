@@ -25,6 +25,27 @@ impl Settings {
         Self::parse(&text, path)
     }
 
+    /// The release specs, validated.
+    pub(crate) fn release_specs(
+        &self,
+    ) -> Result<Vec<crate::domain::release::ReleaseSpec>, ConfigError> {
+        let specs: Vec<_> = self
+            .releases
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.spec(i))
+            .collect::<Result<_, _>>()?;
+        for (i, s) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|o| o.id == s.id) {
+                return Err(invalid(
+                    format!("releases[{i}].id"),
+                    format!("{} is declared twice", s.id),
+                ));
+            }
+        }
+        Ok(specs)
+    }
+
     /// The event specs, validated.
     pub(crate) fn event_specs(&self) -> Result<Vec<EventSpec>, ConfigError> {
         let specs: Vec<EventSpec> = self
@@ -163,6 +184,7 @@ impl Settings {
                 ));
             }
         }
-        self.event_specs().map(drop)
+        self.event_specs().map(drop)?;
+        self.release_specs().map(drop)
     }
 }

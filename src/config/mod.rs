@@ -85,6 +85,8 @@ pub struct Settings {
     pub outbox: OutboxSettings,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventSettings>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub releases: Vec<ReleaseSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -554,6 +556,115 @@ impl EventSettings {
                 HoldSeconds(_) => "hold_seconds",
             };
             invalid(field(f), e)
+        })?;
+        Ok(spec)
+    }
+}
+
+/// A release declared in the configuration: created at start-up when absent.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseSettings {
+    pub id: String,
+    pub pools: Vec<PoolSettings>,
+    pub per_user_limit: Option<u32>,
+    pub max_per_order: Option<u32>,
+    /// RFC 3339.
+    pub starts_at: Option<String>,
+    /// RFC 3339.
+    pub ends_at: Option<String>,
+    /// Refused until holds on releases are built.
+    pub hold_seconds: Option<u32>,
+}
+
+/// A pool of `[[releases]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    pub id: String,
+    pub stock: u64,
+    /// A count, `"auto"`, or `{ min = 1, max = 256 }`.
+    pub buckets: BucketsSetting,
+}
+
+impl ReleaseSettings {
+    /// The spec, validated; errors name the field (`releases[i].field`).
+    pub fn spec(&self, i: usize) -> Result<crate::domain::release::ReleaseSpec, ConfigError> {
+        use crate::domain::release::{DEFAULT_HOMES, MAX_POOLS, PoolSpec, ReleaseSpec};
+        let field = |f: &str| format!("releases[{i}].{f}");
+        if self.hold_seconds.is_some() {
+            return Err(invalid(
+                field("hold_seconds"),
+                "holds on releases are not supported yet; leave it out",
+            ));
+        }
+        let id = EventId::parse(self.id.clone()).map_err(|e| invalid(field("id"), e))?;
+        if id.as_str().len() > 31 {
+            return Err(invalid(
+                field("id"),
+                "a release id has at most 31 characters",
+            ));
+        }
+        if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
+            return Err(invalid(
+                field("pools"),
+                format!("1 to {MAX_POOLS} pools, got {}", self.pools.len()),
+            ));
+        }
+        let time = |f: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(crate::domain::model::rfc3339_ms::parse)
+                .transpose()
+                .map_err(|e| invalid(field(f), e))
+        };
+        let mut pools = Vec::with_capacity(self.pools.len());
+        for (k, p) in self.pools.iter().enumerate() {
+            let pf = |f: &str| field(&format!("pools[{k}].{f}"));
+            let name = EventId::parse(p.id.clone()).map_err(|e| invalid(pf("id"), e))?;
+            if name.as_str().len() > 32 {
+                return Err(invalid(pf("id"), "a pool id has at most 32 characters"));
+            }
+            if self.pools[..k].iter().any(|o| o.id == p.id) {
+                return Err(invalid(pf("id"), format!("pool {name} is listed twice")));
+            }
+            let buckets = p.buckets.buckets().ok_or_else(|| {
+                invalid(pf("buckets"), "a count, \"auto\" or { min = .., max = .. }")
+            })?;
+            pools.push(PoolSpec {
+                name,
+                stock: p.stock,
+                buckets: buckets.initial(),
+                auto_buckets: buckets.range(),
+            });
+        }
+        let spec = ReleaseSpec {
+            id,
+            pools,
+            per_user_limit: self.per_user_limit,
+            max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
+            starts_at: time("starts_at", &self.starts_at)?,
+            ends_at: time("ends_at", &self.ends_at)?,
+            hold_seconds: None,
+            homes: DEFAULT_HOMES,
+        };
+        spec.validate().map_err(|e| {
+            use crate::domain::model::SpecError::*;
+            use crate::domain::release::ReleaseError;
+            match &e {
+                ReleaseError::Pool { pool, error } => {
+                    let k = spec.pool_index(pool).unwrap_or(0);
+                    let f = match error {
+                        Buckets(_) | BucketRange { .. } => format!("pools[{k}].buckets"),
+                        Stock(_) => format!("pools[{k}].stock"),
+                        MaxPerOrder(_) => "max_per_order".into(),
+                        PerUserLimit(_) => "per_user_limit".into(),
+                        Window => "ends_at".into(),
+                        HoldSeconds(_) => "hold_seconds".into(),
+                    };
+                    invalid(field(&f), error)
+                }
+                _ => invalid(field("pools"), &e),
+            }
         })?;
         Ok(spec)
     }

@@ -181,3 +181,41 @@ fn a_webhook_subscription_names_the_field_it_gets_wrong() {
     let off = hook("").replace("enabled = true", "enabled = false");
     assert_eq!(field_of(parse(&off).unwrap_err()), "outbox.webhooks");
 }
+
+#[test]
+fn releases_are_validated_with_the_field_named() {
+    let ok = "[[releases]]\nid = \"r\"\npools = [{ id = \"42\", stock = 5, buckets = 1 }, { id = \"43\", stock = 5, buckets = \"auto\" }]\nper_user_limit = 2\n";
+    let s = parse(ok).unwrap();
+    assert_eq!(s.release_specs().unwrap()[0].pools.len(), 2);
+    let cases = [
+        (
+            "[[releases]]\nid = \"r\"\npools = []\n",
+            "releases[0].pools",
+        ),
+        (
+            "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 0 }]\n",
+            "releases[0].pools[0].buckets",
+        ),
+        (
+            "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 1 }, { id = \"a\", stock = 5, buckets = 1 }]\n",
+            "releases[0].pools[1].id",
+        ),
+        (
+            "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 1 }]\nhold_seconds = 60\n",
+            "releases[0].hold_seconds",
+        ),
+        (
+            "[[releases]]\nid = \"a-release-id-longer-than-31-chars\"\npools = [{ id = \"a\", stock = 5, buckets = 1 }]\n",
+            "releases[0].id",
+        ),
+    ];
+    for (text, field) in cases {
+        assert_eq!(field_of(parse(text).unwrap_err()), field, "{text}");
+    }
+    let unknown = parse(
+        "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 1, stok = 1 }]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(unknown.contains("stok"), "{unknown}");
+}

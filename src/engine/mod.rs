@@ -185,6 +185,9 @@ pub struct Engine<S: Store> {
     reshard_waits: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
     /// Releases' specs (a spec never changes once stored).
     releases: RwLock<HashMap<EventId, Arc<crate::domain::release::ReleaseSpec>>>,
+    /// Events known to be a release's pool (its release) or not (`None`):
+    /// only events this engine knows, so the map is bounded by them.
+    pools: RwLock<HashMap<EventId, Option<EventId>>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -211,6 +214,7 @@ impl<S: Store> Engine<S> {
             prechecks: precheck::Prechecks::default(),
             reshard_waits: Mutex::default(),
             releases: RwLock::default(),
+            pools: RwLock::default(),
         }
     }
 

@@ -164,6 +164,42 @@ impl<S: Store> Engine<S> {
         Ok(spec)
     }
 
+    /// The release `event` is a pool of, if it is one. An event's own
+    /// purchases are refused on a pool (they would pass the release-wide
+    /// limit). Only an id with a `.` can be a pool; the answer is kept for
+    /// events this engine knows (a bounded set), so a plain event's
+    /// purchases pay one map read after the first.
+    pub async fn pool_release(&self, event: &EventId) -> Result<Option<EventId>, EngineError> {
+        if !event.as_str().contains('.') {
+            return Ok(None);
+        }
+        if let Some(known) = self.pools.read().expect("pool cache poisoned").get(event) {
+            return Ok(known.clone());
+        }
+        let id = event.as_str();
+        let mut found = None;
+        for (i, _) in id.match_indices('.') {
+            let Ok(release) = EventId::parse(&id[..i]) else {
+                continue;
+            };
+            match self.release_spec(&release).await {
+                Ok(spec) if spec.pool_index(&id[i + 1..]).is_some() => {
+                    found = Some(release);
+                    break;
+                }
+                Ok(_) | Err(EngineError::UnknownRelease(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if found.is_some() || self.is_known(event) {
+            self.pools
+                .write()
+                .expect("pool cache poisoned")
+                .insert(event.clone(), found.clone());
+        }
+        Ok(found)
+    }
+
     /// A release's spec (cached: a spec never changes once stored).
     pub async fn release_spec(&self, release: &EventId) -> Result<Arc<ReleaseSpec>, EngineError> {
         if let Some(spec) = self
@@ -185,6 +221,14 @@ impl<S: Store> Engine<S> {
     }
 
     fn cache_release(&self, spec: Arc<ReleaseSpec>) {
+        {
+            let mut pools = self.pools.write().expect("pool cache poisoned");
+            for k in 0..spec.pools.len() {
+                if let Ok(pool) = spec.pool_event(k) {
+                    pools.insert(pool, Some(spec.id.clone()));
+                }
+            }
+        }
         self.releases
             .write()
             .expect("release cache poisoned")

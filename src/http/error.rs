@@ -51,6 +51,22 @@ pub enum ApiError {
     /// 409 `event-exists`.
     #[error("event {0:?} exists")]
     EventExists(String),
+    /// 404 `unknown-release`.
+    #[error("no release {0:?}")]
+    UnknownRelease(String),
+    /// 409 `release-exists`: the release id is taken by another spec.
+    #[error("release {0:?} exists with other settings")]
+    ReleaseExists(String),
+    /// 409 `sold-out` of a release order, member `short_lines`: each line
+    /// its pool cannot serve, with that pool's remaining. Nothing was kept.
+    #[error("fewer units remain than asked for in {}", ShortLine::names(.0))]
+    LinesSoldOut(Vec<ShortLine>),
+    /// 409 `release-pool`: an event that is a release's pool is bought
+    /// through its release's orders only.
+    #[error(
+        "event {event} is a pool of release {release}: buy it through          POST /v1/releases/{release}/orders, which holds the release-wide per-user limit"
+    )]
+    ReleasePool { event: String, release: String },
     /// 409 `sold-out`, member `remaining`.
     #[error("fewer units remain than asked for")]
     SoldOut { remaining: u64 },
@@ -144,7 +160,10 @@ impl ApiError {
             UnknownOrder(_) => (StatusCode::NOT_FOUND, "unknown-order", "Unknown order"),
             UnknownRequest(_) => (StatusCode::NOT_FOUND, "unknown-request", "Unknown request"),
             EventExists(_) => (StatusCode::CONFLICT, "event-exists", "Event exists"),
-            SoldOut { .. } => (StatusCode::CONFLICT, "sold-out", "Sold out"),
+            SoldOut { .. } | LinesSoldOut(_) => (StatusCode::CONFLICT, "sold-out", "Sold out"),
+            UnknownRelease(_) => (StatusCode::NOT_FOUND, "unknown-release", "Unknown release"),
+            ReleaseExists(_) => (StatusCode::CONFLICT, "release-exists", "Release exists"),
+            ReleasePool { .. } => (StatusCode::CONFLICT, "release-pool", "Pool of a release"),
             LimitExceeded { .. } => (
                 StatusCode::CONFLICT,
                 "limit-exceeded",
@@ -188,12 +207,14 @@ impl ApiError {
     /// The outcome label of `shardstock_purchases_total` this error stands for.
     pub fn outcome(&self) -> &'static str {
         match self {
-            Self::SoldOut { .. } => "sold_out",
+            Self::SoldOut { .. } | Self::LinesSoldOut(_) => "sold_out",
             Self::LimitExceeded { .. } => "limit_exceeded",
             Self::Invalid { .. }
             | Self::NotOnSale(_)
             | Self::NotStarted { .. }
             | Self::UnknownEvent(_)
+            | Self::UnknownRelease(_)
+            | Self::ReleasePool { .. }
             | Self::IdempotencyConflict => "invalid",
             Self::RateLimited { .. } => "rate_limited",
             _ => "error",
@@ -215,6 +236,8 @@ impl From<EngineError> for ApiError {
         use EngineError as E;
         match e {
             E::UnknownEvent(id) => Self::UnknownEvent(id.to_string()),
+            E::UnknownRelease(id) => Self::UnknownRelease(id.to_string()),
+            E::Release(e) => Self::invalid(e),
             E::UnknownOrder(id) => Self::UnknownOrder(id),
             E::EventExists(id) => Self::EventExists(id.to_string()),
             E::NotOnSale {
@@ -292,6 +315,10 @@ pub struct Problem {
     /// `sold-out`: units left in the whole event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining: Option<u64>,
+    /// `sold-out` of a release order: each line its pool cannot serve,
+    /// with that pool's remaining.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short_lines: Option<Vec<ShortLine>>,
     /// `limit-exceeded`: the per-user limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 4294967295_u64, format = Int64)]
@@ -314,6 +341,25 @@ pub struct Problem {
     pub starts_at: Option<i64>,
 }
 
+/// A line of a release order its pool cannot serve.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ShortLine {
+    /// The pool's name in the release.
+    #[schema(value_type = crate::domain::ids::EventId)]
+    pub pool: String,
+    /// Units the line asked for.
+    pub quantity: u32,
+    /// Units left in the whole pool.
+    pub remaining: u64,
+}
+
+impl ShortLine {
+    fn names(lines: &[ShortLine]) -> String {
+        let names: Vec<&str> = lines.iter().map(|l| l.pool.as_str()).collect();
+        format!("pool {}", names.join(", "))
+    }
+}
+
 /// Unix milliseconds as RFC 3339, UTC (as every time in a body is written).
 fn rfc3339(ms: i64) -> String {
     crate::domain::model::rfc3339_ms::format(ms)
@@ -329,6 +375,7 @@ impl ApiError {
             status: status.as_u16(),
             detail: self.to_string(),
             remaining: None,
+            short_lines: None,
             limit: None,
             held: None,
             outcome: None,
@@ -336,6 +383,7 @@ impl ApiError {
         };
         match self {
             Self::SoldOut { remaining } => body.remaining = Some(*remaining),
+            Self::LinesSoldOut(short) => body.short_lines = Some(short.clone()),
             Self::LimitExceeded { limit, held } => {
                 body.limit = Some(*limit);
                 body.held = Some(*held);

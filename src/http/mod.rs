@@ -26,6 +26,7 @@ mod ops;
 mod orders;
 mod purchases;
 mod quarantine;
+mod releases;
 pub mod serve;
 mod trace;
 mod webhooks;
@@ -184,6 +185,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
     Router::new()
         .merge(events::router())
         .merge(purchases::router())
+        .merge(releases::router())
         .merge(orders::router())
         .merge(lookup::router())
         .merge(changes::router())

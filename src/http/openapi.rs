@@ -36,7 +36,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{archive, changes, events, live, lookup, ops, orders, purchases, webhooks};
+use super::{archive, changes, events, live, lookup, ops, orders, purchases, releases, webhooks};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -59,6 +59,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases, webh
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
         webhooks::rotate,
+        releases::create, releases::list, releases::view, releases::order,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
@@ -67,13 +68,14 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases, webh
             BadRequest, Unauthorized, UnknownEvent, UnknownOrder, UnknownRequest, EventExists,
             PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
-            ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict,
+            ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
     tags(
         (name = "events", description = "Events: create, view, and the admin operations"),
         (name = "purchases", description = "The hot path"),
+        (name = "releases", description = "Several pools sold as one: orders of lines, all or nothing"),
         (name = "orders", description = "Lookup, confirm and cancel"),
         (name = "webhooks", description = "Webhook subscriptions: the order changes POSTed, signed (docs/API.md, \"Webhooks\")"),
         (name = "operations", description = "Health, readiness, metrics, the live page, this document"),
@@ -194,6 +196,19 @@ problems! {
     UnknownRequest => [ApiError::UnknownRequest("no answer is kept for request id 9f1c-0001 of user u-1001".into())];
     /// The event id is taken
     EventExists => [ApiError::EventExists("sneaker-42".into())];
+    /// No such release
+    UnknownRelease => [ApiError::UnknownRelease("air-max".into())];
+    /// The release id is taken by other settings, or a pool's event id by an event
+    ReleaseExists => [ApiError::ReleaseExists("air-max".into()), ApiError::EventExists("air-max.42".into())];
+    /// The order is refused, nothing of it kept: `sold-out` names each
+    /// short line with its pool's remaining (`short_lines`); a refusal is
+    /// stored like a success and replayed
+    OrderRefused => [
+        ApiError::LinesSoldOut(vec![super::error::ShortLine { pool: "43".into(), quantity: 1, remaining: 0 }]),
+        ApiError::LimitExceeded { limit: 2, held: 2 },
+        ApiError::NotStarted { event: "air-max".into(), starts_at: 4_102_444_800_000 },
+        ApiError::IdempotencyConflict,
+    ], REPLAYED, OPENS_IN;
     /// The purchase is refused; a refusal is stored like a success and
     /// replayed. Before the sale opens, `not-on-sale` has `starts_at` and
     /// `Retry-After`
@@ -202,6 +217,7 @@ problems! {
         ApiError::LimitExceeded { limit: 2, held: 2 },
         ApiError::NotStarted { event: "sneaker-42".into(), starts_at: 4_102_444_800_000 },
         ApiError::IdempotencyConflict,
+        ApiError::ReleasePool { event: "air-max.42".into(), release: "air-max".into() },
     ], REPLAYED, OPENS_IN;
     /// The order cannot be confirmed: its pay-by deadline passed (its units
     /// are back on sale), it was cancelled, or its event is closed
@@ -299,7 +315,8 @@ impl Modify for RequestIds {
     }
 }
 
-/// Links for stateful testing: create event → purchase → get order → cancel.
+/// Links for stateful testing: create event → purchase → get order → cancel;
+/// create release → view it, order from it.
 struct Links;
 
 /// (path, method, status, link name, target operation, its `id` from the response).
@@ -335,6 +352,38 @@ const LINKS: &[(&str, &str, &str, &str, &str, &str)] = &[
         "CancelOrder",
         "cancel_order",
         "$response.body#/order_id",
+    ),
+    (
+        "/v1/releases",
+        "post",
+        "201",
+        "ViewRelease",
+        "view_release",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/releases",
+        "post",
+        "201",
+        "OrderRelease",
+        "order_release",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/releases",
+        "post",
+        "200",
+        "ViewRelease",
+        "view_release",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/releases",
+        "post",
+        "200",
+        "OrderRelease",
+        "order_release",
+        "$response.body#/id",
     ),
     (
         "/v1/orders/{id}",

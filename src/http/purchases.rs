@@ -43,7 +43,10 @@ pub(super) struct PurchaseBody {
 /// agree). Both are held to `RequestId`'s one rule: a header value that is
 /// not ASCII is refused as the same characters in the body are, and an error
 /// names the header when the header was wrong.
-fn request_id(headers: &HeaderMap, body: Option<String>) -> Result<Option<RequestId>, ApiError> {
+pub(super) fn request_id(
+    headers: &HeaderMap,
+    body: Option<String>,
+) -> Result<Option<RequestId>, ApiError> {
     let header = headers
         .get("idempotency-key")
         .map(|v| {
@@ -98,6 +101,14 @@ pub(super) async fn purchase<S: Store>(
     let outcome = async {
         let event = event_id(id)?;
         event_seen = Some(event.clone());
+        // A release's pool is bought through its release's orders only:
+        // they hold the release-wide per-user limit.
+        if let Some(release) = state.engine.pool_release(&event).await? {
+            return Err(ApiError::ReleasePool {
+                event: event.to_string(),
+                release: release.to_string(),
+            });
+        }
         let user = UserId::parse(body.user_id).map_err(ApiError::invalid)?;
         super::trace::record_user(user.as_str());
         let req = PurchaseRequest {

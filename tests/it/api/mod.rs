@@ -10,4 +10,5 @@ mod lookup;
 mod ops;
 mod orders;
 mod purchases;
+mod releases;
 mod two_instances;

@@ -1,0 +1,374 @@
+//! `/v1/releases`: create (admin; and from `[[releases]]`), view with every
+//! pool's figures, and orders of lines bought all or nothing under one
+//! per-user limit; a pool's own purchases refused.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem, settings};
+
+on_every_backend!(
+    app:
+    a_release_is_created_once_and_viewed_with_its_pools,
+    a_two_line_order_is_bought_and_its_lines_reach_the_ledger,
+    a_short_line_refuses_the_whole_order_naming_it,
+    the_limit_covers_every_pool_and_a_replay_answers_the_original,
+    invalid_orders_and_releases_are_refused_naming_the_field,
+    a_pools_own_purchases_are_refused,
+    a_configured_release_is_created_at_start_up,
+);
+
+fn release_body(id: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "id": id,
+        "pools": [
+            {"id": "42", "stock": 5, "buckets": 2},
+            {"id": "43", "stock": 1, "buckets": 1},
+        ],
+        "max_per_order": 4,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+async fn create(app: &TestApp, id: &str, extra: Value) -> Value {
+    let r = app
+        .admin_post("/v1/releases", release_body(id, extra))
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    r.json().await.unwrap()
+}
+
+async fn order(app: &TestApp, release: &str, body: Value) -> reqwest::Response {
+    app.post(&format!("/v1/releases/{release}/orders"), body)
+        .await
+}
+
+async fn view(app: &TestApp, release: &str) -> Value {
+    let r = app.get(&format!("/v1/releases/{release}")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.unwrap()
+}
+
+/// Remaining and sold of each pool, in the release's order.
+fn figures(v: &Value) -> Vec<(u64, u64)> {
+    v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["event"]["remaining"].as_u64().unwrap(),
+                p["event"]["sold"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn a_release_is_created_once_and_viewed_with_its_pools(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel");
+    let created = create(&app, &id, json!({"per_user_limit": 3})).await;
+    assert_eq!(created["id"], id);
+    assert_eq!(created["per_user_limit"], 3);
+    assert_eq!(created["max_per_order"], 4);
+    let pools = created["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 2);
+    assert_eq!(pools[0]["pool"], "42");
+    assert_eq!(pools[0]["event"]["id"], format!("{id}.42"));
+    assert_eq!(pools[0]["event"]["bucket_count"], 2);
+    assert_eq!(pools[0]["event"]["buckets"].as_array().unwrap().len(), 2);
+    assert_eq!(figures(&created), vec![(5, 0), (1, 0)]);
+    assert_eq!(created["totals"]["stock"], 6);
+    assert_eq!(created["totals"]["remaining"], 6);
+    assert_eq!(created["totals"]["sold"], 0);
+    assert_eq!(view(&app, &id).await, created);
+    // The same body again: the release as it is, 200; another body: 409.
+    let again = app
+        .admin_post(
+            "/v1/releases",
+            release_body(&id, json!({"per_user_limit": 3})),
+        )
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let other = app
+        .admin_post(
+            "/v1/releases",
+            release_body(&id, json!({"per_user_limit": 4})),
+        )
+        .await;
+    problem(other, 409, "release-exists").await;
+    // Admin only.
+    let r = app
+        .post("/v1/releases", release_body(&eid("api-rel"), json!({})))
+        .await;
+    problem(r, 401, "unauthorized").await;
+    let list: Vec<String> = app.get("/v1/releases").await.json().await.unwrap();
+    assert!(list.contains(&id), "{list:?}");
+    // Each pool is an event whose views keep working.
+    assert_eq!(app.view(&format!("{id}.43")).await["stock"], 1);
+    problem(
+        app.get(&format!("/v1/releases/{}", eid("ghost"))).await,
+        404,
+        "unknown-release",
+    )
+    .await;
+    app.stop().await;
+}
+
+async fn a_two_line_order_is_bought_and_its_lines_reach_the_ledger(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-buy");
+    create(&app, &id, json!({})).await;
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "43", "quantity": 1}, {"pool": "42", "quantity": 2}]}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let o: Value = r.json().await.unwrap();
+    let oid = o["order_id"].as_str().unwrap().to_owned();
+    assert_eq!(o["release"], id);
+    assert_eq!(o["user_id"], "u-1");
+    let lines = o["lines"].as_array().unwrap();
+    // In the release's pool order, each an order of its pool's event that
+    // shares the release order's id as its suffix.
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["pool"], "42");
+    assert_eq!(lines[0]["quantity"], 2);
+    assert_eq!(lines[1]["pool"], "43");
+    let tail = oid.strip_prefix(id.as_str()).unwrap();
+    for line in lines {
+        let event = format!("{id}.{}", line["pool"].as_str().unwrap());
+        assert_eq!(line["event"], event);
+        assert_eq!(line["order_id"], format!("{event}{tail}"));
+    }
+    assert_eq!(figures(&view(&app, &id).await), vec![(3, 2), (0, 1)]);
+    // The ledger's orders view has each line, once flushed.
+    for line in lines {
+        let event = line["event"].as_str().unwrap();
+        let listed = eventually(
+            "the line in the ledger",
+            Duration::from_secs(20),
+            async || {
+                let r = app
+                    .get(&format!("/v1/events/{event}/orders?user_id=u-1"))
+                    .await;
+                assert_eq!(r.status(), StatusCode::OK);
+                let v: Value = r.json().await.unwrap();
+                (v["orders"].as_array().unwrap().len() == 1).then_some(v)
+            },
+        )
+        .await;
+        let row = &listed["orders"][0];
+        assert_eq!(row["order_id"], line["order_id"], "{listed}");
+        assert_eq!(row["quantity"], line["quantity"], "{listed}");
+        assert_eq!(row["status"], "confirmed", "{listed}");
+    }
+    app.stop().await;
+}
+
+async fn a_short_line_refuses_the_whole_order_naming_it(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-short");
+    create(&app, &id, json!({})).await;
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 2}, {"pool": "43", "quantity": 2}]}),
+    )
+    .await;
+    let p = problem(r, 409, "sold-out").await;
+    assert_eq!(
+        p["short_lines"],
+        json!([{"pool": "43", "quantity": 2, "remaining": 1}]),
+        "{p}"
+    );
+    // Nothing kept: the first line's units are back.
+    assert_eq!(figures(&view(&app, &id).await), vec![(5, 0), (1, 0)]);
+    app.stop().await;
+}
+
+async fn the_limit_covers_every_pool_and_a_replay_answers_the_original(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-limit");
+    create(&app, &id, json!({"per_user_limit": 2})).await;
+    let first =
+        json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 1}], "request_id": "r-1"});
+    let r = order(&app, &id, first.clone()).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert!(r.headers().get("idempotent-replayed").is_none());
+    let bought: Value = r.json().await.unwrap();
+    // The same request id again answers the original, buying nothing.
+    let r = order(&app, &id, first).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["idempotent-replayed"], "true");
+    assert_eq!(r.json::<Value>().await.unwrap(), bought);
+    // So does the Idempotency-Key header.
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/releases/{id}/orders")))
+        .header("Idempotency-Key", "r-1")
+        .json(&json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 1}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["idempotent-replayed"], "true");
+    // The same request id for other lines is a conflict.
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 2}], "request_id": "r-1"}),
+    )
+    .await;
+    problem(r, 409, "idempotency-conflict").await;
+    // One more unit in another pool passes the limit across the release.
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "43", "quantity": 1}, {"pool": "42", "quantity": 1}]}),
+    )
+    .await;
+    let p = problem(r, 409, "limit-exceeded").await;
+    assert_eq!(p["limit"], 2, "{p}");
+    assert_eq!(p["held"], 1, "{p}");
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "43", "quantity": 1}]}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(figures(&view(&app, &id).await), vec![(4, 1), (0, 1)]);
+    app.stop().await;
+}
+
+async fn invalid_orders_and_releases_are_refused_naming_the_field(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-bad");
+    create(&app, &id, json!({})).await;
+    let cases = [
+        (json!({"user_id": "u-1", "lines": []}), "lines"),
+        (
+            json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 1}, {"pool": "42", "quantity": 1}]}),
+            "listed twice",
+        ),
+        (
+            json!({"user_id": "u-1", "lines": [{"pool": "44", "quantity": 1}]}),
+            "no pool 44",
+        ),
+        (
+            json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 0}]}),
+            "quantity",
+        ),
+        (
+            json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 3}, {"pool": "43", "quantity": 2}]}),
+            "1 to 4 units",
+        ),
+        (
+            json!({"user_id": "u-1", "lines": [{"pool": "42", "qty": 1}]}),
+            "qty",
+        ),
+        (json!({"lines": [{"pool": "42", "quantity": 1}]}), "user_id"),
+    ];
+    for (body, names) in cases {
+        let p = problem(order(&app, &id, body.clone()).await, 400, "invalid-request").await;
+        assert!(p["detail"].as_str().unwrap().contains(names), "{body}: {p}");
+    }
+    assert_eq!(figures(&view(&app, &id).await), vec![(5, 0), (1, 0)]);
+    problem(
+        order(
+            &app,
+            &eid("ghost"),
+            json!({"user_id": "u-1", "lines": [{"pool": "42", "quantity": 1}]}),
+        )
+        .await,
+        404,
+        "unknown-release",
+    )
+    .await;
+    let bad = [
+        (json!({"id": eid("r"), "pools": []}), "pools"),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 1}, {"id": "a", "stock": 1, "buckets": 1}]}),
+            "listed twice",
+        ),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 0}]}),
+            "buckets",
+        ),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a b", "stock": 1, "buckets": 1}]}),
+            "pools[0].id",
+        ),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 1}], "hold_seconds": 60}),
+            "hold_seconds",
+        ),
+    ];
+    for (body, names) in bad {
+        let r = app.admin_post("/v1/releases", body.clone()).await;
+        let p = problem(r, 400, "invalid-request").await;
+        assert!(p["detail"].as_str().unwrap().contains(names), "{body}: {p}");
+    }
+    app.stop().await;
+}
+
+async fn a_pools_own_purchases_are_refused(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-pool");
+    create(&app, &id, json!({"per_user_limit": 1})).await;
+    let pool = format!("{id}.42");
+    let p = problem(app.buy(&pool, "u-1", 1, None).await, 409, "release-pool").await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("/v1/releases/{id}/orders")), "{p}");
+    assert_eq!(app.view(&pool).await["sold"], 0);
+    // A plain event with a dot in its id is bought as ever.
+    let plain = format!("{}.x", eid("api-rel-plain"));
+    app.create(&plain, 5, 1, json!({})).await;
+    assert_eq!(
+        app.buy(&plain, "u-1", 1, None).await.status(),
+        StatusCode::CREATED
+    );
+    app.stop().await;
+}
+
+async fn a_configured_release_is_created_at_start_up(b: Backend) {
+    let id = eid("cfg-rel");
+    let mut s = settings(b);
+    s.releases = vec![shardstock::config::ReleaseSettings {
+        id: id.clone(),
+        pools: vec![shardstock::config::PoolSettings {
+            id: "floor".into(),
+            stock: 3,
+            buckets: shardstock::config::BucketsSetting::Count(1),
+        }],
+        per_user_limit: Some(2),
+        max_per_order: Some(2),
+        starts_at: None,
+        ends_at: None,
+        hold_seconds: None,
+    }];
+    let app = TestApp::spawn_with(s.clone()).await;
+    let v = view(&app, &id).await;
+    assert_eq!(v["per_user_limit"], 2);
+    assert_eq!(figures(&v), vec![(3, 0)]);
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": [{"pool": "floor", "quantity": 2}]}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    app.stop().await;
+    // A restart with the same configuration finds it as it was.
+    let app = TestApp::spawn_with(s).await;
+    assert_eq!(figures(&view(&app, &id).await), vec![(1, 2)]);
+    app.stop().await;
+}
