@@ -598,13 +598,8 @@ impl ReleaseSettings {
                 "holds on releases are not supported yet; leave it out",
             ));
         }
-        let id = EventId::parse(self.id.clone()).map_err(|e| invalid(field("id"), e))?;
-        if id.as_str().len() > 31 {
-            return Err(invalid(
-                field("id"),
-                "a release id has at most 31 characters",
-            ));
-        }
+        let id = crate::domain::release::release_id(self.id.clone())
+            .map_err(|e| invalid(field("id"), e))?;
         if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
             return Err(invalid(
                 field("pools"),
@@ -620,10 +615,8 @@ impl ReleaseSettings {
         let mut pools = Vec::with_capacity(self.pools.len());
         for (k, p) in self.pools.iter().enumerate() {
             let pf = |f: &str| field(&format!("pools[{k}].{f}"));
-            let name = EventId::parse(p.id.clone()).map_err(|e| invalid(pf("id"), e))?;
-            if name.as_str().len() > 32 {
-                return Err(invalid(pf("id"), "a pool id has at most 32 characters"));
-            }
+            let name =
+                crate::domain::release::pool_id(p.id.clone()).map_err(|e| invalid(pf("id"), e))?;
             if self.pools[..k].iter().any(|o| o.id == p.id) {
                 return Err(invalid(pf("id"), format!("pool {name} is listed twice")));
             }

@@ -20,6 +20,39 @@ use super::ids::{EventId, IdError, OrderId, UserId};
 pub const MAX_POOLS: usize = 64;
 /// Home slots of a release when its creator does not say.
 pub const DEFAULT_HOMES: u32 = 16;
+/// The longest release id: a pool's event id, `<release>.<pool>`, is an
+/// event id (64 characters at most).
+pub const MAX_RELEASE_ID: usize = 31;
+/// The longest pool id.
+pub const MAX_POOL_ID: usize = 32;
+
+/// A release id as a release may be created with: an event id of at most
+/// [`MAX_RELEASE_ID`] characters, without a `.`. The dot is the pool's
+/// separator, so a pool's event id names its release once, before its first
+/// dot: finding whether an event is a pool is one lookup, whatever its id.
+pub fn release_id(value: impl Into<String>) -> Result<EventId, String> {
+    let id = EventId::parse(value).map_err(|e| e.to_string())?;
+    if id.as_str().len() > MAX_RELEASE_ID {
+        return Err(format!(
+            "a release id has at most {MAX_RELEASE_ID} characters"
+        ));
+    }
+    if id.as_str().contains('.') {
+        return Err(
+            "a release id has no '.' (it separates a pool's event id, <release>.<pool>)".into(),
+        );
+    }
+    Ok(id)
+}
+
+/// A pool id: an event id of at most [`MAX_POOL_ID`] characters.
+pub fn pool_id(value: impl Into<String>) -> Result<EventId, String> {
+    let id = EventId::parse(value).map_err(|e| e.to_string())?;
+    if id.as_str().len() > MAX_POOL_ID {
+        return Err(format!("a pool id has at most {MAX_POOL_ID} characters"));
+    }
+    Ok(id)
+}
 
 /// One pool of a release: its own stock and bucket count.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +98,8 @@ pub enum ReleaseError {
     Homes(u32),
     #[error("holds on releases are not supported yet")]
     Holds,
+    #[error("release id {0}: {1}")]
+    Id(String, String),
 }
 
 impl ReleaseSpec {
@@ -103,6 +138,7 @@ impl ReleaseSpec {
     }
 
     pub fn validate(&self) -> Result<(), ReleaseError> {
+        release_id(self.id.as_str()).map_err(|e| ReleaseError::Id(self.id.to_string(), e))?;
         if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
             return Err(ReleaseError::Pools(self.pools.len()));
         }
@@ -292,6 +328,23 @@ impl HomeRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_id_has_no_dot_and_fits_a_pools_event_id() {
+        assert!(release_id("air-max_1").is_ok());
+        let dot = release_id("air.max").unwrap_err();
+        assert!(dot.contains("no '.'"), "{dot}");
+        assert!(release_id("a".repeat(MAX_RELEASE_ID)).is_ok());
+        assert!(release_id("a".repeat(MAX_RELEASE_ID + 1)).is_err());
+        // Pools may have dots: the release is named before the first one.
+        assert!(pool_id("size.42").is_ok());
+        assert!(pool_id("p".repeat(MAX_POOL_ID + 1)).is_err());
+        let longest = format!("{}.{}", "r".repeat(MAX_RELEASE_ID), "p".repeat(MAX_POOL_ID));
+        assert!(
+            EventId::parse(longest).is_ok(),
+            "the longest pool event is an event id"
+        );
+    }
 
     fn head() -> OrderHead {
         OrderHead {

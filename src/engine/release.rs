@@ -176,17 +176,13 @@ impl<S: Store> Engine<S> {
         if let Some(known) = self.pools.read().expect("pool cache poisoned").get(event) {
             return Ok(known.clone());
         }
-        let id = event.as_str();
+        // A release id has no dot (`release::release_id`): a pool names its
+        // release before its first one, and the answer is one lookup.
+        let (head, pool) = event.as_str().split_once('.').expect("the id has a dot");
         let mut found = None;
-        for (i, _) in id.match_indices('.') {
-            let Ok(release) = EventId::parse(&id[..i]) else {
-                continue;
-            };
+        if let Ok(release) = EventId::parse(head) {
             match self.release_spec(&release).await {
-                Ok(spec) if spec.pool_index(&id[i + 1..]).is_some() => {
-                    found = Some(release);
-                    break;
-                }
+                Ok(spec) if spec.pool_index(pool).is_some() => found = Some(release),
                 Ok(_) | Err(EngineError::UnknownRelease(_)) => {}
                 Err(e) => return Err(e),
             }

@@ -19,7 +19,7 @@ use super::{ApiError, ApiJson, AppState, guard::Admin};
 use crate::control::lifecycle;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{BucketCount, DEFAULT_MAX_PER_ORDER};
-use crate::domain::release::{DEFAULT_HOMES, PoolSpec, ReleaseSpec};
+use crate::domain::release::{DEFAULT_HOMES, PoolSpec, ReleaseSpec, pool_id, release_id};
 use crate::engine::{
     EngineError, EventView, LinesOutcome, LinesRefusal, LinesRequest, ReleaseOrder,
 };
@@ -58,13 +58,9 @@ pub(super) struct CreatePool {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"id": "air-max", "pools": [{"id": "42", "stock": 100, "buckets": 4}, {"id": "43", "stock": 100, "buckets": 4}], "per_user_limit": 2, "max_per_order": 2}))]
 pub(super) struct CreateRelease {
-    /// An event id of at most 31 characters (a pool's event,
-    /// `<release>.<pool>`, is an event id).
-    #[schema(
-        pattern = "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
-        min_length = 1,
-        max_length = 31
-    )]
+    /// An event id of at most 31 characters and without a `.` (a pool's
+    /// event, `<release>.<pool>`, is an event id).
+    #[schema(pattern = "^[A-Za-z0-9_-]+$", min_length = 1, max_length = 31)]
     id: String,
     /// 1 to 64 pools, in the order an order's lines are taken.
     #[schema(min_items = 1, max_items = 64)]
@@ -91,12 +87,6 @@ pub(super) struct CreateRelease {
     hold_seconds: Option<serde_json::Value>,
 }
 
-/// The longest release id: a pool's event id, `<release>.<pool>`, is an
-/// event id (64 characters at most).
-pub(crate) const MAX_RELEASE_ID: usize = 31;
-/// The longest pool id.
-pub(crate) const MAX_POOL_ID: usize = 32;
-
 impl CreateRelease {
     fn spec(self) -> Result<ReleaseSpec, ApiError> {
         if self.hold_seconds.is_some() {
@@ -104,28 +94,15 @@ impl CreateRelease {
                 "hold_seconds: holds on releases are not supported yet; leave it out",
             ));
         }
-        let id = EventId::parse(self.id).map_err(|e| ApiError::invalid(format!("id: {e}")))?;
-        if id.as_str().len() > MAX_RELEASE_ID {
-            return Err(ApiError::invalid(format!(
-                "id: a release id has at most {MAX_RELEASE_ID} characters"
-            )));
-        }
+        let id = release_id(self.id).map_err(|e| ApiError::invalid(format!("id: {e}")))?;
         let pools = self
             .pools
             .into_iter()
             .enumerate()
             .map(|(k, p)| {
                 Ok(PoolSpec {
-                    name: EventId::parse(p.id)
-                        .map_err(|e| ApiError::invalid(format!("pools[{k}].id: {e}")))
-                        .and_then(|name| {
-                            if name.as_str().len() > MAX_POOL_ID {
-                                return Err(ApiError::invalid(format!(
-                                    "pools[{k}].id: a pool id has at most {MAX_POOL_ID} characters"
-                                )));
-                            }
-                            Ok(name)
-                        })?,
+                    name: pool_id(p.id)
+                        .map_err(|e| ApiError::invalid(format!("pools[{k}].id: {e}")))?,
                     stock: p.stock,
                     buckets: p.buckets.initial(),
                     auto_buckets: p.buckets.range(),
