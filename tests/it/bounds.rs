@@ -412,30 +412,46 @@ async fn sale_through_outage_reshard_and_close(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let admin = async |method: reqwest::Method, path: String, body: Value| {
-        crate::harness::eventually(
-            &format!("{what}: {method} {path}"),
-            Duration::from_secs(120),
-            async || {
-                let r = app
-                    .client
-                    .request(method.clone(), app.url(&path))
-                    .bearer_auth(crate::harness::TOKEN)
-                    .json(&body)
-                    .send()
-                    .await
-                    .ok()?;
-                (r.status() == 200).then_some(())
-            },
-        )
-        .await;
-    };
-    admin(
-        reqwest::Method::PUT,
-        format!("/v1/events/{event}/buckets"),
-        json!({"buckets": to}),
-    )
-    .await;
+    // The reshard runs on its own (a request cut by the timeout does not
+    // stop it), and at the smallest `server.request_timeout_ms` (100 ms) a
+    // loaded machine may answer every PUT 503 while it goes on: it is done
+    // when a PUT answers 200 or the event's view shows the new layout on
+    // sale. The last answer names what happened if neither comes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let put = app
+            .client
+            .put(app.url(&format!("/v1/events/{event}/buckets")))
+            .bearer_auth(crate::harness::TOKEN)
+            .json(&json!({"buckets": to}))
+            .send()
+            .await;
+        let last = match put {
+            Ok(r) if r.status() == 200 => break,
+            Ok(r) => format!("PUT {}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => format!("PUT: {e}"),
+        };
+        let view = async {
+            let r = app
+                .client
+                .get(app.url(&format!("/v1/events/{event}")))
+                .send()
+                .await
+                .ok()?;
+            r.json::<Value>().await.ok()
+        };
+        if let Some(v) = view.await
+            && v["bucket_count"] == to
+            && !matches!(v["status"].as_str(), Some("resharding" | "creating"))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: a reshard of {event} to {to} buckets not done in 120 s; the last answer: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     sell("after", 160).await;
     app.close_eventually(&event, Duration::from_secs(120)).await;
     let ledger = shardstock::ledger::Ledger::connect(&db, 2).await.unwrap();
