@@ -15,8 +15,10 @@
 //! Then the refusal: a release whose second pool cannot serve an order
 //! (1 unit left, 2 asked), at each of `--refuse-buckets` (the first pool's and
 //! the second's bucket count): `--refusals` two-line orders, each truly
-//! refused, and the Redis calls a refusal costs (`INFO commandstats`, every
-//! master), which must not grow with the bucket count.
+//! refused, and the script calls (round trips) and Redis commands a refusal
+//! costs (`INFO commandstats`, every master), which must not grow with the
+//! bucket count. Nothing else may use the Redis meanwhile: its counts are
+//! the server's.
 //!
 //! `cargo run --release -p shardstock-bench --bin release_cost -- [--redis URL
 //! | --cluster] [--buckets 16] [--orders 50000] [--rounds 3]
@@ -104,18 +106,28 @@ impl Servers {
         Ticks(self.pids.iter().map(|&p| Cpu::of(p).0).sum())
     }
 
-    /// Calls every server has served (`INFO commandstats`).
-    fn calls(&self) -> u64 {
-        self.ports
-            .iter()
-            .map(|&p| {
-                shardstock_bench::cluster::redis_cli(p, &["info", "commandstats"])
-                    .lines()
-                    .filter_map(|l| l.split("calls=").nth(1))
-                    .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-                    .sum::<u64>()
-            })
-            .sum()
+    /// Script calls (`EVALSHA`: one round trip each) and every command
+    /// (those scripts run included) the servers have served
+    /// (`INFO commandstats`).
+    fn calls(&self) -> (u64, u64) {
+        let mut scripts = 0;
+        let mut all = 0;
+        for &p in &self.ports {
+            for line in shardstock_bench::cluster::redis_cli(p, &["info", "commandstats"]).lines() {
+                let Some(n) = line
+                    .split("calls=")
+                    .nth(1)
+                    .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                all += n;
+                if line.starts_with("cmdstat_evalsha:") {
+                    scripts += n;
+                }
+            }
+        }
+        (scripts, all)
     }
 }
 
@@ -178,8 +190,10 @@ async fn row(
             tokio::spawn(async move {
                 let _permit = gate.acquire_owned().await.expect("gate open");
                 let user = UserId::parse(format!("u{}", i % 10_000)).expect("a valid user id");
-                let request_id =
-                    Some(RequestId::parse(format!("r{round}-{i}")).expect("a valid request id"));
+                let request_id = Some(
+                    RequestId::parse(format!("r{round}-{}-{i}", kind as u8))
+                        .expect("a valid request id"),
+                );
                 match kind {
                     Kind::Plain => engine
                         .purchase(&PurchaseRequest {
@@ -233,7 +247,7 @@ async fn refusal(
     servers: &Servers,
     a: &Args,
     buckets: u32,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, f64)> {
     let release = id(format!("ref{buckets}"))?;
     engine
         .create_release(release_spec(
@@ -269,8 +283,10 @@ async fn refusal(
         }
     }
     // The INFO calls of the two reads count themselves: one a server each.
-    let calls = servers.calls() - before - servers.ports.len() as u64;
-    Ok(calls as f64 / a.refusals as f64)
+    let after = servers.calls();
+    let n = a.refusals as f64;
+    let all = after.1 - before.1 - servers.ports.len() as u64;
+    Ok(((after.0 - before.0) as f64 / n, all as f64 / n))
 }
 
 #[tokio::main]
@@ -376,10 +392,12 @@ async fn main() -> anyhow::Result<()> {
         "\nA two-line order refused at its second pool (1 unit left, 2 asked), {} orders:\n",
         a.refusals
     );
-    println!("| buckets a pool | Redis calls a refusal |");
-    println!("|---:|---:|");
-    for (n, calls) in &refusals {
-        println!("| {n} | {calls:.1} |");
+    println!(
+        "| buckets a pool | script calls a refusal | Redis commands a refusal (in scripts too) |"
+    );
+    println!("|---:|---:|---:|");
+    for (n, (scripts, all)) in &refusals {
+        println!("| {n} | {scripts:.1} | {all:.1} |");
     }
     Ok(())
 }
