@@ -23,7 +23,8 @@
 //!
 //! `cargo run --release -p shardstock-bench --bin outbox_flush -- [--orders N]
 //! [--rounds R] [--batch B] [--workers W] [--memory] [--redis URL] [--pg URL]
-//! [--nats URL]`
+//! [--nats URL]` (`--batch` 4,000 and `--workers` 4 unless given: the
+//! service's defaults)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,7 +58,8 @@ fn args() -> anyhow::Result<Args> {
     let mut a = Args {
         orders: 50_000,
         rounds: 3,
-        batch: 1_000,
+        // The service's default `database.flush_batch`.
+        batch: 4_000,
         workers: 4,
         memory: false,
         redis: "redis://127.0.0.1:6379".into(),
