@@ -172,6 +172,18 @@ async fn a_two_line_order_is_bought_and_its_lines_reach_the_ledger(b: Backend) {
         assert_eq!(row["order_id"], line["order_id"], "{listed}");
         assert_eq!(row["quantity"], line["quantity"], "{listed}");
         assert_eq!(row["status"], "confirmed", "{listed}");
+        // And a line is an order like any other of its pool's.
+        let r = app
+            .get(&format!(
+                "/v1/orders/{}",
+                line["order_id"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let got: Value = r.json().await.unwrap();
+        assert_eq!(got["event_id"], line["event"], "{got}");
+        assert_eq!(got["quantity"], line["quantity"], "{got}");
+        assert_eq!(got["status"], "confirmed", "{got}");
     }
     app.stop().await;
 }
