@@ -272,6 +272,10 @@ impl<S: Store> Engine<S> {
             return Ok(0);
         }
         let mut ended = 0;
+        // One order that cannot be finished (a pool unreachable, say) must
+        // not keep the others from their deadline: it is tried again next
+        // round, and the first such error is returned once this one is done.
+        let mut failed: Option<EngineError> = None;
         for h in 0..spec.homes {
             let home = HomeRef::new(&spec.id, h);
             let now = self.clock.now_ms();
@@ -286,31 +290,48 @@ impl<S: Store> Engine<S> {
                     rid,
                     head,
                 };
-                match record {
+                let done = match record {
                     HomeRecord::Held(_, pay_by, HoldState::Open) if now >= pay_by || in_pool => {
-                        let state =
-                            match self.decide_hold(&run, pay_by, HoldState::Expiring).await? {
-                                Decided::Done => HoldState::Expiring,
-                                Decided::Found(HomeRecord::Held(_, _, state)) => state,
-                                _ => continue,
-                            };
-                        self.finish_hold(&run, pay_by, state).await?;
+                        self.expire_hold(&run, pay_by).await
                     }
                     HomeRecord::Held(_, pay_by, state) if state.finishing() => {
-                        self.finish_hold(&run, pay_by, state).await?;
+                        self.finish_hold(&run, pay_by, state).await.map(drop)
                     }
                     HomeRecord::Pending(_) if in_pool => {
-                        let _refused = self.abort(&run, Vec::new()).await?;
+                        self.abort(&run, Vec::new()).await.map(drop)
                     }
                     HomeRecord::Refused(head, shorts) if in_pool => {
-                        let _released = self.finish_refused(&run, &head, &shorts).await?;
+                        self.finish_refused(&run, &head, &shorts).await.map(drop)
                     }
                     _ => continue,
+                };
+                match done {
+                    Ok(()) => ended += 1,
+                    Err(e) => {
+                        tracing::warn!(
+                            order = %run.head.order_id, error = %e,
+                            "a held release order was not finished; next round"
+                        );
+                        failed.get_or_insert(e);
+                    }
                 }
-                ended += 1;
             }
         }
-        Ok(ended)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(ended),
+        }
+    }
+
+    /// Open → expiring by compare-and-set (a confirm that came first wins:
+    /// then its decision is finished instead), and the lines finished.
+    async fn expire_hold(&self, run: &OrderRun, pay_by: i64) -> Result<(), EngineError> {
+        let state = match self.decide_hold(run, pay_by, HoldState::Expiring).await? {
+            Decided::Done => HoldState::Expiring,
+            Decided::Found(HomeRecord::Held(_, _, state)) => state,
+            _ => return Ok(()),
+        };
+        self.finish_hold(run, pay_by, state).await.map(drop)
     }
 
     /// Before a pool's buckets turn into leftover (its close, after they
