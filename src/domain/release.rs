@@ -100,6 +100,10 @@ pub enum ReleaseError {
     Homes(u32),
     #[error("release id {0}: {1}")]
     Id(String, String),
+    /// A pool's resize is a reshard, which does not carry a held order's
+    /// line markers yet (docs/DESIGN.md, "Holds on a release order").
+    #[error("pool {0}: a release with hold_seconds needs a fixed bucket count, not \"auto\"")]
+    HeldAutoBuckets(String),
 }
 
 impl ReleaseSpec {
@@ -155,6 +159,9 @@ impl ReleaseSpec {
         for (k, pool) in self.pools.iter().enumerate() {
             if self.pools[..k].iter().any(|p| p.name == pool.name) {
                 return Err(ReleaseError::DuplicatePool(pool.name.to_string()));
+            }
+            if self.hold_seconds.is_some() && pool.auto_buckets.is_some() {
+                return Err(ReleaseError::HeldAutoBuckets(pool.name.to_string()));
             }
             let mut spec = self.pool_spec(k)?;
             spec.per_user_limit = self.per_user_limit;
@@ -430,6 +437,35 @@ mod tests {
             at_ms: 17,
             lines: vec![Line { pool: 0, qty: 2 }, Line { pool: 3, qty: 1 }],
         }
+    }
+
+    #[test]
+    fn a_release_with_holds_has_fixed_bucket_counts() {
+        let mut spec = ReleaseSpec {
+            id: EventId::parse("r").unwrap(),
+            pools: vec![PoolSpec {
+                name: EventId::parse("a").unwrap(),
+                stock: 10,
+                buckets: 2,
+                auto_buckets: None,
+            }],
+            per_user_limit: None,
+            max_per_order: 2,
+            starts_at: None,
+            ends_at: None,
+            hold_seconds: Some(60),
+            homes: 4,
+        };
+        assert_eq!(spec.validate(), Ok(()));
+        assert_eq!(spec.pay_by(1_000), Some(61_000));
+        spec.pools[0].auto_buckets = Some(BucketRange { min: 1, max: 8 });
+        assert!(matches!(
+            spec.validate(),
+            Err(ReleaseError::HeldAutoBuckets(_))
+        ));
+        spec.hold_seconds = Some(0);
+        spec.pools[0].auto_buckets = None;
+        assert!(matches!(spec.validate(), Err(ReleaseError::Pool { .. })));
     }
 
     #[test]

@@ -312,6 +312,10 @@ async fn invalid_orders_and_releases_are_refused_naming_the_field(b: Backend) {
             json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 1}], "hold_seconds": 0}),
             "hold_seconds",
         ),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": "auto"}], "hold_seconds": 60}),
+            "fixed bucket count",
+        ),
     ];
     for (body, names) in bad {
         let r = app.admin_post("/v1/releases", body.clone()).await;
