@@ -117,8 +117,13 @@ fi
 if [ "$LIVE" = 1 ]; then
   LIVE_DIR="$TMP/live"
   live() {
+    # The shipped config plus a release, so the dashboard's release panels
+    # have pools to show.
+    cp config/shardstock.toml "$TMP/live.toml"
+    printf '\n[[releases]]\nid = "drop"\nper_user_limit = 2\npools = [{ id = "s42", stock = 500, buckets = 4 }, { id = "s43", stock = 500, buckets = 4 }]\n' \
+      >>"$TMP/live.toml"
     # Ports away from up.sh's defaults so a running local setup is untouched.
-    RUN_DIR=$LIVE_DIR SHARDSTOCK_BIN=deploy/local/fake-shardstock.py \
+    RUN_DIR=$LIVE_DIR SHARDSTOCK_BIN=deploy/local/fake-shardstock.py CONFIG="$TMP/live.toml" \
       BASE_PORT=${LIVE_BASE_PORT:-28080} REDIS_BASE_PORT=${LIVE_REDIS_PORT:-27101} \
       PROM_PORT=${LIVE_PROM_PORT:-29090} DB_NAME=shardstock_check \
       FAKE_SALE_SECONDS=8 bash deploy/local/up.sh || return 1

@@ -33,6 +33,27 @@ pub const HOLDS_EXPIRED: &str = "shardstock_holds_expired_total";
 /// gauge {event}: units in live holds.
 pub const EVENT_HELD: &str = "shardstock_event_held_units";
 
+// ---- releases (labels: release, pool; one series a pool or release) ----
+/// gauge {release, pool, event}: 1 for each pool of a release that is on
+/// sale, naming the pool's event, so any per-event series joins to its
+/// release: `shardstock_event_remaining * on(event) group_left(release, pool)
+/// shardstock_release_pool_info`.
+pub const RELEASE_POOL: &str = "shardstock_release_pool_info";
+/// counter {release, outcome}: multi-line orders by outcome
+/// ([`RELEASE_ORDER_OUTCOMES`]).
+pub const RELEASE_ORDERS: &str = "shardstock_release_orders_total";
+/// Every outcome label of [`RELEASE_ORDERS`] (a request refused before its
+/// release was found is not counted: the label stays bounded by the
+/// releases that exist).
+pub(crate) const RELEASE_ORDER_OUTCOMES: [&str; 6] = [
+    "ok",
+    "sold_out",
+    "limit_exceeded",
+    "gave_up",
+    "replayed",
+    "error",
+];
+
 // ---- buckets (kept fresh by a background task) ----
 /// gauge {event, bucket}.
 pub const BUCKET_REMAINING: &str = "shardstock_bucket_remaining";
@@ -150,6 +171,11 @@ pub(crate) fn describe() {
         "Holds expired unconfirmed or voided by a close"
     );
     describe_gauge!(EVENT_HELD, "Units in live holds of an event");
+    describe_gauge!(
+        RELEASE_POOL,
+        "1 for each pool of a release on sale, naming its event (join on event)"
+    );
+    describe_counter!(RELEASE_ORDERS, "Multi-line release orders by outcome");
     describe_gauge!(BUCKET_REMAINING, "Units left in a bucket");
     describe_gauge!(
         BUCKET_SKEW,

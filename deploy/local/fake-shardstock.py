@@ -112,6 +112,8 @@ class Sale:
         self.leader = 1 if leader else 0
         self.leader_changes = 1 if leader else 0
         self.depth = Histogram(DEPTH_BUCKETS)
+        self.release = spec.get("release")
+        self.pool = spec.get("pool")
 
     def total(self):
         return sum(self.remaining)
@@ -200,6 +202,9 @@ class World:
                     self.flush_hist.observe(random.uniform(0.002, 0.02))
             last = now
 
+    def first_pool(self, release):
+        return next(s.pool for s in self.sales if s.release == release)
+
     def render(self):
         out = []
         with self.lock:
@@ -226,6 +231,14 @@ class World:
                     out.append(f"{M['RESHARDS']}{label_str({**ev, 'reason': reason})} 0")
                 out.append(f"{M['DB_GUARD_VIOLATIONS']}{label_str(ev)} 0")
                 out.append(f"{M['AUDIT_BALANCED']}{label_str(ev)} 1")
+                if s.release:
+                    rel = {"release": s.release}
+                    out.append(f"{M['RELEASE_POOL']}{label_str({**rel, 'pool': s.pool, **ev})} 1")
+                    # One counter per release: its pools' orders, as whole orders.
+                    for o in ("ok", "sold_out", "limit_exceeded", "gave_up", "replayed", "error"):
+                        c = s.outcomes.get(o, 0) if s.pool == self.first_pool(s.release) else None
+                        if c is not None:
+                            out.append(f"{M['RELEASE_ORDERS']}{label_str({**rel, 'outcome': o})} {c}")
             for p, h in self.purchase_hist.items():
                 h.render(M["PURCHASE_DURATION"], {"path": p}, out)
             out.append(f"{M['FLUSH_LAG']} {self.pending}")
@@ -278,6 +291,11 @@ def main():
     s.add_argument("--redis", default=os.environ.get("SHARDSTOCK_REDIS"))
     s.add_argument("--database-url", default=os.environ.get("SHARDSTOCK_DATABASE_URL"))
     s.add_argument("--admin-token", default=os.environ.get("SHARDSTOCK_ADMIN_TOKEN"))
+    # Accepted as the service accepts them (up.sh passes them); the stand-in
+    # has no replicas to wait for and no outbox to relay.
+    s.add_argument("--min-replicas")
+    s.add_argument("--outbox")
+    s.add_argument("--nats-url")
     args = ap.parse_args()
 
     cfg = tomllib.loads(Path(args.config).read_text())
@@ -287,7 +305,14 @@ def main():
     db_url = args.database_url or cfg.get("database", {}).get("url")
     eps = endpoints(redis_url, db_url)
     # Replicas on even ports lead every event's rebalancer (deterministic per run).
-    world = World(cfg.get("events", []), leader=int(port) % 2 == 0)
+    # A release's pools are events `<release>.<pool>` (each sells as one).
+    pools = [
+        {"id": f"{r['id']}.{p['id']}", "stock": p["stock"],
+         "buckets": p["buckets"] if isinstance(p.get("buckets"), int) else 4,
+         "release": r["id"], "pool": p["id"]}
+        for r in cfg.get("releases", []) for p in r.get("pools", [])
+    ]
+    world = World(cfg.get("events", []) + pools, leader=int(port) % 2 == 0)
     threading.Thread(target=world.run, daemon=True).start()
 
     class Handler(BaseHTTPRequestHandler):

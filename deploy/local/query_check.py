@@ -6,7 +6,7 @@ fails when one returns no data:
     before its single top-level comparison), which must answer whenever the
     metric exists;
   - every target of every panel in deploy/grafana/shardstock.json, with the
-    dashboard variable $event set to ".*" (all events).
+    dashboard variables $event and $release set to ".*" (all).
 
 Run it after a sale against the Prometheus of deploy/local/up.sh:
     . /tmp/shardstock-local/env && deploy/local/query_check.py "$PROMETHEUS_URL"
@@ -71,7 +71,10 @@ def queries():
 
     for p in walk(dash["panels"]):
         for t in p.get("targets", []):
-            expr = t["expr"].replace("$event", ".*").replace("$__rate_interval", "1m")
+            expr = (
+                t["expr"].replace("$event", ".*").replace("$release", ".*")
+                .replace("$__rate_interval", "1m")
+            )
             yield f"panel '{p['title']}' {t['refId']}", expr
 
 

@@ -11,7 +11,8 @@ use super::{ConfigError, ConfigSource, Settings};
 const MASK: &str = "********";
 
 /// The report of `check-config`: comment lines (the source, whether the
-/// admin endpoints are on, the events declared), then the settings.
+/// admin endpoints are on, the events and releases declared), then the
+/// settings.
 pub fn show(settings: &Settings, source: &ConfigSource) -> Result<String, ConfigError> {
     let specs = settings.event_specs()?;
     let mut masked = settings.clone();
@@ -48,6 +49,14 @@ pub fn show(settings: &Settings, source: &ConfigSource) -> Result<String, Config
             "# event {}: {} units in {} buckets",
             spec.id, spec.stock, spec.buckets
         );
+    }
+    for spec in settings.release_specs()? {
+        let pools: Vec<String> = spec
+            .pools
+            .iter()
+            .map(|p| format!("{} ({} units)", p.name, p.stock))
+            .collect();
+        let _ = writeln!(out, "# release {}: pools {}", spec.id, pools.join(", "));
     }
     out.push_str(&toml);
     Ok(out)
@@ -142,5 +151,19 @@ mod tests {
         assert!(!report.contains("admin endpoints are disabled"));
         let report = show(&Settings::default(), &source).unwrap();
         assert!(report.contains("no admin token is configured"), "{report}");
+    }
+
+    #[test]
+    fn the_report_names_each_release_and_reads_back_with_it() {
+        let text = "[[releases]]\nid = \"drop\"\nper_user_limit = 2\n\
+                    pools = [{ id = \"s42\", stock = 5, buckets = 1 }, { id = \"s43\", stock = 7, buckets = 2 }]\n";
+        let s = Settings::parse(text, std::path::Path::new("t")).unwrap();
+        let report = show(&s, &ConfigSource::File("t".into())).unwrap();
+        assert!(
+            report.contains("# release drop: pools s42 (5 units), s43 (7 units)\n"),
+            "{report}"
+        );
+        let back = Settings::parse(&report, std::path::Path::new("report")).unwrap();
+        assert_eq!(back.release_specs().unwrap(), s.release_specs().unwrap());
     }
 }

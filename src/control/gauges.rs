@@ -13,6 +13,9 @@
 //! other open event per tick, round-robin, so what other instances sell (or
 //! the rebalancer moves) shows up within one pass over the open events.
 //! Closed events and events whose sale window has ended are not read at all.
+//! An event that is a release's pool also gets `shardstock_release_pool_info`
+//! (its release and pool, for a dashboard's join) and its release's order
+//! counters at 0.
 //!
 //! The recorder drops a gauge or counter not updated for
 //! `server.metrics_retention_ms` (`app::metrics_handle_keeping`). So, every
@@ -97,6 +100,23 @@ pub(crate) fn initialise(event: &EventId) {
     metrics::gauge!(m::LEADER, "event" => e).set(0.0);
 }
 
+/// A release's pool: its info series, set to 1 (the join from an event's
+/// series to its release and pool), and the release's order counters at 0.
+fn publish_pool(event: &EventId, release: &EventId) {
+    let pool = event
+        .as_str()
+        .strip_prefix(release.as_str())
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or(event.as_str());
+    let r = release.to_string();
+    metrics::gauge!(m::RELEASE_POOL, "release" => r.clone(), "pool" => pool.to_owned(), "event" => event.to_string())
+        .set(1.0);
+    for outcome in m::RELEASE_ORDER_OUTCOMES {
+        metrics::counter!(m::RELEASE_ORDERS, "release" => r.clone(), "outcome" => outcome)
+            .increment(0);
+    }
+}
+
 /// Refreshes the gauges every `interval` until `stop`; every open event's
 /// series at least every third of `retention`.
 pub async fn run<S: Store>(
@@ -107,6 +127,8 @@ pub async fn run<S: Store>(
 ) {
     // Each open event this task has seen, and its last view.
     let mut seen: HashMap<EventId, Option<EventView>> = HashMap::new();
+    // The open events that are a release's pool, and their release.
+    let mut pools: HashMap<EventId, EventId> = HashMap::new();
     let mut others: VecDeque<EventId> = VecDeque::new();
     let mut since = Instant::now();
     let mut refreshed = Instant::now();
@@ -127,6 +149,20 @@ pub async fn run<S: Store>(
             if !seen.contains_key(event) {
                 seen.insert(event.clone(), None);
                 initialise(event);
+                // Cached by the engine: one lookup per pool, none for an
+                // id without a dot. A failed one is asked again next time.
+                match engine.pool_release(event).await {
+                    Ok(Some(release)) => {
+                        publish_pool(event, &release);
+                        pools.insert(event.clone(), release);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(%event, error = %e, "gauges: pool lookup failed");
+                        seen.remove(event);
+                        continue;
+                    }
+                }
                 due.push(event.clone());
             }
         }
@@ -139,6 +175,7 @@ pub async fn run<S: Store>(
             }
             kept
         });
+        pools.retain(|event, _| seen.contains_key(event));
         if now.duration_since(refreshed) >= retention / 3 {
             refreshed = now;
             for (event, last) in &seen {
@@ -146,6 +183,9 @@ pub async fn run<S: Store>(
                 if let Some(view) = last {
                     publish(view);
                 }
+            }
+            for (event, release) in &pools {
+                publish_pool(event, release);
             }
         }
         if others.is_empty() {

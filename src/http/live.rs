@@ -11,6 +11,9 @@
 //! [`REFRESH`] is joined, never doubled, so a slow store is not asked twice.
 //! N tabs cost the store what one does. The body is serialized once a read.
 //!
+//! A release's pools are events, and `releases` says which, in the
+//! release's order: the page groups them side by side.
+//!
 //! Each view is the one `GET /v1/events/{id}` answers (a closed event's from
 //! the database). An event whose view fails (refused until an operator
 //! recovers it, its store unreachable) is named in `unavailable` instead of
@@ -67,6 +70,21 @@ pub(super) struct LiveViews {
     /// Listed events whose view could not be read for this snapshot.
     #[schema(value_type = Vec<EventId>)]
     unavailable: Vec<EventId>,
+    /// Every release and its pools' event ids in the release's order (each
+    /// pool's view is among `events`): the page shows a release's pools
+    /// side by side. A release whose spec could not be read is left out
+    /// (its pools still show, as events).
+    releases: Vec<LiveRelease>,
+}
+
+/// A release in `GET /v1/live`: its id and its pools' events, in order.
+#[derive(Serialize, ToSchema)]
+pub(super) struct LiveRelease {
+    #[schema(value_type = String)]
+    id: EventId,
+    /// Each pool's event id (`<release>.<pool>`), in the release's order.
+    #[schema(value_type = Vec<String>)]
+    pools: Vec<EventId>,
 }
 
 /// One snapshot's read, shared by every request that awaits it.
@@ -122,12 +140,14 @@ async fn read_all<S: Store>(state: AppState<S>) -> Result<Bytes, Arc<ApiError>> 
         .buffered(VIEWS_AT_ONCE)
         .collect()
         .await;
+    let releases = releases(state).await;
     let mut body = LiveViews {
         at: crate::domain::model::rfc3339_ms::format(at),
         refresh_ms: REFRESH.as_millis() as u64,
         skew_threshold: state.rebalance.policy.skew_threshold,
         events: Vec::with_capacity(read.len()),
         unavailable: Vec::new(),
+        releases,
     };
     for (id, view) in read {
         match view {
@@ -143,6 +163,32 @@ async fn read_all<S: Store>(state: AppState<S>) -> Result<Bytes, Arc<ApiError>> 
     serde_json::to_vec(&body)
         .map(Bytes::from)
         .map_err(|e| Arc::new(ApiError::Internal(format!("the live snapshot: {e}"))))
+}
+
+/// Every release and its pools' events (a spec is read once per engine,
+/// then cached: a snapshot costs the store one listing).
+async fn releases<S: Store>(state: &AppState<S>) -> Vec<LiveRelease> {
+    let mut ids = match state.engine.store().list_releases().await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::debug!(error = %e, "live snapshot: listing releases failed");
+            return Vec::new();
+        }
+    };
+    ids.sort();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        match state.engine.release_spec(&id).await {
+            Ok(spec) => {
+                let pools = (0..spec.pools.len())
+                    .filter_map(|k| spec.pool_event(k).ok())
+                    .collect();
+                out.push(LiveRelease { id, pools });
+            }
+            Err(e) => tracing::debug!(release = %id, error = %e, "left out of the live snapshot"),
+        }
+    }
+    out
 }
 
 /// The answer a failed snapshot gives every request that shares it (a

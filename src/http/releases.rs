@@ -488,12 +488,29 @@ pub(super) async fn order<S: Store>(
         let outcome = tokio::spawn(async move { engine.buy_lines(&req).await })
             .await
             .map_err(|e| ApiError::Internal(format!("the order task failed: {e}")))?
-            .map_err(ApiError::from)?;
+            .map_err(|e| {
+                // Counted only for a release that exists: the label stays
+                // bounded by the releases created.
+                if !matches!(e, EngineError::UnknownRelease(_)) {
+                    count(&named, "error");
+                }
+                ApiError::from(e)
+            })?;
         Ok((named, outcome))
     }
     .await;
     match outcome {
         Ok((release, LinesOutcome { result, replayed })) => {
+            count(
+                &release,
+                match &result {
+                    _ if replayed => "replayed",
+                    Ok(_) => "ok",
+                    Err(LinesRefusal::SoldOut { .. }) => "sold_out",
+                    Err(LinesRefusal::LimitExceeded { .. }) => "limit_exceeded",
+                    Err(LinesRefusal::GaveUp) => "gave_up",
+                },
+            );
             let mut response = match result {
                 Ok(order) => (StatusCode::CREATED, Json(OrderAnswer::new(order))).into_response(),
                 Err(refusal) => refused(&release, refusal).into_response(),
@@ -507,6 +524,14 @@ pub(super) async fn order<S: Store>(
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// Counts one order of `release` answered with `outcome`
+/// (`shardstock_release_orders_total`). Orders are a handful of store round
+/// trips each, so the series is looked up per call rather than kept.
+fn count(release: &EventId, outcome: &'static str) {
+    metrics::counter!(crate::metrics::RELEASE_ORDERS, "release" => release.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 fn refused(release: &EventId, refusal: LinesRefusal) -> ApiError {

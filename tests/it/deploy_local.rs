@@ -87,7 +87,9 @@ fn up() -> Topology {
         "[server]\ngauges_interval_ms = 500\n\
          [database]\naudit_interval_ms = 1000\nclaim_idle_ms = 1000\nflush_block_ms = 20\n\
          [rebalancer]\ninterval_ms = 100\nlease_ttl_ms = 1000\n\
-         [[events]]\nid = \"dash\"\nstock = 20000\nbuckets = 8\nper_user_limit = 4\nmax_per_order = 2\n",
+         [[events]]\nid = \"dash\"\nstock = 20000\nbuckets = 8\nper_user_limit = 4\nmax_per_order = 2\n\
+         [[releases]]\nid = \"drop\"\nper_user_limit = 4\npools = [{ id = \"s42\", stock = 500, buckets = 4 }, \
+         { id = \"s43\", stock = 500, buckets = 4 }]\n",
     )
     .unwrap();
     // Every port of the topology below the kernel's ephemeral range: up.sh
@@ -164,6 +166,28 @@ async fn every_dashboard_and_alert_expression_has_data_after_a_sale() {
         }
     }
     assert!(orders.len() > 200, "{} purchases succeeded", orders.len());
+    // Release orders of one or two lines, so the release panels have pools
+    // and order outcomes to show.
+    let mut bought = 0;
+    for i in 0..40 {
+        let base = &services[i % 2];
+        let mut lines = vec![json!({"pool": "s42", "quantity": 1})];
+        if i % 2 == 1 {
+            lines.push(json!({"pool": "s43", "quantity": 1}));
+        }
+        let body =
+            json!({"user_id": format!("r-{i}"), "lines": lines, "request_id": format!("ro-{i}")});
+        let r = client
+            .post(format!("{base}/v1/releases/drop/orders"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        assert!(status == 201, "{status}: {}", r.text().await.unwrap());
+        bought += 1;
+    }
+    assert_eq!(bought, 40);
     for oid in orders.iter().step_by(20) {
         let r = client
             .post(format!("{}/v1/orders/{oid}/cancel", services[1]))

@@ -7,8 +7,9 @@
 //! What it draws is checked against the views: bars scaled to each bucket's
 //! share of the stock (a nearly sold-out event shows nearly empty bars), a
 //! 1,024-bucket event in 64 bars of 16 buckets, a closed event as a compact
-//! card with its leftover, and a skew above the rebalancer's threshold
-//! highlighted.
+//! card with its leftover, a skew above the rebalancer's threshold
+//! highlighted, and a release's pools side by side in one section with the
+//! release's totals.
 
 use std::process::Command;
 
@@ -181,6 +182,31 @@ async fn the_live_page_shows_the_events_numbers() {
         bought(&app, &skew_id, &user_homed_at(bucket, 4, "skew"), 10).await;
     }
 
+    // A release of three pools: shown as one section, its pools side by
+    // side in the release's order (not the ids' order), with its totals.
+    let rel_id = eid("live-rel");
+    let r = app
+        .admin_post(
+            "/v1/releases",
+            json!({"id": rel_id, "per_user_limit": 4, "max_per_order": 4, "pools": [
+                {"id": "s44", "stock": 30, "buckets": 2},
+                {"id": "s42", "stock": 20, "buckets": 2},
+                {"id": "s43", "stock": 10, "buckets": 1},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    for i in 0..5 {
+        let r = app
+            .post(
+                &format!("/v1/releases/{rel_id}/orders"),
+                json!({"user_id": format!("r-{i}"), "request_id": format!("ro-{i}"),
+                       "lines": [{"pool": "s44", "quantity": 2}, {"pool": "s43", "quantity": 1}]}),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+
     let auto_view = app.view(&auto_id).await;
     let layouts: Vec<(u64, &str)> = auto_view["bucket_history"]
         .as_array()
@@ -300,6 +326,51 @@ async fn the_live_page_shows_the_events_numbers() {
     assert_eq!(shown(&dom, &closed_id, "leftover"), "70");
     assert_eq!(shown(&dom, &closed_id, "sold"), "30");
     assert!(!closed.contains("class=\"bar"), "{closed}");
+
+    // The release: one section, its pools inside in the release's order,
+    // each pool's numbers its view's, the totals their sums.
+    let section = dom
+        .split(&format!("data-release=\"{rel_id}\""))
+        .nth(1)
+        .expect("the release's section");
+    let pools = ["s44", "s42", "s43"].map(|p| format!("{rel_id}.{p}"));
+    let at: Vec<usize> = pools
+        .iter()
+        .map(|p| {
+            section
+                .find(&format!("data-event=\"{p}\""))
+                .unwrap_or_else(|| panic!("{p} in its release's section"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "pools in the release's order: {at:?}"
+    );
+    assert_eq!(
+        dom.matches(&format!("data-event=\"{}\"", pools[0])).count(),
+        1,
+        "a pool shows once"
+    );
+    let mut totals = [0u64; 3];
+    for p in &pools {
+        let v = app.view(p).await;
+        for (k, field) in ["sold", "remaining", "stock"].into_iter().enumerate() {
+            assert_eq!(shown(&dom, p, field), v[field].to_string(), "{p} {field}");
+            totals[k] += v[field].as_u64().unwrap();
+        }
+    }
+    assert_eq!(totals, [15, 45, 60], "10 units of s44 and 5 of s43 sold");
+    let release_shown = |id: &str| {
+        section
+            .split(&format!("data-testid=\"{id}\">"))
+            .nth(1)
+            .and_then(|rest| rest.split('<').next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(release_shown("release-sold"), "15");
+    assert_eq!(release_shown("release-remaining"), "45");
+    assert_eq!(release_shown("release-stock"), "60");
 
     // A skew over the threshold is highlighted, and only there.
     let skewed = card(&dom, &skew_id);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, TestApp, eid, eventually, on_every_backend, problem, settings};
+use crate::harness::{
+    Backend, TestApp, eid, eventually, on_every_backend, problem, sample, settings,
+};
 
 on_every_backend!(
     app:
@@ -19,6 +21,7 @@ on_every_backend!(
     a_pools_own_purchases_are_refused,
     a_configured_release_is_created_at_start_up,
     a_held_order_is_confirmed_cancelled_or_expired_whole,
+    a_releases_orders_and_pools_are_in_the_metrics,
 );
 
 fn release_body(id: &str, extra: Value) -> Value {
@@ -521,5 +524,88 @@ async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
             .await;
         }
     }
+    app.stop().await;
+}
+
+async fn a_releases_orders_and_pools_are_in_the_metrics(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rel-m");
+    create(&app, &id, json!({})).await;
+    let one =
+        json!({"user_id": "u-1", "request_id": "m-1", "lines": [{"pool": "42", "quantity": 1}]});
+    assert_eq!(
+        order(&app, &id, one.clone()).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        order(&app, &id, one).await.status(),
+        StatusCode::CREATED,
+        "replayed"
+    );
+    let short = json!({"user_id": "u-2", "lines": [{"pool": "43", "quantity": 2}]});
+    assert_eq!(order(&app, &id, short).await.status(), StatusCode::CONFLICT);
+    // An unknown release is not counted: the labels stay those of releases
+    // that exist.
+    let ghost = eid("api-rel-ghost");
+    let r = order(
+        &app,
+        &ghost,
+        json!({"user_id": "u-3", "lines": [{"pool": "42", "quantity": 1}]}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let text = app.metrics().await;
+    let orders = |outcome: &str| {
+        sample(
+            &text,
+            "shardstock_release_orders_total",
+            &[("release", id.as_str()), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(orders("ok"), Some(1.0), "{text}");
+    assert_eq!(orders("replayed"), Some(1.0));
+    assert_eq!(orders("sold_out"), Some(1.0));
+    assert!(!text.contains(&ghost), "an unknown release has no series");
+    // Each pool joins its release once the gauge task has seen it, and the
+    // release's other outcomes are there at 0.
+    let text = eventually(
+        "the pools' info series",
+        Duration::from_secs(10),
+        async || {
+            let text = app.metrics().await;
+            sample(
+                &text,
+                "shardstock_release_pool_info",
+                &[
+                    ("release", id.as_str()),
+                    ("pool", "43"),
+                    ("event", &format!("{id}.43")),
+                ],
+            )
+            .is_some()
+            .then_some(text)
+        },
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &text,
+            "shardstock_release_pool_info",
+            &[
+                ("release", id.as_str()),
+                ("pool", "42"),
+                ("event", &format!("{id}.42"))
+            ],
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "shardstock_release_orders_total",
+            &[("release", id.as_str()), ("outcome", "gave_up")],
+        ),
+        Some(0.0)
+    );
     app.stop().await;
 }
