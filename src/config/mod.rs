@@ -573,7 +573,8 @@ pub struct ReleaseSettings {
     pub starts_at: Option<String>,
     /// RFC 3339.
     pub ends_at: Option<String>,
-    /// Refused until holds on releases are built.
+    /// Orders are held this long for their buyer to confirm (1 to 86400);
+    /// absent: bought at once.
     pub hold_seconds: Option<u32>,
 }
 
@@ -592,12 +593,6 @@ impl ReleaseSettings {
     pub fn spec(&self, i: usize) -> Result<crate::domain::release::ReleaseSpec, ConfigError> {
         use crate::domain::release::{DEFAULT_HOMES, MAX_POOLS, PoolSpec, ReleaseSpec};
         let field = |f: &str| format!("releases[{i}].{f}");
-        if self.hold_seconds.is_some() {
-            return Err(invalid(
-                field("hold_seconds"),
-                "holds on releases are not supported yet; leave it out",
-            ));
-        }
         let id = crate::domain::release::release_id(self.id.clone())
             .map_err(|e| invalid(field("id"), e))?;
         if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
@@ -637,7 +632,7 @@ impl ReleaseSettings {
             max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
             starts_at: time("starts_at", &self.starts_at)?,
             ends_at: time("ends_at", &self.ends_at)?,
-            hold_seconds: None,
+            hold_seconds: self.hold_seconds,
             homes: DEFAULT_HOMES,
         };
         spec.validate().map_err(|e| {

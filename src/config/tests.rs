@@ -201,7 +201,7 @@ fn releases_are_validated_with_the_field_named() {
             "releases[0].pools[1].id",
         ),
         (
-            "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 1 }]\nhold_seconds = 60\n",
+            "[[releases]]\nid = \"r\"\npools = [{ id = \"a\", stock = 5, buckets = 1 }]\nhold_seconds = 0\n",
             "releases[0].hold_seconds",
         ),
         (

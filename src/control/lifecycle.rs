@@ -205,6 +205,10 @@ pub async fn close<S: Store>(
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
             }
         }
+        // A release's held orders with a line here are decided at their
+        // home (expired unless confirmed first) and their lines finished
+        // while the buckets still take records (sealed, not yet leftover).
+        engine.close_pool_holds(event).await?;
         // Live holds are voided (API.md): their units go back to their
         // bucket before it turns into leftover, and each gets its expire
         // record, so the ledger shows them expired and the units unsold.

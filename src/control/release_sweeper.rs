@@ -12,6 +12,12 @@
 //! refused one and releases its reservation. Each step is idempotent, so
 //! two sweepers, or a sweeper racing a retry, end an order once.
 //!
+//! On a release with holds the same round expires the held orders whose
+//! `pay_by` passed (a compare-and-set at their home: a confirm that came
+//! first wins) and finishes every decided hold whose lines a dead driver
+//! left (`Engine::sweep_release_holds`): a held order stays listed until
+//! every line is confirmed or given back.
+//!
 //! The bound is the one-event sweeper's (`SagaSweepOptions`): a driver stops
 //! walking at half its markers' lifetime, and the markers outlive the
 //! sweeper's bound and round several times over (the settings check it),
@@ -37,7 +43,10 @@ pub async fn sweep_release<S: Store>(
     let before = engine.clock().now_ms() - opts.stale_after.as_millis() as i64;
     let ended = engine
         .end_stale_orders(release, before, opts.per_bucket)
-        .await?;
+        .await?
+        + engine
+            .sweep_release_holds(release, opts.per_bucket, None)
+            .await?;
     if ended > 0 {
         tracing::info!(%release, ended, "swept stale release orders");
     }

@@ -32,7 +32,8 @@
 //! ss:releases                    SET   ids of the releases (what the release sweeper visits)
 //! ss:{r#<release>}:spec          STR   the release's spec (domain::release::ReleaseSpec, JSON)
 //! ss:{r#<release>#h<h>}:units    HASH  user -> units counted against the release-wide limit (users whose home is h)
-//! ss:{r#<release>#h<h>}:reqs     HASH  request id -> home record (domain::release::HomeRecord: P, B, R, X, L)
+//! ss:{r#<release>#h<h>}:reqs     HASH  request id -> home record (domain::release::HomeRecord: P, B, R, X, L, H)
+//! ss:{r#<release>#h<h>}:oids     HASH  order id -> request id of a bought order (a read, confirm or cancel finds it by its id)
 //! ss:{r#<release>#h<h>}:pend     ZSET  request ids of orders pending or refused and not released -> start ms (the release sweeper's list)
 //! ```
 //! Each bucket has its own hash tag, so one hot event spreads over every master
@@ -90,7 +91,8 @@ impl HomeRef {
         format!("{{r#{}#h{}}}", self.release, self.index)
     }
 
-    /// One key of this home in namespace `ns`: `units`, `reqs` or `pend`.
+    /// One key of this home in namespace `ns`: `units`, `reqs`, `pend` or
+    /// `oids`.
     pub(crate) fn key_in(&self, ns: &str, name: &str) -> String {
         format!("{ns}:{}:{name}", self.tag())
     }

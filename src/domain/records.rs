@@ -22,6 +22,9 @@ pub enum ProbeMarker {
     Taken(String),
     /// `U|<order id>`: that take was given back (`untake.lua`).
     Undone(String),
+    /// `K|<order id>`: a held release order's line taken here and confirmed
+    /// (`confirm_line.lua`): the take stands for good.
+    Confirmed(String),
     /// Too few units here: stock plus units journaled out, and the bucket's
     /// addition count when decided. Stored as a hash; `S|available|adds`
     /// before.
@@ -35,6 +38,7 @@ impl ProbeMarker {
         match self {
             Self::Taken(oid) => Some(format!("T|{oid}")),
             Self::Undone(oid) => Some(format!("U|{oid}")),
+            Self::Confirmed(oid) => Some(format!("K|{oid}")),
             Self::Short { .. } => None,
         }
     }
@@ -45,6 +49,7 @@ impl ProbeMarker {
         match tag {
             "T" => Some(Self::Taken(rest.to_owned())),
             "U" => Some(Self::Undone(rest.to_owned())),
+            "K" => Some(Self::Confirmed(rest.to_owned())),
             "S" => {
                 let (available, adds) = rest.split_once('|')?;
                 Some(Self::Short {
@@ -119,6 +124,7 @@ mod tests {
         for m in [
             ProbeMarker::Taken("e.1.2".into()),
             ProbeMarker::Undone("e.1.2".into()),
+            ProbeMarker::Confirmed("e.1.2".into()),
         ] {
             assert_eq!(ProbeMarker::decode(&m.encode().unwrap()), Some(m));
         }

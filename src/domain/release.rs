@@ -77,7 +77,9 @@ pub struct ReleaseSpec {
     pub max_per_order: u32,
     pub starts_at: Option<i64>,
     pub ends_at: Option<i64>,
-    /// Holds on releases are not built yet: must be `None`.
+    /// With holds: an order is held until its buyer confirms it, at most
+    /// this long (one `pay_by` for every line; docs/DESIGN.md, "Holds on a
+    /// release order").
     pub hold_seconds: Option<u32>,
     /// Home slots, fixed at creation (never resharded).
     pub homes: u32,
@@ -96,10 +98,12 @@ pub enum ReleaseError {
     PoolId(String, IdError),
     #[error("homes must be between 1 and 1024, got {0}")]
     Homes(u32),
-    #[error("holds on releases are not supported yet")]
-    Holds,
     #[error("release id {0}: {1}")]
     Id(String, String),
+    /// A pool's resize is a reshard, which does not carry a held order's
+    /// line markers yet (docs/DESIGN.md, "Holds on a release order").
+    #[error("pool {0}: a release with hold_seconds needs a fixed bucket count, not \"auto\"")]
+    HeldAutoBuckets(String),
 }
 
 impl ReleaseSpec {
@@ -127,6 +131,13 @@ impl ReleaseSpec {
         })
     }
 
+    /// An order's pay-by deadline (unix ms) on a release with holds, from
+    /// when its reserve left the pending record: the same for every driver.
+    pub fn pay_by(&self, at_ms: i64) -> Option<i64> {
+        self.hold_seconds
+            .map(|s| at_ms.saturating_add(i64::from(s) * 1_000))
+    }
+
     /// The index of the pool named `name`.
     pub fn pool_index(&self, name: &str) -> Option<usize> {
         self.pools.iter().position(|p| p.name.as_str() == name)
@@ -145,15 +156,17 @@ impl ReleaseSpec {
         if !(1..=1024).contains(&self.homes) {
             return Err(ReleaseError::Homes(self.homes));
         }
-        if self.hold_seconds.is_some() {
-            return Err(ReleaseError::Holds);
-        }
         for (k, pool) in self.pools.iter().enumerate() {
             if self.pools[..k].iter().any(|p| p.name == pool.name) {
                 return Err(ReleaseError::DuplicatePool(pool.name.to_string()));
             }
+            if self.hold_seconds.is_some() && pool.auto_buckets.is_some() {
+                return Err(ReleaseError::HeldAutoBuckets(pool.name.to_string()));
+            }
             let mut spec = self.pool_spec(k)?;
             spec.per_user_limit = self.per_user_limit;
+            // The event's bounds on a hold; the pool itself never holds.
+            spec.hold_seconds = self.hold_seconds;
             spec.validate().map_err(|error| ReleaseError::Pool {
                 pool: pool.name.to_string(),
                 error,
@@ -214,6 +227,63 @@ impl OrderHead {
     }
 }
 
+/// Where a held order stands. `Open` is decided once, by compare-and-set at
+/// the home, into `Confirming`, `Cancelling` or `Expiring`; each of those
+/// stays in `pend` until every line is confirmed or given back in its pool,
+/// then becomes its final state (`Confirmed`, `Cancelled`, `Expired`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HoldState {
+    Open,
+    Confirming,
+    Confirmed,
+    Cancelling,
+    Cancelled,
+    Expiring,
+    Expired,
+}
+
+impl HoldState {
+    fn code(self) -> &'static str {
+        match self {
+            Self::Open => "o",
+            Self::Confirming => "k",
+            Self::Confirmed => "K",
+            Self::Cancelling => "c",
+            Self::Cancelled => "C",
+            Self::Expiring => "e",
+            Self::Expired => "E",
+        }
+    }
+
+    fn parse(code: &str) -> Option<Self> {
+        Some(match code {
+            "o" => Self::Open,
+            "k" => Self::Confirming,
+            "K" => Self::Confirmed,
+            "c" => Self::Cancelling,
+            "C" => Self::Cancelled,
+            "e" => Self::Expiring,
+            "E" => Self::Expired,
+            _ => return None,
+        })
+    }
+
+    /// The state a decided hold ends in once every line is done.
+    pub fn ended(self) -> Self {
+        match self {
+            Self::Confirming => Self::Confirmed,
+            Self::Cancelling => Self::Cancelled,
+            Self::Expiring => Self::Expired,
+            done => done,
+        }
+    }
+
+    /// Decided, with lines still to confirm or give back.
+    pub fn finishing(self) -> bool {
+        matches!(self, Self::Confirming | Self::Cancelling | Self::Expiring)
+    }
+}
+
 /// A request's record at its user's home: the decision point.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HomeRecord {
@@ -227,6 +297,9 @@ pub enum HomeRecord {
     Released(OrderHead, Vec<Short>),
     /// `L`: refused by the limit, nothing reserved (final).
     Limit { units: u64, limit: u32 },
+    /// `H`: bought as a hold on a release with holds, every line taken with
+    /// the deadline `pay_by`; in `pend` until its state is final.
+    Held(OrderHead, i64, HoldState),
 }
 
 fn encode_lines(lines: &[Line]) -> String {
@@ -259,7 +332,8 @@ fn pairs<A: std::str::FromStr, B: std::str::FromStr>(s: &str) -> Option<Vec<(A, 
 
 impl HomeRecord {
     /// `P|oid|user|at|lines`, `B|…`, `R|oid|user|at|lines|shorts`, `X|…`,
-    /// `L|units|limit` (lines `pool:qty,…`, shorts `pool:remaining,…`).
+    /// `L|units|limit`, `H|oid|user|at|lines|pay_by|state` (lines
+    /// `pool:qty,…`, shorts `pool:remaining,…`, state a [`HoldState`] code).
     pub fn encode(&self) -> String {
         let head = |tag: &str, h: &OrderHead| {
             format!(
@@ -276,6 +350,9 @@ impl HomeRecord {
             Self::Refused(h, s) => format!("{}|{}", head("R", h), encode_shorts(s)),
             Self::Released(h, s) => format!("{}|{}", head("X", h), encode_shorts(s)),
             Self::Limit { units, limit } => format!("L|{units}|{limit}"),
+            Self::Held(h, pay_by, state) => {
+                format!("{}|{pay_by}|{}", head("H", h), state.code())
+            }
         }
     }
 
@@ -310,6 +387,11 @@ impl HomeRecord {
             "B" => Some(Self::Bought(head)),
             "R" => Some(Self::Refused(head, shorts(parts.next())?)),
             "X" => Some(Self::Released(head, shorts(parts.next())?)),
+            "H" => Some(Self::Held(
+                head,
+                parts.next()?.parse().ok()?,
+                HoldState::parse(parts.next()?)?,
+            )),
             _ => None,
         }
     }
@@ -317,9 +399,11 @@ impl HomeRecord {
     /// The order, unless the record is a limit refusal.
     pub fn head(&self) -> Option<&OrderHead> {
         match self {
-            Self::Pending(h) | Self::Bought(h) | Self::Refused(h, _) | Self::Released(h, _) => {
-                Some(h)
-            }
+            Self::Pending(h)
+            | Self::Bought(h)
+            | Self::Refused(h, _)
+            | Self::Released(h, _)
+            | Self::Held(h, ..) => Some(h),
             Self::Limit { .. } => None,
         }
     }
@@ -356,6 +440,35 @@ mod tests {
     }
 
     #[test]
+    fn a_release_with_holds_has_fixed_bucket_counts() {
+        let mut spec = ReleaseSpec {
+            id: EventId::parse("r").unwrap(),
+            pools: vec![PoolSpec {
+                name: EventId::parse("a").unwrap(),
+                stock: 10,
+                buckets: 2,
+                auto_buckets: None,
+            }],
+            per_user_limit: None,
+            max_per_order: 2,
+            starts_at: None,
+            ends_at: None,
+            hold_seconds: Some(60),
+            homes: 4,
+        };
+        assert_eq!(spec.validate(), Ok(()));
+        assert_eq!(spec.pay_by(1_000), Some(61_000));
+        spec.pools[0].auto_buckets = Some(BucketRange { min: 1, max: 8 });
+        assert!(matches!(
+            spec.validate(),
+            Err(ReleaseError::HeldAutoBuckets(_))
+        ));
+        spec.hold_seconds = Some(0);
+        spec.pools[0].auto_buckets = None;
+        assert!(matches!(spec.validate(), Err(ReleaseError::Pool { .. })));
+    }
+
+    #[test]
     fn every_home_record_decodes_to_itself() {
         for rec in [
             HomeRecord::Pending(head()),
@@ -376,6 +489,9 @@ mod tests {
                 }],
             ),
             HomeRecord::Limit { units: 3, limit: 2 },
+            HomeRecord::Held(head(), 60_017, HoldState::Open),
+            HomeRecord::Held(head(), 60_017, HoldState::Expiring),
+            HomeRecord::Held(head(), 60_017, HoldState::Confirmed),
         ] {
             assert_eq!(HomeRecord::decode(&rec.encode()), Some(rec));
         }

@@ -24,7 +24,8 @@ use super::{Engine, EngineError, Lease};
 use crate::domain::model::{EventMeta, EventStatus};
 use crate::domain::release::{Line, line_order_id};
 use crate::domain::routing::{home, ring, user_hash};
-use crate::store::{LineTake, LineUndo, Store};
+use crate::domain::stream::RecordKind;
+use crate::store::{LineConfirm, LineTake, LineUndo, Store, StoreError};
 
 /// Where a line's walk ended.
 #[derive(Debug)]
@@ -43,8 +44,13 @@ pub(super) enum LineEnd {
 
 impl<S: Store> Engine<S> {
     /// The line as a one-event saga of its pool (markers, take records).
+    /// A held order's markers outlive its hold: its confirm or give-back
+    /// walks them again up to the deadline and the sweep after it.
     fn line_saga(&self, run: &OrderRun, line: &Line, meta: &EventMeta) -> Saga {
         let pool = run.pool(line);
+        let hold_ms = run
+            .pay_by()
+            .map_or(0, |p| (p - run.head.at_ms).max(0) as u64);
         Saga {
             home: home(user_hash(&run.head.user), meta.spec.buckets),
             rid: run.line_rid(),
@@ -54,9 +60,16 @@ impl<S: Store> Engine<S> {
             qty: line.qty,
             order_id: line_order_id(&run.head.order_id, &run.spec.id, &pool),
             started_ms: run.head.at_ms,
-            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
+            marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64 + hold_ms,
             pay_by: None,
         }
+    }
+
+    /// A pass's take arguments: a held order's take records its deadline.
+    fn line_args(run: &OrderRun, saga: &Saga, pass: u32) -> crate::store::TakeArgs {
+        let mut args = saga.take_args(pass);
+        args.pay_by = run.pay_by();
+        args
     }
 
     /// The pool's meta, its layout current (a reshard under way is waited
@@ -123,7 +136,7 @@ impl<S: Store> Engine<S> {
                 )));
             }
             let pass_span = tracing::debug_span!("line_pass", pass);
-            let args = saga.take_args(pass);
+            let args = Self::line_args(run, saga, pass);
             let mut fresh_all = true;
             let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
             for j in ring(saga.home, meta.spec.buckets) {
@@ -178,16 +191,37 @@ impl<S: Store> Engine<S> {
     /// Undoes line `line` of a refused order: the walk's ring, pass after
     /// pass, to the first bucket that is not short.
     pub(super) async fn undo_walk(&self, run: &OrderRun, line: &Line) -> Result<(), EngineError> {
+        self.give_back_walk(run, line, RecordKind::Void).await
+    }
+
+    /// Gives line `line` back with a record of `kind`: a refused order's
+    /// undo (`Void`), a held order's cancel or expiry (`Cancel`, `Expire`).
+    /// The same walk and the same step (`undo_line.lua`): the line's take
+    /// goes `T` → `U` once, whoever walks.
+    pub(super) async fn give_back_walk(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+        kind: RecordKind,
+    ) -> Result<(), EngineError> {
         let meta = self.pool_meta(run, line).await?;
         let saga = self.line_saga(run, line, &meta);
         for pass in 1..=self.opts.max_passes {
-            let args = saga.take_args(pass);
+            let args = Self::line_args(run, &saga, pass);
             for j in ring(saga.home, meta.spec.buckets) {
                 let bucket = Self::bucket(&meta, j);
-                let undone = self
-                    .store
-                    .undo_line(&bucket, self.clock.now_ms(), &args)
-                    .await;
+                let undone = match kind {
+                    RecordKind::Void => {
+                        self.store
+                            .undo_line(&bucket, self.clock.now_ms(), &args)
+                            .await
+                    }
+                    _ => {
+                        self.store
+                            .give_back_line(&bucket, self.clock.now_ms(), &args, kind)
+                            .await
+                    }
+                };
                 self.activity.wrote(&bucket);
                 match undone? {
                     LineUndo::Short => {}
@@ -203,6 +237,40 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(())
+    }
+
+    /// Confirms line `line` of a held order decided confirmed: the walk's
+    /// ring, pass after pass, to the bucket of its take, whose marker goes
+    /// `T` → `K` with the confirm record once.
+    pub(super) async fn confirm_walk(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+    ) -> Result<(), EngineError> {
+        let meta = self.pool_meta(run, line).await?;
+        let saga = self.line_saga(run, line, &meta);
+        for pass in 1..=self.opts.max_passes {
+            let args = Self::line_args(run, &saga, pass);
+            for j in ring(saga.home, meta.spec.buckets) {
+                let bucket = Self::bucket(&meta, j);
+                let confirmed = self
+                    .store
+                    .confirm_line(&bucket, self.clock.now_ms(), &args)
+                    .await;
+                self.activity.wrote(&bucket);
+                match confirmed? {
+                    LineConfirm::Short => {}
+                    LineConfirm::Confirmed | LineConfirm::Already => return Ok(()),
+                    LineConfirm::Missing => break,
+                }
+            }
+        }
+        Err(StoreError::Protocol(format!(
+            "release order {}: the take of its line in {} is not where its walk left it",
+            run.head.order_id,
+            run.pool(line)
+        ))
+        .into())
     }
 
     /// A pool's remaining units, read (no markers): stock and units in

@@ -26,6 +26,7 @@ mod orders;
 mod precheck;
 mod purchase;
 mod release;
+mod release_holds;
 mod saga;
 mod settle;
 mod view;
@@ -50,7 +51,11 @@ pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
-pub use release::{LinesOutcome, LinesRefusal, LinesRequest, OrderLine, ReleaseOrder, ShortLine};
+pub use release::{
+    LinesOutcome, LinesRefusal, LinesRequest, OrderLine, ReleaseOrder, ReleaseOrderStatus,
+    ShortLine,
+};
+pub use release_holds::{HoldOutcome, HoldRefusal};
 pub use view::{BucketView, EventView, LayoutView, skew};
 
 /// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).

@@ -19,7 +19,9 @@ use super::saga::Driver;
 use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::HomeRef;
-use crate::domain::release::{HomeRecord, Line, OrderHead, ReleaseSpec, Short, line_order_id};
+use crate::domain::release::{
+    HoldState, HomeRecord, Line, OrderHead, ReleaseSpec, Short, line_order_id,
+};
 use crate::domain::routing::user_hash;
 use crate::store::{Decided, ReserveArgs, ReserveReply, Store, StoreError};
 
@@ -42,6 +44,28 @@ pub struct OrderLine {
     pub order_id: OrderId,
 }
 
+/// Where a bought order stands, as its buyer is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOrderStatus {
+    /// Bought (a release without holds), or a hold confirmed.
+    Confirmed,
+    /// Held until `pay_by`: confirm or cancel it.
+    Held,
+    Cancelled,
+    Expired,
+}
+
+impl ReleaseOrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Held => "held",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
+        }
+    }
+}
+
 /// A bought order: one id, every line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseOrder {
@@ -50,6 +74,10 @@ pub struct ReleaseOrder {
     pub user: UserId,
     /// In the release's pool order.
     pub lines: Vec<OrderLine>,
+    pub status: ReleaseOrderStatus,
+    /// A release with holds: the order's deadline (unix ms), one for every
+    /// line.
+    pub pay_by: Option<i64>,
 }
 
 /// A line its pool could not serve, and what the pool had left.
@@ -108,6 +136,12 @@ impl OrderRun {
     /// release's name, apart from the pool's own sagas.
     pub(super) fn line_rid(&self) -> String {
         format!("{}/{}", self.spec.id, self.rid)
+    }
+
+    /// A release with holds: the order's deadline, from its start (the same
+    /// for every driver, since the start is in its record).
+    pub(super) fn pay_by(&self) -> Option<i64> {
+        self.spec.pay_by(self.head.at_ms)
     }
 }
 
@@ -330,6 +364,9 @@ impl<S: Store> Engine<S> {
                     .map_err(after_reserve)?
             }
             HomeRecord::Limit { limit, .. } => Err(LinesRefusal::LimitExceeded { limit, held }),
+            held @ HomeRecord::Held(..) => {
+                self.follow_record(run, held).await.map_err(after_reserve)?
+            }
             done => answer(&run.spec, &done),
         };
         Ok(LinesOutcome {
@@ -373,12 +410,33 @@ impl<S: Store> Engine<S> {
                 super::lines::LineEnd::GaveUp => return self.abort(run, Vec::new()).await,
             }
         }
-        let bought = HomeRecord::Bought(run.head.clone());
-        match self
-            .store
-            .commit_order(&run.home, &run.rid, &run.pending(), &bought)
-            .await?
-        {
+        // A release with holds: the order is bought as a hold, still listed
+        // in `pend` until its confirm, cancel or expiry ends it.
+        let (bought, decided) = match run.pay_by() {
+            Some(pay_by) => {
+                let held = HomeRecord::Held(run.head.clone(), pay_by, HoldState::Open);
+                let decided = self
+                    .store
+                    .hold_order(
+                        &run.home,
+                        &run.rid,
+                        &run.pending(),
+                        &held,
+                        &run.head.order_id,
+                    )
+                    .await?;
+                (held, decided)
+            }
+            None => {
+                let bought = HomeRecord::Bought(run.head.clone());
+                let decided = self
+                    .store
+                    .commit_order(&run.home, &run.rid, &run.pending(), &bought)
+                    .await?;
+                (bought, decided)
+            }
+        };
+        match decided {
             Decided::Done => Ok(answer(&run.spec, &bought)),
             Decided::Found(record) => self.follow_record(run, record).await,
             Decided::NoRecord => Err(no_record(run)),
@@ -423,6 +481,15 @@ impl<S: Store> Engine<S> {
                 "order {} is still pending",
                 run.head.order_id
             ))),
+            // A hold decided by someone who may be gone: its lines finished.
+            HomeRecord::Held(head, pay_by, state) if state.finishing() => {
+                let run = OrderRun {
+                    head,
+                    ..run.clone()
+                };
+                let ended = self.finish_hold(&run, pay_by, state).await?;
+                Ok(answer(&run.spec, &ended))
+            }
             done => Ok(answer(&run.spec, &done)),
         }
     }
@@ -493,6 +560,7 @@ impl<S: Store> Engine<S> {
                     HomeRecord::Refused(head, shorts) => {
                         self.finish_refused(&run, &head, &shorts).await?
                     }
+                    // Held orders end by their deadline: `sweep_release_holds`.
                     _ => continue,
                 };
                 ended += 1;
@@ -568,6 +636,35 @@ fn no_record(run: &OrderRun) -> EngineError {
     StoreError::Protocol(format!("no record for release order {}", run.rid)).into()
 }
 
+/// A bought order as its buyer is told.
+fn bought(
+    spec: &ReleaseSpec,
+    head: &OrderHead,
+    status: ReleaseOrderStatus,
+    pay_by: Option<i64>,
+) -> ReleaseOrder {
+    let pool = |k: u32| {
+        spec.pool_event(k as usize)
+            .expect("a stored release's pool ids are valid")
+    };
+    ReleaseOrder {
+        order_id: head.order_id.clone(),
+        release: spec.id.clone(),
+        user: head.user.clone(),
+        lines: head
+            .lines
+            .iter()
+            .map(|l| OrderLine {
+                pool: pool(l.pool),
+                quantity: l.qty,
+                order_id: line_order_id(&head.order_id, &spec.id, &pool(l.pool)),
+            })
+            .collect(),
+        status,
+        pay_by,
+    }
+}
+
 /// The answer a decided record gives.
 pub(super) fn answer(spec: &ReleaseSpec, record: &HomeRecord) -> LinesAnswer {
     let pool = |k: u32| {
@@ -579,20 +676,16 @@ pub(super) fn answer(spec: &ReleaseSpec, record: &HomeRecord) -> LinesAnswer {
             debug_assert!(false, "a pending record is driven, never answered");
             Err(LinesRefusal::GaveUp)
         }
-        HomeRecord::Bought(head) => Ok(ReleaseOrder {
-            order_id: head.order_id.clone(),
-            release: spec.id.clone(),
-            user: head.user.clone(),
-            lines: head
-                .lines
-                .iter()
-                .map(|l| OrderLine {
-                    pool: pool(l.pool),
-                    quantity: l.qty,
-                    order_id: line_order_id(&head.order_id, &spec.id, &pool(l.pool)),
-                })
-                .collect(),
-        }),
+        HomeRecord::Bought(head) => Ok(bought(spec, head, ReleaseOrderStatus::Confirmed, None)),
+        HomeRecord::Held(head, pay_by, state) => {
+            let status = match state {
+                HoldState::Open => ReleaseOrderStatus::Held,
+                HoldState::Confirming | HoldState::Confirmed => ReleaseOrderStatus::Confirmed,
+                HoldState::Cancelling | HoldState::Cancelled => ReleaseOrderStatus::Cancelled,
+                HoldState::Expiring | HoldState::Expired => ReleaseOrderStatus::Expired,
+            };
+            Ok(bought(spec, head, status, Some(*pay_by)))
+        }
         HomeRecord::Refused(head, shorts) | HomeRecord::Released(head, shorts) => {
             if shorts.is_empty() {
                 return Err(LinesRefusal::GaveUp);

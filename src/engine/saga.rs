@@ -87,6 +87,7 @@ impl Saga {
             order_id: self.order_id.clone(),
             home: self.home,
             marker_ttl_ms: self.marker_ttl_ms,
+            pay_by: None,
         }
     }
 

@@ -89,6 +89,9 @@ pub enum ApiError {
     /// 409 `order-cancelled`: a confirm of a cancelled order.
     #[error("order {0} was cancelled")]
     OrderCancelled(String),
+    /// 409 `order-confirmed`: a cancel of a confirmed (paid) release order.
+    #[error("order {0} was confirmed; a paid order is not cancelled")]
+    OrderConfirmed(String),
     /// 429 `rate-limited` with `Retry-After`.
     #[error("too many requests")]
     RateLimited { retry_after_s: u64 },
@@ -179,6 +182,7 @@ impl ApiError {
             ),
             HoldExpired(_) => (StatusCode::CONFLICT, "hold-expired", "Hold expired"),
             OrderCancelled(_) => (StatusCode::CONFLICT, "order-cancelled", "Order cancelled"),
+            OrderConfirmed(_) => (StatusCode::CONFLICT, "order-confirmed", "Order confirmed"),
             RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",

@@ -26,6 +26,7 @@ mod ops;
 mod orders;
 mod purchases;
 mod quarantine;
+mod release_orders;
 mod releases;
 pub mod serve;
 mod trace;
@@ -186,6 +187,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
         .merge(events::router())
         .merge(purchases::router())
         .merge(releases::router())
+        .merge(release_orders::router())
         .merge(orders::router())
         .merge(lookup::router())
         .merge(changes::router())

@@ -36,7 +36,10 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
-use super::{archive, changes, events, live, lookup, ops, orders, purchases, releases, webhooks};
+use super::{
+    archive, changes, events, live, lookup, ops, orders, purchases, release_orders, releases,
+    webhooks,
+};
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -60,6 +63,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases, rele
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
         webhooks::rotate,
         releases::create, releases::list, releases::view, releases::order,
+        release_orders::view, release_orders::confirm, release_orders::cancel,
         ops::healthz, ops::readyz, ops::render, ops::ui, openapi_json,
     ),
     components(
@@ -69,6 +73,7 @@ use super::{archive, changes, events, live, lookup, ops, orders, purchases, rele
             PurchaseRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
+            CancelRefused,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
@@ -225,6 +230,12 @@ problems! {
         ApiError::HoldExpired("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into()),
         ApiError::OrderCancelled("sneaker-42.00a1b2c3d4e5f607.1122334455667788".into()),
         ApiError::NotOnSale("event sneaker-42 is closed".into()),
+    ];
+    /// A release order cannot be cancelled: it was confirmed (paid) or its
+    /// pay-by deadline passed (its units are back on sale)
+    CancelRefused => [
+        ApiError::OrderConfirmed("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
+        ApiError::HoldExpired("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
     ];
     /// The event is not on sale (before its start, after its end, closed)
     NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];

@@ -17,6 +17,7 @@ use super::error::ShortLine;
 use super::events::{BucketsDoc, event_id};
 use super::{ApiError, ApiJson, AppState, guard::Admin};
 use crate::control::lifecycle;
+use crate::domain::event::MAX_HOLD_SECONDS;
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{BucketCount, DEFAULT_MAX_PER_ORDER};
 use crate::domain::release::{DEFAULT_HOMES, PoolSpec, ReleaseSpec, pool_id, release_id};
@@ -81,18 +82,24 @@ pub(super) struct CreateRelease {
     #[serde(default, with = "crate::domain::model::rfc3339_ms")]
     #[schema(value_type = Option<String>, format = DateTime)]
     ends_at: Option<i64>,
-    /// Not accepted yet: holds on releases are not built.
-    #[serde(default)]
-    #[schema(ignore)]
-    hold_seconds: Option<serde_json::Value>,
+    /// Every order is held this long for its buyer to confirm
+    /// (`POST /v1/releases/{id}/orders/{order_id}/confirm`), all its lines
+    /// together, or all its units go back on sale. Absent: orders are
+    /// bought at once.
+    #[serde(default, deserialize_with = "super::whole::opt_u32")]
+    #[schema(minimum = 1, maximum = 86400)]
+    hold_seconds: Option<u32>,
 }
 
 impl CreateRelease {
     fn spec(self) -> Result<ReleaseSpec, ApiError> {
-        if self.hold_seconds.is_some() {
-            return Err(ApiError::invalid(
-                "hold_seconds: holds on releases are not supported yet; leave it out",
-            ));
+        if let Some(s) = self
+            .hold_seconds
+            .filter(|s| !(1..=MAX_HOLD_SECONDS).contains(s))
+        {
+            return Err(ApiError::invalid(format!(
+                "hold_seconds: must be between 1 and {MAX_HOLD_SECONDS}, got {s}"
+            )));
         }
         let id = release_id(self.id).map_err(|e| ApiError::invalid(format!("id: {e}")))?;
         let pools = self
@@ -116,7 +123,7 @@ impl CreateRelease {
             max_per_order: self.max_per_order.unwrap_or(DEFAULT_MAX_PER_ORDER),
             starts_at: self.starts_at,
             ends_at: self.ends_at,
-            hold_seconds: None,
+            hold_seconds: self.hold_seconds,
             homes: DEFAULT_HOMES,
         };
         if spec.pools.is_empty() || spec.pools.len() > crate::domain::release::MAX_POOLS {
@@ -145,6 +152,10 @@ pub(super) struct ReleaseView {
     #[serde(with = "crate::domain::model::rfc3339_ms")]
     #[schema(value_type = Option<String>, format = DateTime)]
     ends_at: Option<i64>,
+    /// Orders are held this long for their buyer to confirm; absent: no
+    /// holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold_seconds: Option<u32>,
     /// In the order an order's lines are taken.
     pools: Vec<PoolView>,
     /// Sums of the pools.
@@ -196,6 +207,7 @@ impl<S: Store> AppState<S> {
             max_per_order: spec.max_per_order,
             starts_at: spec.starts_at,
             ends_at: spec.ends_at,
+            hold_seconds: spec.hold_seconds,
             pools,
             totals,
         })
@@ -342,8 +354,9 @@ pub(super) struct OrderBody {
     request_id: Option<String>,
 }
 
-/// `201` of a release order: one order id, and every line with its own
-/// order id (an ordinary order of the pool's event).
+/// `201` of a release order (and its view): one order id, its status, and
+/// every line with its own order id (an ordinary order of the pool's
+/// event).
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct OrderAnswer {
     #[schema(value_type = String)]
@@ -354,6 +367,18 @@ pub(super) struct OrderAnswer {
     user_id: String,
     /// In the release's pool order.
     lines: Vec<LineAnswer>,
+    /// `held` (a release with holds, until confirmed), `confirmed`,
+    /// `cancelled` or `expired`: the whole order, every line.
+    #[schema(value_type = String, example = "held")]
+    status: &'static str,
+    /// A release with holds: confirm by this deadline (RFC 3339, UTC), one
+    /// for every line, whatever became of the hold.
+    #[serde(
+        with = "crate::domain::model::rfc3339_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pay_by: Option<i64>,
 }
 
 /// A bought line.
@@ -380,7 +405,7 @@ fn pool_name<'a>(release: &EventId, event: &'a EventId) -> &'a str {
 }
 
 impl OrderAnswer {
-    fn new(order: ReleaseOrder) -> Self {
+    pub(super) fn new(order: ReleaseOrder) -> Self {
         let release = order.release;
         Self {
             order_id: order.order_id,
@@ -396,6 +421,8 @@ impl OrderAnswer {
                 })
                 .collect(),
             release: release.to_string(),
+            status: order.status.as_str(),
+            pay_by: order.pay_by,
         }
     }
 }

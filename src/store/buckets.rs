@@ -159,6 +159,10 @@ pub struct TakeArgs {
     /// Lifetime of the probe marker this step writes (PX): a marker outlives
     /// its saga only until then, even when no driver was left to delete it.
     pub marker_ttl_ms: u64,
+    /// A held release order's line: the order's deadline, carried by the
+    /// take's record (so the ledger shows the line held until its confirm
+    /// or expiry record). `None` everywhere else.
+    pub pay_by: Option<i64>,
 }
 
 impl TakeArgs {
@@ -176,7 +180,7 @@ impl TakeArgs {
             home: self.home,
             rid: self.rid.clone(),
             at_ms: now_ms,
-            pay_by: None,
+            pay_by: self.pay_by.filter(|_| kind == RecordKind::Order),
             part: 0,
         }
     }

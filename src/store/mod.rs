@@ -103,7 +103,7 @@ pub use leases::Leases;
 pub use limits::{Admit, Limits, Rate};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
-pub use releases::{Decided, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply};
+pub use releases::{Decided, LineConfirm, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply};
 pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
 pub use streams::{FLUSH_GROUP, Streams};
 pub use transfers::{OpenTransfer, TransferReply, Transfers};

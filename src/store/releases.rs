@@ -13,6 +13,7 @@
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::{BucketRef, HomeRef};
 use crate::domain::release::{HomeRecord, ReleaseSpec};
+use crate::domain::stream::RecordKind;
 use crate::store::TakeArgs;
 
 /// A `reserve` at the user's home.
@@ -80,6 +81,21 @@ pub enum LineUndo {
     Short,
 }
 
+/// A held order's line confirmed in one bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineConfirm {
+    /// The take here confirmed: `T` → `K`, with its confirm record.
+    Confirmed,
+    /// Confirmed already (a replay).
+    Already,
+    /// A short decision (or another order's marker): the walk went on past
+    /// this bucket, so does the confirm.
+    Short,
+    /// No marker of the line here, or its undone one: the take is not
+    /// where its walk left it (a marker outlived, a pool resharded).
+    Missing,
+}
+
 section! {
     /// Steps of a release's multi-line orders.
     pub trait Releases => forward_releases {
@@ -99,8 +115,8 @@ section! {
         /// in `pend`, or refuses by the limit (`lua/reserve.lua`).
         fn reserve(home: &HomeRef, now_ms: i64, args: &ReserveArgs) -> ReserveReply;
 
-        /// `P` → `B` by compare-and-set; the order leaves `pend`
-        /// (`lua/decide_order.lua`).
+        /// `P` → `B` by compare-and-set; the order leaves `pend`, its id
+        /// indexed to its request id (`lua/decide_order.lua`).
         fn commit_order(
             home: &HomeRef,
             rid: &str,
@@ -117,8 +133,35 @@ section! {
             refused: &HomeRecord,
         ) -> Decided;
 
-        /// `R` → `X` by compare-and-set, once every line is closed: the
-        /// user's count down by `units`, the order out of `pend`
+        /// `P` → `H` (held, open) by compare-and-set on a release with
+        /// holds: the order stays in `pend` until its hold ends, and its
+        /// order id is indexed to its request id (`oids`) for confirm and
+        /// cancel (`lua/decide_order.lua`).
+        fn hold_order(
+            home: &HomeRef,
+            rid: &str,
+            pending: &HomeRecord,
+            held: &HomeRecord,
+            order_id: &OrderId,
+        ) -> Decided;
+
+        /// A held order's next state by compare-and-set (open → confirming,
+        /// cancelling or expiring; confirming → confirmed with `ended`, out
+        /// of `pend`) (`lua/decide_order.lua`).
+        fn move_hold(
+            home: &HomeRef,
+            rid: &str,
+            expected: &HomeRecord,
+            next: &HomeRecord,
+            ended: bool,
+        ) -> Decided;
+
+        /// The request id a bought order's id is kept under (`oids`).
+        fn order_request(home: &HomeRef, order_id: &OrderId) -> Option<String>;
+
+        /// `R` → `X` (or a held order's cancelling → cancelled, expiring →
+        /// expired) by compare-and-set, once every line is closed or given
+        /// back: the user's count down by `units`, the order out of `pend`
         /// (`lua/release_order.lua`).
         fn release_order(
             home: &HomeRef,
@@ -129,8 +172,8 @@ section! {
             released: &HomeRecord,
         ) -> Decided;
 
-        /// Orders in `pend` since `before_ms` or earlier whose record is `P`
-        /// or `R`, at most `count`; others leave the set on the way
+        /// Orders in `pend` since `before_ms` or earlier whose record is `P`,
+        /// `R` or `H`, at most `count`; others leave the set on the way
         /// (`lua/stale_orders.lua`).
         fn stale_orders(home: &HomeRef, before_ms: i64, count: u32) -> Vec<(String, HomeRecord)>;
 
@@ -147,6 +190,21 @@ section! {
         /// One step of a line's undo (`lua/undo_line.lua`). Works on a
         /// sealed bucket.
         fn undo_line(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> LineUndo;
+
+        /// One step of a held order's line given back (cancelled or
+        /// expired): `undo_line`'s walk whose record is of `kind`
+        /// (`Cancel` or `Expire`) instead of a void (`lua/undo_line.lua`).
+        fn give_back_line(
+            bucket: &BucketRef,
+            now_ms: i64,
+            args: &TakeArgs,
+            kind: RecordKind,
+        ) -> LineUndo;
+
+        /// One step of a held order's line confirmed: its take `T` → `K`
+        /// with the confirm record, exactly once (`lua/confirm_line.lua`).
+        /// Works on a sealed bucket.
+        fn confirm_line(bucket: &BucketRef, now_ms: i64, args: &TakeArgs) -> LineConfirm;
     }
     also {}
 }

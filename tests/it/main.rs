@@ -104,6 +104,7 @@ mod partial_loss;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod release_holds;
 mod release_replay;
 mod releases;
 mod replicas;

@@ -86,6 +86,7 @@ impl<S: Store> Replay<'_, S> {
             order_id: line_order_id(&self.head(r).order_id, &self.release, &self.pools[k]),
             home: (u % self.model.bounds.buckets[k] as usize) as u32,
             marker_ttl_ms: 3_600_000,
+            pay_by: None,
         }
     }
 
@@ -245,6 +246,8 @@ impl<S: Store> Replay<'_, S> {
                 Some(HomeRecord::Refused(..)) => Rec::Refused,
                 Some(HomeRecord::Released(..)) => Rec::Released,
                 Some(HomeRecord::Limit { .. }) => Rec::Limit,
+                // The model has no holds: its releases never hold an order.
+                Some(HomeRecord::Held(..)) => return Err(format!("order {r} held")),
             };
             if kind != *rec {
                 problems.push(format!("order {r}: record {kind:?}, model {rec:?}"));

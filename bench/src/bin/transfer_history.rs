@@ -122,6 +122,7 @@ async fn timings(
             order_id: OrderId::generate(&bucket.event, 1),
             home: 1,
             marker_ttl_ms: 60_000,
+            pay_by: None,
         };
         store.take(bucket, 0, &args).await?;
     }

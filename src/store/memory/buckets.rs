@@ -167,7 +167,7 @@ impl Buckets for MemoryStore {
                     // This saga's take here was undone, or the take is another
                     // order's (an aborted saga of the same request id): the
                     // bucket as it is now, nothing taken.
-                    Marker::Taken(_) | Marker::Undone => TakeReply::Short {
+                    Marker::Taken(_) | Marker::Undone | Marker::Confirmed => TakeReply::Short {
                         available: bk.stock + bk.in_transfer(),
                         fresh: false,
                         adds: bk.adds,

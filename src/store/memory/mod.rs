@@ -45,6 +45,8 @@ enum Marker {
     /// (available, adds when decided)
     Short(u64, u64),
     Undone,
+    /// A held release order's line confirmed (`K|oid`).
+    Confirmed,
 }
 
 /// An entry of a bucket's transfer journal (`xfer`).

@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 
 use super::{Marker, MemoryStore};
-use crate::domain::ids::{EventId, UserId};
+use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::keys::{BucketRef, HomeRef};
 use crate::domain::release::{HomeRecord, ReleaseSpec};
 use crate::domain::stream::RecordKind;
 use crate::store::{
-    Buckets, Decided, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply, StoreError,
-    TakeArgs, TakeReply,
+    Buckets, Decided, LineConfirm, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply,
+    StoreError, TakeArgs, TakeReply,
 };
 
 /// One home slot: what its three keys hold.
@@ -19,6 +19,7 @@ pub(super) struct Home {
     units: HashMap<UserId, u64>,
     reqs: HashMap<String, HomeRecord>,
     pend: HashMap<String, i64>,
+    oids: HashMap<OrderId, String>,
 }
 
 impl MemoryStore {
@@ -35,12 +36,16 @@ impl MemoryStore {
         expected: &HomeRecord,
         decided: &HomeRecord,
         ended: bool,
+        alias: Option<&OrderId>,
     ) -> Decided {
         self.with_home(home, |h| match h.reqs.get(rid) {
             None => Decided::NoRecord,
             Some(rec) if rec != expected => Decided::Found(rec.clone()),
             Some(_) => {
                 h.reqs.insert(rid.to_owned(), decided.clone());
+                if let Some(oid) = alias {
+                    h.oids.insert(oid.clone(), rid.to_owned());
+                }
                 if ended {
                     h.pend.remove(rid);
                 }
@@ -105,7 +110,14 @@ impl Releases for MemoryStore {
         pending: &HomeRecord,
         bought: &HomeRecord,
     ) -> Result<Decided, StoreError> {
-        Ok(self.decide(home, rid, pending, bought, true))
+        Ok(self.decide(
+            home,
+            rid,
+            pending,
+            bought,
+            true,
+            bought.head().map(|h| &h.order_id),
+        ))
     }
 
     /// Mirrors `lua/decide_order.lua` (an abort keeps the order listed).
@@ -116,7 +128,39 @@ impl Releases for MemoryStore {
         pending: &HomeRecord,
         refused: &HomeRecord,
     ) -> Result<Decided, StoreError> {
-        Ok(self.decide(home, rid, pending, refused, false))
+        Ok(self.decide(home, rid, pending, refused, false, None))
+    }
+
+    /// Mirrors `lua/decide_order.lua` (the order id indexed).
+    async fn hold_order(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        pending: &HomeRecord,
+        held: &HomeRecord,
+        order_id: &OrderId,
+    ) -> Result<Decided, StoreError> {
+        Ok(self.decide(home, rid, pending, held, false, Some(order_id)))
+    }
+
+    /// Mirrors `lua/decide_order.lua`.
+    async fn move_hold(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        expected: &HomeRecord,
+        next: &HomeRecord,
+        ended: bool,
+    ) -> Result<Decided, StoreError> {
+        Ok(self.decide(home, rid, expected, next, ended, None))
+    }
+
+    async fn order_request(
+        &self,
+        home: &HomeRef,
+        order_id: &OrderId,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self.with_home(home, |h| h.oids.get(order_id).cloned()))
     }
 
     /// Mirrors `lua/release_order.lua`.
@@ -161,9 +205,11 @@ impl Releases for MemoryStore {
             let mut out = Vec::new();
             for (_, rid) in due {
                 match h.reqs.get(&rid) {
-                    Some(rec @ (HomeRecord::Pending(_) | HomeRecord::Refused(..))) => {
-                        out.push((rid, rec.clone()))
-                    }
+                    Some(
+                        rec @ (HomeRecord::Pending(_)
+                        | HomeRecord::Refused(..)
+                        | HomeRecord::Held(..)),
+                    ) => out.push((rid, rec.clone())),
                     _ => {
                         h.pend.remove(&rid);
                     }
@@ -219,6 +265,17 @@ impl Releases for MemoryStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<LineUndo, StoreError> {
+        self.give_back_line(b, now_ms, a, RecordKind::Void).await
+    }
+
+    /// Mirrors `lua/undo_line.lua` with a record of `kind`.
+    async fn give_back_line(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+        kind: RecordKind,
+    ) -> Result<LineUndo, StoreError> {
         self.with(b, |bk| {
             match bk.marker(&a.rid, a.pass) {
                 None => {
@@ -232,8 +289,28 @@ impl Releases for MemoryStore {
             bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
             bk.stock += u64::from(a.qty);
             bk.adds += 1;
-            bk.append(a.stream_entry(RecordKind::Void, b.index, now_ms));
+            bk.append(a.stream_entry(kind, b.index, now_ms));
             LineUndo::GaveBack
+        })
+    }
+
+    /// Mirrors `lua/confirm_line.lua`.
+    async fn confirm_line(
+        &self,
+        b: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<LineConfirm, StoreError> {
+        self.with(b, |bk| {
+            match bk.marker(&a.rid, a.pass) {
+                None | Some(Marker::Undone) => return LineConfirm::Missing,
+                Some(Marker::Confirmed) => return LineConfirm::Already,
+                Some(Marker::Taken(oid)) if *oid == a.order_id => {}
+                Some(_) => return LineConfirm::Short,
+            }
+            bk.set_marker(&a.rid, a.pass, Marker::Confirmed, a.marker_ttl_ms);
+            bk.append(a.stream_entry(RecordKind::Confirm, b.index, now_ms));
+            LineConfirm::Confirmed
         })
     }
 }

@@ -13,7 +13,8 @@ use crate::domain::records::ProbeMarker;
 use crate::domain::release::{HomeRecord, ReleaseSpec};
 use crate::domain::stream::RecordKind;
 use crate::store::{
-    Decided, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply, StoreError, TakeArgs,
+    Decided, LineConfirm, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply, StoreError,
+    TakeArgs,
 };
 
 use super::steps::prelude::*;
@@ -38,8 +39,8 @@ steps! {
     }
     /// Commits or aborts an order by compare-and-set (`commit_order`, `abort_order`).
     DecideOrder = decide_order {
-        keys: [K::Given("reqs"), K::Given("pend")],
-        argv: { rid: String, expected: String, decided: String, ended: bool },
+        keys: [K::Given("reqs"), K::Given("pend"), K::Given("oids")],
+        argv: { rid: String, expected: String, decided: String, ended: bool, alias: Option<String> },
         reply: Reply::Codes(&[reply::OK, reply::REPLAY, reply::NO_RECORD]),
         writes: [Request],
     }
@@ -66,6 +67,15 @@ steps! {
         ]),
         writes: [Marker, Stream],
     }
+    /// One step of a held order's line confirmed.
+    ConfirmLine = confirm_line {
+        keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders)],
+        argv: { taken: String, confirmed: String, record: String, marker: u64 },
+        reply: Reply::Codes(&[
+            reply::STALE, reply::OK, reply::ALREADY_CONFIRMED, reply::SHORT, reply::NO_TAKE,
+        ]),
+        writes: [Marker, Stream],
+    }
 }
 
 impl RedisStore {
@@ -83,7 +93,7 @@ impl RedisStore {
         home: &HomeRef,
         step: steps::DecideOrder,
     ) -> Result<Decided, StoreError> {
-        let at = self.home_keys(home, &["reqs", "pend"]);
+        let at = self.home_keys(home, &["reqs", "pend", "oids"]);
         let reply = decided("decide_order", self.run(step, at).await?)?;
         self.home_replicated(home).await?;
         Ok(reply)
@@ -207,6 +217,7 @@ impl Releases for RedisStore {
             expected: pending.encode(),
             decided: bought.encode(),
             ended: true,
+            alias: bought.head().map(|h| h.order_id.to_string()),
         };
         self.decide(home, step).await
     }
@@ -223,8 +234,55 @@ impl Releases for RedisStore {
             expected: pending.encode(),
             decided: refused.encode(),
             ended: false,
+            alias: None,
         };
         self.decide(home, step).await
+    }
+
+    async fn hold_order(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        pending: &HomeRecord,
+        held: &HomeRecord,
+        order_id: &OrderId,
+    ) -> Result<Decided, StoreError> {
+        let step = steps::DecideOrder {
+            rid: rid.to_owned(),
+            expected: pending.encode(),
+            decided: held.encode(),
+            ended: false,
+            alias: Some(order_id.to_string()),
+        };
+        self.decide(home, step).await
+    }
+
+    async fn move_hold(
+        &self,
+        home: &HomeRef,
+        rid: &str,
+        expected: &HomeRecord,
+        next: &HomeRecord,
+        ended: bool,
+    ) -> Result<Decided, StoreError> {
+        let step = steps::DecideOrder {
+            rid: rid.to_owned(),
+            expected: expected.encode(),
+            decided: next.encode(),
+            ended,
+            alias: None,
+        };
+        self.decide(home, step).await
+    }
+
+    async fn order_request(
+        &self,
+        home: &HomeRef,
+        order_id: &OrderId,
+    ) -> Result<Option<String>, StoreError> {
+        let key = home.key_in(&self.namespace, "oids");
+        self.call(|| self.client.hget(key.clone(), order_id.as_str()))
+            .await
     }
 
     async fn release_order(
@@ -323,6 +381,17 @@ impl Releases for RedisStore {
         now_ms: i64,
         a: &TakeArgs,
     ) -> Result<LineUndo, StoreError> {
+        self.give_back_line(bucket, now_ms, a, RecordKind::Void)
+            .await
+    }
+
+    async fn give_back_line(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+        kind: RecordKind,
+    ) -> Result<LineUndo, StoreError> {
         let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
         let at = At::BucketWith(bucket, vec![marker]);
         let order = a.order_id.to_string();
@@ -332,9 +401,7 @@ impl Releases for RedisStore {
                 .encode()
                 .unwrap_or_default(),
             undone: ProbeMarker::Undone(order).encode().unwrap_or_default(),
-            record: a
-                .stream_entry(RecordKind::Void, bucket.index, now_ms)
-                .data(),
+            record: a.stream_entry(kind, bucket.index, now_ms).data(),
             marker: a.marker_ttl_ms.max(1),
         };
         let parts = array_or_stale(bucket, self.run(step, at).await?)?;
@@ -345,6 +412,36 @@ impl Releases for RedisStore {
             reply::UNDONE_ALREADY => Ok(LineUndo::Already),
             reply::SHORT => Ok(LineUndo::Short),
             other => Err(unknown("undo_line", other)),
+        }
+    }
+
+    async fn confirm_line(
+        &self,
+        bucket: &BucketRef,
+        now_ms: i64,
+        a: &TakeArgs,
+    ) -> Result<LineConfirm, StoreError> {
+        let marker = bucket.marker_in(&self.namespace, &a.rid, a.pass);
+        let at = At::BucketWith(bucket, vec![marker]);
+        let order = a.order_id.to_string();
+        let step = steps::ConfirmLine {
+            taken: ProbeMarker::Taken(order.clone())
+                .encode()
+                .unwrap_or_default(),
+            confirmed: ProbeMarker::Confirmed(order).encode().unwrap_or_default(),
+            record: a
+                .stream_entry(RecordKind::Confirm, bucket.index, now_ms)
+                .data(),
+            marker: a.marker_ttl_ms.max(1),
+        };
+        let parts = array_or_stale(bucket, self.run(step, at).await?)?;
+        self.replicated(bucket).await?;
+        match code(&parts)?.as_str() {
+            reply::OK => Ok(LineConfirm::Confirmed),
+            reply::ALREADY_CONFIRMED => Ok(LineConfirm::Already),
+            reply::SHORT => Ok(LineConfirm::Short),
+            reply::NO_TAKE => Ok(LineConfirm::Missing),
+            other => Err(unknown("confirm_line", other)),
         }
     }
 }

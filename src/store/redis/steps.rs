@@ -268,7 +268,11 @@ mod tests {
         ("rate_admit", &["admit"]),
         ("hold_index", &["reschedule_holds"]),
         ("bucket_states", &["bucket_state"]),
-        ("decide_order", &["commit_order", "abort_order"]),
+        (
+            "decide_order",
+            &["commit_order", "abort_order", "hold_order", "move_hold"],
+        ),
+        ("undo_line", &["undo_line", "give_back_line"]),
     ];
 
     #[test]

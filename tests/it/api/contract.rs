@@ -58,7 +58,7 @@ async fn the_document_is_served_and_every_operation_in_it_is_routed(b: Backend) 
             );
         }
     }
-    assert_eq!(operations, 31, "every endpoint of API.md and /openapi.json");
+    assert_eq!(operations, 34, "every endpoint of API.md and /openapi.json");
     // The admin operations carry the bearer scheme, the others none.
     let create = &doc["paths"]["/v1/events"]["post"];
     assert_eq!(create["security"], json!([{"bearer": []}]));

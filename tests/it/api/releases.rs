@@ -20,6 +20,7 @@ on_every_backend!(
     invalid_orders_and_releases_are_refused_naming_the_field,
     a_pools_own_purchases_are_refused,
     a_configured_release_is_created_at_start_up,
+    a_held_order_is_confirmed_cancelled_or_expired_whole,
     a_releases_orders_and_pools_are_in_the_metrics,
 );
 
@@ -323,8 +324,12 @@ async fn invalid_orders_and_releases_are_refused_naming_the_field(b: Backend) {
             "pools[0].id",
         ),
         (
-            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 1}], "hold_seconds": 60}),
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": 1}], "hold_seconds": 0}),
             "hold_seconds",
+        ),
+        (
+            json!({"id": eid("r"), "pools": [{"id": "a", "stock": 1, "buckets": "auto"}], "hold_seconds": 60}),
+            "fixed bucket count",
         ),
     ];
     for (body, names) in bad {
@@ -385,6 +390,152 @@ async fn a_configured_release_is_created_at_start_up(b: Backend) {
     // A restart with the same configuration finds it as it was.
     let app = TestApp::spawn_with(s).await;
     assert_eq!(figures(&view(&app, &id).await), vec![(1, 2)]);
+    app.stop().await;
+}
+
+/// A release with holds (from `[[releases]]`): an order answers `held` with
+/// its `pay_by`, and a replay the same; confirm and cancel act on every line
+/// (`order-confirmed`, `order-cancelled`, `hold-expired` as an event's
+/// holds answer); an order never paid expires, all its units back; the
+/// ledger shows each line as its order.
+async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
+    let id = eid("held-rel");
+    let mut s = settings(b);
+    s.engine.sweep_interval_ms = 100;
+    s.releases = vec![shardstock::config::ReleaseSettings {
+        id: id.clone(),
+        pools: vec![
+            shardstock::config::PoolSettings {
+                id: "a".into(),
+                stock: 5,
+                buckets: shardstock::config::BucketsSetting::Count(2),
+            },
+            shardstock::config::PoolSettings {
+                id: "b".into(),
+                stock: 5,
+                buckets: shardstock::config::BucketsSetting::Count(1),
+            },
+        ],
+        per_user_limit: None,
+        max_per_order: Some(4),
+        starts_at: None,
+        ends_at: None,
+        hold_seconds: Some(2),
+    }];
+    let app = TestApp::spawn_with(s).await;
+    assert_eq!(view(&app, &id).await["hold_seconds"], 2);
+    let both = json!([{"pool": "a", "quantity": 1}, {"pool": "b", "quantity": 1}]);
+    let buy = async |u: &str, rid: &str| {
+        let r = order(
+            &app,
+            &id,
+            json!({"user_id": u, "lines": both, "request_id": rid}),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json::<Value>().await.unwrap()
+    };
+    let paid = buy("u-1", "p").await;
+    assert_eq!(paid["status"], "held", "{paid}");
+    assert!(paid["pay_by"].is_string(), "{paid}");
+    // A replay answers the same.
+    let r = order(
+        &app,
+        &id,
+        json!({"user_id": "u-1", "lines": both, "request_id": "p"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["idempotent-replayed"], "true");
+    assert_eq!(r.json::<Value>().await.unwrap(), paid);
+    let at = |o: &Value, what: &str| {
+        format!(
+            "/v1/releases/{id}/orders/{}{what}",
+            o["order_id"].as_str().unwrap()
+        )
+    };
+    let got: Value = app.get(&at(&paid, "")).await.json().await.unwrap();
+    assert_eq!(got, paid);
+    let cancelled = buy("u-2", "c").await;
+    let lapsed = buy("u-3", "l").await;
+    assert_eq!(figures(&view(&app, &id).await), vec![(2, 3), (2, 3)]);
+    // Confirm, twice; a paid order is not cancelled.
+    for _ in 0..2 {
+        let r = app.post(&at(&paid, "/confirm"), json!({})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["status"], "confirmed", "{v}");
+        assert_eq!(v["pay_by"], paid["pay_by"]);
+    }
+    problem(
+        app.post(&at(&paid, "/cancel"), json!({})).await,
+        409,
+        "order-confirmed",
+    )
+    .await;
+    // Cancel, twice; a cancelled order is not confirmed.
+    for _ in 0..2 {
+        let r = app.post(&at(&cancelled, "/cancel"), json!({})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.json::<Value>().await.unwrap()["status"], "cancelled");
+    }
+    problem(
+        app.post(&at(&cancelled, "/confirm"), json!({})).await,
+        409,
+        "order-cancelled",
+    )
+    .await;
+    assert_eq!(figures(&view(&app, &id).await), vec![(3, 2), (3, 2)]);
+    // Never paid: expired by the sweeper, every line's units back.
+    eventually("the hold expired", Duration::from_secs(20), async || {
+        let v: Value = app.get(&at(&lapsed, "")).await.json().await.unwrap();
+        (v["status"] == "expired").then_some(())
+    })
+    .await;
+    assert_eq!(figures(&view(&app, &id).await), vec![(4, 1), (4, 1)]);
+    problem(
+        app.post(&at(&lapsed, "/confirm"), json!({})).await,
+        409,
+        "hold-expired",
+    )
+    .await;
+    problem(
+        app.post(&at(&lapsed, "/cancel"), json!({})).await,
+        409,
+        "hold-expired",
+    )
+    .await;
+    let ghost = format!("{id}.00a1b2c3d4e5f607.1122334455667788");
+    problem(
+        app.get(&format!("/v1/releases/{id}/orders/{ghost}")).await,
+        404,
+        "unknown-order",
+    )
+    .await;
+    // The ledger: each line as its order.
+    for (o, u, want) in [
+        (&paid, "u-1", "confirmed"),
+        (&cancelled, "u-2", "cancelled"),
+        (&lapsed, "u-3", "expired"),
+    ] {
+        for line in o["lines"].as_array().unwrap() {
+            let event = line["event"].as_str().unwrap();
+            eventually(
+                "the line in the ledger",
+                Duration::from_secs(20),
+                async || {
+                    let r = app
+                        .get(&format!("/v1/events/{event}/orders?user_id={u}"))
+                        .await;
+                    let v: Value = r.json().await.unwrap();
+                    let row = v["orders"].as_array()?.first()?.clone();
+                    assert_eq!(row["order_id"], line["order_id"], "{v}");
+                    (row["status"] == want).then_some(())
+                },
+            )
+            .await;
+        }
+    }
     app.stop().await;
 }
 

@@ -194,6 +194,7 @@ impl<'a, S: Store> Replay<'a, S> {
             order_id: self.orders[r].clone(),
             home,
             marker_ttl_ms: MARKER_TTL_MS,
+            pay_by: None,
         }
     }
 
