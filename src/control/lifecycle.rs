@@ -9,7 +9,9 @@
 //! close never waits for background work, nor for an instance that died
 //! holding the lease), every bucket of every layout is
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
-//! instances are refused too), sagas cut off mid-way are settled, each bucket's
+//! instances are refused too), sagas cut off mid-way are settled (and, in a
+//! release's pool, every order not ended with a line there refused and the
+//! line undone), each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, the event's keys expire, and it
 //! leaves the open events (`retire_event`): nothing in the background visits
@@ -205,6 +207,10 @@ pub async fn close<S: Store>(
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
             }
         }
+        // A release pool: every order not ended with a line here is refused
+        // and the line undone, so the counts below are final
+        // (`engine::pool_cut`).
+        engine.settle_pool_orders(&meta).await?;
         // Live holds are voided (API.md): their units go back to their
         // bucket before it turns into leftover, and each gets its expire
         // record, so the ledger shows them expired and the units unsold.
