@@ -93,7 +93,7 @@ impl<S: Store> Engine<S> {
         driver: Driver,
         meta: &EventMeta,
     ) -> Result<LineEnd, EngineError> {
-        let saga = self.line_saga(run, line, &meta);
+        let saga = self.line_saga(run, line, meta);
         let start = self.fresh_meta(meta).await?;
         if driver == Driver::First {
             let ttl = self.opts.sold_out_mark_ttl.as_millis() as i64;

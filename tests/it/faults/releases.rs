@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shardstock::Engine;
 use shardstock::control::checkpoint::{self, Checkpoint, Flow};
 use shardstock::control::flusher::Flusher;
 use shardstock::control::saga_sweeper::SagaSweepOptions;
@@ -31,14 +30,15 @@ use shardstock::domain::model::{EventStatus, OrderStatus};
 use shardstock::domain::release::{PoolSpec, ReleaseSpec};
 use shardstock::engine::{LinesOutcome, LinesRefusal, LinesRequest};
 use shardstock::ledger::Ledger;
-use shardstock::store::{Releases, Store};
+use shardstock::store::{Leases, Releases, Store};
+use shardstock::{Engine, EngineError};
 use tokio_util::sync::CancellationToken;
 
 use super::client::maybe_crash;
 use super::rig::flush_options;
 use super::settle::Violations;
 use crate::harness::faulty::Faulty;
-use crate::harness::{event_id, user};
+use crate::harness::{event_id, eventually, user};
 
 const CHECK: &str = "release_orders";
 const USERS: usize = 6;
@@ -158,13 +158,16 @@ impl ReleasePlan {
     }
 }
 
+/// A request sent: user, request id, `(pool, quantity)` lines.
+type Sent = (usize, String, Vec<(usize, u32)>);
+
 /// Every request sent, and the first final answer of each.
 #[derive(Default)]
 struct Book {
-    sent: Vec<(usize, String, Vec<(usize, u32)>)>,
+    sent: Vec<Sent>,
     finals: HashMap<String, LinesOutcome>,
     changed: Vec<String>,
-    tally: HashMap<&'static str, u32>,
+    tally: HashMap<String, u32>,
 }
 
 impl Book {
@@ -192,6 +195,19 @@ fn same(
             Err(LinesRefusal::LimitExceeded { limit: y, .. }),
         ) => x == y,
         (a, b) => a == b,
+    }
+}
+
+/// A short name of an error, for the tally.
+fn kind(e: &EngineError) -> &'static str {
+    match e {
+        EngineError::OutcomeUnknown(why) if why.contains("stale") => "unknown (stale)",
+        EngineError::OutcomeUnknown(why) if why.contains("injected") => "unknown (injected)",
+        EngineError::OutcomeUnknown(_) => "unknown",
+        EngineError::Store(_) => "store",
+        EngineError::NotOnSale { .. } => "not on sale",
+        EngineError::Contention { .. } => "contention",
+        _ => "other",
     }
 }
 
@@ -226,8 +242,14 @@ impl<S: Store> ReleaseRun<S> {
         })
     }
 
-    fn tally(&self, what: &'static str) {
-        *self.book.lock().unwrap().tally.entry(what).or_default() += 1;
+    fn tally(&self, what: impl Into<String>) {
+        *self
+            .book
+            .lock()
+            .unwrap()
+            .tally
+            .entry(what.into())
+            .or_default() += 1;
     }
 
     pub fn summary(&self) -> String {
@@ -253,10 +275,12 @@ impl<S: Store> ReleaseRun<S> {
         let (pool, buckets, after) = self.plan.reshard;
         tokio::time::sleep(after).await;
         let resharded = Box::pin(reshard::reshard(&engine, &self.plan.pool(pool), buckets)).await;
-        self.tally(if resharded.is_ok() {
-            "reshard ok"
-        } else {
-            "reshard failed"
+        self.tally(match resharded {
+            Ok(_) => "reshard ok".to_owned(),
+            Err(e) => format!(
+                "reshard failed: {}",
+                e.to_string().split(':').next().unwrap_or("")
+            ),
         });
         let (pool, after, cut) = self.plan.close;
         tokio::time::sleep(after).await;
@@ -324,7 +348,7 @@ impl<S: Store> ReleaseRun<S> {
                     });
                     self.book.lock().unwrap().note(&rid, &out);
                 }
-                Some(Err(_)) => self.tally("error"),
+                Some(Err(e)) => self.tally(format!("error: {}", kind(&e))),
                 None => self.tally("dropped"),
             }
         }
@@ -341,14 +365,27 @@ impl<S: Store> ReleaseRun<S> {
             format!("rel-settle-{}", self.seed),
             flush_options(),
         );
-        // A reshard stopped by a fault resumes (its lease was given back).
+        // A reshard stopped by a fault resumes, once a call dropped while
+        // it held the pool's mover lease (a line's consolidation) left it to
+        // expire, as the schedule's settling waits for its event's.
         for k in 0..spec.pools.len() {
             let id = self.plan.pool(k);
-            if let Ok(meta) = plain.reload(&id).await
-                && meta.status == EventStatus::Resharding
-                && let Some((_, to)) = meta.reshard_to
-                && let Err(e) = Box::pin(reshard::reshard(plain, &id, to)).await
-            {
+            let Ok(meta) = plain.reload(&id).await else {
+                continue;
+            };
+            let Some((_, to)) = meta
+                .reshard_to
+                .filter(|_| meta.status == EventStatus::Resharding)
+            else {
+                continue;
+            };
+            eventually(
+                "the mover lease of a dropped holder to expire",
+                Duration::from_secs(40),
+                async || matches!(plain.store().lease_holder(&id).await, Ok(None)).then_some(()),
+            )
+            .await;
+            if let Err(e) = Box::pin(reshard::reshard(plain, &id, to)).await {
                 v.push((CHECK, format!("pool p{k}: the reshard did not resume: {e}")));
             }
         }
@@ -393,9 +430,12 @@ impl<S: Store> ReleaseRun<S> {
                 break;
             }
         }
-        let book = self.book.lock().unwrap();
-        for c in &book.changed {
-            v.push((CHECK, c.clone()));
+        let (changed, finals) = {
+            let book = self.book.lock().unwrap();
+            (book.changed.clone(), book.finals.clone())
+        };
+        for c in changed {
+            v.push((CHECK, c));
         }
         for h in 0..spec.homes {
             let home = shardstock::domain::keys::HomeRef::new(&spec.id, h);
@@ -408,12 +448,8 @@ impl<S: Store> ReleaseRun<S> {
         let mut sold: HashMap<EventId, u64> = HashMap::new();
         let mut held: HashMap<String, u64> = HashMap::new();
         let mut lines = Vec::new();
-        for ((u, rid, _), out) in sent
-            .iter()
-            .filter_map(|s| book.finals.get(&s.1).map(|o| (s, o)))
-        {
-            debug_assert_eq!(rid, &rid.clone());
-            if let Ok(order) = &out.result {
+        for (u, rid, _) in &sent {
+            if let Some(Ok(order)) = finals.get(rid).map(|o| &o.result) {
                 for line in &order.lines {
                     *sold.entry(line.pool.clone()).or_default() += u64::from(line.quantity);
                     *held.entry(format!("ru{u}")).or_default() += u64::from(line.quantity);
@@ -421,7 +457,6 @@ impl<S: Store> ReleaseRun<S> {
                 }
             }
         }
-        drop(book);
         for u in 0..USERS {
             let name = format!("ru{u}");
             let want = held.get(&name).copied().unwrap_or(0);
