@@ -2,7 +2,8 @@
 //! (docs/DESIGN.md, "Releases", As built: a pool's reshard and close).
 //!
 //! An engine stops after an order's first line is taken (the order pending,
-//! its take in the pool's layout); the pool is then resharded, or closed.
+//! its take in the pool's layout; or refused by the sweeper, whose undo
+//! failed); the pool is then resharded, or closed.
 //! The reshard or close refuses the order and gives its take back in the
 //! sealed layout; a sweep ends it (its other lines undone, the limit
 //! released). Then: per pool sold + remaining == stock, the user's count is
@@ -21,12 +22,15 @@ use shardstock::control::saga_sweeper::SagaSweepOptions;
 use shardstock::control::{lifecycle, release_sweeper, reshard};
 use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::model::OrderStatus;
+use shardstock::domain::release::HomeRecord;
 use shardstock::domain::release::{PoolSpec, ReleaseSpec};
 use shardstock::engine::{CrashPoint, LinesOutcome, LinesRefusal, LinesRequest};
 use shardstock::ledger::Ledger;
-use shardstock::{Engine, EngineError, Store};
+use shardstock::store::Releases;
+use shardstock::{Engine, EngineError, EngineOptions, Store};
 use tokio_util::sync::CancellationToken;
 
+use crate::harness::faulty::{Faulty, When};
 use crate::harness::{event_id, ledger_for, on_every_backend, user};
 
 const STOCK: u64 = 6;
@@ -234,6 +238,51 @@ async fn a_pool_resharded_under_a_pending_order_gives_its_take_back<S: Store>(en
     check_ledger(&engine, &ledger, &spec, &[&kept, &after]).await;
 }
 
+/// The sweeper refused the cut-off order but its undo failed (the order
+/// `R`, its take standing): the reshard gives the take back all the same.
+async fn a_pool_resharded_under_a_refused_order_not_yet_undone_gives_its_take_back<S: Store>(
+    engine: Engine<S>,
+) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let faulty = Faulty::plain(engine.store().clone());
+    let engine = Arc::new(Engine::new(faulty.clone(), EngineOptions::default()));
+    let (spec, kept) = order_cut_off(&engine, &ledger).await;
+    faulty.arm("undo_line", 1, When::Before);
+    let swept = release_sweeper::sweep_release(&engine, &spec.id, &sweep_now()).await;
+    assert!(swept.is_err(), "the undo failed: {swept:?}");
+    let home = shardstock::domain::keys::HomeRef::new(
+        &spec.id,
+        spec.home(shardstock::domain::routing::user_hash(&user("gone"))),
+    );
+    let left = engine
+        .store()
+        .stale_orders(&home, i64::MAX, 100)
+        .await
+        .unwrap();
+    assert!(
+        matches!(left.as_slice(), [(_, HomeRecord::Refused(..))]),
+        "refused, not released: {left:?}"
+    );
+    assert_eq!(
+        remaining(&engine, &spec, 0).await,
+        STOCK - 3,
+        "the take stands"
+    );
+    reshard::reshard(&engine, &spec.pool_event(0).unwrap(), 3)
+        .await
+        .unwrap();
+    assert_eq!(remaining(&engine, &spec, 0).await, STOCK - 2, "given back");
+    swept_and_asked_again(&engine, &spec).await;
+    for (k, sold) in [(0, 2), (1, 1), (2, 0)] {
+        assert_eq!(
+            remaining(&engine, &spec, k).await + sold,
+            STOCK,
+            "pool p{k}"
+        );
+    }
+    check_ledger(&engine, &ledger, &spec, &[&kept]).await;
+}
+
 /// A retry of the cut-off order that comes after a reshard of a pool it has
 /// not reached: the reshard refused it, so the retry walks nothing.
 async fn a_retry_after_a_reshard_of_a_later_pool_answers_the_refusal<S: Store>(engine: Engine<S>) {
@@ -300,5 +349,6 @@ async fn a_pool_closed_under_a_pending_order_counts_its_take_as_leftover<S: Stor
 on_every_backend!(namespace_per_test:
     a_pool_resharded_under_a_pending_order_gives_its_take_back,
     a_retry_after_a_reshard_of_a_later_pool_answers_the_refusal,
+    a_pool_resharded_under_a_refused_order_not_yet_undone_gives_its_take_back,
     a_pool_closed_under_a_pending_order_counts_its_take_as_leftover,
 );
