@@ -381,7 +381,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     let calls: u64 = rig.engines.iter().map(|e| e.store().total_calls()).sum();
     let mut violations = rig.settle_and_check(&plain).await;
     if let Some(release) = &release {
-        release.settle_and_check(&plain, &mut violations).await;
+        release
+            .settle_and_check(&plain, &rig.engines, &mut violations)
+            .await;
     }
     let log = rig.log.lock().unwrap();
     let cut = match (rig.plan.cut, cut) {

@@ -356,7 +356,12 @@ impl<S: Store> ReleaseRun<S> {
 
     /// On the healed store: finishes the reshard and the close, sweeps,
     /// asks every request again, and checks (module docs).
-    pub async fn settle_and_check(&self, plain: &Arc<Engine<Faulty<S>>>, v: &mut Violations) {
+    pub async fn settle_and_check(
+        &self,
+        plain: &Arc<Engine<Faulty<S>>>,
+        engines: &[Arc<Engine<Faulty<S>>>],
+        v: &mut Violations,
+    ) {
         let spec = &self.plan.spec;
         let stop = CancellationToken::new();
         let mut flusher = Flusher::new(
@@ -365,9 +370,11 @@ impl<S: Store> ReleaseRun<S> {
             format!("rel-settle-{}", self.seed),
             flush_options(),
         );
-        // A reshard stopped by a fault resumes, once a call dropped while
-        // it held the pool's mover lease (a line's consolidation) left it to
-        // expire, as the schedule's settling waits for its event's.
+        // A reshard stopped by a fault resumes: on the engine that ran it
+        // (its lease, if a lost reply left it held, is that engine's own),
+        // else once a call dropped while it held the pool's mover lease (a
+        // line's consolidation) left it to expire, as the schedule's
+        // settling waits for its event's.
         for k in 0..spec.pools.len() {
             let id = self.plan.pool(k);
             let Ok(meta) = plain.reload(&id).await else {
@@ -379,6 +386,10 @@ impl<S: Store> ReleaseRun<S> {
             else {
                 continue;
             };
+            let ran = &engines[engines.len() - 1];
+            if Box::pin(reshard::reshard(ran, &id, to)).await.is_ok() {
+                continue;
+            }
             eventually(
                 "the mover lease of a dropped holder to expire",
                 Duration::from_secs(40),
