@@ -10,8 +10,8 @@
 //! holding the lease), every bucket of every layout is
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
 //! instances are refused too), sagas cut off mid-way are settled (and, in a
-//! release's pool, every order not ended with a line there refused and the
-//! line undone), each bucket's
+//! release's pool, every order not ended with a take there refused and the
+//! take given back), each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, the event's keys expire, and it
 //! leaves the open events (`retire_event`): nothing in the background visits
@@ -207,8 +207,8 @@ pub async fn close<S: Store>(
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
             }
         }
-        // A release pool: every order not ended with a line here is refused
-        // and the line undone, so the counts below are final
+        // A release pool: every order not ended with a take here is refused
+        // and the take given back, so the counts below are final
         // (`engine::pool_cut`).
         engine.settle_pool_orders(&meta).await?;
         // Live holds are voided (API.md): their units go back to their

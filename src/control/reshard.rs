@@ -7,7 +7,7 @@
 //!    token and open transfers are completed; then the old buckets are
 //!    sealed (no purchase, take, cancel or transfer changes them any more),
 //!    sagas cut off mid-way are settled, and in a release's pool every order
-//!    not ended with a line there is refused and that line undone
+//!    not ended with a take there is refused and the take given back
 //!    (`Engine::settle_pool_orders`).
 //! 3. Each user's holdings, order index entries and request records move to the
 //!    user's home in the new layout (`hash % M`), so per-user limits and

@@ -10,21 +10,24 @@
 //! close acts on a pool whose counts are written. So after sealing, and
 //! before anything moves or is counted, `settle_pool_orders` lists the
 //! release's orders not ended (every home's `pend`: `P` and `R`), aborts
-//! each pending one with a line in the pool (the sweeper's compare-and-set:
-//! a driver that committed first wins, and its takes stand), and undoes
-//! that line of each refused one in the sealed layout (`undo_line` works on
-//! sealed buckets). Afterwards the sealed layout holds no take of an order
+//! each pending one whose line in the pool has a take in the sealed layout
+//! (the sweeper's compare-and-set: a driver that committed first wins, and
+//! its takes stand), and undoes that line of each refused one there
+//! (`undo_line` works on sealed buckets). A pending order with no take
+//! there goes on: its walk reads the new layout before its record. Afterwards the sealed layout holds no take of an order
 //! not bought, and none can be added (a sealed bucket takes nothing). The
 //! order's other lines and its release are left to its driver, a retry or
 //! the sweeper, which undo this line again in the layout current then
 //! (`undo_walk`), closing it to a late walk there. docs/DESIGN.md,
 //! "Releases" (As built), says why no walk takes after that.
 
+use futures::future::try_join_all;
+
 use super::release::OrderRun;
 use super::{Engine, EngineError};
 use crate::domain::keys::HomeRef;
 use crate::domain::model::EventMeta;
-use crate::domain::release::HomeRecord;
+use crate::domain::release::{HomeRecord, Line, line_order_id};
 use crate::store::{Decided, Store};
 
 impl<S: Store> Engine<S> {
@@ -60,6 +63,12 @@ impl<S: Store> Engine<S> {
                     head,
                 };
                 let refused = match record {
+                    // No take here: its walk goes on in the new layout
+                    // (one read before the record, `walk_line`), and an
+                    // abort after the switch undoes it there.
+                    HomeRecord::Pending(_) if !self.line_taken_in(&run, &line, meta).await? => {
+                        false
+                    }
                     HomeRecord::Pending(_) => {
                         let refused = HomeRecord::Refused(run.head.clone(), Vec::new());
                         match self
@@ -88,5 +97,25 @@ impl<S: Store> Engine<S> {
             tracing::info!(pool = %event, generation = meta.generation, undone, "release orders settled in a sealed layout");
         }
         Ok(undone)
+    }
+
+    /// Whether the order's line has a take in the layout of `meta` (any
+    /// bucket, any pass): read-only, on sealed buckets too.
+    async fn line_taken_in(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+        meta: &EventMeta,
+    ) -> Result<bool, EngineError> {
+        let oid = line_order_id(&run.head.order_id, &run.spec.id, &run.pool(line));
+        let rid = run.line_rid();
+        let passes = self.opts.max_passes;
+        let found = try_join_all((0..meta.spec.buckets).map(|j| {
+            let bucket = Self::bucket(meta, j);
+            let rid = &rid;
+            async move { self.store.take_markers(&bucket, rid, passes).await }
+        }))
+        .await?;
+        Ok(found.iter().flatten().any(|(_, taken)| *taken == oid))
     }
 }

@@ -5,7 +5,8 @@
 //! its take in the pool's layout; or refused by the sweeper, whose undo
 //! failed); the pool is then resharded, or closed.
 //! The reshard or close refuses the order and gives its take back in the
-//! sealed layout; a sweep ends it (its other lines undone, the limit
+//! sealed layout (a reshard of a pool the order has no take in leaves it to
+//! its retry, which buys once); a sweep ends it (its other lines undone, the limit
 //! released). Then: per pool sold + remaining == stock, the user's count is
 //! what it was told bought, a retry with the request id answers the same
 //! refusal, a bought order's lines stand, and after every pool is closed the
@@ -283,9 +284,10 @@ async fn a_pool_resharded_under_a_refused_order_not_yet_undone_gives_its_take_ba
     check_ledger(&engine, &ledger, &spec, &[&kept]).await;
 }
 
-/// A retry of the cut-off order that comes after a reshard of a pool it has
-/// not reached: the reshard refused it, so the retry walks nothing.
-async fn a_retry_after_a_reshard_of_a_later_pool_answers_the_refusal<S: Store>(engine: Engine<S>) {
+/// A reshard of a pool the cut-off order had not reached leaves it pending
+/// (no take there); a retry then walks that pool's new layout and buys
+/// once, and replays answer the same order.
+async fn a_retry_after_a_reshard_of_a_pool_not_reached_yet_buys_once<S: Store>(engine: Engine<S>) {
     let ledger = ledger_for(engine.store().kind()).await;
     let engine = Arc::new(engine);
     let (spec, kept) = order_cut_off(&engine, &ledger).await;
@@ -294,16 +296,27 @@ async fn a_retry_after_a_reshard_of_a_later_pool_answers_the_refusal<S: Store>(e
         .unwrap();
     let req = request(&spec, "gone", "g1", &[(0, 1), (1, 1), (2, 1)]);
     let retry = engine.buy_lines(&req).await.unwrap();
-    assert_eq!(retry.result, Err(LinesRefusal::GaveUp));
-    for (k, sold) in [(0, 2), (1, 1), (2, 0)] {
+    assert!(retry.replayed);
+    assert_eq!(
+        retry.result.as_ref().map(|o| o.lines.len()),
+        Ok(3),
+        "{retry:?}"
+    );
+    for _ in 0..2 {
+        assert_eq!(engine.buy_lines(&req).await.unwrap().result, retry.result);
+    }
+    release_sweeper::sweep_release(&engine, &spec.id, &sweep_now())
+        .await
+        .unwrap();
+    for (k, sold) in [(0, 3), (1, 2), (2, 1)] {
         assert_eq!(
             remaining(&engine, &spec, k).await + sold,
             STOCK,
             "pool p{k}"
         );
     }
-    swept_and_asked_again(&engine, &spec).await;
-    check_ledger(&engine, &ledger, &spec, &[&kept]).await;
+    assert_eq!(units(&engine, &spec, "gone").await, 3);
+    check_ledger(&engine, &ledger, &spec, &[&kept, &retry]).await;
 }
 
 /// The pool of the order's taken line is closed: the close refuses the
@@ -348,7 +361,7 @@ async fn a_pool_closed_under_a_pending_order_counts_its_take_as_leftover<S: Stor
 
 on_every_backend!(namespace_per_test:
     a_pool_resharded_under_a_pending_order_gives_its_take_back,
-    a_retry_after_a_reshard_of_a_later_pool_answers_the_refusal,
+    a_retry_after_a_reshard_of_a_pool_not_reached_yet_buys_once,
     a_pool_resharded_under_a_refused_order_not_yet_undone_gives_its_take_back,
     a_pool_closed_under_a_pending_order_counts_its_take_as_leftover,
 );
