@@ -9,7 +9,9 @@
 //! close never waits for background work, nor for an instance that died
 //! holding the lease), every bucket of every layout is
 //! fenced to its token and open transfers completed, every bucket is sealed (stale
-//! instances are refused too), sagas cut off mid-way are settled, each bucket's
+//! instances are refused too), sagas cut off mid-way are settled (and, in a
+//! release's pool, every order not ended with a take there refused and the
+//! take given back), each bucket's
 //! leftover stock becomes a leftover record, every stream is drained into the
 //! ledger, the ledger marks the event closed, the event's keys expire, and it
 //! leaves the open events (`retire_event`): nothing in the background visits
@@ -205,6 +207,10 @@ pub async fn close<S: Store>(
                 engine.settle_pending(&meta, b.index, &rid, &record).await?;
             }
         }
+        // A release pool: every order not ended with a take here is refused
+        // and the take given back, so the counts below are final
+        // (`engine::pool_cut`).
+        engine.settle_pool_orders(&meta).await?;
         // A release's held orders with a line here are decided at their
         // home (expired unless confirmed first) and their lines finished
         // while the buckets still take records (sealed, not yet leftover).

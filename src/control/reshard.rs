@@ -5,8 +5,10 @@
 //! 2. Under the mover lease, kept renewed for the whole run: the new layout is
 //!    created empty, every bucket of both layouts is fenced to the lease's
 //!    token and open transfers are completed; then the old buckets are
-//!    sealed (no purchase, take, cancel or transfer changes them any more) and
-//!    sagas cut off mid-way are settled.
+//!    sealed (no purchase, take, cancel or transfer changes them any more),
+//!    sagas cut off mid-way are settled, and in a release's pool every order
+//!    not ended with a take there is refused and the take given back
+//!    (`Engine::settle_pool_orders`).
 //! 3. Each user's holdings, order index entries and request records move to the
 //!    user's home in the new layout (`hash % M`), so per-user limits and
 //!    idempotency carry over. Every write is fenced by the token
@@ -284,6 +286,9 @@ impl<'a, S: Store> Run<'a, S> {
                     .await?;
             }
         }
+        // A release pool: no order not ended keeps a take in the old layout,
+        // whose markers do not move (`engine::pool_cut`).
+        self.engine.settle_pool_orders(self.meta).await?;
         self.step(Checkpoint::ReshardSealed).await?;
         self.move_contents().await?;
         self.step(Checkpoint::ReshardRestored).await?;

@@ -27,6 +27,10 @@ use crate::domain::routing::{home, ring, user_hash};
 use crate::domain::stream::RecordKind;
 use crate::store::{LineConfirm, LineTake, LineUndo, Store, StoreError};
 
+/// Layouts an undo follows before it gives up (each one a reshard that
+/// switched while it undid).
+const UNDO_LAYOUTS: u32 = 4;
+
 /// Where a line's walk ended.
 #[derive(Debug)]
 pub(super) enum LineEnd {
@@ -74,7 +78,7 @@ impl<S: Store> Engine<S> {
 
     /// The pool's meta, its layout current (a reshard under way is waited
     /// for, as a purchase waits).
-    async fn pool_meta(
+    pub(super) async fn pool_meta(
         &self,
         run: &OrderRun,
         line: &Line,
@@ -87,23 +91,29 @@ impl<S: Store> Engine<S> {
         Ok(meta)
     }
 
-    /// Walks line `line` of the order until it is taken, the pool is found
-    /// short, the order is found decided, or the pass budget is spent.
+    /// Walks line `line` of the order in the layout of `meta` until it is
+    /// taken, the pool is found short, the order is found decided, or the
+    /// pass budget is spent. `meta` must have been read before the driver
+    /// last read the order's record as pending (or reserved it): an undo
+    /// closes a line only in the layouts that were current from the abort on
+    /// (`undo_walk`), so a driver that walked a layout switched in after the
+    /// abort could take there for an order already released
+    /// (docs/DESIGN.md, "Releases", As built: a pool's reshard and close).
     pub(super) async fn walk_line(
         &self,
         run: &OrderRun,
         line: &Line,
         driver: Driver,
+        meta: &EventMeta,
     ) -> Result<LineEnd, EngineError> {
-        let meta = self.pool_meta(run, line).await?;
-        let saga = self.line_saga(run, line, &meta);
-        let start = self.fresh_meta(&meta).await?;
+        let saga = self.line_saga(run, line, meta);
+        let start = self.fresh_meta(meta).await?;
         if driver == Driver::First {
             let ttl = self.opts.sold_out_mark_ttl.as_millis() as i64;
             if let Some(left) = start.sold_out_for(saga.qty, self.clock.now_ms(), ttl) {
                 return Ok(LineEnd::Short { remaining: left });
             }
-            if let Some(available) = self.short_everywhere(&meta, &saga, start.seq).await? {
+            if let Some(available) = self.short_everywhere(meta, &saga, start.seq).await? {
                 return Ok(LineEnd::Short {
                     remaining: available,
                 });
@@ -111,7 +121,7 @@ impl<S: Store> Engine<S> {
         }
         let mut lease: Option<Lease> = None;
         let end = self
-            .line_passes(run, &meta, &saga, start.seq, &mut lease)
+            .line_passes(run, meta, &saga, start.seq, &mut lease)
             .await;
         if let Some(lease) = lease {
             lease.release(&self.store).await;
@@ -188,8 +198,13 @@ impl<S: Store> Engine<S> {
         Ok(LineEnd::GaveUp)
     }
 
-    /// Undoes line `line` of a refused order: the walk's ring, pass after
-    /// pass, to the first bucket that is not short.
+    /// Undoes line `line` of a refused order in its pool's current layout,
+    /// and again in the next one if the pool switched layouts meanwhile: the
+    /// undo counts only in a layout found current after it (a stale meta
+    /// would close a sealed layout, and a late walk of the new one would
+    /// take for a released order). A layout a reshard or close sealed with
+    /// the order's take in it had the take given back by that reshard or
+    /// close (`settle_pool_orders`), so only the current one needs closing.
     pub(super) async fn undo_walk(&self, run: &OrderRun, line: &Line) -> Result<(), EngineError> {
         self.give_back_walk(run, line, RecordKind::Void).await
     }
@@ -197,19 +212,57 @@ impl<S: Store> Engine<S> {
     /// Gives line `line` back with a record of `kind`: a refused order's
     /// undo (`Void`), a held order's cancel or expiry (`Cancel`, `Expire`).
     /// The same walk and the same step (`undo_line.lua`): the line's take
-    /// goes `T` → `U` once, whoever walks.
+    /// goes `T` → `U` once, whoever walks. In the pool's current layout, and
+    /// again in the next one if the pool switched layouts meanwhile (see
+    /// [`Self::undo_walk`]).
     pub(super) async fn give_back_walk(
         &self,
         run: &OrderRun,
         line: &Line,
         kind: RecordKind,
     ) -> Result<(), EngineError> {
-        let meta = self.pool_meta(run, line).await?;
-        let saga = self.line_saga(run, line, &meta);
+        let pool = run.pool(line);
+        let mut meta = match self.pool_meta(run, line).await {
+            Ok(meta) => meta,
+            // A closed pool's meta is gone an hour after its close, which
+            // gave back every take of an order not bought.
+            Err(EngineError::UnknownEvent(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for _ in 0..UNDO_LAYOUTS {
+            self.undo_in(run, line, &meta, kind).await?;
+            if meta.status == EventStatus::Closed {
+                // No layout follows a closed one.
+                return Ok(());
+            }
+            let now = self.reload(&pool).await?;
+            if now.generation == meta.generation {
+                return Ok(());
+            }
+            meta = now;
+        }
+        Err(EngineError::Store(StoreError::Unavailable(format!(
+            "pool {pool} kept switching layouts under the give-back of {}",
+            run.rid
+        ))))
+    }
+
+    /// Gives line `line` back in the layout of `meta` (sealed or not), with
+    /// a record of `kind`: the walk's ring, pass after pass, to the first
+    /// bucket that is not short.
+    pub(super) async fn undo_in(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+        meta: &EventMeta,
+        kind: RecordKind,
+    ) -> Result<(), EngineError> {
+        let saga = self.line_saga(run, line, meta);
+        let closed = meta.status == EventStatus::Closed;
         for pass in 1..=self.opts.max_passes {
             let args = Self::line_args(run, &saga, pass);
             for j in ring(saga.home, meta.spec.buckets) {
-                let bucket = Self::bucket(&meta, j);
+                let bucket = Self::bucket(meta, j);
                 let undone = match kind {
                     RecordKind::Void => {
                         self.store
@@ -223,16 +276,22 @@ impl<S: Store> Engine<S> {
                     }
                 };
                 self.activity.wrote(&bucket);
-                match undone? {
-                    LineUndo::Short => {}
-                    LineUndo::Closed => return Ok(()),
+                match undone {
+                    Ok(LineUndo::Short) => {}
+                    Ok(LineUndo::Closed) => return Ok(()),
+                    // A closed pool sells no more: no sold-out mark to void.
+                    Ok(LineUndo::GaveBack | LineUndo::Already) if closed => return Ok(()),
                     // Also when undone before: that undo may have stopped
                     // before voiding the sold-out marks its units made wrong.
-                    LineUndo::GaveBack | LineUndo::Already => {
-                        crate::engine::mover::units_came_back(&self.store, &meta.spec.id, &meta)
+                    Ok(LineUndo::GaveBack | LineUndo::Already) => {
+                        crate::engine::mover::units_came_back(&self.store, &meta.spec.id, meta)
                             .await?;
                         return Ok(());
                     }
+                    // A closed pool's bucket expired: its close gave back
+                    // every take of an order not bought.
+                    Err(crate::store::StoreError::Stale(_)) if closed => return Ok(()),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }

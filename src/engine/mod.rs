@@ -10,7 +10,8 @@
 //! (the event-wide check before a saga probes: the last units refused in one
 //! round trip), `settle` (ending a saga from its markers: close, reshard, the
 //! sweeper), `release` (a release's multi-line orders: reserve, commit or
-//! abort, release) and `lines` (a line's walk and undo in its pool), `orders` (cancel,
+//! abort, release) and `lines` (a line's walk and undo in its pool), `pool_cut` (a pool's
+//! reshard or close settling the release orders under way), `orders` (cancel,
 //! lookup), `holds` (confirm, expiry and voiding of held orders), `view` (per-bucket remaining, skew), `clock` (the time every sale
 //! window and sold-out mark is judged by).
 
@@ -23,6 +24,7 @@ mod lease;
 mod lines;
 pub mod mover;
 mod orders;
+mod pool_cut;
 mod precheck;
 mod purchase;
 mod release;

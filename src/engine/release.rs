@@ -19,6 +19,7 @@ use super::saga::Driver;
 use super::{Engine, EngineError};
 use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::HomeRef;
+use crate::domain::model::EventMeta;
 use crate::domain::release::{
     HoldState, HomeRecord, Line, OrderHead, ReleaseSpec, Short, line_order_id,
 };
@@ -121,7 +122,7 @@ pub(super) struct OrderRun {
 }
 
 impl OrderRun {
-    fn pending(&self) -> HomeRecord {
+    pub(super) fn pending(&self) -> HomeRecord {
         HomeRecord::Pending(self.head.clone())
     }
 
@@ -290,12 +291,24 @@ impl<S: Store> Engine<S> {
             // A retry after the window still learns what it did.
             return match req.request_id {
                 Some(_) => match self.store.home_record(&run.home, &run.rid).await? {
-                    Some(record) => self.replay_order(&mut run, record, 0).await,
+                    Some(HomeRecord::Pending(_)) => {
+                        // Driven on: the layouts first, then the record again
+                        // (`walk_line`).
+                        let metas = self.line_metas(&run).await?;
+                        match self.store.home_record(&run.home, &run.rid).await? {
+                            Some(record) => self.replay_order(&mut run, record, 0, &metas).await,
+                            None => Err(refused),
+                        }
+                    }
+                    Some(record) => self.replay_order(&mut run, record, 0, &[]).await,
                     None => Err(refused),
                 },
                 None => Err(refused),
             };
         }
+        // Each pool's layout, read before the reserve reads the record
+        // (`walk_line`).
+        let metas = self.line_metas(&run).await?;
         let limit = spec.per_user_limit.unwrap_or(0);
         let args = ReserveArgs {
             rid: run.rid.clone(),
@@ -313,7 +326,7 @@ impl<S: Store> Engine<S> {
             Ok(ReserveReply::Reserved) => {
                 #[cfg(feature = "fault-injection")]
                 self.crash_at(super::CrashPoint::AfterHome)?;
-                self.drive_order(&run, Driver::First)
+                self.drive_order(&run, Driver::First, &metas)
                     .await
                     .map(fresh)
                     .map_err(after_reserve)
@@ -322,7 +335,7 @@ impl<S: Store> Engine<S> {
                 Ok(fresh(Err(LinesRefusal::LimitExceeded { limit, held })))
             }
             Ok(ReserveReply::Replay { record, held }) => {
-                self.replay_order(&mut run, record, held).await
+                self.replay_order(&mut run, record, held, &metas).await
             }
             // The reserve may have applied: its record tells a retry, and
             // the sweeper ends the order if nobody comes back.
@@ -340,6 +353,7 @@ impl<S: Store> Engine<S> {
         run: &mut OrderRun,
         record: HomeRecord,
         held: u64,
+        metas: &[Arc<EventMeta>],
     ) -> Result<LinesOutcome, EngineError> {
         match (&record, record.head()) {
             (HomeRecord::Limit { units, .. }, _) if *units != run.head.units() => {
@@ -353,7 +367,7 @@ impl<S: Store> Engine<S> {
         let result = match record {
             HomeRecord::Pending(head) => {
                 run.head = head;
-                self.drive_order(run, Driver::Again)
+                self.drive_order(run, Driver::Again, metas)
                     .await
                     .map_err(after_reserve)?
             }
@@ -375,15 +389,37 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// Takes every line in the release's pool order, then commits; or
+    /// Each line's pool meta, in line order (a reshard under way waited
+    /// for): read before the order's record, so that a walk never takes in a
+    /// layout switched in after the record it saw pending (`walk_line`).
+    async fn line_metas(&self, run: &OrderRun) -> Result<Vec<Arc<EventMeta>>, EngineError> {
+        let mut metas = Vec::with_capacity(run.head.lines.len());
+        for line in &run.head.lines {
+            metas.push(self.pool_meta(run, line).await?);
+        }
+        Ok(metas)
+    }
+
+    /// Takes every line in the release's pool order, each in the layout of
+    /// its meta in `metas` (read before the record was), then commits; or
     /// aborts at the first line its pool cannot serve.
     pub(super) async fn drive_order(
         &self,
         run: &OrderRun,
         driver: Driver,
+        metas: &[Arc<EventMeta>],
     ) -> Result<LinesAnswer, EngineError> {
-        for (i, line) in run.head.lines.iter().enumerate() {
-            match self.walk_line(run, line, driver).await? {
+        if metas.len() != run.head.lines.len() {
+            return Err(StoreError::Protocol(format!(
+                "order {}: {} layouts for {} lines",
+                run.rid,
+                metas.len(),
+                run.head.lines.len()
+            ))
+            .into());
+        }
+        for (i, (line, meta)) in run.head.lines.iter().zip(metas).enumerate() {
+            match self.walk_line(run, line, driver, meta).await? {
                 super::lines::LineEnd::Taken => {
                     #[cfg(feature = "fault-injection")]
                     self.crash_at(super::CrashPoint::AfterTake)?;

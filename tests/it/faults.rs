@@ -20,7 +20,9 @@
 //! store is healed and the schedule settled (`settle`), and the answers held
 //! against the ledger and, from the database alone, against every order's
 //! final status (`checks`): see [`CHECKS`] for what is checked, and what is
-//! not yet.
+//! not yet. Half the schedules also sell a small release through the same
+//! engines (`releases`): multi-line orders while one pool is resharded and
+//! one closed mid-order.
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -31,6 +33,7 @@ mod client;
 mod clock;
 mod log;
 mod plan;
+mod releases;
 mod rig;
 mod settle;
 mod told;
@@ -181,6 +184,17 @@ pub const CHECKS: &[Check] = &[
         on: true,
         what: "a fresh 201 on an event with holds shows `held` and a pay-by hold_seconds after \
                the call began (at most after it ended); without holds, neither",
+    },
+    Check {
+        name: "release_orders",
+        on: true,
+        what: "in the half of the schedules that sell a release alongside (faults::releases): \
+               multi-line orders under the same faults and dropped calls, one pool resharded \
+               and one closed mid-order (the close dropped or cut after it sealed, finished \
+               when settling); a final answer never changes, no order left pending after a \
+               sweep, per open pool sold + remaining = stock, each user's count its bought \
+               units, and from the database alone the oracle per pool and the confirmed \
+               orders exactly the bought orders' lines",
     },
     Check {
         name: "no_pending_saga",
@@ -340,6 +354,10 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         .map(|e| tokio::sync::Mutex::new(rig::rebalancer(e, &ledger)))
         .collect();
     let cut = plan.cut.map(|(at, nth)| cut_at(&plan.spec.id, at, nth));
+    let release = match releases::ReleasePlan::draw(seed) {
+        Some(p) => Some(releases::ReleaseRun::start(p, seed, &plain, &ledger).await),
+        None => None,
+    };
     let rig = Arc::new(Rig {
         id: plan.spec.id.clone(),
         log: Mutex::new(Log::new(plan.spec.hold_seconds)),
@@ -351,13 +369,22 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         stop: CancellationToken::new(),
     });
     let started = Instant::now();
-    rig.run().await;
+    tokio::join!(rig.run(), async {
+        if let Some(release) = &release {
+            release.run(&rig.engines).await;
+        }
+    });
     let ran = started.elapsed();
     // The settling heals everything: its own close and resumptions are not cut.
     checkpoint::clear(&rig.id);
     let injected: usize = rig.engines.iter().map(|e| e.store().injected().len()).sum();
     let calls: u64 = rig.engines.iter().map(|e| e.store().total_calls()).sum();
-    let violations = rig.settle_and_check(&plain).await;
+    let mut violations = rig.settle_and_check(&plain).await;
+    if let Some(release) = &release {
+        release
+            .settle_and_check(&plain, &rig.engines, &mut violations)
+            .await;
+    }
     let log = rig.log.lock().unwrap();
     let cut = match (rig.plan.cut, cut) {
         (Some((at, nth)), Some(fired)) => format!(
@@ -371,8 +398,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         ),
         _ => String::new(),
     };
+    let release = release.map_or(String::new(), |r| format!(", {}", r.summary()));
     let summary = format!(
-        "{} ops, holds {:?} s, {}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}",
+        "{} ops, holds {:?} s, {}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
         rig.plan.ops(),
         rig.plan.spec.hold_seconds,
         if rig.plan.ends() { "window ends, " } else { "" },

@@ -48,6 +48,9 @@
 //! - `releases`: multi-line orders over a release's pools, all or nothing:
 //!   64 tasks with retries, faults in every step, an engine gone between
 //!   lines, the sweeper; each pool read from the database after.
+//! - `release_cuts`: a release pool resharded or closed while an order
+//!   with a line there is not ended: the take given back, the order refused
+//!   once, the database agreeing.
 //! - `release_replay`: the release model's traces replayed on the store's
 //!   release steps, on every backend.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
@@ -104,6 +107,7 @@ mod partial_loss;
 mod quickstart;
 mod rebalancer;
 mod redis_faults;
+mod release_cuts;
 mod release_holds;
 mod release_replay;
 mod releases;
