@@ -13,6 +13,9 @@ ARGV[4] ended: 1 when the decision ends the order (a commit: it leaves pend),
 ARGV[5] alias: the order id; when given (a commit, plain or as a hold), it
         is indexed to the request id (oids) with the decision: a read,
         confirm or cancel of the order finds its record by its id
+ARGV[6] listed_at (only with ARGV[5]): the order's new score in pend (a
+        hold's pay_by, so that the open holds do not fill the sweeper's
+        listing of the pending and refused orders started before its bound)
 
 Returns {"OK"} (this call decided), {"R", record} (the record is not the
 expected one: already decided, this is the decision) or {"NR"} (no record).
@@ -37,5 +40,7 @@ if ARGV[5] then
 end
 if ARGV[4] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[1])
+elseif ARGV[6] then
+  redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[1])
 end
 return {'OK'}

@@ -63,6 +63,10 @@ pub enum ControlError {
     Exists(EventId),
     #[error("{0}")]
     Busy(String),
+    /// A reshard of a pool of a release with holds: its bucket count is
+    /// fixed (a reshard does not carry a held order's markers).
+    #[error("{event} is a pool of release {release}, which has holds: its bucket count is fixed")]
+    HeldPool { event: EventId, release: EventId },
 }
 
 impl From<StoreError> for ControlError {

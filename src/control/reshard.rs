@@ -61,6 +61,24 @@ pub async fn reshard<S: Store>(
     reshard_because(engine, event, buckets, Why::Manual).await
 }
 
+/// Refuses to start a reshard of a pool of a release with holds: a held
+/// order's markers stay in the layout its lines were taken in, and the
+/// reshard's settle (`Engine::settle_pool_orders`) ends pending and refused
+/// orders, not held ones, so a confirm or give-back after the switch would
+/// miss its take. (An adaptive count is refused on such a release at its
+/// creation.) A run already under way is resumed.
+async fn held_pool<S: Store>(engine: &Engine<S>, event: &EventId) -> Result<(), ControlError> {
+    if let Some(release) = engine.pool_release(event).await?
+        && engine.release_spec(&release).await?.hold_seconds.is_some()
+    {
+        return Err(ControlError::HeldPool {
+            event: event.clone(),
+            release,
+        });
+    }
+    Ok(())
+}
+
 /// Why a reshard runs: the `reason` label of `shardstock_reshards_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
@@ -104,7 +122,10 @@ pub async fn reshard_because<S: Store>(
         (EventStatus::OnSale, _) if meta.spec.buckets == buckets => {
             return Ok(engine.view(event).await?);
         }
-        (EventStatus::OnSale, _) => (meta.generation + 1, buckets),
+        (EventStatus::OnSale, _) => {
+            held_pool(engine, event).await?;
+            (meta.generation + 1, buckets)
+        }
         (EventStatus::Resharding, Some(to)) if to.1 == buckets => to,
         (EventStatus::Resharding, _) => {
             return Err(ControlError::Busy(format!(

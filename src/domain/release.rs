@@ -331,6 +331,17 @@ fn pairs<A: std::str::FromStr, B: std::str::FromStr>(s: &str) -> Option<Vec<(A, 
 }
 
 impl HomeRecord {
+    /// Where a held order waits in its home's `pend` from its commit on: at
+    /// its `pay_by`, not its start, so that the sweeper's listing of orders
+    /// pending or refused since its bound (the earliest entries) is not
+    /// filled with open holds, and the holds' own listing finds the due ones
+    /// first. `None` for any other record.
+    pub fn held_listed_at(&self) -> Option<i64> {
+        match self {
+            Self::Held(_, pay_by, _) => Some(*pay_by),
+            _ => None,
+        }
+    }
     /// `P|oid|user|at|lines`, `B|…`, `R|oid|user|at|lines|shorts`, `X|…`,
     /// `L|units|limit`, `H|oid|user|at|lines|pay_by|state` (lines
     /// `pool:qty,…`, shorts `pool:remaining,…`, state a [`HoldState`] code).

@@ -67,6 +67,12 @@ pub enum ApiError {
         "event {event} is a pool of release {release}: buy it through          POST /v1/releases/{release}/orders, which holds the release-wide per-user limit"
     )]
     ReleasePool { event: String, release: String },
+    /// 409 `release-pool`: a reshard of a pool of a release with holds,
+    /// whose bucket count is fixed.
+    #[error(
+        "event {event} is a pool of release {release}, which has holds: its bucket count is fixed while orders may be held (a reshard would not carry their markers)"
+    )]
+    HeldPool { event: String, release: String },
     /// 409 `sold-out`, member `remaining`.
     #[error("fewer units remain than asked for")]
     SoldOut { remaining: u64 },
@@ -166,7 +172,9 @@ impl ApiError {
             SoldOut { .. } | LinesSoldOut(_) => (StatusCode::CONFLICT, "sold-out", "Sold out"),
             UnknownRelease(_) => (StatusCode::NOT_FOUND, "unknown-release", "Unknown release"),
             ReleaseExists(_) => (StatusCode::CONFLICT, "release-exists", "Release exists"),
-            ReleasePool { .. } => (StatusCode::CONFLICT, "release-pool", "Pool of a release"),
+            ReleasePool { .. } | HeldPool { .. } => {
+                (StatusCode::CONFLICT, "release-pool", "Pool of a release")
+            }
             LimitExceeded { .. } => (
                 StatusCode::CONFLICT,
                 "limit-exceeded",

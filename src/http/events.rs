@@ -125,6 +125,10 @@ impl<S: Store> AppState<S> {
             ControlError::Engine(e) => self.engine_error(event, e),
             ControlError::Exists(id) => ApiError::EventExists(id.to_string()),
             ControlError::Busy(why) => ApiError::TryAgain(why),
+            ControlError::HeldPool { event, release } => ApiError::HeldPool {
+                event: event.to_string(),
+                release: release.to_string(),
+            },
             ControlError::Ledger(e) => {
                 tracing::warn!(error = %e, "ledger failed");
                 ApiError::Unavailable {

@@ -788,4 +788,97 @@ on_every_backend!(namespace_per_test:
     held_orders_keep_every_promise_under_faults,
     a_decision_whose_engine_died_is_finished_once,
     a_pools_close_expires_its_held_orders_whole,
+    open_holds_do_not_hide_a_crashed_order_from_the_sweeper,
 );
+
+/// A home full of open holds (more than a sweep round lists a home) does
+/// not hide an order whose engine died after its first take: a held order
+/// waits in `pend` at its `pay_by`, so the listing of orders pending since
+/// the sweeper's bound finds the crashed one first and the round ends it.
+/// Before, every hold kept its start there and 64 older holds filled the
+/// round, leaving the crashed order's units off sale and its user's limit
+/// reserved until the holds ended.
+async fn open_holds_do_not_hide_a_crashed_order_from_the_sweeper<S: Store>(engine: Engine<S>) {
+    let mut spec = spec(2, 200, 2, None);
+    spec.homes = 1;
+    engine.create_release(spec.clone()).await.unwrap();
+    let held = 70;
+    for i in 0..held {
+        let out = engine
+            .buy_lines(&request(
+                &spec,
+                &format!("h{i}"),
+                vec![(pool(0), 1)],
+                &format!("h{i}"),
+            ))
+            .await
+            .unwrap();
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+    engine.inject_crash(shardstock::engine::CrashPoint::AfterTake);
+    let crashed = engine
+        .buy_lines(&request(
+            &spec,
+            "gone",
+            vec![(pool(0), 1), (pool(1), 1)],
+            "g1",
+        ))
+        .await;
+    engine.inject_crash(shardstock::engine::CrashPoint::None);
+    assert!(crashed.is_err(), "{crashed:?}");
+    let remaining = async |k: usize| {
+        engine
+            .view(&spec.pool_event(k).unwrap())
+            .await
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(
+        remaining(0).await,
+        200 - held - 1,
+        "the crashed order's take"
+    );
+    shardstock::control::release_sweeper::sweep_release(&engine, &spec.id, &sweep_now())
+        .await
+        .unwrap();
+    assert_eq!(
+        remaining(0).await,
+        200 - held,
+        "one round gave the take back"
+    );
+    assert_eq!(
+        engine.release_units(&spec.id, &user("gone")).await.unwrap(),
+        0,
+        "and released the limit"
+    );
+    let again = engine
+        .buy_lines(&request(
+            &spec,
+            "gone",
+            vec![(pool(0), 1), (pool(1), 1)],
+            "g1",
+        ))
+        .await
+        .unwrap();
+    assert!(again.replayed && again.result.is_err(), "{again:?}");
+    // The holds are still open, still listed for their own sweep.
+    let home = HomeRef::new(&spec.id, 0);
+    let listed = engine
+        .store()
+        .stale_orders(&home, i64::MAX, 1_000)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), held as usize, "{listed:?}");
+    // A pool of a release with holds keeps its bucket count: a reshard
+    // would not carry the held orders' markers.
+    let refused =
+        shardstock::control::reshard::reshard(&engine, &spec.pool_event(0).unwrap(), 4).await;
+    assert!(
+        matches!(
+            refused,
+            Err(shardstock::control::ControlError::HeldPool { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(remaining(0).await, 200 - held, "nothing moved");
+}

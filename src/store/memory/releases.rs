@@ -48,6 +48,11 @@ impl MemoryStore {
                 }
                 if ended {
                     h.pend.remove(rid);
+                } else if alias.is_some()
+                    && let Some(at) = decided.held_listed_at()
+                    && let Some(listed) = h.pend.get_mut(rid)
+                {
+                    *listed = at;
                 }
                 Decided::Done
             }

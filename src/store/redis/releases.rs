@@ -40,7 +40,11 @@ steps! {
     /// Commits or aborts an order by compare-and-set (`commit_order`, `abort_order`).
     DecideOrder = decide_order {
         keys: [K::Given("reqs"), K::Given("pend"), K::Given("oids")],
-        argv: { rid: String, expected: String, decided: String, ended: bool, alias: Option<String> },
+        // `listed_at` only with an `alias` (both optional, in that order).
+        argv: {
+            rid: String, expected: String, decided: String, ended: bool, alias: Option<String>,
+            listed_at: Option<i64>,
+        },
         reply: Reply::Codes(&[reply::OK, reply::REPLAY, reply::NO_RECORD]),
         writes: [Request],
     }
@@ -218,6 +222,7 @@ impl Releases for RedisStore {
             decided: bought.encode(),
             ended: true,
             alias: bought.head().map(|h| h.order_id.to_string()),
+            listed_at: None,
         };
         self.decide(home, step).await
     }
@@ -235,6 +240,7 @@ impl Releases for RedisStore {
             decided: refused.encode(),
             ended: false,
             alias: None,
+            listed_at: None,
         };
         self.decide(home, step).await
     }
@@ -253,6 +259,7 @@ impl Releases for RedisStore {
             decided: held.encode(),
             ended: false,
             alias: Some(order_id.to_string()),
+            listed_at: held.held_listed_at(),
         };
         self.decide(home, step).await
     }
@@ -271,6 +278,7 @@ impl Releases for RedisStore {
             decided: next.encode(),
             ended,
             alias: None,
+            listed_at: None,
         };
         self.decide(home, step).await
     }

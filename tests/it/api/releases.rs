@@ -536,6 +536,17 @@ async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
             .await;
         }
     }
+    // Its pools keep their bucket count: 409 release-pool, naming why.
+    let r = app
+        .client
+        .put(format!("{}/v1/events/{id}.a/buckets", app.base))
+        .bearer_auth(crate::harness::TOKEN)
+        .json(&json!({"buckets": 4}))
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, 409, "release-pool").await;
+    assert!(p["detail"].as_str().unwrap().contains("has holds"), "{p}");
     app.stop().await;
 }
 
