@@ -10,10 +10,12 @@
 //! (the event-wide check before a saga probes: the last units refused in one
 //! round trip), `settle` (ending a saga from its markers: close, reshard, the
 //! sweeper), `release` (a release's multi-line orders: reserve, commit or
-//! abort, release) and `lines` (a line's walk and undo in its pool), `pool_cut` (a pool's
-//! reshard or close settling the release orders under way), `orders` (cancel,
-//! lookup), `holds` (confirm, expiry and voiding of held orders), `view` (per-bucket remaining, skew), `clock` (the time every sale
-//! window and sold-out mark is judged by).
+//! abort, release), `lines` (a line's walk and undo in its pool),
+//! `release_holds` (a held release order's confirm, cancel and expiry, whole),
+//! `pool_cut` (a pool's reshard or close settling the release orders under
+//! way), `orders` (cancel, lookup), `holds` (confirm, expiry and voiding of
+//! held orders), `view` (per-bucket remaining, skew), `clock` (the time every
+//! sale window and sold-out mark is judged by).
 
 mod activity;
 mod batch;
