@@ -63,9 +63,37 @@ pub(super) async fn view<S: Store>(
     let release = event_id(id)?;
     match state.engine.release_order(&release, &order_id).await {
         Ok(order) => Ok(Json(OrderAnswer::new(order))),
-        Err(EngineError::UnknownRelease(r)) => Err(ApiError::UnknownRelease(r.to_string())),
         Err(e) => Err(not_found(e, order_id)),
     }
+}
+
+/// A confirm or a cancel.
+#[derive(Clone, Copy)]
+enum Decision {
+    Confirm,
+    Cancel,
+}
+
+/// Decides a held order in a task of its own: a dropped handler never stops
+/// between the home's decision and the lines (the sweeper would finish
+/// them, but later).
+async fn decide<S: Store>(
+    state: AppState<S>,
+    (id, order_id): (String, String),
+    decision: Decision,
+) -> Result<Json<OrderAnswer>, ApiError> {
+    let release = event_id(id)?;
+    let engine = state.engine.clone();
+    let oid = order_id.clone();
+    let outcome = tokio::spawn(async move {
+        match decision {
+            Decision::Confirm => engine.confirm_release_order(&release, &oid).await,
+            Decision::Cancel => engine.cancel_release_order(&release, &oid).await,
+        }
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the order's decision task failed: {e}")))?;
+    answered(outcome.map_err(|e| not_found(e, order_id))?)
 }
 
 /// The answer of a confirm or cancel: `200` with the order, or the refusal.
@@ -98,17 +126,9 @@ fn answered(outcome: HoldOutcome) -> Result<Json<OrderAnswer>, ApiError> {
 )]
 pub(super) async fn confirm<S: Store>(
     State(state): State<AppState<S>>,
-    Path((id, order_id)): Path<(String, String)>,
+    Path(path): Path<(String, String)>,
 ) -> Result<Json<OrderAnswer>, ApiError> {
-    let release = event_id(id)?;
-    let engine = state.engine.clone();
-    let oid = order_id.clone();
-    // A task of its own: a dropped handler never stops between the home's
-    // decision and the lines (the sweeper would finish them, but later).
-    let outcome = tokio::spawn(async move { engine.confirm_release_order(&release, &oid).await })
-        .await
-        .map_err(|e| ApiError::Internal(format!("the confirm task failed: {e}")))?;
-    answered(outcome.map_err(|e| not_found(e, order_id))?)
+    decide(state, path, Decision::Confirm).await
 }
 
 /// Cancels a held release order: every line's units back on sale, the
@@ -131,13 +151,7 @@ pub(super) async fn confirm<S: Store>(
 )]
 pub(super) async fn cancel<S: Store>(
     State(state): State<AppState<S>>,
-    Path((id, order_id)): Path<(String, String)>,
+    Path(path): Path<(String, String)>,
 ) -> Result<Json<OrderAnswer>, ApiError> {
-    let release = event_id(id)?;
-    let engine = state.engine.clone();
-    let oid = order_id.clone();
-    let outcome = tokio::spawn(async move { engine.cancel_release_order(&release, &oid).await })
-        .await
-        .map_err(|e| ApiError::Internal(format!("the cancel task failed: {e}")))?;
-    answered(outcome.map_err(|e| not_found(e, order_id))?)
+    decide(state, path, Decision::Cancel).await
 }

@@ -355,7 +355,7 @@ async fn mixed_holds<S: Store>(engine: Engine<S>, faults: bool) {
     println!("seed {seed}");
     let faulty = Faulty::new(engine.store().clone(), seed);
     let plain = Arc::new(engine.with_clock(clock.clone().into()));
-    let spec = spec(5, 16, 2, Some(4));
+    let spec = spec(10, 16, 2, Some(4));
     lifecycle::create_release(&plain, &ledger, spec.clone())
         .await
         .unwrap();
@@ -372,13 +372,13 @@ async fn mixed_holds<S: Store>(engine: Engine<S>, faults: bool) {
     }
     let book: Book = Arc::default();
     let lost: Lost = Arc::default();
-    let tasks: Vec<_> = (0..16)
+    let tasks: Vec<_> = (0..64)
         .map(|t| {
             let (engine, spec, book, lost) =
                 (buyer.clone(), spec.clone(), book.clone(), lost.clone());
             tokio::spawn(async move {
-                for i in 0..8 {
-                    let u = format!("u{}", rand::rng().random_range(0..40));
+                for i in 0..3 {
+                    let u = format!("u{}", rand::rng().random_range(0..60));
                     buy_one(&engine, &spec, (&book, &lost), &u, &format!("t{t}-{i}")).await;
                 }
             })
@@ -808,6 +808,10 @@ async fn a_pools_close_expires_its_held_orders_whole<S: Store>(engine: Engine<S>
         OrderStatus::Confirmed
     );
 }
+
+on_every_backend!(namespace_per_test, unbatched:
+    held_orders_confirm_cancel_and_expire_whole,
+);
 
 on_every_backend!(namespace_per_test:
     held_orders_confirm_cancel_and_expire_whole,

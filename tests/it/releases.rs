@@ -8,7 +8,8 @@
 //!   original, no order left pending; then, quiet, no false sold-out per
 //!   pool; then every pool closed and read from the database alone (the
 //!   oracle): each bought order's lines confirmed, no refused order with a
-//!   line, confirmed + leftover == stock per pool.
+//!   line, confirmed + leftover == stock per pool. Also on memory and Redis
+//!   with batching off.
 //! - Faults: every store step failing, delayed or timing out before or
 //!   after it applied, calls dropped mid-way; healed, retried and swept:
 //!   the same promises, and each request's answer once final never changes.
@@ -627,6 +628,10 @@ async fn a_short_second_line_refuses_the_order_and_the_limit_spans_pools<S: Stor
         "{conflict:?}"
     );
 }
+
+on_every_backend!(namespace_per_test, unbatched:
+    sixty_four_tasks_buy_mixed_orders_all_or_nothing,
+);
 
 on_every_backend!(namespace_per_test:
     sixty_four_tasks_buy_mixed_orders_all_or_nothing,

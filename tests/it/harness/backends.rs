@@ -200,6 +200,10 @@ pub async fn ledger_for(kind: &str) -> shardstock::ledger::Ledger {
 ///   `redis` and `cluster` (batched only), each Redis test in a key namespace
 ///   of its own (`<suite>-<random>`), for tests that move an engine's clock
 ///   over deployment-wide state (the holds' deadline index).
+/// - `on_every_backend!(namespace_per_test, unbatched: a, b)`: those tests
+///   again on memory and Redis with batching off (`unbatched_memory`,
+///   `unbatched_redis`, each Redis test in a namespace of its own); list
+///   them under `namespace_per_test:` too.
 /// - `on_every_backend!(app: a, b)`: each `async fn name(backend: Backend)`
 ///   on every backend a `TestApp` runs on: `on_memory` and `on_redis`.
 macro_rules! on_every_backend {
@@ -216,6 +220,19 @@ macro_rules! on_every_backend {
         $crate::harness::on_every_backend!(@engine cluster, |suite| {
             let apart = format!("{suite}-{:08x}", rand::random::<u32>());
             $crate::harness::cluster(&apart).await
+        }; $($name),*);
+    };
+    (namespace_per_test, unbatched: $($name:ident),* $(,)?) => {
+        $crate::harness::on_every_backend!(@engine unbatched_memory, |_suite| shardstock::Engine::new(
+            shardstock::MemoryStore::new(),
+            $crate::harness::unbatched(),
+        ); $($name),*);
+        $crate::harness::on_every_backend!(@engine unbatched_redis, |suite| {
+            let apart = format!("{suite}-{:08x}", rand::random::<u32>());
+            shardstock::Engine::new(
+                $crate::harness::standalone(&apart).await.store().clone(),
+                $crate::harness::unbatched(),
+            )
         }; $($name),*);
     };
     (@app $module:ident, $backend:ident; $($name:ident),*) => {
