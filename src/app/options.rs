@@ -173,6 +173,19 @@ pub fn webhooks(o: &crate::config::OutboxSettings) -> WebhookOptions {
         retry_max_ms: o.webhook_retry_max_ms,
         pause_after_failures: o.webhook_pause_after_failures,
         pause_after: Duration::from_millis(o.webhook_pause_after_ms),
+        // Checked when the settings were loaded; read again here.
+        extra_roots: match o
+            .webhook_ca_file
+            .as_deref()
+            .map(crate::config::read_ca_file)
+        {
+            None => Vec::new(),
+            Some(Ok(roots)) => roots,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "outbox.webhook_ca_file: https:// receivers signed by it will fail");
+                Vec::new()
+            }
+        },
     }
 }
 

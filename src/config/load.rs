@@ -172,6 +172,9 @@ impl Settings {
                 ),
             ));
         }
+        if let Some(path) = &self.outbox.webhook_ca_file {
+            super::read_ca_file(path).map_err(|e| invalid("outbox.webhook_ca_file", e))?;
+        }
         let mut ids = std::collections::HashSet::new();
         for (i, hook) in self.outbox.webhooks.iter().enumerate() {
             let field = |name: &str| format!("outbox.webhooks[{i}].{name}");

@@ -24,6 +24,31 @@ pub use bounds::{NUMERIC, Numeric, numeric};
 pub use show::{mask_url, show};
 pub use source::ConfigSource;
 
+/// The most a CA file (`outbox.webhook_ca_file`) may hold.
+const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
+/// The certificates of a PEM file of CA certificates: at least one, the
+/// file at most 1 MiB. The error says why, for the field's message.
+pub fn read_ca_file(path: &str) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read {path:?}: {e}"))?
+        .len();
+    if size > MAX_CA_FILE_BYTES {
+        return Err(format!(
+            "{path:?} is {size} bytes, more than a CA file's {MAX_CA_FILE_BYTES}"
+        ));
+    }
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{path:?} is not a PEM file of certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{path:?} holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
 use crate::domain::ids::EventId;
 use crate::domain::model::{BucketCount, BucketRange, DEFAULT_MAX_PER_ORDER, EventSpec};
 
@@ -389,6 +414,10 @@ pub struct OutboxSettings {
     /// whichever comes first; the admin API resumes it from its cursor.
     pub webhook_pause_after_failures: u32,
     pub webhook_pause_after_ms: u64,
+    /// A PEM file of CA certificates trusted for `https://` receivers besides
+    /// the system's (a private CA); absent: the system's only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_ca_file: Option<String>,
     /// Webhook subscriptions declared here (`[[outbox.webhooks]]`); more
     /// are made with the admin API (`/v1/webhooks`). Both are kept in the
     /// ledger.
@@ -402,8 +431,9 @@ pub struct OutboxSettings {
 pub struct WebhookSettings {
     /// Its name: 1 to 64 of `A-Z a-z 0-9 _ -`, unique.
     pub id: String,
-    /// Where the changes are POSTed: `http://…` (`https://` is not supported
-    /// yet: a TLS proxy in front of the receiver does it).
+    /// Where the changes are POSTed: `http://…` or `https://…` (the
+    /// receiver's certificate checked against the system's roots and
+    /// `webhook_ca_file`'s).
     pub url: String,
     /// The change types delivered (`order.created` …); empty or absent:
     /// every type.
@@ -434,6 +464,7 @@ impl Default for OutboxSettings {
             webhook_retry_max_ms: 300_000,
             webhook_pause_after_failures: 20,
             webhook_pause_after_ms: 3_600_000,
+            webhook_ca_file: None,
             webhooks: Vec::new(),
         }
     }

@@ -180,6 +180,36 @@ fn a_webhook_subscription_names_the_field_it_gets_wrong() {
     );
     let off = hook("").replace("enabled = true", "enabled = false");
     assert_eq!(field_of(parse(&off).unwrap_err()), "outbox.webhooks");
+    let tls = hook("").replace("http://127.0.0.1:9/h", "https://pay.example/h");
+    assert_eq!(
+        parse(&tls).unwrap().outbox.webhooks[0].url,
+        "https://pay.example/h"
+    );
+}
+
+#[test]
+fn a_webhook_ca_file_is_read_at_start_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("ss-ca-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = |path: &std::path::Path| {
+        parse(&format!(
+            "[outbox]\nenabled = true\nwebhook_ca_file = {:?}\n",
+            path.display().to_string()
+        ))
+    };
+    let missing = with(&dir.join("absent.pem")).unwrap_err();
+    let text = missing.to_string();
+    assert_eq!(field_of(missing), "outbox.webhook_ca_file");
+    assert!(text.contains("cannot read"), "{text}");
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let text = with(&empty).unwrap_err().to_string();
+    assert!(text.contains("no PEM certificate"), "{text}");
+    let big = dir.join("big.pem");
+    std::fs::write(&big, vec![b'a'; (1 << 20) + 1]).unwrap();
+    let text = with(&big).unwrap_err().to_string();
+    assert!(text.contains("more than a CA file's"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

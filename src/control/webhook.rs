@@ -31,12 +31,17 @@
 //! `shardstock_webhook_paused`; the admin API resumes it from its cursor.
 //! A paused subscription holds the outbox only until the retention prunes
 //! it (`relay::prune`): changes older than that are not delivered.
+//!
+//! **Transport**: `http://` or `https://` (rustls on ring, the system's
+//! trusted roots plus `webhook_ca_file`'s; no client certificate), HTTP/1.1,
+//! redirects not followed (a 3xx is a failure), connections kept alive.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
+use rustls::pki_types::CertificateDer;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -62,6 +67,9 @@ pub struct WebhookOptions {
     pub retry_max_ms: u64,
     pub pause_after_failures: u32,
     pub pause_after: Duration,
+    /// Roots trusted for `https://` receivers besides the system's
+    /// (`webhook_ca_file`).
+    pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
 /// The POST body of a change: the fields the JetStream message has
@@ -111,11 +119,52 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// The deliveries' HTTP client: `http://` and `https://`.
+type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Full<hyper::body::Bytes>,
+>;
+
+/// The most of an answer's body a delivery reads (then drops the
+/// connection rather than the rest): receivers answer a few bytes.
+const MAX_ANSWER_BYTES: usize = 64 << 10;
+
 /// What every worker shares.
 struct Shared {
     ledger: Ledger,
     opts: WebhookOptions,
-    client: reqwest::Client,
+    client: Client,
+}
+
+/// The client: the system's trusted roots (those that parse) and `extra`.
+/// rustls on ring, which async-nats already builds: ring's provider is
+/// deprecated for lacking post-quantum key exchange (aws-lc-rs has it, and
+/// a C build); classical ECDHE protects a webhook's body here.
+#[allow(deprecated)]
+fn client(extra: &[CertificateDer<'static>]) -> Client {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    if let Some(e) = native.errors.first() {
+        tracing::warn!(error = %e, "webhooks: some of the system's trusted roots could not be read");
+    }
+    let (_, unparsed) = roots.add_parsable_certificates(native.certs);
+    roots.add_parsable_certificates(extra.iter().cloned());
+    if unparsed > 0 {
+        tracing::debug!(unparsed, "webhooks: system roots skipped");
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
 }
 
 /// A running worker, and the subscription it was started for.
@@ -146,11 +195,7 @@ impl<S: Store> Dispatcher<S> {
         opts: WebhookOptions,
         owner: String,
     ) -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("shardstock-webhooks/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("a client without TLS settings builds");
+        let client = client(&opts.extra_roots);
         Self {
             engine,
             shared: Arc::new(Shared {
@@ -293,23 +338,51 @@ async fn post(shared: &Shared, sub: &Subscription, change: &Change) -> Result<()
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let answer = shared
-        .client
-        .post(&sub.url)
-        .timeout(shared.opts.timeout)
-        .header("content-type", "application/json")
+    let request = hyper::Request::post(sub.url.as_str())
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("shardstock-webhooks/", env!("CARGO_PKG_VERSION")),
+        )
         .header(SIGNATURE_HEADER, hook::signature(&sub.secrets, t, &body))
         .header(EVENT_ID_HEADER, &change.change_id)
         .header(EVENT_TYPE_HEADER, &change.kind)
-        .body(body)
-        .send()
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+        .map_err(|e| Failure::Unreachable(format!("the request: {e}")))?;
+    let exchange = async {
+        let answer = shared
+            .client
+            .request(request)
+            .await
+            .map_err(|e| Failure::Unreachable(error_chain(&e)))?;
+        let status = answer.status();
+        // Read (a bounded part of) the answer, so the connection is reused.
+        let _ = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            answer.into_body(),
+            MAX_ANSWER_BYTES,
+        ))
         .await;
-    match answer {
-        Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(Failure::Rejected(r.status().as_u16())),
-        Err(e) if e.is_timeout() => Err(Failure::Timeout),
-        Err(e) => Err(Failure::Unreachable(e.to_string())),
+        Ok(status)
+    };
+    match tokio::time::timeout(shared.opts.timeout, exchange).await {
+        Err(_) => Err(Failure::Timeout),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(status)) if status.is_success() => Ok(()),
+        Ok(Ok(status)) => Err(Failure::Rejected(status.as_u16())),
     }
+}
+
+/// An error and its sources, `a: b: c` (a TLS failure is a source of a
+/// connect error of the client's).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// One subscription's worker: delivers from its cursor until `stop`, a

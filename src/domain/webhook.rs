@@ -63,11 +63,11 @@ pub fn check(
             format!("must be 1 to {MAX_ID_LEN} of A-Z a-z 0-9 _ -, not {id:?}"),
         ));
     }
-    // The OpenAPI document's pattern, `^http://[^ /?#]+([/?#][^ ]*)?$`,
+    // The OpenAPI document's pattern, `^https?://[^ /?#]+([/?#][^ ]*)?$`,
     // and length (in characters), exactly: what it allows is accepted.
-    // `https://` is refused while the delivery client has no TLS (a URL
-    // accepted and never delivered would only pause later).
-    let rest = url.strip_prefix("http://");
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
     let host_ok = rest.is_some_and(|r| {
         let host = r.split(['/', '?', '#']).next().unwrap_or("");
         !host.is_empty() && !r.contains(' ')
@@ -76,7 +76,7 @@ pub fn check(
         return Err((
             "url",
             format!(
-                "must be an http:// URL with a host and no space, at most {MAX_URL_LEN} characters (https:// is not supported yet: put a TLS proxy in front)"
+                "must be an http:// or https:// URL with a host and no space, at most {MAX_URL_LEN} characters"
             ),
         ));
     }
@@ -258,7 +258,9 @@ mod tests {
         let ok = s(&["0123456789abcdef"]);
         assert_eq!(check("pay", "http://x.example/h", &[], &ok), Ok(()));
         let field = |r: Result<(), (&'static str, String)>| r.unwrap_err().0;
-        assert_eq!(field(check("pay", "https://x.example/h", &[], &ok)), "url");
+        assert_eq!(check("pay", "https://x.example/h", &[], &ok), Ok(()));
+        assert_eq!(field(check("pay", "ftp://x.example/h", &[], &ok)), "url");
+        assert_eq!(field(check("pay", "https://", &[], &ok)), "url");
         assert_eq!(field(check("a b", "http://x", &[], &ok)), "id");
         assert_eq!(field(check("", "http://x", &[], &ok)), "id");
         assert_eq!(field(check("a", "ftp://x", &[], &ok)), "url");

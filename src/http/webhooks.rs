@@ -39,9 +39,10 @@ pub(super) struct CreateWebhook {
     /// 1 to 64 of `A-Z a-z 0-9 _ -`.
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     id: String,
-    /// `http://…`, where each change is POSTed (`https://` is not supported
-    /// yet: a TLS proxy in front of the receiver does it).
-    #[schema(max_length = 2048, pattern = "^http://[^ /?#]+([/?#][^ ]*)?$")]
+    /// `http://…` or `https://…`, where each change is POSTed (the
+    /// receiver's certificate checked against the system's roots and
+    /// `[outbox] webhook_ca_file`).
+    #[schema(max_length = 2048, pattern = "^https?://[^ /?#]+([/?#][^ ]*)?$")]
     url: String,
     /// The change types delivered (absent or empty: every type).
     #[serde(default)]

@@ -119,3 +119,4 @@ mod telemetry;
 mod topology;
 mod upgrade;
 mod webhooks;
+mod webhooks_tls;

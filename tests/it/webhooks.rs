@@ -31,15 +31,15 @@ use crate::outbox::{all_changes, check_changes, events_on, sale_with_holds};
 
 /// One POST the receiver got.
 #[derive(Debug, Clone)]
-struct Delivery {
-    event_id: String,
-    kind: String,
-    signature: String,
-    body: Bytes,
+pub(crate) struct Delivery {
+    pub(crate) event_id: String,
+    pub(crate) kind: String,
+    pub(crate) signature: String,
+    pub(crate) body: Bytes,
 }
 
 /// A webhook endpoint: records every POST, answers `status`.
-struct Receiver {
+pub(crate) struct Receiver {
     status: AtomicU16,
     got: Mutex<Vec<Delivery>>,
 }
@@ -47,10 +47,23 @@ struct Receiver {
 impl Receiver {
     /// Starts one on 127.0.0.1:0; its URL.
     async fn start(status: u16) -> (Arc<Self>, String) {
-        let receiver = Arc::new(Self {
+        let receiver = Self::new(status);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let app = receiver.router();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (receiver, format!("http://{addr}/hook"))
+    }
+
+    pub(crate) fn new(status: u16) -> Arc<Self> {
+        Arc::new(Self {
             status: AtomicU16::new(status),
             got: Mutex::new(Vec::new()),
-        });
+        })
+    }
+
+    /// The endpoint, `POST /hook`, serving this receiver.
+    pub(crate) fn router(self: &Arc<Self>) -> axum::Router {
         async fn hook(
             State(r): State<Arc<Receiver>>,
             headers: HeaderMap,
@@ -71,26 +84,22 @@ impl Receiver {
             });
             AxumStatus::from_u16(r.status.load(Ordering::SeqCst)).unwrap()
         }
-        let app = axum::Router::new()
+        axum::Router::new()
             .route("/hook", axum::routing::post(hook))
-            .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (receiver, format!("http://{addr}/hook"))
+            .with_state(self.clone())
     }
 
     fn set(&self, status: u16) {
         self.status.store(status, Ordering::SeqCst);
     }
 
-    fn all(&self) -> Vec<Delivery> {
+    pub(crate) fn all(&self) -> Vec<Delivery> {
         self.got.lock().unwrap().clone()
     }
 
     /// The deliveries answered 2xx or not, first copy of each id, in
     /// arrival order, as the changes endpoint writes a change.
-    fn deduplicated(&self, event: &str) -> Vec<Value> {
+    pub(crate) fn deduplicated(&self, event: &str) -> Vec<Value> {
         let mut seen = HashSet::new();
         self.all()
             .into_iter()
@@ -113,7 +122,7 @@ impl Receiver {
 
 /// Settings with order events on and quick retries (a delivery failing is
 /// retried within 100 ms), pausing after `pause_after` failures in a row.
-fn hooks_on(backend: Backend, pause_after: u32) -> Settings {
+pub(crate) fn hooks_on(backend: Backend, pause_after: u32) -> Settings {
     let mut s = events_on("webhooks", backend);
     s.outbox.webhook_retry_min_ms = 10;
     s.outbox.webhook_retry_max_ms = 100;
@@ -123,7 +132,7 @@ fn hooks_on(backend: Backend, pause_after: u32) -> Settings {
 }
 
 const SECRET_OLD: &str = "whsec-old-0123456789abcdef";
-const SECRET_NEW: &str = "whsec-new-fedcba9876543210";
+pub(crate) const SECRET_NEW: &str = "whsec-new-fedcba9876543210";
 
 /// The check docs/API.md documents, in Python with its standard library:
 /// `verify(secret, header, body, now, tolerance)` answers `ok`,
@@ -179,13 +188,13 @@ fn python_verify(secret: &str, header: &str, body: &[u8], now_offset: i64) -> St
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-async fn subscribe(app: &TestApp, body: Value) -> Value {
+pub(crate) async fn subscribe(app: &TestApp, body: Value) -> Value {
     let r = app.admin_post("/v1/webhooks", body).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     r.json().await.unwrap()
 }
 
-async fn webhook(app: &TestApp, id: &str) -> Value {
+pub(crate) async fn webhook(app: &TestApp, id: &str) -> Value {
     let r = app
         .client
         .get(app.url(&format!("/v1/webhooks/{id}")))
