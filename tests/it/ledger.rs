@@ -850,6 +850,168 @@ async fn held_orders_read_the_same_through_the_service_and_the_view() {
     }
 }
 
+/// A release order's lines name it in the ledger, through the service's
+/// reads and the `orders` view (with its release and pool), on SQLite and
+/// PostgreSQL: each line's row carries the release order's id, the lines of
+/// one order share it, and a plain event's orders (a dotted id too) have
+/// none. A pool the ledger knew before it named releases (registered as a
+/// plain event) is named once its release registers it again.
+#[tokio::test]
+async fn a_release_orders_lines_name_it_and_plain_orders_do_not() {
+    for url in [sqlite_url(), pg_url()] {
+        let ledger = Ledger::connect(&url, 2).await.unwrap();
+        let release = event_id("named");
+        let pools: Vec<EventId> = ["a", "b"]
+            .iter()
+            .map(|p| EventId::parse(format!("{release}.{p}")).unwrap())
+            .collect();
+        let plain = EventId::parse(format!("{}.v2", event_id("plain"))).unwrap();
+        // Pool a as a ledger before 0010 left it, then registered again.
+        ledger
+            .register_event(&spec(&pools[0], 10, 2), 0)
+            .await
+            .unwrap();
+        for pool in &pools {
+            ledger
+                .register_pool(&spec(pool, 10, 2), &release, 0)
+                .await
+                .unwrap();
+        }
+        ledger
+            .register_event(&spec(&plain, 10, 2), 0)
+            .await
+            .unwrap();
+        let order = |n: u64| format!("{release}.{n:016x}.{n:016x}");
+        let line = |k: usize, n: u64| format!("{}.{n:016x}.{n:016x}", pools[k]);
+        let plain_oid = format!("{plain}.{:016x}.{:016x}", 9, 9);
+        let batch = [
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                1,
+                RecordKind::Order,
+                &line(0, 1),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#1", pools[1]),
+                &pools[1],
+                1,
+                RecordKind::Order,
+                &line(1, 1),
+                2,
+                1,
+            ),
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                2,
+                RecordKind::Order,
+                &line(0, 2),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                3,
+                RecordKind::Void,
+                &line(0, 2),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[1]),
+                &pools[1],
+                2,
+                RecordKind::Order,
+                &line(1, 3),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[1]),
+                &pools[1],
+                3,
+                RecordKind::Cancel,
+                &line(1, 3),
+                1,
+                0,
+            ),
+            record(
+                &format!("{plain}#0#0"),
+                &plain,
+                1,
+                RecordKind::Order,
+                &plain_oid,
+                1,
+                0,
+            ),
+        ];
+        ledger.apply(&batch, 0).await.unwrap();
+        let db = sqlx::AnyPool::connect(&url).await.unwrap();
+        let want = [
+            (0, line(0, 1), Some(order(1))),
+            (1, line(1, 1), Some(order(1))),
+            (1, line(1, 3), Some(order(3))),
+        ];
+        for (k, oid, release_order) in want {
+            let (o, e, _) = OrderId::parse(&oid).unwrap();
+            assert_eq!(e, pools[k]);
+            let row = ledger.order(&o, &e).await.unwrap().expect("flushed");
+            assert_eq!(
+                row.release_order.as_ref().map(|o| o.to_string()),
+                release_order,
+                "{url}: line {oid} through the service"
+            );
+            let view: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT release_order, release_id, pool FROM orders WHERE order_id = $1",
+            )
+            .bind(&oid)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            let pool_name = ["a", "b"][k].to_owned();
+            assert_eq!(
+                view,
+                (release_order, Some(release.to_string()), Some(pool_name)),
+                "{url}: line {oid} through the view"
+            );
+        }
+        // Every line of an event's history names it too (the lookups after a close).
+        for (k, pool) in pools.iter().enumerate() {
+            for h in ledger.order_histories(pool, None).await.unwrap() {
+                let Some(o) = h.order else { continue };
+                let n = h.order_id.rsplit('.').next().unwrap().to_owned();
+                assert_eq!(
+                    o.release_order.map(|o| o.to_string()),
+                    Some(format!("{release}.{n}.{n}")),
+                    "{url}: pool {k}, line {}",
+                    h.order_id
+                );
+            }
+        }
+        let (o, e, _) = OrderId::parse(&plain_oid).unwrap();
+        let row = ledger.order(&o, &e).await.unwrap().expect("flushed");
+        assert_eq!(row.release_order, None, "{url}: a plain order");
+        let plain_row: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+            "SELECT release_order, release_id, pool FROM orders WHERE order_id = $1",
+        )
+        .bind(&plain_oid)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(
+            plain_row,
+            (None, None, None),
+            "{url}: a plain order in the view"
+        );
+        let json = serde_json::to_value(&row).unwrap();
+        assert!(json.get("release_order").is_none(), "{json}");
+    }
+}
+
 #[tokio::test]
 async fn the_database_guard_alarms_on_an_oversell() {
     let id = event_id("guard");

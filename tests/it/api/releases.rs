@@ -397,7 +397,7 @@ async fn a_configured_release_is_created_at_start_up(b: Backend) {
 /// its `pay_by`, and a replay the same; confirm and cancel act on every line
 /// (`order-confirmed`, `order-cancelled`, `hold-expired` as an event's
 /// holds answer); an order never paid expires, all its units back; the
-/// ledger shows each line as its order.
+/// ledger shows each line as its order, naming its release order.
 async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
     let id = eid("held-rel");
     let mut s = settings(b);
@@ -530,6 +530,7 @@ async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
                     let v: Value = r.json().await.unwrap();
                     let row = v["orders"].as_array()?.first()?.clone();
                     assert_eq!(row["order_id"], line["order_id"], "{v}");
+                    assert_eq!(row["release_order"], o["order_id"], "{v}");
                     (row["status"] == want).then_some(())
                 },
             )
