@@ -184,7 +184,10 @@ impl<S: Store> Engine<S> {
         EngineError::UnknownOrder(order_id.to_owned())
     }
 
-    /// Open → `next` by compare-and-set at the home: the one decision.
+    /// Open → `next` by compare-and-set at the home: the one decision, and
+    /// the one place it is counted (`shardstock_release_holds_total`): a
+    /// confirm, cancel, sweeper or close that finds the order decided, or
+    /// finishes a decision another made, counts nothing.
     async fn decide_hold(
         &self,
         run: &OrderRun,
@@ -193,10 +196,14 @@ impl<S: Store> Engine<S> {
     ) -> Result<Decided, EngineError> {
         let open = HomeRecord::Held(run.head.clone(), pay_by, HoldState::Open);
         let decided = HomeRecord::Held(run.head.clone(), pay_by, next);
-        Ok(self
+        let result = self
             .store
             .move_hold(&run.home, &run.rid, &open, &decided, false)
-            .await?)
+            .await?;
+        if result == Decided::Done {
+            count_decision(&run.spec.id, next);
+        }
+        Ok(result)
     }
 
     /// A decided hold's lines, each confirmed or given back in its pool
@@ -361,4 +368,17 @@ impl<S: Store> Engine<S> {
             .await?;
         Ok(())
     }
+}
+
+/// Counts a hold decided `next` (confirming, cancelling or expiring) by
+/// the outcome it ends in.
+fn count_decision(release: &EventId, next: HoldState) {
+    let outcome = match next.ended() {
+        HoldState::Confirmed => "confirmed",
+        HoldState::Cancelled => "cancelled",
+        HoldState::Expired => "expired",
+        _ => return,
+    };
+    metrics::counter!(crate::metrics::RELEASE_HOLDS, "release" => release.to_string(), "outcome" => outcome)
+        .increment(1);
 }

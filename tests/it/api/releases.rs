@@ -397,7 +397,8 @@ async fn a_configured_release_is_created_at_start_up(b: Backend) {
 /// its `pay_by`, and a replay the same; confirm and cancel act on every line
 /// (`order-confirmed`, `order-cancelled`, `hold-expired` as an event's
 /// holds answer); an order never paid expires, all its units back; the
-/// ledger shows each line as its order, naming its release order.
+/// ledger shows each line as its order, naming its release order; each
+/// decision is counted once in `shardstock_release_holds_total`.
 async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
     let id = eid("held-rel");
     let mut s = settings(b);
@@ -536,6 +537,20 @@ async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
             )
             .await;
         }
+    }
+    // Each decision counted once, by the call that made it: the second
+    // confirm and cancel, the reads and the 409s found it decided.
+    let text = app.metrics().await;
+    for outcome in ["confirmed", "cancelled", "expired"] {
+        assert_eq!(
+            sample(
+                &text,
+                "shardstock_release_holds_total",
+                &[("release", id.as_str()), ("outcome", outcome)],
+            ),
+            Some(1.0),
+            "{outcome}: {text}"
+        );
     }
     // Its pools keep their bucket count: 409 release-pool, naming why.
     let r = app
