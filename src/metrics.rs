@@ -53,6 +53,14 @@ pub(crate) const RELEASE_ORDER_OUTCOMES: [&str; 6] = [
     "replayed",
     "error",
 ];
+/// counter {release, outcome}: held release orders (a release with
+/// `hold_seconds`) decided, by outcome ([`RELEASE_HOLD_OUTCOMES`]): counted
+/// once an order, by the call whose compare-and-set at its home decided it
+/// (a confirm, a cancel, the sweeper or a pool's close), never by one that
+/// found it decided. A decision whose answer the store lost is not counted.
+pub const RELEASE_HOLDS: &str = "shardstock_release_holds_total";
+/// Every outcome label of [`RELEASE_HOLDS`].
+pub(crate) const RELEASE_HOLD_OUTCOMES: [&str; 3] = ["confirmed", "cancelled", "expired"];
 
 // ---- buckets (kept fresh by a background task) ----
 /// gauge {event, bucket}.
@@ -176,6 +184,10 @@ pub(crate) fn describe() {
         "1 for each pool of a release on sale, naming its event (join on event)"
     );
     describe_counter!(RELEASE_ORDERS, "Multi-line release orders by outcome");
+    describe_counter!(
+        RELEASE_HOLDS,
+        "Held release orders decided (confirmed, cancelled, expired), once each"
+    );
     describe_gauge!(BUCKET_REMAINING, "Units left in a bucket");
     describe_gauge!(
         BUCKET_SKEW,

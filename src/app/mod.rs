@@ -289,6 +289,11 @@ impl Application {
             Default::default(),
             stop.clone(),
         )));
+        tasks.spawn(quietly(crate::control::release_sweeper::run_holds(
+            engine.clone(),
+            Default::default(),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(housekeeping(state, stop.clone())));
         tracing::info!(
             store = engine.store().kind(),

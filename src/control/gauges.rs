@@ -101,7 +101,8 @@ pub(crate) fn initialise(event: &EventId) {
 }
 
 /// A release's pool: its info series, set to 1 (the join from an event's
-/// series to its release and pool), and the release's order counters at 0.
+/// series to its release and pool), and the release's order and hold
+/// counters at 0.
 fn publish_pool(event: &EventId, release: &EventId) {
     let pool = event
         .as_str()
@@ -113,6 +114,10 @@ fn publish_pool(event: &EventId, release: &EventId) {
         .set(1.0);
     for outcome in m::RELEASE_ORDER_OUTCOMES {
         metrics::counter!(m::RELEASE_ORDERS, "release" => r.clone(), "outcome" => outcome)
+            .increment(0);
+    }
+    for outcome in m::RELEASE_HOLD_OUTCOMES {
+        metrics::counter!(m::RELEASE_HOLDS, "release" => r.clone(), "outcome" => outcome)
             .increment(0);
     }
 }

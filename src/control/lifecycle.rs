@@ -108,11 +108,11 @@ pub async fn create_release<S: Store>(
     let spec = engine.create_release(spec).await?;
     for k in 0..spec.pools.len() {
         let pool = spec.pool_spec(k).map_err(EngineError::from)?;
-        if ledger.event(&pool.id).await?.is_none() {
-            ledger
-                .register_event(&pool, engine.clock().now_ms())
-                .await?;
-        }
+        // Also when the pool is registered: one registered before the
+        // ledger named releases learns its release here.
+        ledger
+            .register_pool(&pool, &spec.id, engine.clock().now_ms())
+            .await?;
     }
     Ok(spec)
 }

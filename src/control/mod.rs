@@ -29,7 +29,8 @@ pub mod rebalancer;
 pub mod reconcile;
 /// The outbox relay: the ledger's order changes to NATS JetStream.
 pub mod relay;
-/// Ends release orders no driver will end.
+/// Ends release orders no driver will end, and expires held ones at
+/// their deadline.
 pub mod release_sweeper;
 /// Moving a live event to another bucket count.
 pub mod reshard;

@@ -337,6 +337,10 @@ pub struct OrderView {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub pay_by: Option<i64>,
+    /// A line of a release order (its event a release's pool), read from the
+    /// ledger: the release order's id, which every line of the order shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_order: Option<OrderId>,
 }
 
 impl OrderView {
@@ -357,6 +361,8 @@ impl OrderView {
             request_id,
             created_at: Some(entry.at_ms),
             pay_by: entry.pay_by,
+            // A line has no index entry: only the ledger shows one.
+            release_order: None,
         }
     }
 }

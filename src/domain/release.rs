@@ -196,6 +196,16 @@ pub fn line_order_id(order: &OrderId, release: &EventId, pool_event: &EventId) -
     OrderId::from_stored(&format!("{pool_event}{tail}"))
 }
 
+/// The release order line `line` of `pool_event` belongs to:
+/// `line_order_id` undone, the release in place of the pool's event.
+pub fn release_order_id(line: &OrderId, pool_event: &EventId, release: &EventId) -> OrderId {
+    let tail = line
+        .as_str()
+        .strip_prefix(pool_event.as_str())
+        .unwrap_or(line.as_str());
+    OrderId::from_stored(&format!("{release}{tail}"))
+}
+
 /// One line of an order: a pool (by its index in the release) and units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Line {

@@ -59,7 +59,7 @@ pub use release::{
     LinesOutcome, LinesRefusal, LinesRequest, OrderLine, ReleaseOrder, ReleaseOrderStatus,
     ShortLine,
 };
-pub use release_holds::{HoldOutcome, HoldRefusal};
+pub use release_holds::{HoldOutcome, HoldRefusal, HoldSweep};
 pub use view::{BucketView, EventView, LayoutView, skew};
 
 /// Errors of the engine layer (refusals like sold-out are not errors: see [`Refusal`]).

@@ -43,6 +43,21 @@ pub struct HoldOutcome {
     pub already: bool,
 }
 
+/// What a round of `Engine::sweep_release_holds` did, and when the release
+/// next needs one for its deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldSweep {
+    /// Orders this round ended.
+    pub ended: u32,
+    /// No hold of the release falls due before this (unix ms, the engine's
+    /// clock): the earliest `pay_by` of an open hold the round left, or of a
+    /// pending order were it committed now, capped at the round's start plus
+    /// `hold_seconds` (an order reserved after the listing is due no
+    /// sooner). The round's start when a home listed `per_home` entries
+    /// (more to read). `i64::MAX` on a release without holds.
+    pub next_due: i64,
+}
+
 /// What a buyer asks of a held order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ask {
@@ -184,7 +199,10 @@ impl<S: Store> Engine<S> {
         EngineError::UnknownOrder(order_id.to_owned())
     }
 
-    /// Open → `next` by compare-and-set at the home: the one decision.
+    /// Open → `next` by compare-and-set at the home: the one decision, and
+    /// the one place it is counted (`shardstock_release_holds_total`): a
+    /// confirm, cancel, sweeper or close that finds the order decided, or
+    /// finishes a decision another made, counts nothing.
     async fn decide_hold(
         &self,
         run: &OrderRun,
@@ -193,10 +211,14 @@ impl<S: Store> Engine<S> {
     ) -> Result<Decided, EngineError> {
         let open = HomeRecord::Held(run.head.clone(), pay_by, HoldState::Open);
         let decided = HomeRecord::Held(run.head.clone(), pay_by, next);
-        Ok(self
+        let result = self
             .store
             .move_hold(&run.home, &run.rid, &open, &decided, false)
-            .await?)
+            .await?;
+        if result == Decided::Done {
+            count_decision(&run.spec.id, next);
+        }
+        Ok(result)
     }
 
     /// A decided hold's lines, each confirmed or given back in its pool
@@ -260,18 +282,23 @@ impl<S: Store> Engine<S> {
     /// first and is finished confirmed), and every pending order with a
     /// line in it aborted, so none becomes a hold after the pool's buckets
     /// were sealed. At most `per_home` entries a home a round; returns how
-    /// many orders this call ended.
+    /// many orders this call ended, and when the release's next hold falls
+    /// due (`HoldSweep`).
     pub async fn sweep_release_holds(
         &self,
         release: &EventId,
         per_home: u32,
         close_pool: Option<u32>,
-    ) -> Result<u32, EngineError> {
+    ) -> Result<HoldSweep, EngineError> {
         let spec = self.release_spec(release).await?;
-        if spec.hold_seconds.is_none() {
-            return Ok(0);
-        }
+        let Some(start_due) = spec.pay_by(self.clock.now_ms()) else {
+            return Ok(HoldSweep {
+                ended: 0,
+                next_due: i64::MAX,
+            });
+        };
         let mut ended = 0;
+        let mut next_due = start_due;
         // One order that cannot be finished (a pool unreachable, say) must
         // not keep the others from their deadline: it is tried again next
         // round, and the first such error is returned once this one is done.
@@ -279,10 +306,25 @@ impl<S: Store> Engine<S> {
         for h in 0..spec.homes {
             let home = HomeRef::new(&spec.id, h);
             let now = self.clock.now_ms();
-            for (rid, record) in self.store.stale_orders(&home, i64::MAX, per_home).await? {
+            let listed = self.store.stale_orders(&home, i64::MAX, per_home).await?;
+            if listed.len() as u32 >= per_home {
+                next_due = next_due.min(now);
+            }
+            for (rid, record) in listed {
                 let Some(head) = record.head().cloned() else {
                     continue;
                 };
+                match &record {
+                    // A due one is expired below; one that fails is the
+                    // next round's (this one or `sweep_release`'s).
+                    HomeRecord::Held(_, pay_by, HoldState::Open) if *pay_by > now => {
+                        next_due = next_due.min(*pay_by);
+                    }
+                    HomeRecord::Pending(head) => {
+                        next_due = next_due.min(spec.pay_by(head.at_ms).unwrap_or(i64::MAX));
+                    }
+                    _ => {}
+                }
                 let in_pool = close_pool.is_some_and(|k| head.lines.iter().any(|l| l.pool == k));
                 let run = OrderRun {
                     spec: spec.clone(),
@@ -325,7 +367,7 @@ impl<S: Store> Engine<S> {
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(ended),
+            None => Ok(HoldSweep { ended, next_due }),
         }
     }
 
@@ -361,4 +403,17 @@ impl<S: Store> Engine<S> {
             .await?;
         Ok(())
     }
+}
+
+/// Counts a hold decided `next` (confirming, cancelling or expiring) by
+/// the outcome it ends in.
+fn count_decision(release: &EventId, next: HoldState) {
+    let outcome = match next.ended() {
+        HoldState::Confirmed => "confirmed",
+        HoldState::Cancelled => "cancelled",
+        HoldState::Expired => "expired",
+        _ => return,
+    };
+    metrics::counter!(crate::metrics::RELEASE_HOLDS, "release" => release.to_string(), "outcome" => outcome)
+        .increment(1);
 }

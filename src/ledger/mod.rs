@@ -336,10 +336,33 @@ impl Ledger {
 
     /// Records an event (and its totals row) unless it exists.
     pub async fn register_event(&self, spec: &EventSpec, now_ms: i64) -> Result<(), LedgerError> {
+        self.register(spec, None, now_ms).await
+    }
+
+    /// Records a release's pool as `register_event` does, and names its
+    /// release on the event's row (on a row that exists without one too: a
+    /// pool registered before migration 0010), so the `orders` view and
+    /// the order reads name each line's release order.
+    pub async fn register_pool(
+        &self,
+        spec: &EventSpec,
+        release: &EventId,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        self.register(spec, Some(release), now_ms).await
+    }
+
+    async fn register(
+        &self,
+        spec: &EventSpec,
+        release: Option<&EventId>,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds, buckets_min, buckets_max) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9, $10, $11) ON CONFLICT (event_id) DO NOTHING",
+            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds, buckets_min, buckets_max, release_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9, $10, $11, $12) \
+             ON CONFLICT (event_id) DO UPDATE SET release_id = COALESCE(events.release_id, excluded.release_id)",
         )
         .bind(spec.id.as_str())
         .bind(spec.stock as i64)
@@ -352,6 +375,7 @@ impl Ledger {
         .bind(spec.hold_seconds.map(i64::from))
         .bind(spec.auto_buckets.map(|r| i64::from(r.min)))
         .bind(spec.auto_buckets.map(|r| i64::from(r.max)))
+        .bind(release.map(EventId::as_str))
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO event_totals (event_id, stock) VALUES ($1, $2) ON CONFLICT (event_id) DO NOTHING")

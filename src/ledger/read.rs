@@ -10,6 +10,7 @@ use super::derive::{self, Rec, Status};
 use super::{DbKind, Ledger, LedgerError};
 use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{BucketRange, EventSpec, OrderStatus, OrderView};
+use crate::domain::release::release_order_id;
 use crate::domain::stream::StreamId;
 
 /// An event as the ledger has it.
@@ -77,10 +78,12 @@ pub struct OrderHistory {
     pub records: Vec<(String, u64)>,
 }
 
-/// The order `records` (all of one order id) make, as the service shows it.
+/// The order `records` (all of one order id) make, as the service shows it;
+/// `release`: the event is a pool of that release, the order one of its lines.
 fn view_of(
     id: OrderId,
     event: &EventId,
+    release: Option<&EventId>,
     records: &[Rec],
 ) -> Result<Option<OrderView>, LedgerError> {
     let Some((rec, bucket, status)) = derive::derive(records) else {
@@ -94,7 +97,6 @@ fn view_of(
         Status::Voided => return Ok(None), // the take never became this order
     };
     Ok(Some(OrderView {
-        order_id: id,
         event_id: event.clone(),
         user_id: UserId::parse(rec.user.clone())
             .map_err(|e| LedgerError::Data(format!("user {:?}: {e}", rec.user)))?,
@@ -104,6 +106,8 @@ fn view_of(
         request_id: Some(rec.rid.clone()).filter(|r| !r.is_empty()),
         created_at: Some(rec.at_ms),
         pay_by: derive::pay_by(records),
+        release_order: release.map(|r| release_order_id(&id, event, r)),
+        order_id: id,
     }))
 }
 
@@ -181,6 +185,27 @@ impl Ledger {
         rows.iter().map(event_from).collect()
     }
 
+    /// The release `event` is a pool of (`events.release_id`, migration
+    /// 0010), `None` for a plain event. A release id has no `.`, so a pool's
+    /// event id has one: an id without costs no read.
+    pub async fn release_of(&self, event: &EventId) -> Result<Option<EventId>, LedgerError> {
+        if !event.as_str().contains('.') {
+            return Ok(None);
+        }
+        let release: Option<Option<String>> =
+            sqlx::query_scalar("SELECT release_id FROM events WHERE event_id = $1")
+                .bind(event.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        release
+            .flatten()
+            .map(|r| {
+                EventId::parse(r.clone())
+                    .map_err(|e| LedgerError::Data(format!("release id {r:?}: {e}")))
+            })
+            .transpose()
+    }
+
     pub async fn totals(&self, event: &EventId) -> Result<Option<Totals>, LedgerError> {
         let row = sqlx::query(TOTALS)
             .bind(event.as_str())
@@ -214,7 +239,11 @@ impl Ledger {
             .iter()
             .map(Rec::from_row)
             .collect::<Result<Vec<_>, _>>()?;
-        view_of(id.clone(), event, &records)
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let release = self.release_of(event).await?;
+        view_of(id.clone(), event, release.as_ref(), &records)
     }
 
     /// Every order of `event` (of `user` alone when given) as the ledger
@@ -246,10 +275,16 @@ impl Ledger {
             let rec = Rec::from_row(&row)?;
             by_order.entry(rec.order_id.clone()).or_default().push(rec);
         }
+        let release = self.release_of(event).await?;
         let mut out = Vec::with_capacity(by_order.len());
         for (oid, mut records) in by_order {
             records.sort_by_key(|r| r.key);
-            let order = view_of(OrderId::from_stored(&oid), event, &records)?;
+            let order = view_of(
+                OrderId::from_stored(&oid),
+                event,
+                release.as_ref(),
+                &records,
+            )?;
             out.push(OrderHistory {
                 order_id: oid,
                 order,

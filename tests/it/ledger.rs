@@ -850,6 +850,300 @@ async fn held_orders_read_the_same_through_the_service_and_the_view() {
     }
 }
 
+/// A release order's lines name it in the ledger, through the service's
+/// reads and the `orders` view (with its release and pool), on SQLite and
+/// PostgreSQL: each line's row carries the release order's id, the lines of
+/// one order share it, and a plain event's orders (a dotted id too) have
+/// none. A pool the ledger knew before it named releases (registered as a
+/// plain event) is named once its release registers it again.
+#[tokio::test]
+async fn a_release_orders_lines_name_it_and_plain_orders_do_not() {
+    for url in [sqlite_url(), pg_url()] {
+        let ledger = Ledger::connect(&url, 2).await.unwrap();
+        let release = event_id("named");
+        let pools: Vec<EventId> = ["a", "b"]
+            .iter()
+            .map(|p| EventId::parse(format!("{release}.{p}")).unwrap())
+            .collect();
+        let plain = EventId::parse(format!("{}.v2", event_id("plain"))).unwrap();
+        // Pool a as a ledger before 0010 left it, then registered again.
+        ledger
+            .register_event(&spec(&pools[0], 10, 2), 0)
+            .await
+            .unwrap();
+        for pool in &pools {
+            ledger
+                .register_pool(&spec(pool, 10, 2), &release, 0)
+                .await
+                .unwrap();
+        }
+        ledger
+            .register_event(&spec(&plain, 10, 2), 0)
+            .await
+            .unwrap();
+        let order = |n: u64| format!("{release}.{n:016x}.{n:016x}");
+        let line = |k: usize, n: u64| format!("{}.{n:016x}.{n:016x}", pools[k]);
+        let plain_oid = format!("{plain}.{:016x}.{:016x}", 9, 9);
+        let batch = [
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                1,
+                RecordKind::Order,
+                &line(0, 1),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#1", pools[1]),
+                &pools[1],
+                1,
+                RecordKind::Order,
+                &line(1, 1),
+                2,
+                1,
+            ),
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                2,
+                RecordKind::Order,
+                &line(0, 2),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[0]),
+                &pools[0],
+                3,
+                RecordKind::Void,
+                &line(0, 2),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[1]),
+                &pools[1],
+                2,
+                RecordKind::Order,
+                &line(1, 3),
+                1,
+                0,
+            ),
+            record(
+                &format!("{}#0#0", pools[1]),
+                &pools[1],
+                3,
+                RecordKind::Cancel,
+                &line(1, 3),
+                1,
+                0,
+            ),
+            record(
+                &format!("{plain}#0#0"),
+                &plain,
+                1,
+                RecordKind::Order,
+                &plain_oid,
+                1,
+                0,
+            ),
+        ];
+        ledger.apply(&batch, 0).await.unwrap();
+        let db = sqlx::AnyPool::connect(&url).await.unwrap();
+        let want = [
+            (0, line(0, 1), Some(order(1))),
+            (1, line(1, 1), Some(order(1))),
+            (1, line(1, 3), Some(order(3))),
+        ];
+        for (k, oid, release_order) in want {
+            let (o, e, _) = OrderId::parse(&oid).unwrap();
+            assert_eq!(e, pools[k]);
+            let row = ledger.order(&o, &e).await.unwrap().expect("flushed");
+            assert_eq!(
+                row.release_order.as_ref().map(|o| o.to_string()),
+                release_order,
+                "{url}: line {oid} through the service"
+            );
+            let view: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT release_order, release_id, pool FROM orders WHERE order_id = $1",
+            )
+            .bind(&oid)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            let pool_name = ["a", "b"][k].to_owned();
+            assert_eq!(
+                view,
+                (release_order, Some(release.to_string()), Some(pool_name)),
+                "{url}: line {oid} through the view"
+            );
+        }
+        // Every line of an event's history names it too (the lookups after a close).
+        for (k, pool) in pools.iter().enumerate() {
+            for h in ledger.order_histories(pool, None).await.unwrap() {
+                let Some(o) = h.order else { continue };
+                let n = h.order_id.rsplit('.').next().unwrap().to_owned();
+                assert_eq!(
+                    o.release_order.map(|o| o.to_string()),
+                    Some(format!("{release}.{n}.{n}")),
+                    "{url}: pool {k}, line {}",
+                    h.order_id
+                );
+            }
+        }
+        let (o, e, _) = OrderId::parse(&plain_oid).unwrap();
+        let row = ledger.order(&o, &e).await.unwrap().expect("flushed");
+        assert_eq!(row.release_order, None, "{url}: a plain order");
+        let plain_row: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+            "SELECT release_order, release_id, pool FROM orders WHERE order_id = $1",
+        )
+        .bind(&plain_oid)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(
+            plain_row,
+            (None, None, None),
+            "{url}: a plain order in the view"
+        );
+        let json = serde_json::to_value(&row).unwrap();
+        assert!(json.get("release_order").is_none(), "{json}");
+    }
+}
+
+/// Migration 0010 on ledgers that already hold a release's lines, SQLite
+/// and PostgreSQL, each migrated first with the migrations before it: every
+/// row reads as before, the new columns empty, until the release registers
+/// its pools again (as `[[releases]]` are at every start, or the same
+/// `POST /v1/releases`); then each line names its release order, through
+/// the service and the view, and a plain order stays without one.
+#[tokio::test]
+async fn a_ledger_from_before_0010_names_its_lines_once_the_release_registers_again() {
+    use sqlx::migrate::{MigrateDatabase, Migrator};
+    use std::str::FromStr;
+
+    sqlx::any::install_default_drivers();
+    let pg = format!(
+        "postgres://postgres@127.0.0.1:5432/shardstock_it_upgrade{:08x}_{}",
+        rand::random::<u32>(),
+        std::process::id()
+    );
+    for (url, folder) in [(sqlite_url(), "sqlite"), (pg.clone(), "postgres")] {
+        let old = shardstock_bench::cluster::scratch_dir(&format!("migrations-0009-{folder}"));
+        let dir = format!("{}/migrations/{folder}", env!("CARGO_MANIFEST_DIR"));
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            if name.as_str() < "0010" {
+                std::fs::copy(&path, old.join(&name)).unwrap();
+            }
+        }
+        let migrator = Migrator::new(old.as_path()).await.unwrap();
+        if folder == "sqlite" {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(
+                    sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+                        .unwrap()
+                        .create_if_missing(true),
+                )
+                .await
+                .unwrap();
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        } else {
+            sqlx::Postgres::create_database(&url).await.unwrap();
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .unwrap();
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        }
+        // A release's pool and a plain event, each with an order, as a
+        // binary of 0009's time wrote them.
+        let release = event_id("before");
+        let pool_event = EventId::parse(format!("{release}.a")).unwrap();
+        let plain = event_id("plain-before");
+        let line = format!("{pool_event}.00000000000000a1.00000000000000a2");
+        let plain_oid = format!("{plain}.00000000000000b1.00000000000000b2");
+        let db = sqlx::AnyPool::connect(&url).await.unwrap();
+        for (event, oid) in [(&pool_event, &line), (&plain, &plain_oid)] {
+            sqlx::query(
+                "INSERT INTO events (event_id, stock, buckets, max_per_order, status, created_ms) \
+                 VALUES ($1, 10, 2, 4, 'on_sale', 0)",
+            )
+            .bind(event.as_str())
+            .execute(&db)
+            .await
+            .unwrap();
+            let stream_no: i64 = sqlx::query_scalar(
+                "INSERT INTO ledger_streams (stream, event_id) VALUES ($1, $2) RETURNING stream_no",
+            )
+            .bind(format!("{event}#0#0"))
+            .bind(event.as_str())
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO order_records (stream_no, ms, seq, quantity, bucket, home, at_ms, kind, order_id, user_id, request_id) \
+                 VALUES ($1, 1000, 1, 1, 0, 0, 1000, 'o', $2, 'u-1', 'u-1/r')",
+            )
+            .bind(stream_no)
+            .bind(oid.as_str())
+            .execute(&db)
+            .await
+            .unwrap();
+        }
+        db.close().await;
+
+        let ledger = Ledger::connect(&url, 1).await.unwrap();
+        let db = sqlx::AnyPool::connect(&url).await.unwrap();
+        let read = async |oid: &str| {
+            let (o, e, _) = OrderId::parse(oid).unwrap();
+            let row = ledger.order(&o, &e).await.unwrap().expect("an order");
+            let view: (String, Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT status, release_order, release_id, pool FROM orders WHERE order_id = $1",
+            )
+            .bind(oid)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            (row.release_order.map(|o| o.to_string()), view)
+        };
+        let unnamed = (None, ("confirmed".to_owned(), None, None, None));
+        assert_eq!(
+            read(&line).await,
+            unnamed,
+            "{folder}: a line before its release registers again"
+        );
+        assert_eq!(read(&plain_oid).await, unnamed, "{folder}: a plain order");
+        ledger
+            .register_pool(&spec(&pool_event, 10, 2), &release, 0)
+            .await
+            .unwrap();
+        let order = format!("{release}.00000000000000a1.00000000000000a2");
+        assert_eq!(
+            read(&line).await,
+            (
+                Some(order.clone()),
+                (
+                    "confirmed".to_owned(),
+                    Some(order),
+                    Some(release.to_string()),
+                    Some("a".to_owned())
+                )
+            ),
+            "{folder}: the line, once its pool is registered with its release"
+        );
+        assert_eq!(read(&plain_oid).await, unnamed, "{folder}: a plain order");
+        db.close().await;
+    }
+    let _ = sqlx::Postgres::drop_database(&pg).await;
+}
+
 #[tokio::test]
 async fn the_database_guard_alarms_on_an_oversell() {
     let id = event_id("guard");

@@ -819,7 +819,73 @@ on_every_backend!(namespace_per_test:
     a_decision_whose_engine_died_is_finished_once,
     a_pools_close_expires_its_held_orders_whole,
     open_holds_do_not_hide_a_crashed_order_from_the_sweeper,
+    the_hold_expirer_ends_a_hold_in_its_first_round_at_its_deadline,
 );
+
+/// The release hold expirer (`release_sweeper::holds_round`, every 200 ms
+/// in the app) ends an unpaid order in its first round at its `pay_by`,
+/// not at the sweeper's next 5 s round, and reads a release's homes only
+/// when a hold may be due: a round says when (`HoldSweep::next_due`, the
+/// earliest deadline it left, or the round plus `hold_seconds`).
+async fn the_hold_expirer_ends_a_hold_in_its_first_round_at_its_deadline<S: Store>(
+    engine: Engine<S>,
+) {
+    use shardstock::control::hold_expiry::ExpiryOptions;
+    use shardstock::control::release_sweeper::{DueReleases, holds_round};
+    use shardstock::engine::HoldSweep;
+
+    let clock = ManualClock::starting_now();
+    let engine = engine.with_clock(clock.clone().into());
+    let spec = spec(2, 10, 2, None);
+    engine.create_release(spec.clone()).await.unwrap();
+    let empty = engine
+        .sweep_release_holds(&spec.id, 64, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        empty,
+        HoldSweep {
+            ended: 0,
+            next_due: spec.pay_by(clock.now_ms()).unwrap()
+        },
+        "nothing held: due no sooner than an order reserved now"
+    );
+    clock.advance(Duration::from_secs(1));
+    let held = engine
+        .buy_lines(&request(&spec, "a", vec![(pool(0), 1), (pool(1), 1)], "1"))
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let pay_by = held.pay_by.expect("a hold");
+    let opts = ExpiryOptions::default();
+    let mut due = DueReleases::default();
+    assert_eq!(holds_round(&engine, &opts, &mut due).await, 0);
+    assert_eq!(due.next(&spec.id), Some(pay_by), "its deadline, read once");
+    clock.set(pay_by - 1);
+    assert_eq!(holds_round(&engine, &opts, &mut due).await, 0);
+    clock.set(pay_by);
+    assert_eq!(
+        holds_round(&engine, &opts, &mut due).await,
+        1,
+        "ended in the first round at its pay_by"
+    );
+    let order = engine
+        .release_order(&spec.id, held.order_id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(order.status, ReleaseOrderStatus::Expired);
+    for k in 0..2 {
+        let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
+        assert_eq!(view.remaining, 10, "pool p{k}: the line given back");
+    }
+    assert_eq!(engine.release_units(&spec.id, &user("a")).await.unwrap(), 0);
+    assert_eq!(
+        due.next(&spec.id),
+        Some(pay_by + i64::from(HOLD_S) * 1_000),
+        "nothing held: due no sooner than an order reserved now"
+    );
+}
 
 /// A home full of open holds (more than a sweep round lists a home) does
 /// not hide an order whose engine died after its first take: a held order

@@ -8,8 +8,9 @@
 //!   original, no order left pending; then, quiet, no false sold-out per
 //!   pool; then every pool closed and read from the database alone (the
 //!   oracle): each bought order's lines confirmed, no refused order with a
-//!   line, confirmed + leftover == stock per pool. Also on memory and Redis
-//!   with batching off.
+//!   line, confirmed + leftover == stock per pool, and every line's row
+//!   names its release order (the lines of one order, and only they, share
+//!   it). Also on memory and Redis with batching off.
 //! - Faults: every store step failing, delayed or timing out before or
 //!   after it applied, calls dropped mid-way; healed, retried and swept:
 //!   the same promises, and each request's answer once final never changes.
@@ -114,6 +115,8 @@ struct Book {
     bought_pool: HashMap<String, u64>,
     /// The bought orders' line order ids, and the refused orders' requests.
     bought_lines: Vec<String>,
+    /// Each bought line's release order id.
+    line_orders: HashMap<String, String>,
     replays: u32,
 }
 
@@ -143,6 +146,8 @@ impl Book {
                     .entry(line.pool.as_str().rsplit('.').next().unwrap().to_owned())
                     .or_default() += u64::from(line.quantity);
                 self.bought_lines.push(line.order_id.to_string());
+                self.line_orders
+                    .insert(line.order_id.to_string(), order.order_id.to_string());
             }
         }
         if let Err(LinesRefusal::SoldOut { short }) = &out.result {
@@ -265,6 +270,7 @@ async fn check_ledger<S: Store>(
     );
     let stop = CancellationToken::new();
     let mut confirmed = Vec::new();
+    let mut by_order: HashMap<String, Vec<String>> = HashMap::new();
     for k in 0..spec.pools.len() {
         let id = spec.pool_event(k).unwrap();
         lifecycle::close(&engine, &ledger, &mut flusher, &id, &stop)
@@ -273,11 +279,41 @@ async fn check_ledger<S: Store>(
         let sale = crate::harness::oracle::closed_sale(&ledger, &id, spec.pools[k].stock).await;
         assert!(sale.broken.is_empty(), "pool p{k}: {:?}", sale.broken);
         for (oid, order) in sale.orders {
+            // Every line, whatever became of it, names its release order:
+            // the release's id with the line's hash and tail.
+            let named = order.release_order.as_ref().map(|o| o.to_string());
+            let tail = oid.strip_prefix(id.as_str()).unwrap();
+            assert_eq!(
+                named,
+                Some(format!("{}{tail}", spec.id)),
+                "line {oid}: its release order in the ledger"
+            );
             if order.status == shardstock::domain::model::OrderStatus::Confirmed {
+                assert_eq!(
+                    named.as_ref(),
+                    book.line_orders.get(&oid),
+                    "line {oid}: the order its buyer was told"
+                );
+                by_order
+                    .entry(named.unwrap())
+                    .or_default()
+                    .push(oid.clone());
                 confirmed.push(oid);
             }
         }
     }
+    // All lines of one bought order, and only they, share its id.
+    let mut told_by_order: HashMap<String, Vec<String>> = HashMap::new();
+    for (line, order) in &book.line_orders {
+        told_by_order
+            .entry(order.clone())
+            .or_default()
+            .push(line.clone());
+    }
+    for lines in by_order.values_mut().chain(told_by_order.values_mut()) {
+        lines.sort();
+    }
+    assert_eq!(by_order, told_by_order, "each order's lines in the ledger");
     confirmed.sort();
     let mut told = book.bought_lines.clone();
     told.sort();

@@ -22,6 +22,7 @@ on_every_backend!(
     a_configured_release_is_created_at_start_up,
     a_held_order_is_confirmed_cancelled_or_expired_whole,
     a_releases_orders_and_pools_are_in_the_metrics,
+    an_unpaid_release_order_ends_within_a_second_of_its_deadline,
 );
 
 fn release_body(id: &str, extra: Value) -> Value {
@@ -397,7 +398,8 @@ async fn a_configured_release_is_created_at_start_up(b: Backend) {
 /// its `pay_by`, and a replay the same; confirm and cancel act on every line
 /// (`order-confirmed`, `order-cancelled`, `hold-expired` as an event's
 /// holds answer); an order never paid expires, all its units back; the
-/// ledger shows each line as its order.
+/// ledger shows each line as its order, naming its release order; each
+/// decision is counted once in `shardstock_release_holds_total`.
 async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
     let id = eid("held-rel");
     let mut s = settings(b);
@@ -530,11 +532,26 @@ async fn a_held_order_is_confirmed_cancelled_or_expired_whole(b: Backend) {
                     let v: Value = r.json().await.unwrap();
                     let row = v["orders"].as_array()?.first()?.clone();
                     assert_eq!(row["order_id"], line["order_id"], "{v}");
+                    assert_eq!(row["release_order"], o["order_id"], "{v}");
                     (row["status"] == want).then_some(())
                 },
             )
             .await;
         }
+    }
+    // Each decision counted once, by the call that made it: the second
+    // confirm and cancel, the reads and the 409s found it decided.
+    let text = app.metrics().await;
+    for outcome in ["confirmed", "cancelled", "expired"] {
+        assert_eq!(
+            sample(
+                &text,
+                "shardstock_release_holds_total",
+                &[("release", id.as_str()), ("outcome", outcome)],
+            ),
+            Some(1.0),
+            "{outcome}: {text}"
+        );
     }
     // Its pools keep their bucket count: 409 release-pool, naming why.
     let r = app
@@ -590,13 +607,20 @@ async fn a_releases_orders_and_pools_are_in_the_metrics(b: Backend) {
     assert_eq!(orders("sold_out"), Some(1.0));
     assert!(!text.contains(&ghost), "an unknown release has no series");
     // Each pool joins its release once the gauge task has seen it, and the
-    // release's other outcomes are there at 0.
+    // release's other outcomes are there at 0. A rendering collects the
+    // counters before the gauges, so it may show a pool's info and not yet
+    // the counters its publication set: wait for both.
     let text = eventually(
         "the pools' info series",
         Duration::from_secs(10),
         async || {
             let text = app.metrics().await;
-            sample(
+            let holds = sample(
+                &text,
+                "shardstock_release_holds_total",
+                &[("release", id.as_str()), ("outcome", "expired")],
+            );
+            (sample(
                 &text,
                 "shardstock_release_pool_info",
                 &[
@@ -606,6 +630,7 @@ async fn a_releases_orders_and_pools_are_in_the_metrics(b: Backend) {
                 ],
             )
             .is_some()
+                && holds.is_some())
             .then_some(text)
         },
     )
@@ -630,5 +655,58 @@ async fn a_releases_orders_and_pools_are_in_the_metrics(b: Backend) {
         ),
         Some(0.0)
     );
+    for outcome in ["confirmed", "cancelled", "expired"] {
+        assert_eq!(
+            sample(
+                &text,
+                "shardstock_release_holds_total",
+                &[("release", id.as_str()), ("outcome", outcome)],
+            ),
+            Some(0.0),
+            "{outcome}"
+        );
+    }
+    app.stop().await;
+}
+
+/// An unpaid release order ends within about a second of its `pay_by` with
+/// the default options, as an event's hold does: the release sweeper's
+/// round is every 5 s, the deadlines are kept at the plain expirer's
+/// 200 ms. Three orders about a second and a half apart: the 5 s round
+/// alone would leave at least one of them held for seconds.
+async fn an_unpaid_release_order_ends_within_a_second_of_its_deadline(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("rel-lapse");
+    create(&app, &id, json!({"hold_seconds": 1})).await;
+    for i in 0..3 {
+        let bought = std::time::Instant::now();
+        let r = order(
+            &app,
+            &id,
+            json!({"user_id": format!("u-{i}"), "lines": [{"pool": "42", "quantity": 1}]}),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let o: Value = r.json().await.unwrap();
+        assert_eq!(o["status"], "held", "{o}");
+        let at = format!(
+            "/v1/releases/{id}/orders/{}",
+            o["order_id"].as_str().unwrap()
+        );
+        // Its pay_by is at most 1 s after `bought`: ended 1 s after that.
+        loop {
+            let v: Value = app.get(&at).await.json().await.unwrap();
+            if v["status"] == "expired" {
+                break;
+            }
+            assert_eq!(v["status"], "held", "{v}");
+            assert!(
+                bought.elapsed() < Duration::from_secs(2),
+                "order {i} still held {:?} after its purchase, a hold of 1 s: {v}",
+                bought.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
     app.stop().await;
 }
