@@ -33,6 +33,8 @@ mod client;
 mod clock;
 mod log;
 mod plan;
+mod release_holds;
+mod release_plan;
 mod releases;
 mod rig;
 mod settle;
@@ -355,7 +357,7 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         .collect();
     let cut = plan.cut.map(|(at, nth)| cut_at(&plan.spec.id, at, nth));
     let release = match releases::ReleasePlan::draw(seed) {
-        Some(p) => Some(releases::ReleaseRun::start(p, seed, &plain, &ledger).await),
+        Some(p) => Some(releases::ReleaseRun::start(p, seed, &plain, &ledger, &clock).await),
         None => None,
     };
     let rig = Arc::new(Rig {
