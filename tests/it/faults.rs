@@ -22,7 +22,8 @@
 //! final status (`checks`): see [`CHECKS`] for what is checked, and what is
 //! not yet. Half the schedules also sell a small release through the same
 //! engines (`releases`): multi-line orders while one pool is resharded and
-//! one closed mid-order.
+//! one closed mid-order, half of those releases with holds
+//! (`release_holds`).
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -196,7 +197,10 @@ pub const CHECKS: &[Check] = &[
                when settling); a final answer never changes, no order left pending after a \
                sweep, per open pool sold + remaining = stock, each user's count its bought \
                units, and from the database alone the oracle per pool and the confirmed \
-               orders exactly the bought orders' lines",
+               orders exactly the bought orders' lines; half those releases hold their orders \
+               (faults::release_holds: confirms, cancels, deaths after a decision, expiry, a \
+               sweeper actor, the reshard refused): none left held, each ends as told, bought \
+               reads confirmed in the end, and every line has its order's status",
     },
     Check {
         name: "no_pending_saga",

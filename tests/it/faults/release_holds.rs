@@ -51,13 +51,17 @@ pub enum Act {
     Die(HoldState),
 }
 
+/// A buyer's act on a held order, `(position, pick, act, crash)`: before
+/// its step `position`, acts on the `pick`-th order told bought (modulo),
+/// the call dropped after `crash`.
+pub type HoldStep = (usize, usize, Act, Option<Duration>);
+
 /// The holds of a schedule's release.
 #[derive(Debug, Clone)]
 pub struct HoldPlan {
     pub seconds: u32,
-    /// Per buyer, `(position, pick, act, crash)`: before its step
-    /// `position`, acts on the `pick`-th order told bought (modulo).
-    pub acts: [Vec<(usize, usize, Act, Option<Duration>)>; 2],
+    /// Per buyer, its acts.
+    pub acts: [Vec<HoldStep>; 2],
     /// The sweeper actor's rounds, each after this long; dropped after the
     /// second duration when given.
     pub sweeps: Vec<(Duration, Option<Duration>)>,
