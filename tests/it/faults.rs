@@ -259,6 +259,11 @@ const SEEDS: &[u64] = &[
     // sealed layout and answered `held` after a cancel in the new one had
     // answered `cancelled` (answers_in_order).
     20261930,
+    // A release with holds (release_orders): on the Cluster, once, a request
+    // the store never saw was reserved and held by the settle's replay after
+    // its last sweep, and was found still held. A gap in the settle (it now
+    // sweeps past that deadline too), not in the service.
+    7005,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.
