@@ -16,7 +16,12 @@ Returns:
   {"AK"}   confirmed already (a replay)
   {"S"}    a short decision (or another order's marker): the walk went on
            past this bucket, the confirm goes on too
-  {"NO"}   no marker here, or the line's undone one: the take is not here
+  {"NO"}   no marker here, or the line's undone one: the take is not here.
+           The take marker of a held order's line does not expire (take.lua
+           ARGV[7]), so no marker is a bucket its walk passed (a short
+           decision since expired) or a confirm whose K has expired: the
+           engine walks on, and a line whose walk finds no marker at all
+           was confirmed before
 
 Atomic so that the confirm record is written exactly once (T → K moves
 once) however many drivers finish the order. Moves no units. Works on a

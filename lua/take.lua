@@ -15,6 +15,9 @@ ARGV[4] record: the order record (domain::stream::StreamEntry::data), stored as
 ARGV[5] marker lifetime (ms, PX)
 ARGV[6] undone: a release line's take only, its undone marker "U|oid"; absent
         for an event's own saga, whose take behaves exactly as without it
+ARGV[7] kept: a release line's take only: "1" for a held order's line, whose
+        take marker is written without a lifetime (its confirm K or give-back
+        U gives it one; a short decision keeps ARGV[5]), "0" otherwise
 
 Returns:
   "ST"                          bucket j does not exist or is sealed
@@ -43,7 +46,10 @@ answers with the bucket as it is now, and takes nothing. A string
 "S|available|adds" is a short decision written before they were hashes. The
 take and its order record are one step, so no unit leaves a bucket
 unrecorded. Markers expire after ARGV[5] ms; the saga's end deletes them
-sooner (clear_markers.lua), except a take that stands.
+sooner (clear_markers.lua), except a take that stands. A held release
+line's take (ARGV[7] = "1") does not expire: it must stand until its order
+is confirmed or given back, however late that comes, and only those steps
+(confirm_line.lua, undo_line.lua) replace it, with a lifetime.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
@@ -66,7 +72,11 @@ local stock = tonumber(redis.call('GET', KEYS[1]))
 if stock >= qty and not seen then
   redis.call('DECRBY', KEYS[1], qty)
   redis.call('XADD', KEYS[3], '*', 'd', ARGV[4])
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+  if ARGV[7] == '1' then
+    redis.call('SET', KEYS[2], ARGV[3])
+  else
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+  end
   return {'T', ARGV[2]}
 end
 local transit = 0

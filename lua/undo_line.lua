@@ -9,13 +9,21 @@ ARGV[1] qty   ARGV[2] taken: the line's take marker "T|oid"
 ARGV[3] undone: the line's undone marker "U|oid"
 ARGV[4] record: the void record (domain::stream::StreamEntry::data)
 ARGV[5] marker lifetime (ms, PX)
+ARGV[6] held: "1" for a held order's give-back (cancel, expiry), "0" for a
+        refused order's undo
 
 Returns:
   "ST"     bucket j does not exist
   {"OK"}   the take here given back: marker T → U, stock += qty, the void
            record in the stream
   {"CL"}   no decision here yet: the marker is now U, so a late walk of the
-           order stops here without taking (closed)
+           order stops here without taking (closed). A refused order's
+           undo only: a held order's give-back (ARGV[6] = "1") answers {"S"}
+           and writes nothing, as every line of a held order was taken
+           before its commit and its take marker does not expire (take.lua
+           ARGV[7]): a bucket without a marker is one its walk passed, whose
+           short decision has expired, or the line was given back long ago
+           and its U has expired
   {"UD"}   undone already (a replay)
   {"S"}    a short decision (or another order's marker): a walk went on past
            this bucket, the undo goes on too
@@ -30,6 +38,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind == 'none' then
+  if ARGV[6] == '1' then
+    return {'S'}
+  end
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
   return {'CL'}
 end

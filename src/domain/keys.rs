@@ -13,7 +13,7 @@
 //! ss:{<event>#<gen>#<b>}:users   HASH  user -> units held (users whose home is b)
 //! ss:{<event>#<gen>#<b>}:reqs    HASH  request id -> outcome record
 //! ss:{<event>#<gen>#<b>}:pend    ZSET  request ids of sagas pending at home b -> start ms (the sweeper's list)
-//! ss:{<event>#<gen>#<b>}:tk:<rid>:<pass>  STR/HASH  probe marker of saga rid, pass, in b (PX marker_ttl_ms): "T|oid", "U|oid", or a short decision's HASH a, n (records::ProbeMarker)
+//! ss:{<event>#<gen>#<b>}:tk:<rid>:<pass>  STR/HASH  probe marker of saga rid, pass, in b (PX marker_ttl_ms; a held release line's "T" none, until its "K" or "U"): "T|oid", "U|oid", "K|oid", or a short decision's HASH a, n (records::ProbeMarker)
 //! ss:{<event>#<gen>#<b>}:orders  STREAM order and cancel records taken from b (shapes: stream.rs)
 //! ss:{<event>#<gen>#<b>}:idx     HASH  order id -> order entry (orders of users homed at b)
 //! ss:{<event>#<gen>#<b>}:fence   STR   highest fencing token b has accepted

@@ -48,8 +48,10 @@ pub(super) enum LineEnd {
 
 impl<S: Store> Engine<S> {
     /// The line as a one-event saga of its pool (markers, take records).
-    /// A held order's markers outlive its hold: its confirm or give-back
-    /// walks them again up to the deadline and the sweep after it.
+    /// A held order's short decisions outlive its hold (its walk's bound is
+    /// half their lifetime), and its take has no lifetime until its confirm
+    /// or give-back (`line_args`): those walk the ring again after the
+    /// deadline, however long every sweeper was away.
     fn line_saga(&self, run: &OrderRun, line: &Line, meta: &EventMeta) -> Saga {
         let pool = run.pool(line);
         let hold_ms = run
@@ -69,10 +71,13 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// A pass's take arguments: a held order's take records its deadline.
+    /// A pass's take arguments: a held order's take records its deadline,
+    /// and its take marker is kept without a lifetime until the line's
+    /// confirm or give-back replaces it (`TakeArgs::keep_taken`).
     fn line_args(run: &OrderRun, saga: &Saga, pass: u32) -> crate::store::TakeArgs {
         let mut args = saga.take_args(pass);
         args.pay_by = run.pay_by();
+        args.keep_taken = args.pay_by.is_some();
         args
     }
 
@@ -249,7 +254,11 @@ impl<S: Store> Engine<S> {
 
     /// Gives line `line` back in the layout of `meta` (sealed or not), with
     /// a record of `kind`: the walk's ring, pass after pass, to the first
-    /// bucket that is not short.
+    /// bucket that is not short. A held order's give-back (`Cancel`,
+    /// `Expire`) passes a bucket without a marker (`undo_line.lua` answers
+    /// short: its take, kept without a lifetime, is further on), and one
+    /// that finds no marker at all has finished: the line was given back
+    /// before and its `U` has expired.
     pub(super) async fn undo_in(
         &self,
         run: &OrderRun,
@@ -300,7 +309,8 @@ impl<S: Store> Engine<S> {
 
     /// Confirms line `line` of a held order decided confirmed: the walk's
     /// ring, pass after pass, to the bucket of its take, whose marker goes
-    /// `T` → `K` with the confirm record once.
+    /// `T` → `K` with the confirm record once. Done when no bucket holds a
+    /// marker of the line's (confirmed before, its `K` expired since).
     pub(super) async fn confirm_walk(
         &self,
         run: &OrderRun,
@@ -318,18 +328,18 @@ impl<S: Store> Engine<S> {
                     .await;
                 self.activity.wrote(&bucket);
                 match confirmed? {
-                    LineConfirm::Short => {}
+                    // No marker: a bucket the walk passed, its short
+                    // decision since expired; the take is further on.
+                    LineConfirm::Short | LineConfirm::Missing => {}
                     LineConfirm::Confirmed | LineConfirm::Already => return Ok(()),
-                    LineConfirm::Missing => break,
                 }
             }
         }
-        Err(StoreError::Protocol(format!(
-            "release order {}: the take of its line in {} is not where its walk left it",
-            run.head.order_id,
-            run.pool(line)
-        ))
-        .into())
+        // Every line of a held order was taken before its commit, and the
+        // take marker stands until its confirm replaces it (a confirming
+        // order is never given back): no marker anywhere is a confirm done
+        // before whose `K` has expired.
+        Ok(())
     }
 
     /// A pool's remaining units, read (no markers): stock and units in

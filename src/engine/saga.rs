@@ -88,6 +88,7 @@ impl Saga {
             home: self.home,
             marker_ttl_ms: self.marker_ttl_ms,
             pay_by: None,
+            keep_taken: false,
         }
     }
 

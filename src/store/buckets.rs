@@ -163,6 +163,12 @@ pub struct TakeArgs {
     /// take's record (so the ledger shows the line held until its confirm
     /// or expiry record). `None` everywhere else.
     pub pay_by: Option<i64>,
+    /// A held release order's line: its take marker is written without a
+    /// lifetime, so it stands until the line's confirm (`K`) or give-back
+    /// (`U`) replaces it with one, however long every sweeper was away
+    /// (docs/DESIGN.md, "Holds on a release order": markers). Short
+    /// decisions keep `marker_ttl_ms`. `false` everywhere else.
+    pub keep_taken: bool,
 }
 
 impl TakeArgs {

@@ -829,6 +829,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         home: 1,
         marker_ttl_ms: 60_000,
         pay_by: None,
+        keep_taken: false,
     };
     stale(store.take(&b0, 0, &take).await.map(drop));
     stale(store.cancel(&b0, 0, &order.order_id).await.map(drop));

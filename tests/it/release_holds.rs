@@ -16,6 +16,9 @@
 //!   a racing call finish them, each line once.
 //! - A pool's close decides the held orders with a line in it (expired, all
 //!   their lines) and leaves confirmed ones confirmed.
+//! - Every sweeper away for longer than the markers' lifetime: a held
+//!   order's takes still stand, so its confirm and give-back find them, and
+//!   once their own markers expired a replay answers done, units back once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -820,6 +823,7 @@ on_every_backend!(namespace_per_test:
     a_pools_close_expires_its_held_orders_whole,
     open_holds_do_not_hide_a_crashed_order_from_the_sweeper,
     the_hold_expirer_ends_a_hold_in_its_first_round_at_its_deadline,
+    held_lines_outlive_their_markers_lifetime,
 );
 
 /// The release hold expirer (`release_sweeper::holds_round`, every 200 ms
@@ -977,4 +981,167 @@ async fn open_holds_do_not_hide_a_crashed_order_from_the_sweeper<S: Store>(engin
         "{refused:?}"
     );
     assert_eq!(remaining(0).await, 200 - held, "nothing moved");
+}
+
+/// Every sweeper away for longer than the markers' lifetime (a real 200 ms
+/// `marker_ttl`, a 1 s hold: short decisions and the markers of finished
+/// lines expire, real time, on every backend), the engines' clock still
+/// before the deadline. A held order's take has no lifetime: the confirm
+/// finds every line (before, `confirm_line` found no marker and the order
+/// stayed `confirming`), the cancel and the expiry give every line back
+/// (before, `undo_line` closed the bucket and returned nothing: units off
+/// sale, a false sold-out). Then, every finished marker expired too, each
+/// step replayed answers done and moves no unit again.
+async fn held_lines_outlive_their_markers_lifetime<S: Store>(engine: Engine<S>) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let clock = ManualClock::starting_now();
+    let opts = EngineOptions {
+        marker_ttl: Duration::from_millis(200),
+        ..EngineOptions::default()
+    };
+    let engine =
+        Arc::new(Engine::new(engine.store().clone(), opts).with_clock(clock.clone().into()));
+    let mut spec = spec(3, 5, 2, None);
+    spec.hold_seconds = Some(1);
+    lifecycle::create_release(&engine, &ledger, spec.clone())
+        .await
+        .unwrap();
+    // Five buyers of every pool sell each out: later walks pass a short
+    // bucket (its decision a marker that expires) before their take.
+    let users = ["a", "b", "c", "d", "e"];
+    let book: Book = Arc::default();
+    let all = || vec![(pool(0), 1), (pool(1), 1), (pool(2), 1)];
+    for u in users {
+        let order = engine
+            .buy_lines(&request(&spec, u, all(), "1"))
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+        let told = Told {
+            user: u.into(),
+            rid: "1".into(),
+            order,
+            fate: Fate::Confirm,
+        };
+        book.lock()
+            .unwrap()
+            .insert(told.order.order_id.to_string(), told);
+    }
+    let oid = |u: &str| {
+        book.lock()
+            .unwrap()
+            .values()
+            .find(|t| t.user == u)
+            .unwrap()
+            .order
+            .order_id
+            .to_string()
+    };
+    let tell = |o: ReleaseOrder| {
+        let id = o.order_id.to_string();
+        book.lock().unwrap().get_mut(&id).unwrap().order = o;
+    };
+    let away = || tokio::time::sleep(Duration::from_millis(1_600));
+    away().await;
+    // The engines' clock is still before the deadline: confirms and a cancel.
+    for u in ["a", "e"] {
+        let paid = engine
+            .confirm_release_order(&spec.id, &oid(u))
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+        assert_eq!(paid.status, ReleaseOrderStatus::Confirmed);
+        tell(paid);
+    }
+    let cancelled = engine
+        .cancel_release_order(&spec.id, &oid("b"))
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(cancelled.status, ReleaseOrderStatus::Cancelled);
+    tell(cancelled);
+    check_live(&engine, &spec, &book).await;
+    // Past the deadline, the sweeper expires the rest.
+    clock.advance(Duration::from_secs(2));
+    release_sweeper::sweep_release(&engine, &spec.id, &sweep_now())
+        .await
+        .unwrap();
+    for u in ["c", "d"] {
+        let now = engine.release_order(&spec.id, &oid(u)).await.unwrap();
+        assert_eq!(now.status, ReleaseOrderStatus::Expired, "{u}");
+        tell(now);
+    }
+    check_live(&engine, &spec, &book).await;
+    check_nothing_listed(&engine, &spec).await;
+    for k in 0..3 {
+        let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
+        assert_eq!(view.remaining, 3, "pool p{k}: all but the paid lines back");
+    }
+    // An engine that confirmed e's lines and died before the record's end.
+    let (home, key) = home_of(&spec, "e", "1");
+    let Some(ended @ HomeRecord::Held(_, _, HoldState::Confirmed)) =
+        engine.store().home_record(&home, &key).await.unwrap()
+    else {
+        panic!("e not confirmed");
+    };
+    let HomeRecord::Held(head, pay_by, _) = ended.clone() else {
+        unreachable!()
+    };
+    let confirming = HomeRecord::Held(head, pay_by, HoldState::Confirming);
+    let moved = engine
+        .store()
+        .move_hold(&home, &key, &ended, &confirming, false)
+        .await
+        .unwrap();
+    assert_eq!(moved, shardstock::store::Decided::Done);
+    // Every marker of the finished lines expired: what is driven again
+    // finds none and answers done (the confirm's lines were done before).
+    away().await;
+    let e = engine.release_order(&spec.id, &oid("e")).await.unwrap();
+    assert_eq!(e.status, ReleaseOrderStatus::Confirmed, "{e:?}");
+    let again = engine
+        .confirm_release_order(&spec.id, &oid("a"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(again.result, Ok(ref o) if o.status == ReleaseOrderStatus::Confirmed),
+        "{again:?}"
+    );
+    let again = engine
+        .cancel_release_order(&spec.id, &oid("b"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(again.result, Ok(ref o) if o.status == ReleaseOrderStatus::Cancelled),
+        "{again:?}"
+    );
+    // Purchases replayed answer from their records.
+    for (u, rid) in [("a", "1"), ("c", "1")] {
+        let out = engine
+            .buy_lines(&request(&spec, u, all(), rid))
+            .await
+            .unwrap();
+        assert!(out.replayed, "{out:?}");
+    }
+    check_live(&engine, &spec, &book).await;
+    for k in 0..3 {
+        let view = engine.view(&spec.pool_event(k).unwrap()).await.unwrap();
+        assert_eq!(view.remaining, 3, "pool p{k}: units back once");
+    }
+    let units = |u: &'static str| {
+        let engine = engine.clone();
+        let id = spec.id.clone();
+        async move { engine.release_units(&id, &user(u)).await.unwrap() }
+    };
+    for u in ["a", "e"] {
+        assert_eq!(units(u).await, 3, "{u}");
+    }
+    for u in ["b", "c", "d"] {
+        assert_eq!(units(u).await, 0, "{u}");
+    }
+    let book = book.lock().unwrap().clone();
+    check_ledger(engine, ledger, &spec, &book).await;
 }

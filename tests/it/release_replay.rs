@@ -87,6 +87,7 @@ impl<S: Store> Replay<'_, S> {
             home: (u % self.model.bounds.buckets[k] as usize) as u32,
             marker_ttl_ms: 3_600_000,
             pay_by: None,
+            keep_taken: false,
         }
     }
 

@@ -84,6 +84,7 @@ async fn older_probe_marker_strings_are_replayed_undone_and_cleared() {
         home: 0,
         marker_ttl_ms: 60_000,
         pay_by: None,
+        keep_taken: false,
     };
     // A short decision, as a string: replayed with its numbers.
     let oid = OrderId::generate(&id, 0);

@@ -123,6 +123,7 @@ async fn timings(
             home: 1,
             marker_ttl_ms: 60_000,
             pay_by: None,
+            keep_taken: false,
         };
         store.take(bucket, 0, &args).await?;
     }

@@ -179,7 +179,11 @@ impl Buckets for MemoryStore {
                 bk.stock -= qty;
                 bk.append(a.stream_entry(RecordKind::Order, b.index, now_ms));
                 let taken = Marker::Taken(a.order_id.clone());
-                bk.set_marker(&a.rid, a.pass, taken, a.marker_ttl_ms);
+                if a.keep_taken {
+                    bk.keep_marker(&a.rid, a.pass, taken);
+                } else {
+                    bk.set_marker(&a.rid, a.pass, taken, a.marker_ttl_ms);
+                }
                 TakeReply::Taken {
                     order_id: a.order_id.clone(),
                 }

@@ -66,8 +66,10 @@ struct Bucket {
     reqs: HashMap<String, RequestRecord>,
     /// Request ids of sagas pending here -> start ms (`pend`).
     pend: HashMap<String, i64>,
-    /// Probe markers, each with the instant it expires (their PX).
-    markers: HashMap<(String, u32), (Marker, Instant)>,
+    /// Probe markers, each with the instant it expires (their PX); `None`:
+    /// kept until a later step gives it a lifetime (a held release line's
+    /// take, `TakeArgs::keep_taken`).
+    markers: HashMap<(String, u32), (Marker, Option<Instant>)>,
     idx: HashMap<OrderId, OrderEntry>,
     stream: VecDeque<Slot>,
     last_id: StreamId,
@@ -114,7 +116,7 @@ impl Bucket {
     fn marker(&self, rid: &str, pass: u32) -> Option<&Marker> {
         self.markers
             .get(&(rid.to_owned(), pass))
-            .filter(|(_, until)| Instant::now() < *until)
+            .filter(|(_, until)| until.is_none_or(|until| Instant::now() < until))
             .map(|(m, _)| m)
     }
 
@@ -122,11 +124,22 @@ impl Bucket {
     /// (whenever the map reaches a power of two past 1024), like Redis's
     /// active expiry: not on every step.
     fn set_marker(&mut self, rid: &str, pass: u32, marker: Marker, ttl_ms: u64) {
+        let until = Instant::now() + std::time::Duration::from_millis(ttl_ms.max(1));
+        self.put_marker(rid, pass, marker, Some(until));
+    }
+
+    /// Sets a marker without a lifetime (SET without PX): the step that
+    /// replaces it gives it one.
+    fn keep_marker(&mut self, rid: &str, pass: u32, marker: Marker) {
+        self.put_marker(rid, pass, marker, None);
+    }
+
+    fn put_marker(&mut self, rid: &str, pass: u32, marker: Marker, until: Option<Instant>) {
         let now = Instant::now();
         if self.markers.len() >= 1024 && self.markers.len().is_power_of_two() {
-            self.markers.retain(|_, (_, until)| now < *until);
+            self.markers
+                .retain(|_, (_, until)| until.is_none_or(|until| now < until));
         }
-        let until = now + std::time::Duration::from_millis(ttl_ms.max(1));
         self.markers.insert((rid.to_owned(), pass), (marker, until));
     }
 

@@ -273,7 +273,8 @@ impl Releases for MemoryStore {
         self.give_back_line(b, now_ms, a, RecordKind::Void).await
     }
 
-    /// Mirrors `lua/undo_line.lua` with a record of `kind`.
+    /// Mirrors `lua/undo_line.lua` with a record of `kind` (`held` = a kind
+    /// other than `Void`).
     async fn give_back_line(
         &self,
         b: &BucketRef,
@@ -283,6 +284,9 @@ impl Releases for MemoryStore {
     ) -> Result<LineUndo, StoreError> {
         self.with(b, |bk| {
             match bk.marker(&a.rid, a.pass) {
+                // A held order's give-back: its walk passed this bucket (a
+                // short decision since expired), and its take is further on.
+                None if kind != RecordKind::Void => return LineUndo::Short,
                 None => {
                     bk.set_marker(&a.rid, a.pass, Marker::Undone, a.marker_ttl_ms);
                     return LineUndo::Closed;

@@ -41,7 +41,7 @@ steps! {
         keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Xfer), b(Bk::Adds), b(Bk::Sealed)],
         argv: {
             qty: u32, order: String, taken: String, record: String, marker: u64,
-            undone: Option<String>,
+            undone: Option<String>, kept: Option<bool>,
         },
         reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT, reply::UNDONE]),
         writes: [Marker, Stream],
@@ -474,6 +474,7 @@ pub(super) fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps:
         order,
         marker: a.marker_ttl_ms.max(1),
         undone: None,
+        kept: None,
     }
 }
 

@@ -65,7 +65,9 @@ steps! {
     /// One step of a line's undo.
     UndoLine = undo_line {
         keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Adds)],
-        argv: { qty: u32, taken: String, undone: String, record: String, marker: u64 },
+        argv: {
+            qty: u32, taken: String, undone: String, record: String, marker: u64, held: bool,
+        },
         reply: Reply::Codes(&[
             reply::STALE, reply::OK, reply::CLOSED, reply::UNDONE_ALREADY, reply::SHORT,
         ]),
@@ -367,6 +369,7 @@ impl Releases for RedisStore {
         let at = At::BucketWith(bucket, vec![marker]);
         let mut step = super::buckets::take_step(bucket, now_ms, a);
         step.undone = ProbeMarker::Undone(a.order_id.to_string()).encode();
+        step.kept = Some(a.keep_taken);
         let parts = array_or_stale(bucket, self.run(step, at).await?)?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
@@ -411,6 +414,7 @@ impl Releases for RedisStore {
             undone: ProbeMarker::Undone(order).encode().unwrap_or_default(),
             record: a.stream_entry(kind, bucket.index, now_ms).data(),
             marker: a.marker_ttl_ms.max(1),
+            held: kind != RecordKind::Void,
         };
         let parts = array_or_stale(bucket, self.run(step, at).await?)?;
         self.replicated(bucket).await?;

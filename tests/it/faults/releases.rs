@@ -14,202 +14,39 @@
 //! bought, within the limit; then every pool closed and read from the
 //! database alone: the oracle per pool, and the confirmed orders exactly
 //! the bought orders' lines (no refused order has a confirmed line).
+//!
+//! Half of these releases hold their orders (`release_holds`): the buyers
+//! confirm, cancel, die after a decision or leave orders to expire, a
+//! sweeper actor runs, and the reshard must be refused. There "bought"
+//! above reads "confirmed in the end", and each order ends as told.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use shardstock::Engine;
 use shardstock::control::checkpoint::{self, Checkpoint, Flow};
 use shardstock::control::flusher::Flusher;
 use shardstock::control::saga_sweeper::SagaSweepOptions;
 use shardstock::control::{lifecycle, release_sweeper, reshard};
-use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::model::{EventStatus, OrderStatus};
-use shardstock::domain::release::{PoolSpec, ReleaseSpec};
-use shardstock::engine::{LinesOutcome, LinesRefusal, LinesRequest};
+use shardstock::engine::LinesRefusal;
 use shardstock::ledger::Ledger;
 use shardstock::store::{Leases, Releases, Store};
-use shardstock::{Engine, EngineError};
 use tokio_util::sync::CancellationToken;
 
 use super::client::maybe_crash;
+use super::clock::ScheduleClock;
+use super::release_holds::{self as holds, HoldBook};
+pub use super::release_plan::ReleasePlan;
+use super::release_plan::{Book, Buy, USERS, kind};
 use super::rig::flush_options;
 use super::settle::Violations;
 use crate::harness::faulty::Faulty;
-use crate::harness::{event_id, eventually, user};
+use crate::harness::{eventually, user};
 
 const CHECK: &str = "release_orders";
-const USERS: usize = 6;
-
-/// One buyer's step.
-#[derive(Debug, Clone)]
-enum Buy {
-    /// A new request of `(pool, quantity)` lines; dropped after `crash`.
-    New {
-        user: usize,
-        lines: Vec<(usize, u32)>,
-        crash: Option<Duration>,
-    },
-    /// An earlier request again (`pick` among them).
-    Replay { pick: usize },
-}
-
-/// The release's part of a schedule.
-#[derive(Debug, Clone)]
-pub struct ReleasePlan {
-    spec: ReleaseSpec,
-    buyers: [Vec<Buy>; 2],
-    /// The pool resharded, to this many buckets, after this long.
-    reshard: (usize, u32, Duration),
-    /// The pool closed after this long; cut right after it sealed (else
-    /// dropped after the duration's tenth).
-    close: (usize, Duration, bool),
-}
-
-impl ReleasePlan {
-    /// Half the schedules sell a release too.
-    pub fn draw(seed: u64) -> Option<Self> {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x7e1e_a5e5);
-        if !rng.random_bool(0.5) {
-            return None;
-        }
-        let pools = rng.random_range(2..=3);
-        let spec = ReleaseSpec {
-            id: event_id("frel"),
-            pools: (0..pools)
-                .map(|k| PoolSpec {
-                    name: EventId::parse(format!("p{k}")).unwrap(),
-                    stock: rng.random_range(6..=14),
-                    buckets: rng.random_range(2..=4),
-                    auto_buckets: None,
-                })
-                .collect(),
-            per_user_limit: rng.random_bool(0.5).then(|| rng.random_range(3..=6)),
-            max_per_order: 3,
-            starts_at: None,
-            ends_at: None,
-            hold_seconds: None,
-            homes: 4,
-        };
-        let buyer = |rng: &mut StdRng| {
-            (0..rng.random_range(8..=14))
-                .map(|_| {
-                    if rng.random_bool(0.2) {
-                        return Buy::Replay {
-                            pick: rng.random_range(0..1000),
-                        };
-                    }
-                    let n = rng.random_range(1..=pools);
-                    let mut lines: Vec<(usize, u32)> = Vec::new();
-                    while lines.len() < n {
-                        let k = rng.random_range(0..pools);
-                        if lines.iter().all(|l| l.0 != k) {
-                            lines.push((k, 1));
-                        }
-                    }
-                    if n < 3 && rng.random_bool(0.4) {
-                        lines[0].1 = 2;
-                    }
-                    Buy::New {
-                        user: rng.random_range(0..USERS),
-                        lines,
-                        crash: rng
-                            .random_bool(0.2)
-                            .then(|| Duration::from_millis(rng.random_range(0..20))),
-                    }
-                })
-                .collect::<Vec<_>>()
-        };
-        let buyers = [buyer(&mut rng), buyer(&mut rng)];
-        let reshard = (
-            rng.random_range(0..pools),
-            rng.random_range(1..=5),
-            Duration::from_millis(rng.random_range(0..60)),
-        );
-        let close = (
-            rng.random_range(0..pools),
-            Duration::from_millis(rng.random_range(20..120)),
-            rng.random_bool(0.5),
-        );
-        Some(Self {
-            spec,
-            buyers,
-            reshard,
-            close,
-        })
-    }
-
-    fn pool(&self, k: usize) -> EventId {
-        self.spec.pool_event(k).unwrap()
-    }
-
-    fn request(&self, u: usize, rid: &str, lines: &[(usize, u32)]) -> LinesRequest {
-        LinesRequest {
-            release: self.spec.id.clone(),
-            user: user(format!("ru{u}")),
-            lines: lines
-                .iter()
-                .map(|&(k, q)| (self.spec.pools[k].name.clone(), q))
-                .collect(),
-            request_id: Some(RequestId::parse(rid).unwrap()),
-        }
-    }
-}
-
-/// A request sent: user, request id, `(pool, quantity)` lines.
-type Sent = (usize, String, Vec<(usize, u32)>);
-
-/// Every request sent, and the first final answer of each.
-#[derive(Default)]
-struct Book {
-    sent: Vec<Sent>,
-    finals: HashMap<String, LinesOutcome>,
-    changed: Vec<String>,
-    tally: HashMap<String, u32>,
-}
-
-impl Book {
-    fn note(&mut self, rid: &str, out: &LinesOutcome) {
-        match self.finals.get(rid) {
-            Some(first) if !same(&first.result, &out.result) => self
-                .changed
-                .push(format!("request {rid}: first {first:?}, then {out:?}")),
-            Some(_) => {}
-            None => {
-                self.finals.insert(rid.to_owned(), out.clone());
-            }
-        }
-    }
-}
-
-fn same(
-    a: &Result<shardstock::engine::ReleaseOrder, LinesRefusal>,
-    b: &Result<shardstock::engine::ReleaseOrder, LinesRefusal>,
-) -> bool {
-    match (a, b) {
-        // A limit refusal replays with the user's count now.
-        (
-            Err(LinesRefusal::LimitExceeded { limit: x, .. }),
-            Err(LinesRefusal::LimitExceeded { limit: y, .. }),
-        ) => x == y,
-        (a, b) => a == b,
-    }
-}
-
-/// A short name of an error, for the tally.
-fn kind(e: &EngineError) -> &'static str {
-    match e {
-        EngineError::OutcomeUnknown(why) if why.contains("stale") => "unknown (stale)",
-        EngineError::OutcomeUnknown(why) if why.contains("injected") => "unknown (injected)",
-        EngineError::OutcomeUnknown(_) => "unknown",
-        EngineError::Store(_) => "store",
-        EngineError::NotOnSale { .. } => "not on sale",
-        EngineError::Contention { .. } => "contention",
-        _ => "other",
-    }
-}
 
 /// A release sold during a schedule.
 pub struct ReleaseRun<S: Store> {
@@ -218,7 +55,12 @@ pub struct ReleaseRun<S: Store> {
     ledger: Ledger,
     book: Mutex<Book>,
     closed_ok: Mutex<bool>,
-    _store: std::marker::PhantomData<S>,
+    /// What each held order's clients were told.
+    held: Mutex<HoldBook>,
+    /// Promises broken during the run (a reshard of a held pool that ran).
+    broken: Mutex<Vec<String>>,
+    plain: Arc<Engine<Faulty<S>>>,
+    clock: Arc<ScheduleClock>,
 }
 
 impl<S: Store> ReleaseRun<S> {
@@ -228,6 +70,7 @@ impl<S: Store> ReleaseRun<S> {
         seed: u64,
         plain: &Arc<Engine<Faulty<S>>>,
         ledger: &Ledger,
+        clock: &Arc<ScheduleClock>,
     ) -> Arc<Self> {
         lifecycle::create_release(plain, ledger, plan.spec.clone())
             .await
@@ -238,7 +81,10 @@ impl<S: Store> ReleaseRun<S> {
             ledger: ledger.clone(),
             book: Mutex::new(Book::default()),
             closed_ok: Mutex::new(false),
-            _store: std::marker::PhantomData,
+            held: Mutex::default(),
+            broken: Mutex::default(),
+            plain: plain.clone(),
+            clock: clock.clone(),
         })
     }
 
@@ -257,8 +103,12 @@ impl<S: Store> ReleaseRun<S> {
         let mut tally: Vec<_> = book.tally.iter().collect();
         tally.sort();
         format!(
-            "release of {} pools, {} requests, {:?}",
+            "release of {} pools{}, {} requests, {:?}",
             self.plan.spec.pools.len(),
+            self.plan
+                .holds
+                .as_ref()
+                .map_or(String::new(), |h| format!(" held {} s", h.seconds)),
             book.sent.len(),
             tally
         )
@@ -270,12 +120,25 @@ impl<S: Store> ReleaseRun<S> {
             let (me, engine) = (self.clone(), engines[b % engines.len()].clone());
             tokio::spawn(async move { me.buy_all(b, &engine).await })
         });
-        let buyers: Vec<_> = buyers.collect();
+        let mut buyers: Vec<_> = buyers.collect();
+        if let Some(h) = &self.plan.holds {
+            let (me, engine, sweeps) = (self.clone(), engines[0].clone(), h.sweeps.clone());
+            buyers.push(tokio::spawn(async move { me.sweep(&engine, sweeps).await }));
+        }
         let engine = engines[engines.len() - 1].clone();
         let (pool, buckets, after) = self.plan.reshard;
         tokio::time::sleep(after).await;
         let resharded = Box::pin(reshard::reshard(&engine, &self.plan.pool(pool), buckets)).await;
         self.tally(match resharded {
+            Err(shardstock::control::ControlError::HeldPool { .. }) => "reshard refused".to_owned(),
+            // To the count it has: nothing to do, nothing refused.
+            Ok(_) if self.plan.holds.is_some() && buckets != self.plan.spec.pools[pool].buckets => {
+                self.broken
+                    .lock()
+                    .unwrap()
+                    .push(format!("pool p{pool} of a release with holds resharded"));
+                "reshard ok".to_owned()
+            }
             Ok(_) => "reshard ok".to_owned(),
             Err(e) => format!(
                 "reshard failed: {}",
@@ -316,8 +179,40 @@ impl<S: Store> ReleaseRun<S> {
         }
     }
 
+    /// The sweeper actor of a release with holds: its rounds, some dropped.
+    async fn sweep(&self, engine: &Engine<Faulty<S>>, rounds: Vec<(Duration, Option<Duration>)>) {
+        for round in rounds {
+            self.tally(holds::sweep_round(engine, &self.plan.spec.id, round).await);
+        }
+    }
+
+    /// The hold acts of buyer `b` due before its step `i`, each on an order
+    /// told bought.
+    async fn act_on_holds(&self, b: usize, i: usize, engine: &Engine<Faulty<S>>) {
+        let Some(h) = &self.plan.holds else {
+            return;
+        };
+        for &(_, pick, act, crash) in h.acts[b].iter().filter(|a| a.0 == i) {
+            let bought = self.book.lock().unwrap().bought();
+            let Some((u, rid, oid)) = bought.get(pick % bought.len().max(1)) else {
+                continue;
+            };
+            let on = (oid.as_str(), format!("ru{u}"), rid.as_str());
+            let what = holds::act(
+                (engine, &self.plain),
+                &self.plan.spec,
+                &self.held,
+                (on.0, &on.1, on.2),
+                (act, crash),
+            )
+            .await;
+            self.tally(what);
+        }
+    }
+
     async fn buy_all(&self, b: usize, engine: &Engine<Faulty<S>>) {
         for (i, step) in self.plan.buyers[b].iter().enumerate() {
+            self.act_on_holds(b, i, engine).await;
             let (u, rid, lines, crash) = match step {
                 Buy::New { user, lines, crash } => {
                     let rid = format!("r{}-b{b}-{i}", self.seed);
@@ -346,6 +241,9 @@ impl<S: Store> ReleaseRun<S> {
                         Err(LinesRefusal::LimitExceeded { .. }) => "over the limit",
                         Err(LinesRefusal::GaveUp) => "gave up",
                     });
+                    if let Ok(order) = &out.result {
+                        self.held.lock().unwrap().told(order);
+                    }
                     self.book.lock().unwrap().note(&rid, &out);
                 }
                 Some(Err(e)) => self.tally(format!("error: {}", kind(&e))),
@@ -418,6 +316,14 @@ impl<S: Store> ReleaseRun<S> {
             stale_after: Duration::ZERO,
             ..SagaSweepOptions::default()
         };
+        // Every deadline passed: the sweep expires what was left held.
+        if let Some(h) = &self.plan.holds {
+            self.clock
+                .advance(Duration::from_secs(u64::from(h.seconds) + 1));
+        }
+        for b in self.broken.lock().unwrap().drain(..) {
+            v.push((CHECK, b));
+        }
         // Every request again; one the store never saw may be reserved now
         // and, with a line in the closed pool, end only at the next sweep.
         let sent = self.book.lock().unwrap().sent.clone();
@@ -430,7 +336,12 @@ impl<S: Store> ReleaseRun<S> {
             for (u, rid, lines) in &sent {
                 let req = self.plan.request(*u, rid, lines);
                 match plain.buy_lines(&req).await {
-                    Ok(out) => self.book.lock().unwrap().note(rid, &out),
+                    Ok(out) => {
+                        if let Ok(order) = &out.result {
+                            self.held.lock().unwrap().told(order);
+                        }
+                        self.book.lock().unwrap().note(rid, &out)
+                    }
                     Err(e) if round == 2 => {
                         v.push((CHECK, format!("request {rid}: no final answer: {e}")))
                     }
@@ -441,6 +352,15 @@ impl<S: Store> ReleaseRun<S> {
                 break;
             }
         }
+        // A request the store never saw, reserved and bought just now, is
+        // held until a deadline still ahead: past it, one more sweep.
+        if let Some(h) = &self.plan.holds {
+            self.clock
+                .advance(Duration::from_secs(u64::from(h.seconds) + 1));
+            if let Err(e) = release_sweeper::sweep_release(plain, &spec.id, &sweep).await {
+                v.push((CHECK, format!("the release sweep failed: {e}")));
+            }
+        }
         let (changed, finals) = {
             let book = self.book.lock().unwrap();
             (book.changed.clone(), book.finals.clone())
@@ -448,6 +368,17 @@ impl<S: Store> ReleaseRun<S> {
         for c in changed {
             v.push((CHECK, c));
         }
+        // With holds, what was bought is what ended confirmed.
+        let statuses = match self.plan.holds {
+            Some(_) => Some(holds::final_statuses(plain, spec, &self.held, v).await),
+            None => None,
+        };
+        let kept = |o: &shardstock::engine::ReleaseOrder| {
+            statuses.as_ref().is_none_or(|s| {
+                s.get(o.order_id.as_str())
+                    == Some(&shardstock::engine::ReleaseOrderStatus::Confirmed)
+            })
+        };
         for h in 0..spec.homes {
             let home = shardstock::domain::keys::HomeRef::new(&spec.id, h);
             match plain.store().stale_orders(&home, i64::MAX, 100).await {
@@ -459,8 +390,13 @@ impl<S: Store> ReleaseRun<S> {
         let mut sold: HashMap<EventId, u64> = HashMap::new();
         let mut held: HashMap<String, u64> = HashMap::new();
         let mut lines = Vec::new();
+        let mut orders = Vec::new();
         for (u, rid, _) in &sent {
             if let Some(Ok(order)) = finals.get(rid).map(|o| &o.result) {
+                orders.push(order.clone());
+                if !kept(order) {
+                    continue;
+                }
                 for line in &order.lines {
                     *sold.entry(line.pool.clone()).or_default() += u64::from(line.quantity);
                     *held.entry(format!("ru{u}")).or_default() += u64::from(line.quantity);
@@ -505,6 +441,7 @@ impl<S: Store> ReleaseRun<S> {
         }
         // Every pool closed and read from the database alone.
         let mut confirmed = Vec::new();
+        let mut db = HashMap::new();
         for k in 0..spec.pools.len() {
             let id = self.plan.pool(k);
             if id != closing
@@ -525,6 +462,7 @@ impl<S: Store> ReleaseRun<S> {
             for b in sale.broken {
                 v.push((CHECK, format!("pool p{k}: {b}")));
             }
+            db.extend(sale.orders.iter().map(|(oid, o)| (oid.clone(), o.status)));
             confirmed.extend(
                 sale.orders
                     .into_iter()
@@ -539,6 +477,9 @@ impl<S: Store> ReleaseRun<S> {
                 CHECK,
                 format!("confirmed lines {confirmed:?}, the bought orders' lines {lines:?}"),
             ));
+        }
+        if let Some(statuses) = &statuses {
+            holds::check_lines(&orders, statuses, &db, v);
         }
     }
 }

@@ -195,6 +195,7 @@ impl<'a, S: Store> Replay<'a, S> {
             home,
             marker_ttl_ms: MARKER_TTL_MS,
             pay_by: None,
+            keep_taken: false,
         }
     }
 
