@@ -308,7 +308,19 @@ impl<S: Store> Engine<S> {
             let now = self.clock.now_ms();
             let listed = self.store.stale_orders(&home, i64::MAX, per_home).await?;
             if listed.len() as u32 >= per_home {
-                next_due = next_due.min(now);
+                // More than a round lists: `pend` is ordered by score (a
+                // hold's `pay_by`, another order's start), so nothing left
+                // unlisted falls due before the last one listed. (Not `now`:
+                // a busy sale's full homes would be read again every tick.)
+                let last = listed
+                    .iter()
+                    .filter_map(|(_, record)| match record {
+                        HomeRecord::Held(_, pay_by, _) => Some(*pay_by),
+                        other => other.head().map(|h| h.at_ms),
+                    })
+                    .max()
+                    .unwrap_or(now);
+                next_due = next_due.min(last.max(now));
             }
             for (rid, record) in listed {
                 let Some(head) = record.head().cloned() else {

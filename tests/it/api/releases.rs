@@ -22,7 +22,7 @@ on_every_backend!(
     a_configured_release_is_created_at_start_up,
     a_held_order_is_confirmed_cancelled_or_expired_whole,
     a_releases_orders_and_pools_are_in_the_metrics,
-    an_unpaid_release_order_ends_within_a_second_of_its_deadline,
+    an_unpaid_release_order_ends_soon_after_its_deadline,
 );
 
 fn release_body(id: &str, extra: Value) -> Value {
@@ -669,12 +669,12 @@ async fn a_releases_orders_and_pools_are_in_the_metrics(b: Backend) {
     app.stop().await;
 }
 
-/// An unpaid release order ends within about a second of its `pay_by` with
+/// An unpaid release order ends within a second and a half of its `pay_by` with
 /// the default options, as an event's hold does: the release sweeper's
 /// round is every 5 s, the deadlines are kept at the plain expirer's
 /// 200 ms. Three orders about a second and a half apart: the 5 s round
 /// alone would leave at least one of them held for seconds.
-async fn an_unpaid_release_order_ends_within_a_second_of_its_deadline(b: Backend) {
+async fn an_unpaid_release_order_ends_soon_after_its_deadline(b: Backend) {
     let app = TestApp::spawn(b).await;
     let id = eid("rel-lapse");
     create(&app, &id, json!({"hold_seconds": 1})).await;
@@ -693,7 +693,8 @@ async fn an_unpaid_release_order_ends_within_a_second_of_its_deadline(b: Backend
             "/v1/releases/{id}/orders/{}",
             o["order_id"].as_str().unwrap()
         );
-        // Its pay_by is at most 1 s after `bought`: ended 1 s after that.
+        // Its pay_by is at most 1 s after `bought`: ended 1.5 s after that
+        // (the expirer's tick is 200 ms; the rest is slack for a loaded CI).
         loop {
             let v: Value = app.get(&at).await.json().await.unwrap();
             if v["status"] == "expired" {
@@ -701,7 +702,7 @@ async fn an_unpaid_release_order_ends_within_a_second_of_its_deadline(b: Backend
             }
             assert_eq!(v["status"], "held", "{v}");
             assert!(
-                bought.elapsed() < Duration::from_secs(2),
+                bought.elapsed() < Duration::from_millis(2_500),
                 "order {i} still held {:?} after its purchase, a hold of 1 s: {v}",
                 bought.elapsed()
             );
