@@ -306,7 +306,16 @@ impl<S: Store> Engine<S> {
         for h in 0..spec.homes {
             let home = HomeRef::new(&spec.id, h);
             let now = self.clock.now_ms();
-            let listed = self.store.stale_orders(&home, i64::MAX, per_home).await?;
+            // A home that cannot be listed (its master down, say) must not
+            // keep the later homes from their deadlines either.
+            let listed = match self.store.stale_orders(&home, i64::MAX, per_home).await {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(home = h, error = %e, "a release home was not listed; next round");
+                    failed.get_or_insert(e.into());
+                    continue;
+                }
+            };
             if listed.len() as u32 >= per_home {
                 // More than a round lists: `pend` is ordered by score (a
                 // hold's `pay_by`, another order's start), so nothing left

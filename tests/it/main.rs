@@ -108,6 +108,7 @@ mod quickstart;
 mod rebalancer;
 mod redis_faults;
 mod release_cuts;
+mod release_hold_sweeps;
 mod release_holds;
 mod release_replay;
 mod releases;
