@@ -23,7 +23,7 @@ use shardstock::ledger::Ledger;
 use shardstock::store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{event_id, ledger_for, on_every_backend, req, spec};
+use crate::harness::{event_id, eventually, ledger_for, on_every_backend, req, spec};
 
 on_every_backend!(
     a_sale_grows_from_one_bucket_and_shrinks_back_while_selling,
@@ -641,6 +641,18 @@ async fn an_event_the_service_creates_starts_on_every_master<S: Store>(engine: E
     s.auto_buckets = Some(BucketRange { min: 1, max: 16 });
     s.per_user_limit = Some(LIMIT);
     s.max_per_order = 2;
+    if cluster {
+        // The layout is computed from the client's cached view of the
+        // Cluster; one caught mid-refresh on a loaded CI once listed two
+        // masters (a start on two buckets: CI, 2026-12-07). The product
+        // takes what the view says; this test is about a full view.
+        eventually(
+            "the client's view of the Cluster to list its three masters",
+            Duration::from_secs(10),
+            async || (engine.store().spread(&id, 0, 16) >= 3).then_some(()),
+        )
+        .await;
+    }
     let s = lifecycle::starting_layout(&engine, s, &Resizing::default());
     lifecycle::create(&engine, &ledger, s).await.unwrap();
     let started = engine.view(&id).await.unwrap();
