@@ -16,11 +16,27 @@ use std::time::{Duration, Instant};
 use crate::BenchError;
 
 /// A port whose cluster-bus twin (port + 10000) is free too.
+///
+/// Both lie below the kernel's ephemeral range (32768 and up on Linux), so an
+/// outgoing connection cannot take the port between this check and the
+/// server's bind — a busy test run opens thousands of those (a CI run saw a
+/// node never answer after `bind(0)` had handed out an ephemeral port). No
+/// port is handed out twice in one process.
 pub fn free_port() -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = l.local_addr().expect("bound").port();
-        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+        let port = rand::random_range(10_000..22_000u16);
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        let given = given.get_or_insert_with(HashSet::new);
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
+        {
+            given.insert(port);
             return port;
         }
     }
@@ -95,7 +111,20 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
+    /// Starts one, on fresh ports up to three times: a node that never
+    /// answers (its port taken after all) costs a retry, not the run.
     pub fn start() -> Result<Self, BenchError> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("three tries"))
+    }
+
+    fn try_start() -> Result<Self, BenchError> {
         let dir = scratch_dir("cluster");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let mut children = Vec::new();
