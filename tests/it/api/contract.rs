@@ -327,20 +327,21 @@ async fn concurrent_reshards_answer_a_layout_or_try_again(b: Backend) {
             .filter(|(n, _, _)| *n > 0)
             .map(|(n, _, _)| u64::from(n + round))
             .collect();
-        if !answers
+        let won = answers
             .iter()
-            .any(|(n, s, _)| *n > 0 && *s == StatusCode::OK)
-        {
-            assert!(
-                answers.iter().any(|(_, _, b)| b.contains("still running")),
-                "no reshard won and none runs on: {answers:?}"
-            );
+            .any(|(n, s, _)| *n > 0 && *s == StatusCode::OK);
+        let runs_on = answers.iter().any(|(_, _, b)| b.contains("still running"));
+        assert!(won || runs_on, "no reshard won and none runs on: {answers:?}");
+        if runs_on {
+            // One that runs on, even beside a winner, may still be moving
+            // units when the next round (or the counts below) look: wait
+            // for the event to be on sale again.
             let view = on_sale_again(&app, &id).await;
             let count = view["bucket_count"].as_u64().unwrap();
             assert!(asked.contains(&count), "{count} not in {asked:?}");
         }
     }
-    let view = app.view(&id).await;
+    let view = on_sale_again(&app, &id).await;
     assert_eq!(view["remaining"], 1000, "{view}");
     let audit = app.audit(&id).await;
     assert_eq!(audit["balanced"], true, "{audit}");
