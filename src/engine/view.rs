@@ -150,6 +150,11 @@ impl EventView {
 /// transfer after transfer leaves a gap to read in.
 const MOVED_RETRIES: u32 = 32;
 const MOVED_PAUSE_MAX_MS: u32 = 8;
+/// And no longer than this in all: a read of a thousand buckets on a loaded
+/// machine is slow, and 32 of them during a consolidation moving unit after
+/// unit outlasted the request's time limit (a view answering
+/// `backend-unavailable`).
+const MOVED_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl<S: Store> Engine<S> {
     /// The open transfers out of each bucket with units in transfer, and
@@ -253,13 +258,14 @@ impl<S: Store> Engine<S> {
         let mut moved = 0;
         let mut tries = 0;
         let mut checked = false;
+        let started = std::time::Instant::now();
         while tries < 3 {
             let states = match self.states_counted_once(&meta).await {
                 Ok(Some(states)) => Ok(states),
                 // A transfer moved while the buckets were read: again (a
                 // mover's step is short), at once and then a little later
                 // each time.
-                Ok(None) if moved < MOVED_RETRIES => {
+                Ok(None) if moved < MOVED_RETRIES && started.elapsed() < MOVED_BUDGET => {
                     if moved > 0 {
                         let pause = moved.min(MOVED_PAUSE_MAX_MS);
                         tokio::time::sleep(std::time::Duration::from_millis(u64::from(pause)))
@@ -268,7 +274,8 @@ impl<S: Store> Engine<S> {
                     moved += 1;
                     continue;
                 }
-                // Past the tries the last snapshot stands, counted as read.
+                // Past the tries (or the budget) the last snapshot stands,
+                // counted as read.
                 Ok(None) => {
                     tracing::debug!(%event, "transfers kept moving while the view read: counted as read");
                     self.bucket_states(&meta).await

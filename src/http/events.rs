@@ -436,16 +436,19 @@ pub(super) async fn rebalance<S: Store>(
             meta.status.as_str()
         )));
     }
+    // Its own task, as a reshard is: a consolidation of a thousand buckets
+    // moving unit after unit outlasts the request on a loaded machine.
     let mut rebalancer = crate::control::rebalancer::Rebalancer::new(
         state.engine.clone(),
         state.ledger.clone(),
         state.flush.clone(),
         state.rebalance.clone(),
     );
-    let (moves, round) = rebalancer
-        .consolidate_now(&meta)
-        .await
-        .map_err(|e| state.control_error(&id, e))?;
+    let (moves, round) = state
+        .on_its_own(&id, "consolidation", async move {
+            rebalancer.consolidate_now(&meta).await
+        })
+        .await?;
     Ok(Json(Rebalanced {
         moves,
         transfers: round.transfers,

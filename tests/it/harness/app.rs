@@ -200,8 +200,10 @@ impl TestApp {
 
     pub async fn view(&self, id: &str) -> Value {
         let r = self.get(&format!("/v1/events/{id}")).await;
-        assert_eq!(r.status(), StatusCode::OK);
-        r.json().await.unwrap()
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "the view of {id}: {body}");
+        body
     }
 
     pub async fn buy(&self, event: &str, user: &str, qty: u32, rid: Option<&str>) -> Response {
