@@ -124,6 +124,11 @@ pub async fn reshard_because<S: Store>(
         }
         (EventStatus::OnSale, _) => {
             held_pool(engine, event).await?;
+            // The restore moves each home's counts and request records, not
+            // yet its token records: a token could buy again at a new home.
+            if meta.spec.tokens.is_some() {
+                return Err(ControlError::TokenEvent(event.clone()));
+            }
             (meta.generation + 1, buckets)
         }
         (EventStatus::Resharding, Some(to)) if to.1 == buckets => to,
