@@ -587,7 +587,7 @@ impl EventSettings {
                 Window => "ends_at",
                 HoldSeconds(_) => "hold_seconds",
                 // A configured event is open (access tokens come by the API).
-                TokenKeys(_) | TokenAutoBuckets => "buckets",
+                TokenKeys(_) => "token_keys",
             };
             invalid(field(f), e)
         })?;
@@ -682,7 +682,7 @@ impl ReleaseSettings {
                         PerUserLimit(_) => "per_user_limit".into(),
                         Window => "ends_at".into(),
                         HoldSeconds(_) => "hold_seconds".into(),
-                        TokenKeys(_) | TokenAutoBuckets => "pools".into(),
+                        TokenKeys(_) => "token_keys".into(),
                     };
                     invalid(field(&f), error)
                 }

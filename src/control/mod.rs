@@ -68,10 +68,6 @@ pub enum ControlError {
     /// fixed (a reshard does not carry a held order's markers).
     #[error("{event} is a pool of release {release}, which has holds: its bucket count is fixed")]
     HeldPool { event: EventId, release: EventId },
-    /// A reshard of a `token` event: its token records live at each user's
-    /// home, which the reshard's restore does not move yet.
-    #[error("{0} sells to access token holders: its bucket count is fixed")]
-    TokenEvent(EventId),
 }
 
 impl From<StoreError> for ControlError {

@@ -46,6 +46,7 @@ use crate::domain::model::{
     split_even,
 };
 use crate::domain::routing::{home, user_hash};
+use crate::domain::token::token_user;
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, KeepAlive, Lease};
 use crate::store::{
@@ -124,11 +125,6 @@ pub async fn reshard_because<S: Store>(
         }
         (EventStatus::OnSale, _) => {
             held_pool(engine, event).await?;
-            // The restore moves each home's counts and request records, not
-            // yet its token records: a token could buy again at a new home.
-            if meta.spec.tokens.is_some() {
-                return Err(ControlError::TokenEvent(event.clone()));
-            }
             (meta.generation + 1, buckets)
         }
         (EventStatus::Resharding, Some(to)) if to.1 == buckets => to,
@@ -362,6 +358,17 @@ impl<'a, S: Store> Run<'a, S> {
                     .records
                     .push((rid, record));
             }
+            // A token's record goes with its user (the id's first part).
+            for (id, used) in c.tokens {
+                let Some(user) = token_user(&id) else {
+                    continue;
+                };
+                moved
+                    .entry(home(user_hash(&user), buckets))
+                    .or_default()
+                    .tokens
+                    .push((id, used));
+            }
         }
         let mut writes = Vec::new();
         for (h, c) in &moved {
@@ -380,6 +387,11 @@ impl<'a, S: Store> Run<'a, S> {
                 c.records
                     .chunks(CHUNK)
                     .map(|chunk| (bucket, Chunk::Records(chunk))),
+            );
+            writes.extend(
+                c.tokens
+                    .chunks(CHUNK)
+                    .map(|chunk| (bucket, Chunk::Tokens(chunk))),
             );
         }
         // Boxed: a stream of borrowing futures is otherwise not provably
@@ -400,9 +412,10 @@ impl<'a, S: Store> Run<'a, S> {
         self.step(Checkpoint::ReshardRestore).await?;
         let (store, token) = (self.store(), self.token());
         let reply = match chunk {
-            Chunk::Holdings(c) => store.restore(bucket, token, c, &[], &[]).await?,
-            Chunk::Orders(c) => store.restore(bucket, token, &[], c, &[]).await?,
-            Chunk::Records(c) => store.restore(bucket, token, &[], &[], c).await?,
+            Chunk::Holdings(c) => store.restore(bucket, token, c, &[], &[], &[]).await?,
+            Chunk::Orders(c) => store.restore(bucket, token, &[], c, &[], &[]).await?,
+            Chunk::Records(c) => store.restore(bucket, token, &[], &[], c, &[]).await?,
+            Chunk::Tokens(c) => store.restore(bucket, token, &[], &[], &[], c).await?,
         };
         match reply {
             RestoreReply::Fenced { highest } => Err(self.fenced(bucket, highest)),
@@ -553,6 +566,7 @@ enum Chunk<'a> {
     Holdings(&'a [(UserId, u64)]),
     Orders(&'a [(OrderId, OrderEntry)]),
     Records(&'a [(String, RequestRecord)]),
+    Tokens(&'a [(String, u64)]),
 }
 
 /// How many units each new bucket should still get, given what the old

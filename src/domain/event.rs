@@ -146,12 +146,6 @@ pub enum SpecError {
     BucketRange { min: u32, max: u32 },
     #[error("token_keys: {0}")]
     TokenKeys(String),
-    /// A token event's records live at each user's home, which a reshard
-    /// would move: not built yet (docs/DESIGN.md, "Fair drops").
-    #[error(
-        "buckets: a token event's bucket count is fixed (an adaptive count reshards, which token events do not yet support)"
-    )]
-    TokenAutoBuckets,
 }
 
 impl EventSpec {
@@ -170,9 +164,6 @@ impl EventSpec {
         }
         if let Some(t) = &self.tokens {
             t.validate().map_err(SpecError::TokenKeys)?;
-            if self.auto_buckets.is_some() {
-                return Err(SpecError::TokenAutoBuckets);
-            }
         }
         if self.stock > MAX_STOCK {
             return Err(SpecError::Stock(self.stock));

@@ -166,6 +166,14 @@ pub fn verify(
     }
 }
 
+/// The user a token id names (`<user>.<allowance>.<expiry>`): where its
+/// record lives (a reshard moves it with the user).
+pub fn token_user(id: &str) -> Option<UserId> {
+    let mut parts = id.rsplitn(3, '.');
+    let (_expiry, _allowance) = (parts.next()?, parts.next()?);
+    UserId::parse(parts.next()?).ok()
+}
+
 /// Mints a token (waiting rooms do this; here for tests and tools).
 pub fn mint(key: &str, event: &EventId, user: &str, allowance: u32, expiry_unix: i64) -> String {
     format!(
@@ -285,6 +293,7 @@ mod tests {
                     allowance: 2
                 }
             );
+            assert_eq!(token_user("u.1.2.100"), Some(u.clone()));
             assert_eq!(
                 verify(&access(), &e, &u, Some(&t), 100_000),
                 TokenUse::Refused(TokenRefusal::Expired)

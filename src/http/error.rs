@@ -74,13 +74,6 @@ pub enum ApiError {
         "event {event} is a pool of release {release}, which has holds: its bucket count is fixed while orders may be held (a reshard would not carry their markers)"
     )]
     HeldPool { event: String, release: String },
-    /// 409 `token-event`: a reshard of an event under the `token` access
-    /// mode, whose bucket count is fixed (its token records stay at each
-    /// user's home).
-    #[error(
-        "event {0} sells to access token holders: its bucket count is fixed (a reshard does not move its token records yet)"
-    )]
-    TokenEvent(String),
     /// 409 `sold-out`, member `remaining`.
     #[error("fewer units remain than asked for")]
     SoldOut { remaining: u64 },
@@ -186,7 +179,6 @@ impl ApiError {
             SoldOut { .. } | LinesSoldOut(_) => (StatusCode::CONFLICT, "sold-out", "Sold out"),
             UnknownRelease(_) => (StatusCode::NOT_FOUND, "unknown-release", "Unknown release"),
             ReleaseExists(_) => (StatusCode::CONFLICT, "release-exists", "Release exists"),
-            TokenEvent(_) => (StatusCode::CONFLICT, "token-event", "Token event"),
             ReleasePool { .. } | HeldPool { .. } => {
                 (StatusCode::CONFLICT, "release-pool", "Pool of a release")
             }

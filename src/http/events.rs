@@ -164,7 +164,6 @@ impl<S: Store> AppState<S> {
             ControlError::Engine(e) => self.engine_error(event, e),
             ControlError::Exists(id) => ApiError::EventExists(id.to_string()),
             ControlError::Busy(why) => ApiError::TryAgain(why),
-            ControlError::TokenEvent(event) => ApiError::TokenEvent(event.to_string()),
             ControlError::HeldPool { event, release } => ApiError::HeldPool {
                 event: event.to_string(),
                 release: release.to_string(),

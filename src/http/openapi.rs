@@ -248,12 +248,11 @@ problems! {
         ApiError::OrderConfirmed("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
         ApiError::HoldExpired("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
     ];
-    /// The event cannot be resharded: closed, a pool of a release with
-    /// holds, or a `token` event (its bucket count is fixed)
+    /// The event cannot be resharded: closed, or a pool of a release with
+    /// holds
     ReshardRefused => [
         ApiError::NotOnSale("event sneaker-42 is closed".into()),
         ApiError::HeldPool { event: "air-max.42".into(), release: "air-max".into() },
-        ApiError::TokenEvent("sneaker-42".into()),
     ];
     /// The event is not on sale (before its start, after its end, closed)
     NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];

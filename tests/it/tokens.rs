@@ -7,15 +7,15 @@
 //! On every backend: many buyers at once with tokens of allowance 1 and 2,
 //! reusing their token under new request ids, using another user's, forged
 //! and expired ones, and replaying request ids; checked against the
-//! store's sales and the ledger's orders. Then the saga's reservation, and
-//! the reshard a token event refuses.
+//! store's sales and the ledger's orders. Then the saga's reservation, a
+//! token's consumption moved by reshards, and the model's fixed trace.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use shardstock::control::flusher::{FlushOptions, Flusher};
-use shardstock::control::{ControlError, lifecycle, reshard};
+use shardstock::control::{lifecycle, reshard};
 use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::token::{TokenAccess, TokenRefusal, mint};
@@ -34,7 +34,7 @@ use crate::harness::{
 on_every_backend!(
     token_holders_buy_their_allowance_and_nobody_buys_without_a_valid_token,
     a_saga_reserves_the_allowance_and_gives_it_back_when_sold_out,
-    a_token_events_bucket_count_is_fixed,
+    a_reshard_moves_each_tokens_consumption_with_its_user,
     the_models_checked_before_take_trace_buys_once,
 );
 
@@ -250,27 +250,71 @@ async fn a_saga_reserves_the_allowance_and_gives_it_back_when_sold_out<S: Store>
     }
 }
 
-/// A reshard would move each home's counts and request records but not
-/// (yet) its token records: refused, and an adaptive count with it.
-async fn a_token_events_bucket_count_is_fixed<S: Store>(engine: Engine<S>) {
+/// A reshard moves each token's consumption with its user to the user's
+/// new home (the restore), as it moves the per-user counts and request
+/// records: after 2 → 5 → 3 buckets, a spent token stays spent, a token
+/// with allowance left buys what is left and no more, and replays answer
+/// their orders.
+async fn a_reshard_moves_each_tokens_consumption_with_its_user<S: Store>(engine: Engine<S>) {
     let ledger = ledger_for(engine.store().kind()).await;
-    let id = event_id("tfixed");
-    lifecycle::create(&engine, &ledger, token_spec(&id, 10, 2))
+    let id = event_id("tmove");
+    lifecycle::create(&engine, &ledger, token_spec(&id, 100, 2))
         .await
         .unwrap();
-    let refused = reshard::reshard(&engine, &id, 4).await;
-    assert!(
-        matches!(refused, Err(ControlError::TokenEvent(_))),
-        "{refused:?}"
-    );
-    assert_eq!(engine.view(&id).await.unwrap().bucket_count, 2);
-    let mut auto = token_spec(&event_id("tauto"), 10, 2);
-    auto.auto_buckets = Some(shardstock::domain::model::BucketRange { min: 1, max: 4 });
-    assert!(lifecycle::create(&engine, &ledger, auto).await.is_err());
+    let users: Vec<String> = (0..12).map(|i| format!("mv-{i}")).collect();
+    let token = |i: usize| mint(KEYS[i % 2], &id, &users[i], 2, LATER);
+    let mut orders = HashMap::new();
+    for (i, u) in users.iter().enumerate() {
+        // Even users spend their allowance of 2, odd ones one unit of it.
+        let qty = if i % 2 == 0 { 2 } else { 1 };
+        let out = answer(
+            &engine,
+            &buy(&id, u, qty, &format!("{u}-a"), Some(token(i))),
+        )
+        .await;
+        orders.insert(i, out.result.expect("bought before the reshard").order_id);
+    }
+    for buckets in [5, 3] {
+        reshard::reshard(&engine, &id, buckets).await.unwrap();
+        assert_eq!(engine.view(&id).await.unwrap().bucket_count, buckets);
+        for (i, u) in users.iter().enumerate() {
+            let replay = answer(
+                &engine,
+                &buy(
+                    &id,
+                    u,
+                    if i % 2 == 0 { 2 } else { 1 },
+                    &format!("{u}-a"),
+                    None,
+                ),
+            )
+            .await;
+            assert!(replay.replayed);
+            assert_eq!(replay.result.unwrap().order_id, orders[&i]);
+            let again = answer(
+                &engine,
+                &buy(&id, u, 1, &format!("{u}-{buckets}"), Some(token(i))),
+            )
+            .await;
+            if i % 2 == 0 || buckets == 3 {
+                // Spent before this reshard (odd users spent their second
+                // unit in the layout of 5).
+                assert_eq!(
+                    again.result,
+                    Err(Refusal::Token(TokenRefusal::Used)),
+                    "{u} at {buckets}"
+                );
+            } else {
+                assert!(again.result.is_ok(), "{u} at {buckets}: {again:?}");
+            }
+        }
+    }
+    // Even users 2 units each, odd ones 1 and 1 more in the layout of 5.
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 100 - 24);
 }
 
 /// Over HTTP: the create's members and their errors, each refusal's
-/// problem type, a replay, the view's `access`, the reshard refused.
+/// problem type, a replay, the view's `access`, a reshard.
 async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type(b: Backend) {
     let app = TestApp::spawn(b).await;
     let id = eid("tapi");
@@ -371,7 +415,13 @@ async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_typ
         .send()
         .await
         .unwrap();
-    problem(r, 409, "token-event").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    problem(
+        buy("u-1", "r2", Some(mint(KEYS[0], &event, "u-1", 1, LATER))).await,
+        409,
+        "token-used",
+    )
+    .await;
 }
 
 /// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
@@ -440,4 +490,54 @@ async fn the_models_checked_before_take_trace_buys_once<S: Store>(engine: Engine
     }
     assert!(first[&0].result.is_ok(), "{:?}", first[&0]);
     assert_eq!(first[&1].result, Err(Refusal::Token(TokenRefusal::Used)));
+}
+
+/// What a token purchase costs beside an open one, on a private Redis, one
+/// purchase a call (unbatched): Redis's microseconds per script call
+/// (`INFO commandstats`) and the client's wall time. A measurement, not a
+/// check: `cargo test --test it -- --ignored tokens::token_purchase_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn token_purchase_cost() {
+    use crate::harness::{RedisServer, connect, unbatched};
+    let server = RedisServer::start();
+    let engine = Engine::new(connect(&server.url(), "tcost").await, unbatched());
+    let redis = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    const N: usize = 2_000;
+    for tokens in [false, true] {
+        let id = event_id("tcost");
+        let s = if tokens {
+            token_spec(&id, N as u64, 1)
+        } else {
+            spec(&id, N as u64, 1)
+        };
+        engine.create_event(s).await.unwrap();
+        engine.meta(&id).await.unwrap();
+        redis(&["config", "resetstat"]);
+        let start = std::time::Instant::now();
+        for i in 0..N {
+            let u = format!("c{i}");
+            let token = tokens.then(|| mint(KEYS[0], &id, &u, 1, LATER));
+            let out = answer(&engine, &buy(&id, &u, 1, &format!("r{i}"), token)).await;
+            assert!(out.result.is_ok(), "{out:?}");
+        }
+        let wall = start.elapsed().as_secs_f64() * 1e6 / N as f64;
+        let stats = redis(&["info", "commandstats"]);
+        let evalsha = stats
+            .lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .unwrap_or("")
+            .to_owned();
+        println!(
+            "{}: {wall:.0} µs a purchase (client wall), {evalsha}",
+            if tokens { "token" } else { "open" }
+        );
+    }
 }
