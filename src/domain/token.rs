@@ -30,10 +30,18 @@ pub const MAX_ALLOWANCE: u32 = 1000;
 pub const MAX_TOKEN_LEN: usize = 256;
 
 /// An event under the `token` access mode: the keys its tokens are signed
-/// with (the first signs in tests and tools; any one verifies).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// with (the first signs in tests and tools; any one verifies). Its
+/// `Debug` names how many keys, never what they are (an event's meta is
+/// printed in errors and logs).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenAccess {
     pub keys: Vec<String>,
+}
+
+impl std::fmt::Debug for TokenAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenAccess {{ keys: {} hidden }}", self.keys.len())
+    }
 }
 
 impl TokenAccess {
@@ -348,6 +356,12 @@ mod tests {
                 "{junk}"
             );
         }
+    }
+
+    #[test]
+    fn the_keys_are_never_printed() {
+        let shown = format!("{:?}", access());
+        assert!(!shown.contains("key-0123"), "{shown}");
     }
 
     #[test]
