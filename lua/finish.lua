@@ -8,6 +8,8 @@ KEYS[5] ss:{e#g#h}:pend    ZSET request ids of pending sagas -> start ms
 KEYS[6] ss:{e#g#h}:holds   ZSET order id -> pay-by ms   (events with holds only)
 KEYS[7] ss:{e#g#h}:hunits  units in live holds          (events with holds only)
 KEYS[8] ss:{e#g#h}:orders  STREAM (the hold record)     (events with holds only)
+KEYS[9] ss:{e#g#h}:tok     HASH access tokens ("token" events only, which pass
+                           the three keys above too; purchase.lua's contract)
 ARGV[1] rid   ARGV[2] outcome: B (bought), S (sold out), A (abort)
 ARGV[3] user  ARGV[4] qty   ARGV[5] order id (for B)
 ARGV[6] entry: the order's index entry (for B; domain::model::OrderEntry, "C|…", or
@@ -34,6 +36,12 @@ Returns:
 Whenever rid has no pending saga of its own any more, it leaves the pend set
 (this call ended it, or found it ended); a pending saga of another order
 keeps its entry.
+
+A "token" event's saga that reserved its token's allowance at the home step
+("s:<rid>" names the token) has the reservation turned into consumption
+with a B ("r:<id>" down q, "u:<id>" up q) or given back with S and A, in
+this step: the order and its consumption are written once, together, by
+the compare-and-set on the pending record above.
 
 Every record is the engine's (domain/), stored as given.
 One script so that the quota release, the index entry and the final record
@@ -69,6 +77,17 @@ if outcome == 'B' then
   end
 elseif ARGV[8] == '1' then
   redis.call('HINCRBY', KEYS[2], user, -qty)
+end
+if KEYS[9] then
+  local link = 's:' .. ARGV[1]
+  local tid = redis.call('HGET', KEYS[9], link)
+  if tid then
+    redis.call('HINCRBY', KEYS[9], 'r:' .. tid, -qty)
+    if outcome == 'B' then
+      redis.call('HINCRBY', KEYS[9], 'u:' .. tid, qty)
+    end
+    redis.call('HDEL', KEYS[9], link)
+  end
 end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[7])

@@ -21,6 +21,11 @@ KEYS[10] ss:{e#g#b}:pend   ZSET request ids of sagas pending here -> start ms
 KEYS[11] ss:{e#g#b}:holds  ZSET order id -> pay-by ms (events with holds only)
 KEYS[12] ss:{e#g#b}:hunits units in live holds (events with holds only)
 KEYS[13] ss:{e#g#b}:hq     LIST of fast-path deadlines (events with holds only)
+KEYS[14] ss:{e#g#b}:tok    HASH access tokens of users homed here ("token" events
+                           only, which pass KEYS[11..13] too): "u:<token id>" ->
+                           units bought, "r:<token id>" -> units reserved by
+                           sagas in flight, "s:<rid>" -> the token id a pending
+                           saga reserved (finish.lua settles it)
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries
@@ -58,6 +63,12 @@ range of ARGV: no Lua table, no string built):
   only with holds, always the last column (so at 8 + 4n + i without the
   five above, 8 + 6n + i without limit, keep and pending):
   ARGV[8 + 9n + i] queue               the hold's queue entry "pay_by|oid"
+  only for "token" events (KEYS[14] given; such a call is never uniform),
+  always after every other column (so at 8 + 9n + i without holds):
+  ARGV[8 + 10n + i] token              "<allowance>|<token id>" of a token
+                                        the engine checked (signature, user,
+                                        expiry), or "!<why>" it refused
+                                        (domain::token::TokenUse::column)
   Without the user and qty columns (the common call: request ids, no
   limit), a path that needs them reads them from the entry's index entry
   (its second and third fields; a user id holds no "|"): a call that buys
@@ -92,6 +103,11 @@ order:
                     pending record stored under rid and rid added to pend
                     (score now: the sweeper ends it if no driver does); the
                     caller probes the ring
+  "K", why          "token" events: a fresh request id whose token the engine
+                    refused (why: its code), or whose allowance is spent
+                    ("used": units bought plus reserved plus q over it);
+                    nothing written. A known request id answers "R" first:
+                    a replay never checks the token again.
 A uniform call that cannot buy every entry answers {"W"} instead, having
 changed nothing, unless every entry is surely refused sold out: it carries
 no pending records, and the caller sends it again with every column (as a
@@ -141,6 +157,14 @@ caller's column: domain/ encodes every one, the script assembles none). Lua tabl
 the commands they save (every allocation feeds the script GC), so the
 per-entry path uses none.
 
+Access tokens ("token" events): the token's allowance is checked and
+consumed here, with the take, on the user's home slot: bought adds q to
+"u:<id>" in the step that writes the order; a pending saga adds q to
+"r:<id>" and links "s:<rid>" to the token, and finish.lua moves it to
+"u:<id>" with the order or gives it back (docs/DESIGN.md, "Fair drops":
+checked in a step of its own before the take, a one-unit token buys
+twice). An open event's call carries no KEYS[14] and pays one lookup.
+
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
 check (oversell, or a user over the limit), or a crash could leave a unit
@@ -159,7 +183,9 @@ local R, O, U, Q = 8, 8 + 2 * n, 8 + 4 * n, 8 + 5 * n
 local L, K, PN = 8 + 6 * n, 8 + 7 * n, 8 + 8 * n
 local cols = not uniform or limit > 0
 local hbase = not cols and U or uniform and L or 8 + 9 * n
-local holds = #ARGV > hbase
+local tok = KEYS[14]
+local holds = #ARGV > hbase + (tok and n or 0)
+local T = holds and hbase + n or hbase
 -- Without the columns, an entry's quantity and user are matched in its index
 -- entry (inline: a helper function would be a closure and upvalues made per
 -- call, more than the matches cost). A quantity's string is one Lua has
@@ -340,9 +366,27 @@ for i = 1, n do
   if rid ~= '' then rec = redis.call('HGET', KEYS[3], rid) end
   local held = 0
   if not rec and lim > 0 then held = tonumber(redis.call('HGET', KEYS[2], user) or '0') end
+  -- A token event: the token's refusal, or its id once its allowance holds q.
+  local refused, tid = false, false
+  if tok and not rec then
+    local col = ARGV[T + i]
+    if string.sub(col, 1, 1) == '!' then
+      refused = string.sub(col, 2)
+    else
+      local allowance, id = string.match(col, '^(%d+)|(.+)$')
+      local c = redis.call('HMGET', tok, 'u:' .. id, 'r:' .. id)
+      if tonumber(c[1] or '0') + tonumber(c[2] or '0') + qty > tonumber(allowance) then
+        refused = 'used'
+      else
+        tid = id
+      end
+    end
+  end
   local o = 2 * i - 1
   if rec then
     out[o], out[o + 1] = 'R', rec
+  elseif refused then
+    out[o], out[o + 1] = 'K', refused
   elseif lim > 0 and held + qty > lim then
     if keep then
       redis.call('HSET', KEYS[3], rid, string.format(ARGV[7], qs, ls, held))
@@ -357,6 +401,9 @@ for i = 1, n do
     redis.call('HSET', KEYS[5], oid, ARGV[O + 2 * i])
     if keep then
       redis.call('HSET', KEYS[3], rid, brec)
+    end
+    if tid then
+      redis.call('HINCRBY', tok, 'u:' .. tid, qty)
     end
     if holds then
       deadlines[#deadlines + 1] = ARGV[hbase + i]
@@ -373,6 +420,10 @@ for i = 1, n do
     if lim > 0 then redis.call('HINCRBY', KEYS[2], user, qs) end
     redis.call('HSET', KEYS[3], rid, ARGV[PN + i])
     redis.call('ZADD', KEYS[10], now, rid)
+    if tid then
+      redis.call('HINCRBY', tok, 'r:' .. tid, qty)
+      redis.call('HSET', tok, 's:' .. rid, tid)
+    end
     out[o], out[o + 1] = 'P', stock
   end
 end

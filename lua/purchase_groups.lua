@@ -9,7 +9,7 @@ call: its keys, its arguments, its reply, its meaning; groups of different
 buckets share nothing but the call.
 
 KEYS              each group's purchase.lua KEYS, one group after another
-                  (10 keys, or 13 for events with holds)
+                  (10 keys, 13 for events with holds, 14 for token events)
 ARGV[1] g         the number of groups
 ARGV[2i] keys     group i's number of keys (i = 1..g)
 ARGV[2i + 1] args group i's number of arguments

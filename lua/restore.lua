@@ -5,6 +5,7 @@ The bucket's stock is set separately (init_bucket.lua, transfers).
 KEYS[1] ss:{e#g#b}:users   KEYS[2] ss:{e#g#b}:idx   KEYS[3] ss:{e#g#b}:reqs
 KEYS[4] ss:{e#g#b}:fence   highest fencing token the bucket has accepted
 KEYS[5] ss:{e#g#b}:holds   ZSET order id -> pay-by ms  KEYS[6] ss:{e#g#b}:hunits
+KEYS[7] ss:{e#g#b}:tok     HASH access tokens of users homed here (purchase.lua)
 ARGV[1] token: the writer's fencing token (a reshard's mover-lease token; 0 for a
         rebuild into a fresh layout no mover has fenced yet)
 ARGV[2] n, then n pairs (i = 1..n):
@@ -17,6 +18,11 @@ ARGV[3 + 2n] m, then m pairs (j = 1..m):
         call wrote the entry
 ARGV[4 + 2n + 2m] r, then r pairs (k = 1..r):
   ARGV[4 + 2n + 2m + 2k - 1] rid   ARGV[4 + 2n + 2m + 2k] record ("B|…", "L|…", "S|…")
+ARGV[5 + 2n + 2m + 2r] t, then t pairs (l = 1..t), "token" events:
+  ARGV[5 + 2n + 2m + 2r + 2l - 1] field: a token's "u:<token id>"
+  ARGV[5 + 2n + 2m + 2r + 2l] used: the units it bought (a reshard moves a
+        token's consumption with its user; its reservations were ended with
+        the pending sagas before, by the sealed layout's settle)
 
 Every field is written only where the bucket has none yet (HSETNX): the
 source of a restore is frozen (a reshard's sealed old layout; a rebuild's
@@ -27,7 +33,7 @@ cancelled here since, nor reset a buyer's count: a hold restored twice and
 expired in between came back on sale twice before (1.8x the stock).
 
 Returns:
-  {"OK", n, m, r}   written (the fence raised to the token)
+  {"OK", n, m, r, t} written (the fence raised to the token)
   {"F", highest}    the bucket has accepted a higher token: nothing written.
                     A reshard run that stalled past its lease (another run
                     finished the reshard, or a close seized the lease) must
@@ -68,4 +74,5 @@ local m = pairs_into(KEYS[2], function(oid, entry)
   end
 end)
 local r = pairs_into(KEYS[3])
-return {'OK', n, m, r}
+local t = ARGV[a] and pairs_into(KEYS[7]) or 0
+return {'OK', n, m, r, t}

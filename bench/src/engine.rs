@@ -42,6 +42,7 @@ pub(crate) fn spec(id: &EventId, w: &Workload, buckets: u32) -> EventSpec {
         ends_at: None,
         hold_seconds: None,
         auto_buckets: None,
+        tokens: None,
     }
 }
 
@@ -153,6 +154,8 @@ fn outcome(r: Result<PurchaseOutcome, EngineError>) -> Outcome {
             },
             Err(Refusal::SoldOut { .. }) => Outcome::SoldOut,
             Err(Refusal::LimitExceeded { .. }) => Outcome::LimitExceeded,
+            // The bench's events are open: a token refusal is not expected.
+            Err(Refusal::Token(why)) => Outcome::Error(format!("token refused: {why:?}")),
         },
         Err(e) => Outcome::Error(e.to_string()),
     }
@@ -186,6 +189,7 @@ impl Strategy for EngineStrategy {
             },
             quantity: qty,
             request_id: RequestId::parse(request_id).ok(),
+            access_token: None,
         };
         let answer = self.engine.purchase(&req).await;
         if let (

@@ -565,6 +565,7 @@ impl EventSettings {
             starts_at: time("starts_at", &self.starts_at)?,
             ends_at: time("ends_at", &self.ends_at)?,
             hold_seconds: self.hold_seconds,
+            tokens: None,
         };
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;
@@ -585,6 +586,8 @@ impl EventSettings {
                 PerUserLimit(_) => "per_user_limit",
                 Window => "ends_at",
                 HoldSeconds(_) => "hold_seconds",
+                // A configured event is open (access tokens come by the API).
+                TokenKeys(_) => "token_keys",
             };
             invalid(field(f), e)
         })?;
@@ -679,6 +682,7 @@ impl ReleaseSettings {
                         PerUserLimit(_) => "per_user_limit".into(),
                         Window => "ends_at".into(),
                         HoldSeconds(_) => "hold_seconds".into(),
+                        TokenKeys(_) => "token_keys".into(),
                     };
                     invalid(field(&f), error)
                 }

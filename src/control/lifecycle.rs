@@ -446,7 +446,10 @@ pub async fn rebuild<S: Store>(
         let orders = entries.remove(&(b as u32)).unwrap_or_default();
         // Token 0: a fresh layout no mover has fenced yet.
         for chunk in users.chunks(500) {
-            restored(&bucket, store.restore(&bucket, 0, chunk, &[], &[]).await?)?;
+            restored(
+                &bucket,
+                store.restore(&bucket, 0, chunk, &[], &[], &[]).await?,
+            )?;
         }
         for chunk in orders.chunks(500) {
             // Replays of client request ids answer what the ledger recorded.
@@ -465,7 +468,7 @@ pub async fn rebuild<S: Store>(
                 .collect();
             restored(
                 &bucket,
-                store.restore(&bucket, 0, &[], chunk, &records).await?,
+                store.restore(&bucket, 0, &[], chunk, &records, &[]).await?,
             )?;
         }
     }

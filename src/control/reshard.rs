@@ -46,6 +46,7 @@ use crate::domain::model::{
     split_even,
 };
 use crate::domain::routing::{home, user_hash};
+use crate::domain::token::token_user;
 use crate::engine::mover::{self, MoverError};
 use crate::engine::{Engine, EngineError, EventView, KeepAlive, Lease};
 use crate::store::{
@@ -357,6 +358,17 @@ impl<'a, S: Store> Run<'a, S> {
                     .records
                     .push((rid, record));
             }
+            // A token's record goes with its user (the id's first part).
+            for (id, used) in c.tokens {
+                let Some(user) = token_user(&id) else {
+                    continue;
+                };
+                moved
+                    .entry(home(user_hash(&user), buckets))
+                    .or_default()
+                    .tokens
+                    .push((id, used));
+            }
         }
         let mut writes = Vec::new();
         for (h, c) in &moved {
@@ -375,6 +387,11 @@ impl<'a, S: Store> Run<'a, S> {
                 c.records
                     .chunks(CHUNK)
                     .map(|chunk| (bucket, Chunk::Records(chunk))),
+            );
+            writes.extend(
+                c.tokens
+                    .chunks(CHUNK)
+                    .map(|chunk| (bucket, Chunk::Tokens(chunk))),
             );
         }
         // Boxed: a stream of borrowing futures is otherwise not provably
@@ -395,9 +412,10 @@ impl<'a, S: Store> Run<'a, S> {
         self.step(Checkpoint::ReshardRestore).await?;
         let (store, token) = (self.store(), self.token());
         let reply = match chunk {
-            Chunk::Holdings(c) => store.restore(bucket, token, c, &[], &[]).await?,
-            Chunk::Orders(c) => store.restore(bucket, token, &[], c, &[]).await?,
-            Chunk::Records(c) => store.restore(bucket, token, &[], &[], c).await?,
+            Chunk::Holdings(c) => store.restore(bucket, token, c, &[], &[], &[]).await?,
+            Chunk::Orders(c) => store.restore(bucket, token, &[], c, &[], &[]).await?,
+            Chunk::Records(c) => store.restore(bucket, token, &[], &[], c, &[]).await?,
+            Chunk::Tokens(c) => store.restore(bucket, token, &[], &[], &[], c).await?,
         };
         match reply {
             RestoreReply::Fenced { highest } => Err(self.fenced(bucket, highest)),
@@ -548,6 +566,7 @@ enum Chunk<'a> {
     Holdings(&'a [(UserId, u64)]),
     Orders(&'a [(OrderId, OrderEntry)]),
     Records(&'a [(String, RequestRecord)]),
+    Tokens(&'a [(String, u64)]),
 }
 
 /// How many units each new bucket should still get, given what the old

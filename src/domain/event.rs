@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
+use crate::domain::token::TokenAccess;
 
 /// Bounds every event must respect (API.md).
 pub const MAX_BUCKETS: u32 = 1024;
@@ -44,6 +45,11 @@ pub struct EventSpec {
     /// `None`: `buckets` stays as set. `buckets` is the current count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_buckets: Option<BucketRange>,
+    /// The `token` access mode: a purchase carries a signed token, checked
+    /// against these keys and consumed at the buyer's home
+    /// ([`super::token`]); `None`: the `open` mode, today's sale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenAccess>,
 }
 
 /// Bounds of an adaptive bucket count (`buckets = "auto"` or `{ min, max }`).
@@ -138,6 +144,8 @@ pub enum SpecError {
     HoldSeconds(u32),
     #[error("buckets {{\"min\": {min}, \"max\": {max}}}: need 1 ≤ min ≤ max ≤ {MAX_BUCKETS}")]
     BucketRange { min: u32, max: u32 },
+    #[error("token_keys: {0}")]
+    TokenKeys(String),
 }
 
 impl EventSpec {
@@ -153,6 +161,9 @@ impl EventSpec {
                 min: r.min,
                 max: r.max,
             });
+        }
+        if let Some(t) = &self.tokens {
+            t.validate().map_err(SpecError::TokenKeys)?;
         }
         if self.stock > MAX_STOCK {
             return Err(SpecError::Stock(self.stock));

@@ -27,6 +27,7 @@
 //! ss:{<event>#<gen>#<b>}:holds   ZSET  order ids of live holds of users homed at b -> pay-by ms (the deadline index)
 //! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
 //! ss:{<event>#<gen>#<b>}:hq      LIST  "pay_by|order id" of holds bought on the fast path, in deadline order (the hot path's deadline queue; entries of confirmed or cancelled orders are dropped when due)
+//! ss:{<event>#<gen>#<b>}:tok     HASH  access tokens of users homed at b (`token` events): "u:<token id>" -> units bought, "r:<token id>" -> units reserved by sagas in flight, "s:<rid>" -> the token id a pending saga reserved
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ss:{u#<user>}:rate             STR   the user's theoretical arrival time for the shared per-user rate, µs (PX)
 //! ss:releases                    SET   ids of the releases (what the release sweeper visits)
@@ -185,12 +186,13 @@ impl BucketRef {
             holds: format!("{p}:holds"),
             hunits: format!("{p}:hunits"),
             hq: format!("{p}:hq"),
+            tok: format!("{p}:tok"),
         }
     }
 
     /// One key of this bucket in namespace `ns` (`name` as in [`BucketKeys`]'s
     /// field names): for a caller that needs one, where [`BucketRef::keys_in`]
-    /// formats all seventeen (the flusher reads every bucket's stream every round).
+    /// formats all eighteen (the flusher reads every bucket's stream every round).
     pub(crate) fn key_in(&self, ns: &str, name: &str) -> String {
         format!("{ns}:{}:{name}", self.tag())
     }
@@ -234,6 +236,7 @@ pub(crate) enum BucketKey {
     Holds,
     Hunits,
     Hq,
+    Tok,
 }
 
 impl BucketKey {
@@ -257,6 +260,7 @@ impl BucketKey {
             Self::Holds => "holds",
             Self::Hunits => "hunits",
             Self::Hq => "hq",
+            Self::Tok => "tok",
         }
     }
 }
@@ -311,11 +315,12 @@ pub struct BucketKeys {
     pub holds: String,
     pub(crate) hunits: String,
     pub(crate) hq: String,
+    pub(crate) tok: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 17] {
+    pub fn all(&self) -> [&str; 18] {
         [
             &self.stock,
             &self.users,
@@ -334,6 +339,7 @@ impl BucketKeys {
             &self.holds,
             &self.hunits,
             &self.hq,
+            &self.tok,
         ]
     }
 }
@@ -440,6 +446,7 @@ mod tests {
             BucketKey::Holds,
             BucketKey::Hunits,
             BucketKey::Hq,
+            BucketKey::Tok,
         ];
         let named: Vec<String> = fields.iter().map(|f| b.key_in("ns", f.name())).collect();
         assert_eq!(named, all.all());

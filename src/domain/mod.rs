@@ -20,6 +20,9 @@ pub mod release;
 pub mod routing;
 /// A bucket's order stream: entry kinds, ids and their stored encoding.
 pub mod stream;
+/// Access tokens of the `token` access mode: keys, the signed token and
+/// its check.
+pub mod token;
 /// Transfer ids, and which of them a bucket may forget.
 pub mod transfer;
 /// Webhooks: a subscription's checks, delivery signatures and their

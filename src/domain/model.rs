@@ -462,6 +462,7 @@ mod tests {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         }
     }
 

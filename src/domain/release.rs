@@ -128,6 +128,7 @@ impl ReleaseSpec {
             ends_at: self.ends_at,
             hold_seconds: None,
             auto_buckets: pool.auto_buckets,
+            tokens: None,
         })
     }
 

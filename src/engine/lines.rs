@@ -68,6 +68,7 @@ impl<S: Store> Engine<S> {
             started_ms: run.head.at_ms,
             marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64 + hold_ms,
             pay_by: None,
+            tokens: false,
         }
     }
 

@@ -113,6 +113,7 @@ impl<S: Store> Engine<S> {
                 started_ms: self.clock.now_ms(),
                 marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
                 pay_by: None,
+                tokens: meta.spec.tokens.is_some(),
             };
             let mut answer = self.answer(&meta, &saga, record)?;
             // The order as it is now: held, confirmed, cancelled or expired.

@@ -37,6 +37,7 @@ use crate::domain::ids::{EventId, OrderId, RequestId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventStatus, Order, RequestRecord};
 use crate::domain::routing::{home, user_hash};
+use crate::domain::token::{self, TokenRefusal, TokenUse};
 use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
 
 /// A purchase as the engine receives it (ids already validated).
@@ -46,13 +47,23 @@ pub struct PurchaseRequest {
     pub user: UserId,
     pub quantity: u32,
     pub request_id: Option<RequestId>,
+    /// The access token (events under the `token` access mode; ignored
+    /// under `open`).
+    pub access_token: Option<String>,
 }
 
 /// Why a purchase was refused: a business answer, not a failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    SoldOut { remaining: u64 },
-    LimitExceeded { limit: u32, held: u64 },
+    SoldOut {
+        remaining: u64,
+    },
+    LimitExceeded {
+        limit: u32,
+        held: u64,
+    },
+    /// A `token` event refused the purchase's token (nothing was bought).
+    Token(TokenRefusal),
 }
 
 /// The answer to a purchase.
@@ -233,9 +244,22 @@ impl<S: Store> Engine<S> {
                 started_ms: self.clock.now_ms(),
                 marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
                 pay_by: None,
+                tokens: meta.spec.tokens.is_some(),
             }
             .held(&meta);
-            match self.attempt(&meta, saga).await {
+            // Checked before the home step, with no store read: signature,
+            // user, expiry. The home step checks and consumes its allowance
+            // (or answers the request id's record, without this check).
+            let token = meta.spec.tokens.as_ref().map(|access| {
+                token::verify(
+                    access,
+                    &req.event,
+                    &req.user,
+                    req.access_token.as_deref(),
+                    self.clock.now_ms(),
+                )
+            });
+            match self.attempt(&meta, saga, token).await {
                 Err(EngineError::Store(StoreError::Stale(_))) if stale < 3 => {
                     stale += 1;
                     meta = Box::pin(self.after_reshard(&req.event)).await?;
@@ -288,11 +312,17 @@ impl<S: Store> Engine<S> {
             started_ms: self.clock.now_ms(),
             marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
             pay_by: None,
+            tokens: meta.spec.tokens.is_some(),
         };
         self.replay(meta, saga, record).await
     }
 
-    async fn attempt(&self, meta: &EventMeta, saga: Saga) -> Result<PurchaseOutcome, EngineError> {
+    async fn attempt(
+        &self,
+        meta: &EventMeta,
+        saga: Saga,
+        token: Option<TokenUse>,
+    ) -> Result<PurchaseOutcome, EngineError> {
         let bucket = Self::bucket(meta, saga.home);
         let entry = PurchaseEntry {
             user: saga.user.clone(),
@@ -302,6 +332,7 @@ impl<S: Store> Engine<S> {
             keep: saga.keep,
             order_id: saga.order_id.clone(),
             pay_by: saga.pay_by,
+            token,
         };
         let limit = entry.limit;
         let reply = match self
@@ -342,6 +373,7 @@ impl<S: Store> Engine<S> {
                 .map_err(|e| after_home_of(&saga, e)),
             PurchaseReply::SoldOut { remaining } => Ok(fresh(Err(Refusal::SoldOut { remaining }))),
             PurchaseReply::Replay(record) => Box::pin(self.replay(meta, saga, record)).await,
+            PurchaseReply::TokenRefused(why) => Ok(fresh(Err(Refusal::Token(why)))),
         }
     }
 
@@ -605,6 +637,7 @@ mod tests {
             user: UserId::parse("u").unwrap(),
             quantity: 1,
             request_id: None,
+            access_token: None,
         };
         let size = std::mem::size_of_val(&engine.purchase(&req));
         assert!(size <= 1536, "a purchase's future is {size} bytes");

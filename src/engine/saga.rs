@@ -67,6 +67,9 @@ pub(super) struct Saga {
     /// Events with holds: the order's pay-by deadline (`started_ms` + the
     /// event's `hold_seconds`; set by [`Saga::held`]).
     pub(super) pay_by: Option<i64>,
+    /// A `token` event: the home step reserved the token's allowance, which
+    /// the finish consumes or gives back ([`FinishArgs::tokens`]).
+    pub(super) tokens: bool,
 }
 
 impl Saga {
@@ -102,6 +105,7 @@ impl Saga {
             limited: self.limited,
             outcome,
             pay_by: self.pay_by,
+            tokens: self.tokens,
         }
     }
 }

@@ -71,6 +71,7 @@ impl<S: Store> Engine<S> {
             started_ms: *at_ms,
             marker_ttl_ms: self.opts.marker_ttl.as_millis() as u64,
             pay_by: None,
+            tokens: meta.spec.tokens.is_some(),
         }
         .held(meta);
         let n = meta.spec.buckets;

@@ -62,6 +62,10 @@ pub struct EventView {
     /// it is now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_buckets: Option<BucketRange>,
+    /// `open` (anyone may buy) or `token` (a purchase carries an access
+    /// token; the keys are never shown).
+    #[schema(value_type = String, example = "open")]
+    pub access: &'static str,
     /// The event's layouts over time, oldest first, the current one last
     /// (the last 32: creation, then each reshard with its reason).
     pub bucket_history: Vec<LayoutView>,
@@ -130,6 +134,11 @@ impl EventView {
             leftover: None,
             hold_seconds: spec.hold_seconds,
             auto_buckets: spec.auto_buckets,
+            access: if spec.tokens.is_some() {
+                "token"
+            } else {
+                "open"
+            },
             bucket_history: meta
                 .history
                 .iter()

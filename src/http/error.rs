@@ -15,6 +15,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::domain::token::TokenRefusal;
 use crate::engine::mover::MoverError;
 use crate::engine::{EngineError, Refusal};
 use crate::store::StoreError;
@@ -79,6 +80,12 @@ pub enum ApiError {
     /// 409 `limit-exceeded`, members `limit`, `held`.
     #[error("the purchase would exceed the per-user limit")]
     LimitExceeded { limit: u32, held: u64 },
+    /// 403 `token-missing`, `token-invalid`, `token-not-yours`,
+    /// `token-expired`; 409 `token-used`: a `token` event refused the
+    /// purchase's access token. Nothing was bought, and nothing is kept
+    /// under the request id (a retry with a good token may buy).
+    #[error("{}", token_detail(*.0))]
+    Token(TokenRefusal),
     /// 409 `not-on-sale`.
     #[error("{0}")]
     NotOnSale(String),
@@ -180,6 +187,29 @@ impl ApiError {
                 "limit-exceeded",
                 "Per-user limit exceeded",
             ),
+            Token(why) => match why {
+                TokenRefusal::Missing => (
+                    StatusCode::FORBIDDEN,
+                    "token-missing",
+                    "Access token required",
+                ),
+                TokenRefusal::Invalid => (
+                    StatusCode::FORBIDDEN,
+                    "token-invalid",
+                    "Access token invalid",
+                ),
+                TokenRefusal::OtherUser => (
+                    StatusCode::FORBIDDEN,
+                    "token-not-yours",
+                    "Access token of another user",
+                ),
+                TokenRefusal::Expired => (
+                    StatusCode::FORBIDDEN,
+                    "token-expired",
+                    "Access token expired",
+                ),
+                TokenRefusal::Used => (StatusCode::CONFLICT, "token-used", "Access token used"),
+            },
             NotOnSale(_) | NotStarted { .. } => {
                 (StatusCode::CONFLICT, "not-on-sale", "Not on sale")
             }
@@ -227,7 +257,10 @@ impl ApiError {
             | Self::UnknownEvent(_)
             | Self::UnknownRelease(_)
             | Self::ReleasePool { .. }
-            | Self::IdempotencyConflict => "invalid",
+            | Self::IdempotencyConflict
+            // Counted with the other refusals of a request (token metrics
+            // of their own are not built yet).
+            | Self::Token(_) => "invalid",
             Self::RateLimited { .. } => "rate_limited",
             _ => "error",
         }
@@ -239,6 +272,20 @@ impl From<Refusal> for ApiError {
         match r {
             Refusal::SoldOut { remaining } => Self::SoldOut { remaining },
             Refusal::LimitExceeded { limit, held } => Self::LimitExceeded { limit, held },
+            Refusal::Token(why) => Self::Token(why),
+        }
+    }
+}
+
+/// What a token refusal's `detail` says.
+fn token_detail(why: TokenRefusal) -> &'static str {
+    match why {
+        TokenRefusal::Missing => "this event sells to access token holders: send `access_token`",
+        TokenRefusal::Invalid => "the access token is malformed or not signed by this event's keys",
+        TokenRefusal::OtherUser => "the access token was issued to another user",
+        TokenRefusal::Expired => "the access token has expired",
+        TokenRefusal::Used => {
+            "the access token's allowance is spent (bought, or held by a purchase in flight)"
         }
     }
 }

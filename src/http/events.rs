@@ -14,6 +14,7 @@ use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::domain::ids::EventId;
 use crate::domain::model::{BucketCount, BucketRange, DEFAULT_MAX_PER_ORDER, EventSpec};
+use crate::domain::token::TokenAccess;
 use crate::engine::{EngineError, EventView};
 use crate::store::Store;
 
@@ -72,6 +73,44 @@ pub(super) struct CreateEvent {
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
     #[schema(minimum = 1, maximum = 86400)]
     hold_seconds: Option<u32>,
+    /// Who may buy: `open` (default: anyone), or `token` (a purchase
+    /// carries an `access_token` signed with one of `token_keys`:
+    /// docs/API.md, "Access tokens").
+    #[serde(default)]
+    access: Access,
+    /// `token` events only: one HMAC-SHA256 key, or two while rotating
+    /// (16 to 128 printable ASCII characters, no spaces). A token signed by
+    /// either verifies.
+    #[schema(min_items = 1, max_items = 2)]
+    token_keys: Option<Vec<String>>,
+}
+
+/// An event's access mode.
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Access {
+    #[default]
+    Open,
+    Token,
+}
+
+/// The spec's tokens from the body's `access` and `token_keys`.
+fn tokens(access: Access, keys: Option<Vec<String>>) -> Result<Option<TokenAccess>, ApiError> {
+    match (access, keys) {
+        (Access::Open, None) => Ok(None),
+        (Access::Open, Some(_)) => Err(ApiError::invalid(
+            "token_keys: only with \"access\": \"token\"",
+        )),
+        (Access::Token, None) => Err(ApiError::invalid(
+            "token_keys: required when \"access\" is \"token\"",
+        )),
+        (Access::Token, Some(keys)) => {
+            let t = TokenAccess { keys };
+            t.validate()
+                .map_err(|e| ApiError::invalid(format!("token_keys: {e}")))?;
+            Ok(Some(t))
+        }
+    }
 }
 
 /// How the published document describes `buckets` (parsed by
@@ -213,6 +252,7 @@ pub(super) async fn create<S: Store>(
         starts_at: body.starts_at,
         ends_at: body.ends_at,
         hold_seconds: body.hold_seconds,
+        tokens: tokens(body.access, body.token_keys)?,
     };
     let spec = lifecycle::starting_layout(&state.engine, spec, &state.rebalance.resizing);
     let id = spec.id.clone();
@@ -368,7 +408,7 @@ pub(super) struct Reshard {
         (status = 400, response = super::openapi::BadRequest),
         (status = 401, response = super::openapi::Unauthorized),
         (status = 404, response = super::openapi::UnknownEvent),
-        (status = 409, response = super::openapi::NotOnSale),
+        (status = 409, response = super::openapi::ReshardRefused),
         (status = 413, response = super::openapi::TooLarge),
         (status = 415, response = super::openapi::NotJson),
         (status = 500, response = super::openapi::Internal),

@@ -40,6 +40,7 @@ use super::{
     archive, changes, events, live, lookup, ops, orders, purchases, release_orders, releases,
     webhooks,
 };
+use crate::domain::token::TokenRefusal;
 
 /// The document's root: every operation, the schemas and responses they use.
 #[derive(OpenApi)]
@@ -70,7 +71,7 @@ use super::{
         schemas(Problem),
         responses(
             BadRequest, Unauthorized, UnknownEvent, UnknownOrder, UnknownRequest, EventExists,
-            PurchaseRefused,
+            PurchaseRefused, TokenRefused, ReshardRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
             CancelRefused,
@@ -223,7 +224,17 @@ problems! {
         ApiError::NotStarted { event: "sneaker-42".into(), starts_at: 4_102_444_800_000 },
         ApiError::IdempotencyConflict,
         ApiError::ReleasePool { event: "air-max.42".into(), release: "air-max".into() },
+        ApiError::Token(TokenRefusal::Used),
     ], REPLAYED, OPENS_IN;
+    /// A `token` event refused the purchase's access token: none sent, not
+    /// signed by the event's keys, issued to another user, or expired.
+    /// Nothing was bought and nothing is kept under the request id
+    TokenRefused => [
+        ApiError::Token(TokenRefusal::Missing),
+        ApiError::Token(TokenRefusal::Invalid),
+        ApiError::Token(TokenRefusal::OtherUser),
+        ApiError::Token(TokenRefusal::Expired),
+    ];
     /// The order cannot be confirmed: its pay-by deadline passed (its units
     /// are back on sale), it was cancelled, or its event is closed
     ConfirmRefused => [
@@ -236,6 +247,12 @@ problems! {
     CancelRefused => [
         ApiError::OrderConfirmed("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
         ApiError::HoldExpired("air-max.00a1b2c3d4e5f607.1122334455667788".into()),
+    ];
+    /// The event cannot be resharded: closed, or a pool of a release with
+    /// holds
+    ReshardRefused => [
+        ApiError::NotOnSale("event sneaker-42 is closed".into()),
+        ApiError::HeldPool { event: "air-max.42".into(), release: "air-max".into() },
     ];
     /// The event is not on sale (before its start, after its end, closed)
     NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];

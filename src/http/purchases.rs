@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::{ApiError, ApiJson, AppState, Meters, events::event_id};
 use crate::domain::ids::{EventId, RequestId, UserId};
 use crate::domain::model::Order;
+use crate::domain::token::MAX_TOKEN_LEN;
 use crate::engine::{EngineError, PurchaseOutcome, PurchaseRequest};
 use crate::store::Store;
 
@@ -37,6 +38,11 @@ pub(super) struct PurchaseBody {
     /// equal). Not `X-Request-Id`, which only correlates log lines.
     #[schema(value_type = Option<RequestId>)]
     request_id: Option<String>,
+    /// The access token a waiting room signed for this user (docs/API.md,
+    /// "Access tokens"): required by an event whose `access` is `token`,
+    /// ignored by an `open` one.
+    #[schema(max_length = 256)]
+    access_token: Option<String>,
 }
 
 /// The request id from the body or the `Idempotency-Key` header (they must
@@ -65,6 +71,16 @@ pub(super) fn request_id(
     }
 }
 
+/// The body's `access_token`, bounded (its signature is the engine's to check).
+fn access_token(token: Option<String>) -> Result<Option<String>, ApiError> {
+    match token {
+        Some(t) if t.len() > MAX_TOKEN_LEN => Err(ApiError::invalid(format!(
+            "access_token: at most {MAX_TOKEN_LEN} characters"
+        ))),
+        t => Ok(t),
+    }
+}
+
 /// Buys `quantity` units: from the user's home bucket, else from the ring.
 ///
 /// A retry with the same request id answers the stored status and body with
@@ -82,6 +98,7 @@ pub(super) fn request_id(
         )),
         (status = 400, response = super::openapi::BadRequest),
         (status = 404, response = super::openapi::UnknownEvent),
+        (status = 403, response = super::openapi::TokenRefused),
         (status = 409, response = super::openapi::PurchaseRefused),
         (status = 413, response = super::openapi::TooLarge),
         (status = 415, response = super::openapi::NotJson),
@@ -116,6 +133,7 @@ pub(super) async fn purchase<S: Store>(
             quantity: body.quantity,
             request_id: request_id(&headers, body.request_id)?,
             event,
+            access_token: access_token(body.access_token)?,
         };
         state.limits.check(state.engine.store(), &req.user).await?;
         let event = req.event.clone();

@@ -160,6 +160,7 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
                 }),
                 _ => None,
             },
+            tokens: None,
         },
         closed: row.try_get::<String, _>(7)? == "closed",
     })

@@ -16,6 +16,7 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::domain::token::{TokenRefusal, TokenUse};
 
 /// One buyer in a `purchase` step (a batch holds one or more).
 #[derive(Debug, Clone)]
@@ -31,6 +32,10 @@ pub struct PurchaseEntry {
     pub order_id: OrderId,
     /// Events with holds: the deadline to confirm by (the order is held).
     pub pay_by: Option<i64>,
+    /// `token` events: the checked token (its id and allowance), or why it
+    /// was refused; `None` for open events, whose step is unchanged. Every
+    /// entry of one call has one, or none has (a call is one event's).
+    pub token: Option<TokenUse>,
 }
 
 impl PurchaseEntry {
@@ -143,6 +148,9 @@ pub enum PurchaseReply {
     /// `remaining`) and no unit has come back since (the bucket's empty mark
     /// holds): refused in this one call.
     SoldOut { remaining: u64 },
+    /// `token` events: the token was refused (a fresh request id only: a
+    /// known one replays). Nothing was written.
+    TokenRefused(TokenRefusal),
 }
 
 /// One probe of the ring by the purchase saga (`take`), or its undo (`untake`).
@@ -235,6 +243,10 @@ pub struct FinishArgs {
     pub outcome: Finish,
     /// Events with holds: a `Bought` saga's order is held until then.
     pub pay_by: Option<i64>,
+    /// A `token` event: the saga's token reservation at the home (if its
+    /// home step made one) becomes consumption with a bought order, or is
+    /// given back with sold out and abort, in the same step.
+    pub tokens: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,6 +435,7 @@ mod tests {
                 keep,
                 order_id: OrderId::generate(&event, 7),
                 pay_by,
+                token: None,
             };
             // What Redis's stream holds for the order is what the memory
             // store keeps.

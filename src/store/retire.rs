@@ -45,6 +45,9 @@ pub struct BucketContents {
     pub orders: Vec<(OrderId, OrderEntry)>,
     /// Final records of client request ids (`<user>/<id>`).
     pub records: Vec<(String, RequestRecord)>,
+    /// `token` events: each token's id (`<user>.<allowance>.<expiry>`) and
+    /// the units it bought.
+    pub tokens: Vec<(String, u64)>,
 }
 
 /// The answer of [`Retirement::restore`].
@@ -80,7 +83,8 @@ section! {
         /// sealed bucket, where the saga can no longer probe).
         fn take_markers(bucket: &BucketRef, rid: &str, passes: u32) -> Vec<(u32, OrderId)>;
 
-        /// Writes users' holdings, order index entries and request records into a
+        /// Writes users' holdings, order index entries, request records and
+        /// tokens' consumption (`token` events) into a
         /// bucket being rebuilt (Redis lost its state) or filled by a reshard
         /// (`lua/restore.lua`), fenced like a transfer: a writer whose `token` is
         /// lower than the bucket's fence writes nothing (a rebuild into a fresh
@@ -93,6 +97,7 @@ section! {
             holdings: &[(UserId, u64)],
             orders: &[(OrderId, OrderEntry)],
             records: &[(String, RequestRecord)],
+            tokens: &[(String, u64)],
         ) -> RestoreReply;
 
         /// What a (sealed) bucket remembers about its users: holdings, order index

@@ -57,6 +57,7 @@ async fn one_call_of_the_largest_batch(holds: bool) {
             // Without request ids the call goes entry by entry, with every
             // column: the most arguments a purchase can carry.
             request_id: None,
+            access_token: None,
         };
         async move { engine.purchase(&req).await }
     });
@@ -113,6 +114,7 @@ async fn a_backlog_past_unpacks_limit_is_acknowledged_and_trimmed() {
             user: crate::harness::user(format!("u{i}")),
             quantity: 1,
             request_id: None,
+            access_token: None,
         };
         async move { engine.purchase(&req).await.unwrap().result.unwrap() }
     });
@@ -214,6 +216,7 @@ async fn maps_follow_the_open_events<S: shardstock::Store>(engine: Engine<S>) {
             user: crate::harness::user(u),
             quantity: 1,
             request_id: None,
+            access_token: None,
         };
         engine.purchase(&req).await.unwrap().result.unwrap();
     };

@@ -818,6 +818,7 @@ async fn a_sealed_bucket_refuses_every_change_but_the_end_of_a_saga<S: Store>(en
         keep: false,
         order_id: oid.clone(),
         pay_by: None,
+        token: None,
     };
     stale(store.purchase(&b0, 0, &[entry]).await.map(drop));
     let take = TakeArgs {
@@ -871,6 +872,7 @@ async fn a_sold_out_event_answers_in_the_home_step_until_units_come_back<S: Stor
         keep: false,
         order_id: shardstock::domain::ids::OrderId::generate(&id, u64::from(n)),
         pay_by: None,
+        token: None,
     };
     for b in 0..4 {
         let r = store
@@ -955,6 +957,7 @@ fn client_entry(id: &EventId, u: &str, qty: u32, limit: u32, rid: &str) -> Purch
         keep: true,
         order_id: OrderId::generate(id, user_hash(&user(u))),
         pay_by: None,
+        token: None,
     }
 }
 

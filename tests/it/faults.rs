@@ -522,6 +522,7 @@ async fn a_grouped_call_that_failed_answers_each_buyer_from_its_own_bucket() {
             user: crate::harness::user(format!("g-{u}")),
             quantity: 1 + (u % 2) as u32,
             request_id: Some(RequestId::parse(format!("g-{u}")).unwrap()),
+            access_token: None,
         };
         let homes: std::collections::HashSet<u32> = (0..BUYERS)
             .map(|u| home(user_hash(&req(u).user), BUCKETS))

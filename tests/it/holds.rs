@@ -114,6 +114,7 @@ impl<S: Store> Rig<S> {
             user: user(u),
             quantity: qty,
             request_id: Some(RequestId::parse(format!("r-{u}-{}", rand::random::<u32>())).unwrap()),
+            access_token: None,
         };
         purchase_final(&self.engine, &req).await.unwrap().result
     }
@@ -301,6 +302,7 @@ async fn thirty_percent_never_pay_and_their_units_sell_to_later_buyers<S: Store>
                     user: user(format!("first-{i}")),
                     quantity: 1,
                     request_id: Some(RequestId::parse(format!("r{i}")).unwrap()),
+                    access_token: None,
                 };
                 let order = purchase_final(&engine, &req).await.unwrap().result.unwrap();
                 assert_eq!(order.status, Some(OrderStatus::Held));
@@ -880,6 +882,7 @@ async fn a_retry_whose_first_answer_was_lost_shows_its_hold<S: Store>(engine: En
         user: user("u-1"),
         quantity: 1,
         request_id: Some(RequestId::parse("lost-1").unwrap()),
+        access_token: None,
     };
     let first = r.engine.purchase(&req).await.unwrap();
     let pay_by = first.result.as_ref().unwrap().pay_by;
@@ -913,6 +916,7 @@ async fn a_retry_that_drives_an_earlier_calls_saga_answers_a_replay<S: Store>(en
         user: user("u-1"),
         quantity: 2,
         request_id: Some(RequestId::parse("earlier-1").unwrap()),
+        access_token: None,
     };
     // The first call's home step runs (a pending record) and its reply is
     // lost; every read-back fails, so it cannot tell what happened.

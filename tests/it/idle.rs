@@ -140,6 +140,7 @@ async fn a_bucket_another_instance_wrote_reaches_the_ledger_through_the_sweep() 
             user: user("u-elsewhere"),
             quantity: 3,
             request_id: None,
+            access_token: None,
         })
         .await
         .unwrap();
@@ -198,6 +199,7 @@ async fn an_audit_pages_through_a_long_unflushed_stream<S: Store>(engine: Engine
                 user: user(format!("u-{i}")),
                 quantity: 1,
                 request_id: None,
+                access_token: None,
             };
             engine.purchase(&req).await.unwrap().result.unwrap();
         }

@@ -75,6 +75,9 @@
 //!   buckets and the stream scan bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
 //!   metric labels from made-up ids, dot-only event ids.
+//! - `tokens`: the `token` access mode: signed tokens checked and consumed
+//!   with the take at the buyer's home, under many buyers at once, forged,
+//!   expired, another user's and replayed.
 //! - `live_page`: `/ui` rendered by headless Chromium.
 //! - `quickstart`: the README's quickstart, run as written.
 //! - `deploy_local`: the local topology, its dashboards and alert rules.
@@ -117,6 +120,7 @@ mod reshard;
 mod sagas;
 mod stall;
 mod telemetry;
+mod tokens;
 mod topology;
 mod upgrade;
 mod webhooks;

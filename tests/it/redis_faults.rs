@@ -47,6 +47,7 @@ async fn sale_survives(engine: Engine<RedisStore>, disturb: impl Fn() + Send + S
                         user: user(format!("u-{t}-{i}")),
                         quantity: 1,
                         request_id: Some(RequestId::parse(format!("r{t}-{i}")).unwrap()),
+                        access_token: None,
                     };
                     let out = engine
                         .purchase(&req)
@@ -175,6 +176,7 @@ async fn a_fast_path_purchase_is_one_round_trip() {
             user: user(format!("u-{i}")),
             quantity: 2,
             request_id: (i % 2 == 0).then(|| RequestId::parse(format!("r{i}")).unwrap()),
+            access_token: None,
         };
         let order = engine.purchase(&req).await.unwrap().result.unwrap();
         assert_eq!(order.probes, 0);
@@ -200,6 +202,7 @@ async fn a_sold_out_answer_after_the_mark_is_one_call() {
                 user: user(format!("a-{i}")),
                 quantity: 1,
                 request_id: None,
+                access_token: None,
             })
             .await
             .unwrap();
@@ -210,6 +213,7 @@ async fn a_sold_out_answer_after_the_mark_is_one_call() {
         user: user("late-0"),
         quantity: 1,
         request_id: None,
+        access_token: None,
     };
     let mut sold_out = Err(Refusal::SoldOut { remaining: 0 });
     while engine.purchase(&first).await.unwrap().result.is_ok() {}
@@ -221,6 +225,7 @@ async fn a_sold_out_answer_after_the_mark_is_one_call() {
             user: user(format!("late-{i}")),
             quantity: 1,
             request_id: None,
+            access_token: None,
         };
         sold_out = engine
             .purchase(&req)
@@ -261,6 +266,7 @@ async fn concurrent_purchases_share_script_calls() {
                         user: user(format!("u-{t}-{i}")),
                         quantity: 1,
                         request_id: Some(RequestId::parse(format!("r{t}-{i}")).unwrap()),
+                        access_token: None,
                     };
                     engine.purchase(&req).await.unwrap().result.unwrap();
                 }

@@ -78,6 +78,7 @@ async fn with_min_replicas_a_purchase_is_acknowledged_only_once_a_replica_has_it
         user: user(name),
         quantity: 1,
         request_id: Some(RequestId::parse(rid).unwrap()),
+        access_token: None,
     };
     // Whether the replica holds the order's index entry.
     let on_replica = |req: &PurchaseRequest, order: &str| {

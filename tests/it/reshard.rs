@@ -75,6 +75,7 @@ async fn sell_the_rest<S: Store>(engine: &Engine<S>, event: &EventId) -> u64 {
             user: user(format!("late-{sold}")),
             quantity: 1,
             request_id: None,
+            access_token: None,
         };
         match engine.purchase(&r).await.unwrap().result {
             Ok(_) => sold += 1,

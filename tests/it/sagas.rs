@@ -721,6 +721,7 @@ async fn a_sold_out_verdict_after_a_concurrent_abort_answers_try_again<S: Store>
                 limited: false,
                 outcome: Finish::Abort,
                 pay_by: None,
+                tokens: false,
             },
         )
         .await

@@ -138,6 +138,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
             ends_at: None,
             hold_seconds: None,
             auto_buckets: auto,
+            tokens: None,
         },
         &resizing,
     );
@@ -186,6 +187,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
                         user: UserId::parse(format!("u{}", rand::random::<u32>())).expect("an id"),
                         quantity: 1,
                         request_id: Some(RequestId::parse(format!("r{t}-{i}")).expect("an id")),
+                        access_token: None,
                     };
                     let sent = Instant::now();
                     match engine.purchase(&req).await {
@@ -237,6 +239,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
             user: UserId::parse(format!("d{i}")).map_err(anyhow::Error::msg)?,
             quantity: 1,
             request_id: Some(RequestId::parse(format!("d{i}")).map_err(anyhow::Error::msg)?),
+            access_token: None,
         };
         let sent = Instant::now();
         match engine.purchase(&req).await {
@@ -291,6 +294,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
                     user: UserId::parse(format!("t{i}")).expect("an id"),
                     quantity: 2,
                     request_id: Some(RequestId::parse(format!("t{i}")).expect("an id")),
+                    access_token: None,
                 };
                 let sent = Instant::now();
                 let out = engine.purchase(&req).await;
@@ -320,6 +324,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
             user: UserId::parse("the-last").map_err(anyhow::Error::msg)?,
             quantity: 1,
             request_id: None,
+            access_token: None,
         })
         .await?;
     anyhow::ensure!(

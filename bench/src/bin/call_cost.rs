@@ -159,6 +159,7 @@ async fn measure(
                             limit: 0,
                             keep: true,
                             pay_by: None,
+                            token: None,
                         }
                     })
                     .collect();
@@ -218,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         })
         .await?;
     let meta = store

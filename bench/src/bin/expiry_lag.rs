@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
             ends_at: None,
             hold_seconds: Some(a.hold_seconds),
             auto_buckets: None,
+            tokens: None,
         })
         .await?;
     let generation = engine.reload(&id).await?.generation;
@@ -105,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
                         user: UserId::parse(format!("b{t}-{i}")).expect("a valid user id"),
                         quantity: 1,
                         request_id: None,
+                        access_token: None,
                     };
                     match engine.purchase(&req).await?.result {
                         Ok(_) => held.fetch_add(1, Ordering::Relaxed),

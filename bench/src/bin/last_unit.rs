@@ -101,6 +101,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         })
         .await?;
     let calls_before = redis_calls(&store).await?;
@@ -117,6 +118,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
                     user: UserId::parse(format!("buyer-{i}")).expect("a valid user id"),
                     quantity: qty,
                     request_id: Some(RequestId::parse(format!("r{i}")).expect("a valid id")),
+                    access_token: None,
                 };
                 let sent = Instant::now();
                 let out = engine.purchase(&req).await;
@@ -144,6 +146,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
             user: UserId::parse("the-last-buyer").map_err(anyhow::Error::msg)?,
             quantity: 1,
             request_id: None,
+            access_token: None,
         })
         .await?;
     anyhow::ensure!(last.result.is_ok(), "the last unit did not sell: {last:?}");

@@ -214,6 +214,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         ends_at: None,
         hold_seconds: None,
         auto_buckets: None,
+        tokens: None,
     };
     ledger.register_event(&spec, 0).await?;
     let all = records(&event, a.orders, a.streams);

@@ -132,6 +132,7 @@ async fn sell<S: Store>(engine: &Arc<Engine<S>>, event: &EventId, orders: u64) {
                         user: UserId::parse(format!("u-{i}")).unwrap(),
                         quantity: 1,
                         request_id: None,
+                        access_token: None,
                     };
                     engine.purchase(&req).await.unwrap().result.unwrap();
                 }
@@ -188,6 +189,7 @@ async fn once<S: Store>(
         ends_at: None,
         hold_seconds: None,
         auto_buckets: None,
+        tokens: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec).await?;
     sell(&engine, &event, a.orders).await;

@@ -201,6 +201,7 @@ async fn row(
                             user,
                             quantity: 1,
                             request_id,
+                            access_token: None,
                         })
                         .await
                         .map(|o| o.result.is_ok()),
@@ -326,6 +327,7 @@ async fn main() -> anyhow::Result<()> {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         })
         .await?;
     let release = id("rel".into())?;

@@ -70,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         })
         .await?;
     let bucket = BucketRef::new(&event, 0, 0);

@@ -8,6 +8,7 @@ use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
+use crate::domain::token::{TokenRefusal, TokenUse};
 use crate::store::{
     Buckets, CancelReply, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry, PurchaseReply,
     StoreError, TakeArgs, TakeReply,
@@ -25,13 +26,25 @@ impl Bucket {
         if let Some(rec) = self.reqs.get(&e.rid).filter(|_| !e.rid.is_empty()) {
             return PurchaseReply::Replay(rec.clone());
         }
+        let qty = u64::from(e.qty);
+        // A token event: the token's allowance, checked here with the take.
+        let token = match &e.token {
+            None => None,
+            Some(TokenUse::Refused(why)) => return PurchaseReply::TokenRefused(*why),
+            Some(TokenUse::Valid { id, allowance }) => {
+                let (used, reserved) = self.tokens.get(id).copied().unwrap_or((0, 0));
+                if used + reserved + qty > u64::from(*allowance) {
+                    return PurchaseReply::TokenRefused(TokenRefusal::Used);
+                }
+                Some(id)
+            }
+        };
         let limited = e.limit > 0;
         let held = if limited {
             self.users.get(&e.user).copied().unwrap_or(0)
         } else {
             0
         };
-        let qty = u64::from(e.qty);
         if limited && held + qty > u64::from(e.limit) {
             if e.keep {
                 let record = RequestRecord::LimitExceeded {
@@ -59,6 +72,9 @@ impl Bucket {
             if e.keep {
                 self.reqs.insert(e.rid.clone(), e.bought(index));
             }
+            if let Some(id) = token {
+                self.tokens.entry(id.clone()).or_default().0 += qty;
+            }
             return PurchaseReply::Bought {
                 stock_left: self.stock,
             };
@@ -76,6 +92,10 @@ impl Bucket {
         self.demand += qty;
         if limited {
             self.hold(&e.user, qty as i64);
+        }
+        if let Some(id) = token {
+            self.tokens.entry(id.clone()).or_default().1 += qty;
+            self.token_sagas.insert(e.rid.clone(), id.clone());
         }
         self.reqs.insert(e.rid.clone(), e.pending(now_ms));
         self.pend.insert(e.rid.clone(), now_ms);
@@ -241,6 +261,16 @@ impl Buckets for MemoryStore {
                 }
             }
             bk.pend.remove(&a.rid);
+            // The saga's token reservation: consumed with a bought order,
+            // given back otherwise (`finish.lua`).
+            if let Some(id) = a.tokens.then(|| bk.token_sagas.remove(&a.rid)).flatten() {
+                let q = u64::from(a.qty);
+                let (used, reserved) = bk.tokens.entry(id).or_default();
+                *reserved = reserved.saturating_sub(q);
+                if matches!(a.outcome, Finish::Bought { .. }) {
+                    *used += q;
+                }
+            }
             let final_record = match &a.outcome {
                 Finish::Bought {
                     order_id,

@@ -90,6 +90,10 @@ struct Bucket {
     holds: BTreeSet<(i64, String)>,
     /// Units in live holds (`hunits`).
     hunits: u64,
+    /// `token` events: access tokens of users homed here, id -> (used,
+    /// reserved), and the token a pending saga reserved, rid -> id (`tok`).
+    tokens: HashMap<String, (u64, u64)>,
+    token_sagas: HashMap<String, String>,
 }
 
 impl Bucket {

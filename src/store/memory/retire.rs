@@ -103,6 +103,7 @@ impl Retirement for MemoryStore {
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
+        tokens: &[(String, u64)],
     ) -> Result<RestoreReply, StoreError> {
         let reply = self.with(b, |bk| {
             if let Err(TransferReply::Fenced { highest }) = bk.fence(token) {
@@ -126,6 +127,9 @@ impl Retirement for MemoryStore {
             }
             for (rid, record) in records {
                 bk.reqs.entry(rid.clone()).or_insert_with(|| record.clone());
+            }
+            for (id, used) in tokens {
+                bk.tokens.entry(id.clone()).or_insert((*used, 0));
             }
             RestoreReply::Restored
         })?;
@@ -154,6 +158,12 @@ impl Retirement for MemoryStore {
                 .iter()
                 .filter(|(rid, r)| rid.contains('/') && !matches!(r, RequestRecord::Pending { .. }))
                 .map(|(rid, r)| (rid.clone(), r.clone()))
+                .collect(),
+            tokens: bk
+                .tokens
+                .iter()
+                .filter(|(_, (used, _))| *used > 0)
+                .map(|(id, (used, _))| (id.clone(), *used))
                 .collect(),
         })
     }

@@ -21,6 +21,7 @@ use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketState, EntryState, OrderEntry, RequestRecord};
 use crate::domain::records::{EmptyMark, ProbeMarker};
 use crate::domain::stream::{CopyHead, RecordKind, StreamEntry, StreamId};
+use crate::domain::token::{TokenRefusal, TokenUse};
 use crate::store::{
     Buckets, CancelReply, FLUSH_GROUP, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry,
     PurchaseReply, StoreError, TakeArgs, TakeReply,
@@ -56,7 +57,7 @@ steps! {
     /// Ends a saga at its home bucket.
     FinishSaga = finish {
         keys: [b(Bk::Stock), b(Bk::Users), b(Bk::Reqs), b(Bk::Idx), b(Bk::Pend)],
-        more_keys: [b(Bk::Holds), b(Bk::Hunits), b(Bk::Orders)],
+        more_keys: [b(Bk::Holds), b(Bk::Hunits), b(Bk::Orders), b(Bk::Tok)],
         argv: {
             rid: String, outcome: &'static str, user: String, qty: u32, order: String,
             entry: String, record: String, limited: bool, saga: String,
@@ -129,7 +130,7 @@ pub(super) const PURCHASE: &Decl = &Decl {
         b(Bk::Epoch),
         b(Bk::Pend),
     ],
-    more_keys: &[b(Bk::Holds), b(Bk::Hunits), b(Bk::Hq)],
+    more_keys: &[b(Bk::Holds), b(Bk::Hunits), b(Bk::Hq), b(Bk::Tok)],
     argv: &[
         Arg::One("now"),
         Arg::One("b"),
@@ -179,6 +180,11 @@ pub(super) const PURCHASE: &Decl = &Decl {
             index: 'i',
             cols: &["queue"],
         },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["token"],
+        },
     ],
     reply: Reply::Codes(&[
         reply::STALE,
@@ -189,6 +195,7 @@ pub(super) const PURCHASE: &Decl = &Decl {
         reply::SOLD_OUT,
         reply::PENDING,
         reply::WANT_COLUMNS,
+        reply::TOKEN,
     ]),
     writes: &[
         Record::Request,
@@ -278,10 +285,14 @@ impl RedisStore {
     ) -> (Vec<Key>, Vec<Value>) {
         let mut keys = self.purchase_keys(bucket).to_vec();
         // Events with holds: three keys and a column of arguments more
-        // (purchase.lua's hold branch); without, the call is unchanged.
-        if entries.first().is_some_and(|e| e.pay_by.is_some()) {
+        // (purchase.lua's hold branch); `token` events the four, and the
+        // token column; without either, the call is unchanged.
+        let first = entries.first();
+        let tokens = first.is_some_and(|e| e.token.is_some());
+        if tokens || first.is_some_and(|e| e.pay_by.is_some()) {
             let all = self.keys_for(steps::PURCHASE, At::Bucket(bucket), true);
-            keys.extend(all.into_iter().skip(keys.len()).map(Key::from));
+            let more = if tokens { 4 } else { 3 };
+            keys.extend(all.into_iter().skip(keys.len()).take(more).map(Key::from));
         }
         (keys, purchase_args(bucket.index, now_ms, entries, full))
     }
@@ -364,6 +375,10 @@ impl RedisStore {
                     reply::SOLD_OUT => PurchaseReply::SoldOut {
                         remaining: num(value)?,
                     },
+                    reply::TOKEN => PurchaseReply::TokenRefused(
+                        TokenRefusal::from_code(&text(value)?)
+                            .ok_or_else(|| protocol("a token refusal", value))?,
+                    ),
                     other => return Err(unknown("purchase", other)),
                 })
             })
@@ -382,7 +397,10 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     use std::fmt::Write;
     let n = entries.len();
     let limit = entries.first().map_or(0, |e| e.limit);
+    // A `token` event's call goes entry by entry, each checking its token.
+    let tokens = entries.first().is_some_and(|e| e.token.is_some());
     let uniform = !full
+        && !tokens
         && entries.iter().all(|e| e.keep && e.limit == limit)
         && distinct(entries.iter().map(|e| e.rid.as_str()))
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
@@ -447,6 +465,13 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     if holds {
         for e in entries {
             let _ = write!(buf, "{}|{}", e.pay_by.unwrap_or(now_ms), e.order_id);
+            args.push(cut(&mut buf));
+        }
+    }
+    if tokens {
+        for e in entries {
+            let column = e.token.as_ref().map(TokenUse::column).unwrap_or_default();
+            buf.extend_from_slice(column.as_bytes());
             args.push(cut(&mut buf));
         }
     }
@@ -723,7 +748,15 @@ impl Buckets for RedisStore {
             hold: hold.as_ref().map(|(_, record)| record.clone()),
         };
         let hold = hold.map(|(at, _)| at);
-        let keys = self.keys_for(steps::FinishSaga::DECL, At::Bucket(bucket), hold.is_some());
+        // KEYS[6..8] with a hold; KEYS[9] (and so 6..8) for a token event.
+        let mut keys = self.keys_for(
+            steps::FinishSaga::DECL,
+            At::Bucket(bucket),
+            hold.is_some() || a.tokens,
+        );
+        if !a.tokens {
+            keys.truncate(8);
+        }
         let script = self.scripts.get(steps::FinishSaga::DECL);
         let parts = self.eval_bucket(bucket, script, keys, step.args()).await?;
         self.replicated(bucket).await?;

@@ -33,6 +33,7 @@ fn sample(count: &str) -> usize {
         "m" => 2,
         "r" => 4,
         "g" => 5,
+        "t" => 6,
         _ => 3,
     }
 }
@@ -208,7 +209,7 @@ fn documented(step: &Decl, header: &str, kind: &str) -> Result<BTreeMap<usize, S
         } else {
             arg_name(&item.name)
         };
-        let mut vars: BTreeMap<char, usize> = ["n", "m", "r", "g"]
+        let mut vars: BTreeMap<char, usize> = ["n", "m", "r", "g", "t"]
             .iter()
             .map(|c| (c.chars().next().unwrap_or(' '), sample(c)))
             .collect();

@@ -14,6 +14,7 @@ use crate::domain::model::{
     BucketRange, EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
 };
 use crate::domain::records::LeaseHolder;
+use crate::domain::token::TokenAccess;
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 use super::steps::prelude::*;
@@ -25,7 +26,7 @@ steps! {
         argv: {
             id: String, stock: u64, buckets: u32, per_user_limit: u32,
             max_per_order: u32, starts_at: String, ends_at: String, now: i64,
-            hold_seconds: String, auto_buckets: String,
+            hold_seconds: String, auto_buckets: String, token_keys: String,
         },
         reply: Reply::Codes(&[reply::OK, reply::EXISTS]),
         writes: [Meta],
@@ -130,6 +131,11 @@ impl Events for RedisStore {
             auto_buckets: spec
                 .auto_buckets
                 .map(BucketRange::encode)
+                .unwrap_or_default(),
+            token_keys: spec
+                .tokens
+                .as_ref()
+                .map(TokenAccess::encode)
                 .unwrap_or_default(),
         };
         let reply = self.run(step, At::Event(&spec.id)).await?;
@@ -366,6 +372,8 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
                 .filter(|s| !s.is_empty())
                 .map(|s| BucketRange::decode(s).ok_or_else(|| bad("auto")))
                 .transpose()?,
+            // Absent in metas written before access tokens existed: open.
+            tokens: fields.get("tokens").and_then(|s| TokenAccess::decode(s)),
         },
         status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,
         generation: num("gen")? as u32,

@@ -59,6 +59,7 @@ pub(super) const RESTORE: &Decl = &Decl {
         b(Bk::Fence),
         b(Bk::Holds),
         b(Bk::Hunits),
+        b(Bk::Tok),
     ],
     more_keys: &[],
     argv: &[
@@ -80,6 +81,12 @@ pub(super) const RESTORE: &Decl = &Decl {
             count: "r",
             index: 'k',
             cols: &["rid", "record"],
+        },
+        Arg::One("t"),
+        Arg::Each {
+            count: "t",
+            index: 'l',
+            cols: &["field", "used"],
         },
     ],
     reply: Reply::Codes(&[reply::OK, reply::FENCED]),
@@ -187,8 +194,9 @@ impl Retirement for RedisStore {
         holdings: &[(UserId, u64)],
         orders: &[(OrderId, OrderEntry)],
         records: &[(String, RequestRecord)],
+        tokens: &[(String, u64)],
     ) -> Result<RestoreReply, StoreError> {
-        // token, then n, m and r entries, each count before its entries.
+        // token, then n, m, r and t entries, each count before its entries.
         let mut args = vec![token.to_string(), holdings.len().to_string()];
         for (user, units) in holdings {
             args.extend([user.to_string(), units.to_string()]);
@@ -200,6 +208,10 @@ impl Retirement for RedisStore {
         args.push(records.len().to_string());
         for (rid, record) in records {
             args.extend([rid.clone(), record.encode()]);
+        }
+        args.push(tokens.len().to_string());
+        for (id, used) in tokens {
+            args.extend([format!("u:{id}"), used.to_string()]);
         }
         let keys = self.keys_for(steps::RESTORE, At::Bucket(bucket), false);
         let parts = self
@@ -226,10 +238,11 @@ impl Retirement for RedisStore {
 
     async fn contents(&self, bucket: &BucketRef) -> Result<BucketContents, StoreError> {
         let k = self.keys(bucket);
-        let (users, idx, reqs) = (
+        let (users, idx, reqs, tok) = (
             self.hash(k.users).await?,
             self.hash(k.idx).await?,
             self.hash(k.reqs).await?,
+            self.hash(k.tok).await?,
         );
         let mut c = BucketContents::default();
         for (user, units) in users {
@@ -254,6 +267,15 @@ impl Retirement for RedisStore {
                 && !matches!(record, RequestRecord::Pending { .. })
             {
                 c.records.push((rid, record));
+            }
+        }
+        // Tokens' consumption only: a sealed layout's reservations were
+        // ended with its pending sagas (`r:` back to 0, `s:` gone).
+        for (field, used) in tok {
+            if let (Some(id), Ok(used)) = (field.strip_prefix("u:"), used.parse::<u64>())
+                && used > 0
+            {
+                c.tokens.push((id.to_owned(), used));
             }
         }
         Ok(c)

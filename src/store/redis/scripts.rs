@@ -28,6 +28,8 @@ pub(super) mod reply {
     pub const LIMIT: &str = "L";
     pub(crate) const SOLD_OUT: &str = "S";
     pub(crate) const PENDING: &str = "P";
+    /// A `token` event refused the entry's token (its code follows).
+    pub(crate) const TOKEN: &str = "K";
     /// purchase.lua: a uniform call that must go entry by entry asks to be
     /// sent again with every column (its pending records among them).
     pub(crate) const WANT_COLUMNS: &str = "W";

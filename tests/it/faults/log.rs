@@ -45,6 +45,7 @@ impl Answer {
             Ok(order) => Self::Bought(order.order_id.clone(), order.quantity),
             Err(Refusal::SoldOut { .. }) => Self::Refused("sold out".into()),
             Err(Refusal::LimitExceeded { .. }) => Self::Refused("over the limit".into()),
+            Err(Refusal::Token(why)) => Self::Refused(format!("token {why:?}")),
         }
     }
 

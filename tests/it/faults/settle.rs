@@ -355,6 +355,7 @@ impl<S: Store> Rig<S> {
                 request_id: Some(
                     RequestId::parse(format!("s{}-quiet-{i}", self.plan.seed)).unwrap(),
                 ),
+                access_token: None,
             };
             let sent_ms = self.clock.now_ms();
             let result = Box::pin(plain.purchase(&req)).await;

@@ -26,6 +26,7 @@ pub fn req(event: &EventId, user_id: &str, qty: u32, rid: Option<&str>) -> Purch
         user: user(user_id),
         quantity: qty,
         request_id: rid.map(|r| RequestId::parse(r).unwrap()),
+        access_token: None,
     }
 }
 
@@ -41,6 +42,7 @@ pub fn spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
         ends_at: None,
         hold_seconds: None,
         auto_buckets: None,
+        tokens: None,
     }
 }
 

@@ -38,6 +38,7 @@ pub async fn step<S: Store>(
                 keep: true,
                 order_id: replay.orders[r].clone(),
                 pay_by: Some(now + HOLD_MS),
+                token: None,
             };
             let reply = store.purchase(&replay.bucket(home), now, &[entry]).await;
             let told = match &reply {
@@ -107,6 +108,7 @@ pub async fn step<S: Store>(
                 limited: replay.model.bounds.limit.is_some(),
                 outcome,
                 pay_by: Some(replay.clock.deadline(r)),
+                tokens: false,
             };
             let reply = store.finish(&replay.bucket(home), now, &args).await;
             if !matches!(reply, Ok(FinishReply::Done)) {

@@ -130,6 +130,7 @@ impl<'a, S: Store> Replay<'a, S> {
             ends_at: None,
             hold_seconds: Some((HOLD_MS / 1000) as u32),
             auto_buckets: None,
+            tokens: None,
         };
         let created = store.create_event(&spec, clock.now()).await.unwrap();
         assert_eq!(created, CreateEventReply::Created);

@@ -362,7 +362,7 @@ async fn restore<S: Store>(
         }));
     }
     match store
-        .restore(&target, token, &holdings, &orders, &records)
+        .restore(&target, token, &holdings, &orders, &records, &[])
         .await
     {
         Ok(RestoreReply::Restored) => Ok(true),

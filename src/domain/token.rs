@@ -1,0 +1,383 @@
+//! Access tokens of the `token` access mode: an event's signing keys
+//! (`TokenAccess`), the signed token a waiting room mints and its check
+//! (`verify`), and what a purchase carries to its home step (`TokenUse`).
+//!
+//! A token is `v1.<user>.<allowance>.<expiry>.<mac>` (docs/API.md, "Access
+//! tokens"): `mac` is HMAC-SHA256 under one of the event's keys over
+//! `v1.<event>.<user>.<allowance>.<expiry>`, in base64url without padding.
+//! The check here needs no store: its signature (any active key: two while
+//! one is rotated), its user (the request's own) and its expiry. What the
+//! token has bought is the store's: a record at the user's home, keyed by the
+//! token's id (`<user>.<allowance>.<expiry>`, the same whichever key signed
+//! it, so a token signed twice under two keys shares one allowance), checked
+//! and consumed in the step that takes (`lua/purchase.lua`, `lua/finish.lua`).
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use super::ids::{EventId, UserId};
+
+/// Keys an event holds at most: one, and a second while rotating.
+pub const MAX_TOKEN_KEYS: usize = 2;
+/// A key's length bounds, in characters (printable ASCII, no space).
+pub const MIN_TOKEN_KEY_LEN: usize = 16;
+pub const MAX_TOKEN_KEY_LEN: usize = 128;
+/// A token's allowance bounds (units it may buy in all).
+pub const MAX_ALLOWANCE: u32 = 1000;
+/// The longest token accepted, in bytes (a user id is at most 128).
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// An event under the `token` access mode: the keys its tokens are signed
+/// with (the first signs in tests and tools; any one verifies). Its
+/// `Debug` names how many keys, never what they are (an event's meta is
+/// printed in errors and logs).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenAccess {
+    pub keys: Vec<String>,
+}
+
+impl std::fmt::Debug for TokenAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenAccess {{ keys: {} hidden }}", self.keys.len())
+    }
+}
+
+impl TokenAccess {
+    /// Checks the keys' count and shape; the error names what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.keys.is_empty() || self.keys.len() > MAX_TOKEN_KEYS {
+            return Err(format!(
+                "must hold 1 or {MAX_TOKEN_KEYS} keys (two while one is rotated)"
+            ));
+        }
+        for k in &self.keys {
+            if !(MIN_TOKEN_KEY_LEN..=MAX_TOKEN_KEY_LEN).contains(&k.len())
+                || !k.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err(format!(
+                    "each key must be {MIN_TOKEN_KEY_LEN} to {MAX_TOKEN_KEY_LEN} printable \
+                     ASCII characters without spaces"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The keys as the Redis meta keeps them: space-separated (a key holds none).
+    pub fn encode(&self) -> String {
+        self.keys.join(" ")
+    }
+
+    pub(crate) fn decode(s: &str) -> Option<Self> {
+        (!s.is_empty()).then(|| Self {
+            keys: s.split(' ').map(str::to_owned).collect(),
+        })
+    }
+}
+
+/// Why a purchase's token was refused (each a problem type of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// The event is under `token` and the purchase carried none.
+    Missing,
+    /// Malformed, or its signature is no active key's (forged, or an old key).
+    Invalid,
+    /// Signed for another user than the request's.
+    OtherUser,
+    /// Past its expiry.
+    Expired,
+    /// Its allowance is spent (bought, or reserved by a saga in flight).
+    Used,
+}
+
+impl TokenRefusal {
+    /// The code `purchase.lua` answers with (`"K"`, code).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Invalid => "invalid",
+            Self::OtherUser => "other_user",
+            Self::Expired => "expired",
+            Self::Used => "used",
+        }
+    }
+
+    pub fn from_code(s: &str) -> Option<Self> {
+        Some(match s {
+            "missing" => Self::Missing,
+            "invalid" => Self::Invalid,
+            "other_user" => Self::OtherUser,
+            "expired" => Self::Expired,
+            "used" => Self::Used,
+            _ => return None,
+        })
+    }
+}
+
+/// What a purchase of a `token` event carries to its home step: the
+/// token's id and allowance once its signature, user and expiry passed, or
+/// the refusal the script answers unless the request id has a record (a
+/// replay answers its original order without checking the token again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenUse {
+    Valid { id: String, allowance: u32 },
+    Refused(TokenRefusal),
+}
+
+impl TokenUse {
+    /// The value of `purchase.lua`'s token column: `<allowance>|<id>`, or
+    /// `!<code>` for a refusal.
+    pub fn column(&self) -> String {
+        match self {
+            Self::Valid { id, allowance } => format!("{allowance}|{id}"),
+            Self::Refused(r) => format!("!{}", r.code()),
+        }
+    }
+}
+
+/// Checks `token` for a purchase by `user` of `event` at `now_ms`: no
+/// store read. `None` (no token) is refused as missing.
+pub fn verify(
+    access: &TokenAccess,
+    event: &EventId,
+    user: &UserId,
+    token: Option<&str>,
+    now_ms: i64,
+) -> TokenUse {
+    let Some(token) = token else {
+        return TokenUse::Refused(TokenRefusal::Missing);
+    };
+    let Some(t) = Parsed::parse(token) else {
+        return TokenUse::Refused(TokenRefusal::Invalid);
+    };
+    let signed = access.keys.iter().any(|k| {
+        bool::from(
+            mac_b64(k, event, t.user, t.allowance, t.expiry)
+                .as_bytes()
+                .ct_eq(t.mac.as_bytes()),
+        )
+    });
+    if !signed {
+        return TokenUse::Refused(TokenRefusal::Invalid);
+    }
+    if t.user != user.as_str() {
+        return TokenUse::Refused(TokenRefusal::OtherUser);
+    }
+    if now_ms >= t.expiry.saturating_mul(1000) {
+        return TokenUse::Refused(TokenRefusal::Expired);
+    }
+    TokenUse::Valid {
+        id: format!("{}.{}.{}", t.user, t.allowance, t.expiry),
+        allowance: t.allowance,
+    }
+}
+
+/// The user a token id names (`<user>.<allowance>.<expiry>`): where its
+/// record lives (a reshard moves it with the user).
+pub fn token_user(id: &str) -> Option<UserId> {
+    let mut parts = id.rsplitn(3, '.');
+    let (_expiry, _allowance) = (parts.next()?, parts.next()?);
+    UserId::parse(parts.next()?).ok()
+}
+
+/// Mints a token (waiting rooms do this; here for tests and tools).
+pub fn mint(key: &str, event: &EventId, user: &str, allowance: u32, expiry_unix: i64) -> String {
+    format!(
+        "v1.{user}.{allowance}.{expiry_unix}.{}",
+        mac_b64(key, event, user, allowance, expiry_unix)
+    )
+}
+
+struct Parsed<'a> {
+    user: &'a str,
+    allowance: u32,
+    expiry: i64,
+    mac: &'a str,
+}
+
+impl<'a> Parsed<'a> {
+    /// From the right: a user id may hold a `.`, the other parts do not.
+    fn parse(token: &'a str) -> Option<Self> {
+        if token.len() > MAX_TOKEN_LEN {
+            return None;
+        }
+        let mut parts = token.rsplitn(4, '.');
+        let mac = parts.next()?;
+        let expiry = parts.next()?;
+        let allowance = parts.next()?;
+        let user = parts.next()?.strip_prefix("v1.")?;
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 12 && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(allowance) || !digits(expiry) || UserId::parse(user).is_err() {
+            return None;
+        }
+        let allowance: u32 = allowance.parse().ok()?;
+        if !(1..=MAX_ALLOWANCE).contains(&allowance) {
+            return None;
+        }
+        Some(Self {
+            user,
+            allowance,
+            expiry: expiry.parse().ok()?,
+            mac,
+        })
+    }
+}
+
+fn mac_b64(key: &str, event: &EventId, user: &str, allowance: u32, expiry: i64) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("any key length");
+    mac.update(format!("v1.{event}.{user}.{allowance}.{expiry}").as_bytes());
+    base64url(&mac.finalize().into_bytes())
+}
+
+/// Base64url without padding (RFC 4648 §5).
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access() -> TokenAccess {
+        TokenAccess {
+            keys: vec!["old-key-0123456789".into(), "new-key-0123456789".into()],
+        }
+    }
+
+    #[test]
+    fn base64url_is_rfc_4648s() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(b"foob"), "Zm9vYg");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+    }
+
+    #[test]
+    fn the_mac_is_hmac_sha256_over_the_documented_bytes() {
+        // docs/API.md's example: key "0123456789abcdef", event "e1", user "u.1".
+        let e = EventId::parse("e1").unwrap();
+        let t = mint("0123456789abcdef", &e, "u.1", 2, 1_900_000_000);
+        let mut m = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef").unwrap();
+        m.update(b"v1.e1.u.1.2.1900000000");
+        assert_eq!(
+            t,
+            format!(
+                "v1.u.1.2.1900000000.{}",
+                base64url(&m.finalize().into_bytes())
+            )
+        );
+        assert_eq!(
+            t,
+            "v1.u.1.2.1900000000.MVukLIt3u9f4rHRVrdLIu96dxwrcioCAJPhWJyXWc5A"
+        );
+    }
+
+    #[test]
+    fn a_token_of_either_key_for_its_user_before_expiry_is_valid() {
+        let e = EventId::parse("e1").unwrap();
+        let u = UserId::parse("u.1").unwrap();
+        for key in &access().keys {
+            let t = mint(key, &e, "u.1", 2, 100);
+            assert_eq!(
+                verify(&access(), &e, &u, Some(&t), 99_999),
+                TokenUse::Valid {
+                    id: "u.1.2.100".into(),
+                    allowance: 2
+                }
+            );
+            assert_eq!(token_user("u.1.2.100"), Some(u.clone()));
+            assert_eq!(
+                verify(&access(), &e, &u, Some(&t), 100_000),
+                TokenUse::Refused(TokenRefusal::Expired)
+            );
+        }
+    }
+
+    #[test]
+    fn forged_foreign_and_missing_tokens_are_refused() {
+        let e = EventId::parse("e1").unwrap();
+        let u = UserId::parse("u1").unwrap();
+        let refused = |t: Option<&str>| verify(&access(), &e, &u, t, 0);
+        assert_eq!(refused(None), TokenUse::Refused(TokenRefusal::Missing));
+        let forged = mint("not-a-key-of-this-event", &e, "u1", 1, 100);
+        assert_eq!(
+            refused(Some(&forged)),
+            TokenUse::Refused(TokenRefusal::Invalid)
+        );
+        let other_event = mint(
+            &access().keys[0],
+            &EventId::parse("e2").unwrap(),
+            "u1",
+            1,
+            100,
+        );
+        assert_eq!(
+            refused(Some(&other_event)),
+            TokenUse::Refused(TokenRefusal::Invalid)
+        );
+        let good = mint(&access().keys[0], &e, "u1", 1, 100);
+        let raised = good.replacen("v1.u1.1.", "v1.u1.9.", 1);
+        assert_eq!(
+            refused(Some(&raised)),
+            TokenUse::Refused(TokenRefusal::Invalid)
+        );
+        let theirs = mint(&access().keys[0], &e, "u2", 1, 100);
+        assert_eq!(
+            refused(Some(&theirs)),
+            TokenUse::Refused(TokenRefusal::OtherUser)
+        );
+        for junk in [
+            "",
+            "v1",
+            "v2.u1.1.100.x",
+            "v1.u1.0.100.x",
+            "v1.u1.1.-5.x",
+            "v1..1.100.x",
+        ] {
+            assert_eq!(
+                refused(Some(junk)),
+                TokenUse::Refused(TokenRefusal::Invalid),
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_keys_are_never_printed() {
+        let shown = format!("{:?}", access());
+        assert!(!shown.contains("key-0123"), "{shown}");
+    }
+
+    #[test]
+    fn keys_are_bounded() {
+        let ok = TokenAccess {
+            keys: vec!["k".repeat(16)],
+        };
+        assert!(ok.validate().is_ok());
+        assert_eq!(TokenAccess::decode(&access().encode()), Some(access()));
+        for bad in [
+            vec![],
+            vec!["short".into()],
+            vec!["k".repeat(16); 3],
+            vec!["a key with spaces".into()],
+        ] {
+            assert!(TokenAccess { keys: bad }.validate().is_err());
+        }
+    }
+}

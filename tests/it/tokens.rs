@@ -1,0 +1,543 @@
+//! Fair drops' first slice: the `token` access mode (docs/DESIGN.md, "Fair
+//! drops"). A purchase carries a token a waiting room signed; the engine
+//! checks its signature, user and expiry, and the home step checks and
+//! consumes its allowance with the take (the saga: reserves it at the home
+//! step, the finish consumes it or gives it back).
+//!
+//! On every backend: many buyers at once with tokens of allowance 1 and 2,
+//! reusing their token under new request ids, using another user's, forged
+//! and expired ones, and replaying request ids; checked against the
+//! store's sales and the ledger's orders. Then the saga's reservation, a
+//! token's consumption moved by reshards, and the model's fixed trace.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardstock::control::flusher::{FlushOptions, Flusher};
+use shardstock::control::{lifecycle, reshard};
+use shardstock::domain::ids::{EventId, RequestId};
+use shardstock::domain::model::EventSpec;
+use shardstock::domain::token::{TokenAccess, TokenRefusal, mint};
+use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
+use shardstock::{Engine, Store};
+use tokio_util::sync::CancellationToken;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::harness::{
+    Backend, TOKEN, TestApp, eid, event_id, ledger_for, on_every_backend, problem, spec, user,
+    user_homed_at,
+};
+
+on_every_backend!(
+    token_holders_buy_their_allowance_and_nobody_buys_without_a_valid_token,
+    a_saga_reserves_the_allowance_and_gives_it_back_when_sold_out,
+    a_reshard_moves_each_tokens_consumption_with_its_user,
+    the_models_checked_before_take_trace_buys_once,
+);
+
+on_every_backend!(
+    app:
+    the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type,
+);
+
+const KEYS: [&str; 2] = ["old-key-0123456789abcdef", "new-key-0123456789abcdef"];
+/// Far in the future (unix seconds): 2100-01-01.
+const LATER: i64 = 4_102_444_800;
+
+fn token_spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
+    let mut s = spec(id, stock, buckets);
+    s.tokens = Some(TokenAccess {
+        keys: KEYS.iter().map(|k| k.to_string()).collect(),
+    });
+    s
+}
+
+fn buy(event: &EventId, who: &str, qty: u32, rid: &str, token: Option<String>) -> PurchaseRequest {
+    PurchaseRequest {
+        event: event.clone(),
+        user: user(who),
+        quantity: qty,
+        request_id: Some(RequestId::parse(rid.to_owned()).unwrap()),
+        access_token: token,
+    }
+}
+
+/// The answer to `req`, retried under its request id while the engine
+/// answers an error (contention, a layout changing): a retry never buys
+/// twice, and ends with what the first attempt did.
+async fn answer<S: Store>(engine: &Engine<S>, req: &PurchaseRequest) -> PurchaseOutcome {
+    for _ in 0..50 {
+        match engine.purchase(req).await {
+            Ok(out) => return out,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    panic!("{:?} kept failing", req.request_id)
+}
+
+/// What a purchase tries with: the buyer's own token, or one that is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Own,
+    Theirs,
+    Forged,
+    Expired,
+    Missing,
+}
+
+async fn token_holders_buy_their_allowance_and_nobody_buys_without_a_valid_token<S: Store>(
+    engine: Engine<S>,
+) {
+    let engine = Arc::new(engine);
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("tokens");
+    // 24 users over 4 buckets, allowance 1 or 2 (36 units): every unit
+    // has a holder, and homes that run dry send their buyers on the saga.
+    let users: Vec<String> = (0..24)
+        .map(|i| user_homed_at(i % 3, 4, &format!("t{i}")))
+        .collect();
+    let allowance = |i: usize| 1 + (i % 2) as u32;
+    let stock: u64 = (0..users.len()).map(|i| u64::from(allowance(i))).sum();
+    lifecycle::create(&engine, &ledger, token_spec(&id, stock, 4))
+        .await
+        .unwrap();
+    let own = |i: usize| mint(KEYS[i % 2], &id, &users[i], allowance(i), LATER);
+    let mut attempts = Vec::new();
+    for (i, u) in users.iter().enumerate() {
+        // One attempt more than the allowance, each its own request id,
+        // one unit each: exactly the allowance buys.
+        for k in 0..=allowance(i) {
+            attempts.push((
+                Kind::Own,
+                buy(&id, u, 1, &format!("{u}-own-{k}"), Some(own(i))),
+            ));
+        }
+        let theirs = own((i + 1) % users.len());
+        attempts.push((
+            Kind::Theirs,
+            buy(&id, u, 1, &format!("{u}-theirs"), Some(theirs)),
+        ));
+        let forged = mint("not-this-events-key-0000", &id, u, 5, LATER);
+        attempts.push((
+            Kind::Forged,
+            buy(&id, u, 1, &format!("{u}-forged"), Some(forged)),
+        ));
+        let expired = mint(KEYS[0], &id, u, 5, 1_000_000);
+        attempts.push((
+            Kind::Expired,
+            buy(&id, u, 1, &format!("{u}-expired"), Some(expired)),
+        ));
+        attempts.push((Kind::Missing, buy(&id, u, 1, &format!("{u}-missing"), None)));
+    }
+    let answers: Vec<PurchaseOutcome> = futures::future::join_all(attempts.iter().map(|(_, r)| {
+        let engine = engine.clone();
+        async move { answer(&engine, r).await }
+    }))
+    .await;
+    let mut bought: HashMap<String, u32> = HashMap::new();
+    let mut orders = HashMap::new();
+    for ((kind, req), out) in attempts.iter().zip(&answers) {
+        match (kind, &out.result) {
+            (Kind::Own, Ok(order)) => {
+                *bought.entry(req.user.to_string()).or_default() += order.quantity;
+                orders.insert(req.request_id.clone(), order.order_id.clone());
+            }
+            (Kind::Own, Err(Refusal::Token(TokenRefusal::Used))) => {}
+            (Kind::Theirs, Err(Refusal::Token(TokenRefusal::OtherUser)))
+            | (Kind::Forged, Err(Refusal::Token(TokenRefusal::Invalid)))
+            | (Kind::Expired, Err(Refusal::Token(TokenRefusal::Expired)))
+            | (Kind::Missing, Err(Refusal::Token(TokenRefusal::Missing))) => {}
+            other => panic!("{kind:?} purchase {:?} answered {other:?}", req.request_id),
+        }
+    }
+    // Every holder bought exactly their allowance (the stock covers them
+    // all); nobody bought past it, nor without their own valid token.
+    for (i, u) in users.iter().enumerate() {
+        assert_eq!(bought.get(u).copied().unwrap_or(0), allowance(i), "{u}");
+    }
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!(view.remaining, 0, "the store sold every unit: {view:?}");
+    // A token whose allowance is spent refuses a new request id…
+    let again = answer(&engine, &buy(&id, &users[0], 1, "late", Some(own(0)))).await;
+    assert_eq!(again.result, Err(Refusal::Token(TokenRefusal::Used)));
+    // …and a replay answers its original order without checking the token
+    // again (here: a forged one, and none at all).
+    for ((kind, req), out) in attempts.iter().zip(&answers) {
+        if *kind != Kind::Own || out.result.is_err() {
+            continue;
+        }
+        for token in [Some("forged".to_owned()), None] {
+            let replay = PurchaseRequest {
+                access_token: token,
+                ..req.clone()
+            };
+            let again = answer(&engine, &replay).await;
+            assert!(again.replayed, "{:?}", req.request_id);
+            assert_eq!(
+                again.result.as_ref().map(|o| o.order_id.clone()).ok(),
+                orders.get(&req.request_id).cloned()
+            );
+        }
+    }
+    // The ledger holds the same: per user, the allowance, no more.
+    let meta = engine.reload(&id).await.unwrap();
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        ledger.clone(),
+        "tokens".into(),
+        FlushOptions {
+            batch: 500,
+            workers: 1,
+            idle: Duration::from_millis(10),
+            claim_idle_ms: 60_000,
+        },
+    );
+    flusher
+        .flush_once(&meta.all_buckets(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let mut in_ledger: HashMap<String, u64> = HashMap::new();
+    for o in ledger.confirmed_orders(&id).await.unwrap() {
+        *in_ledger.entry(o.user.clone()).or_default() += o.qty;
+    }
+    for (i, u) in users.iter().enumerate() {
+        assert_eq!(
+            in_ledger.get(u).copied().unwrap_or(0),
+            u64::from(allowance(i)),
+            "{u}"
+        );
+    }
+    assert_eq!(in_ledger.len(), users.len());
+}
+
+/// One unit in each of two buckets. A holder homed at bucket 0 with an
+/// allowance of 2 buys on the fast path, then on the saga (the unit in
+/// bucket 1), then is refused as used. A second holder homed there, with
+/// an allowance of 1, finds the event sold out after a saga: the
+/// reservation comes back, so a retry under a new request id is refused
+/// sold out again, not as used.
+async fn a_saga_reserves_the_allowance_and_gives_it_back_when_sold_out<S: Store>(
+    engine: Engine<S>,
+) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("tsaga");
+    lifecycle::create(&engine, &ledger, token_spec(&id, 2, 2))
+        .await
+        .unwrap();
+    let a = user_homed_at(0, 2, "sa");
+    let b = user_homed_at(0, 2, "sb");
+    let ta = mint(KEYS[1], &id, &a, 2, LATER);
+    let tb = mint(KEYS[0], &id, &b, 1, LATER);
+    let first = answer(&engine, &buy(&id, &a, 1, "a1", Some(ta.clone()))).await;
+    assert_eq!(first.result.as_ref().unwrap().probes, 0, "{first:?}");
+    let second = answer(&engine, &buy(&id, &a, 1, "a2", Some(ta.clone()))).await;
+    let order = second.result.as_ref().unwrap();
+    assert_eq!(
+        order.bucket, 1,
+        "the saga took from the other bucket: {second:?}"
+    );
+    let third = answer(&engine, &buy(&id, &a, 1, "a3", Some(ta))).await;
+    assert_eq!(third.result, Err(Refusal::Token(TokenRefusal::Used)));
+    for rid in ["b1", "b2"] {
+        let out = answer(&engine, &buy(&id, &b, 1, rid, Some(tb.clone()))).await;
+        assert!(
+            matches!(out.result, Err(Refusal::SoldOut { .. })),
+            "{rid}: {out:?}"
+        );
+    }
+}
+
+/// A reshard moves each token's consumption with its user to the user's
+/// new home (the restore), as it moves the per-user counts and request
+/// records: after 2 → 5 → 3 buckets, a spent token stays spent, a token
+/// with allowance left buys what is left and no more, and replays answer
+/// their orders.
+async fn a_reshard_moves_each_tokens_consumption_with_its_user<S: Store>(engine: Engine<S>) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("tmove");
+    lifecycle::create(&engine, &ledger, token_spec(&id, 100, 2))
+        .await
+        .unwrap();
+    let users: Vec<String> = (0..12).map(|i| format!("mv-{i}")).collect();
+    let token = |i: usize| mint(KEYS[i % 2], &id, &users[i], 2, LATER);
+    let mut orders = HashMap::new();
+    for (i, u) in users.iter().enumerate() {
+        // Even users spend their allowance of 2, odd ones one unit of it.
+        let qty = if i % 2 == 0 { 2 } else { 1 };
+        let out = answer(
+            &engine,
+            &buy(&id, u, qty, &format!("{u}-a"), Some(token(i))),
+        )
+        .await;
+        orders.insert(i, out.result.expect("bought before the reshard").order_id);
+    }
+    for buckets in [5, 3] {
+        reshard::reshard(&engine, &id, buckets).await.unwrap();
+        assert_eq!(engine.view(&id).await.unwrap().bucket_count, buckets);
+        for (i, u) in users.iter().enumerate() {
+            let replay = answer(
+                &engine,
+                &buy(
+                    &id,
+                    u,
+                    if i % 2 == 0 { 2 } else { 1 },
+                    &format!("{u}-a"),
+                    None,
+                ),
+            )
+            .await;
+            assert!(replay.replayed);
+            assert_eq!(replay.result.unwrap().order_id, orders[&i]);
+            let again = answer(
+                &engine,
+                &buy(&id, u, 1, &format!("{u}-{buckets}"), Some(token(i))),
+            )
+            .await;
+            if i % 2 == 0 || buckets == 3 {
+                // Spent before this reshard (odd users spent their second
+                // unit in the layout of 5).
+                assert_eq!(
+                    again.result,
+                    Err(Refusal::Token(TokenRefusal::Used)),
+                    "{u} at {buckets}"
+                );
+            } else {
+                assert!(again.result.is_ok(), "{u} at {buckets}: {again:?}");
+            }
+        }
+    }
+    // Even users 2 units each, odd ones 1 and 1 more in the layout of 5.
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 100 - 24);
+}
+
+/// Over HTTP: the create's members and their errors, each refusal's
+/// problem type, a replay, the view's `access`, a reshard.
+async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("tapi");
+    for (extra, field) in [
+        (json!({"token_keys": [KEYS[0]]}), "token_keys"),
+        (json!({"access": "token"}), "token_keys"),
+        (
+            json!({"access": "token", "token_keys": ["short"]}),
+            "token_keys",
+        ),
+        (
+            json!({"access": "token", "token_keys": [KEYS[0], KEYS[1], KEYS[0]]}),
+            "token_keys",
+        ),
+        (json!({"access": "waiting-room"}), "access"),
+        (
+            json!({"access": "token", "token_keys": [KEYS[0]], "token_key": "x"}),
+            "token_key",
+        ),
+    ] {
+        let mut body = json!({"id": id, "stock": 4, "buckets": 2});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap());
+        let p = problem(
+            app.admin_post("/v1/events", body).await,
+            400,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
+    }
+    let view = app
+        .create(&id, 4, 2, json!({"access": "token", "token_keys": KEYS}))
+        .await;
+    assert_eq!(view["access"], "token");
+    let event = EventId::parse(id.clone()).unwrap();
+    let path = format!("/v1/events/{id}/purchases");
+    let buy = |user: &str, rid: &str, token: Option<String>| {
+        let mut body = json!({"user_id": user, "quantity": 1, "request_id": rid});
+        if let Some(t) = token {
+            body["access_token"] = json!(t);
+        }
+        app.post(&path, body)
+    };
+    let good = mint(KEYS[1], &event, "u-1", 1, LATER);
+    problem(buy("u-1", "r0", None).await, 403, "token-missing").await;
+    let forged = mint("not-this-events-key-0000", &event, "u-1", 1, LATER);
+    problem(buy("u-1", "r0", Some(forged)).await, 403, "token-invalid").await;
+    problem(
+        buy("u-2", "r0", Some(good.clone())).await,
+        403,
+        "token-not-yours",
+    )
+    .await;
+    let expired = mint(KEYS[0], &event, "u-1", 1, 1_000_000);
+    problem(buy("u-1", "r0", Some(expired)).await, 403, "token-expired").await;
+    let too_long = "x".repeat(257);
+    let p = problem(
+        buy("u-1", "r0", Some(too_long)).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("access_token"),
+        "{p}"
+    );
+    // Nothing was kept under r0: it buys with the good token, and its
+    // replay answers the order, token or none.
+    let r = buy("u-1", "r0", Some(good.clone())).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let order: serde_json::Value = r.json().await.unwrap();
+    let r = buy("u-1", "r0", None).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["idempotent-replayed"], "true");
+    let again: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(again["order_id"], order["order_id"]);
+    problem(buy("u-1", "r1", Some(good)).await, 409, "token-used").await;
+    // An open event ignores a token, and shows its access.
+    let open = eid("topen");
+    assert_eq!(app.create(&open, 4, 2, json!({})).await["access"], "open");
+    let r = app
+        .post(
+            &format!("/v1/events/{open}/purchases"),
+            json!({"user_id": "u-1", "quantity": 1, "access_token": "anything"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = app
+        .client
+        .put(app.url(&format!("/v1/events/{id}/buckets")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"buckets": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    problem(
+        buy("u-1", "r2", Some(mint(KEYS[0], &event, "u-1", 1, LATER))).await,
+        409,
+        "token-used",
+    )
+    .await;
+}
+
+/// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
+/// the model's CI bound: user 0's two requests with its one-unit token,
+/// each sent twice. Broken, the check before the take let both buy; as
+/// built, the first buys, the second is refused as used, and each answers
+/// the same when sent again.
+async fn the_models_checked_before_take_trace_buys_once<S: Store>(engine: Engine<S>) {
+    use shardstock_model::admission::{Action, Bounds, Carry};
+    use shardstock_model::traces::CHECKED_BEFORE_TAKE;
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("tmodel");
+    let bound = Bounds::CI;
+    let buckets = u32::from(bound.buckets);
+    lifecycle::create(
+        &engine,
+        &ledger,
+        token_spec(&id, u64::from(bound.stock), buckets),
+    )
+    .await
+    .unwrap();
+    // The model's user u is homed at bucket u % buckets.
+    let users: Vec<String> = (0..bound.tokens)
+        .map(|u| user_homed_at(u32::from(u % bound.buckets), buckets, "model"))
+        .collect();
+    let token_of = |u: u8| {
+        mint(
+            KEYS[0],
+            &id,
+            &users[usize::from(u)],
+            u32::from(bound.allowance),
+            LATER,
+        )
+    };
+    let mut first: HashMap<u8, PurchaseOutcome> = HashMap::new();
+    for action in CHECKED_BEFORE_TAKE {
+        let Action::Purchase(r) = *action else {
+            panic!("the trace is of purchases: {action:?}");
+        };
+        let (u, carry) = bound.requests[usize::from(r)];
+        let token = match carry {
+            Carry::Own => token_of(u),
+            Carry::Of(other) => token_of(other),
+            Carry::Forged => mint(
+                "not-this-events-key-0000",
+                &id,
+                &users[usize::from(u)],
+                1,
+                LATER,
+            ),
+        };
+        let req = buy(
+            &id,
+            &users[usize::from(u)],
+            1,
+            &format!("model-{r}"),
+            Some(token),
+        );
+        let out = answer(&engine, &req).await;
+        match first.get(&r) {
+            Some(was) => assert_eq!(was.result, out.result, "request {r} sent again"),
+            None => {
+                first.insert(r, out);
+            }
+        }
+    }
+    assert!(first[&0].result.is_ok(), "{:?}", first[&0]);
+    assert_eq!(first[&1].result, Err(Refusal::Token(TokenRefusal::Used)));
+}
+
+/// What a token purchase costs beside an open one, on a private Redis, one
+/// purchase a call (unbatched): Redis's microseconds per script call
+/// (`INFO commandstats`) and the client's wall time. A measurement, not a
+/// check: `cargo test --test it -- --ignored tokens::token_purchase_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn token_purchase_cost() {
+    use crate::harness::{RedisServer, connect, unbatched};
+    let server = RedisServer::start();
+    let engine = Engine::new(connect(&server.url(), "tcost").await, unbatched());
+    let redis = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    const N: usize = 2_000;
+    for tokens in [false, true] {
+        let id = event_id("tcost");
+        let s = if tokens {
+            token_spec(&id, N as u64, 1)
+        } else {
+            spec(&id, N as u64, 1)
+        };
+        engine.create_event(s).await.unwrap();
+        engine.meta(&id).await.unwrap();
+        redis(&["config", "resetstat"]);
+        let start = std::time::Instant::now();
+        for i in 0..N {
+            let u = format!("c{i}");
+            let token = tokens.then(|| mint(KEYS[0], &id, &u, 1, LATER));
+            let out = answer(&engine, &buy(&id, &u, 1, &format!("r{i}"), token)).await;
+            assert!(out.result.is_ok(), "{out:?}");
+        }
+        let wall = start.elapsed().as_secs_f64() * 1e6 / N as f64;
+        let stats = redis(&["info", "commandstats"]);
+        let evalsha = stats
+            .lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .unwrap_or("")
+            .to_owned();
+        println!(
+            "{}: {wall:.0} µs a purchase (client wall), {evalsha}",
+            if tokens { "token" } else { "open" }
+        );
+    }
+}
