@@ -62,6 +62,7 @@ async fn sell<S: Store>(engine: &Arc<Engine<S>>, event: &EventId, orders: u64) {
                         user: UserId::parse(format!("u-{i}")).unwrap(),
                         quantity: 1,
                         request_id: None,
+                        access_token: None,
                     };
                     engine.purchase(&req).await.unwrap().result.unwrap();
                 }
@@ -89,6 +90,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
         ends_at: None,
         hold_seconds: None,
         auto_buckets: None,
+        tokens: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec)
         .await

@@ -54,6 +54,7 @@ fn memory_purchase(c: &mut Criterion) {
             ends_at: None,
             hold_seconds: None,
             auto_buckets: None,
+            tokens: None,
         };
         rt.block_on(engine.create_event(spec)).unwrap();
         let users: Vec<UserId> = (0..1024)
@@ -68,6 +69,7 @@ fn memory_purchase(c: &mut Criterion) {
                     user: users[i % users.len()].clone(),
                     quantity: 1,
                     request_id: None,
+                    access_token: None,
                 };
                 rt.block_on(engine.purchase(&req)).unwrap()
             })

@@ -359,6 +359,10 @@ pub async fn recover_lost<S: Store>(
             continue;
         }
         match policy {
+            LostState::Rebuild if db.token_access => {
+                tracing::error!(event = %db.spec.id, "{}", ControlError::TokenEvent(db.spec.id.clone()));
+                refused.push(db.spec.id.clone());
+            }
             LostState::Rebuild => {
                 rebuild(engine, ledger, &db).await?;
                 rebuilt.push(db.spec.id.clone());
@@ -383,6 +387,9 @@ pub async fn rebuild<S: Store>(
     ledger: &Ledger,
     db: &DbEvent,
 ) -> Result<(), ControlError> {
+    if db.token_access {
+        return Err(ControlError::TokenEvent(db.spec.id.clone()));
+    }
     let spec = &db.spec;
     let store = engine.store();
     let totals = ledger.totals(&spec.id).await?.unwrap_or_default();

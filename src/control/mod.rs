@@ -68,6 +68,13 @@ pub enum ControlError {
     /// fixed (a reshard does not carry a held order's markers).
     #[error("{event} is a pool of release {release}, which has holds: its bucket count is fixed")]
     HeldPool { event: EventId, release: EventId },
+    /// A lost event that sold by access token: the ledger has no keys, and
+    /// rebuilt without them it would sell to anyone.
+    #[error(
+        "event {0} sells by access token and the ledger does not keep its keys: it is not \
+         rebuilt (without them it would sell to anyone)"
+    )]
+    TokenEvent(EventId),
 }
 
 impl From<StoreError> for ControlError {

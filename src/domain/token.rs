@@ -208,8 +208,14 @@ impl<'a> Parsed<'a> {
         let expiry = parts.next()?;
         let allowance = parts.next()?;
         let user = parts.next()?.strip_prefix("v1.")?;
-        let digits =
-            |s: &str| !s.is_empty() && s.len() <= 12 && s.bytes().all(|b| b.is_ascii_digit());
+        // One spelling a number: no leading zero (`01` would verify with
+        // the MAC of `1`).
+        let digits = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 12
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && (s == "0" || !s.starts_with('0'))
+        };
         if !digits(allowance) || !digits(expiry) || UserId::parse(user).is_err() {
             return None;
         }
@@ -228,7 +234,10 @@ impl<'a> Parsed<'a> {
 
 fn mac_b64(key: &str, event: &EventId, user: &str, allowance: u32, expiry: i64) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("any key length");
-    mac.update(format!("v1.{event}.{user}.{allowance}.{expiry}").as_bytes());
+    // Newline-separated: no id holds one. With `.` (which event and user
+    // ids may hold) event `a.b` and user `c` signed the bytes of event `a`
+    // and user `b.c`: a token for one event bought at another.
+    mac.update(format!("v1\n{event}\n{user}\n{allowance}\n{expiry}").as_bytes());
     base64url(&mac.finalize().into_bytes())
 }
 
@@ -274,7 +283,7 @@ mod tests {
         let e = EventId::parse("e1").unwrap();
         let t = mint("0123456789abcdef", &e, "u.1", 2, 1_900_000_000);
         let mut m = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef").unwrap();
-        m.update(b"v1.e1.u.1.2.1900000000");
+        m.update(b"v1\ne1\nu.1\n2\n1900000000");
         assert_eq!(
             t,
             format!(
@@ -284,7 +293,7 @@ mod tests {
         );
         assert_eq!(
             t,
-            "v1.u.1.2.1900000000.MVukLIt3u9f4rHRVrdLIu96dxwrcioCAJPhWJyXWc5A"
+            "v1.u.1.2.1900000000.IhgKWA3fwKaB_C9PdD5vcYYQ1KNjSJ2hXlKGcpCOcQA"
         );
     }
 
@@ -307,6 +316,39 @@ mod tests {
                 TokenUse::Refused(TokenRefusal::Expired)
             );
         }
+    }
+
+    #[test]
+    fn a_token_does_not_buy_at_an_event_whose_id_and_user_spell_the_same_dots() {
+        // Event `air` and user `42.x` against event `air.42` and user `x`:
+        // joined with `.` both read `air.42.x`.
+        let key = &access().keys[0];
+        let t = mint(key, &EventId::parse("air").unwrap(), "42.x", 1, 100);
+        let mac = t.rsplit('.').next().unwrap();
+        let moved = format!("v1.x.1.100.{mac}");
+        let x = UserId::parse("x").unwrap();
+        assert_eq!(
+            verify(
+                &access(),
+                &EventId::parse("air.42").unwrap(),
+                &x,
+                Some(&moved),
+                0
+            ),
+            TokenUse::Refused(TokenRefusal::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_number_has_one_spelling() {
+        let e = EventId::parse("e1").unwrap();
+        let u = UserId::parse("u1").unwrap();
+        let t = mint(&access().keys[0], &e, "u1", 1, 100);
+        let zero = t.replacen("v1.u1.1.", "v1.u1.01.", 1);
+        assert_eq!(
+            verify(&access(), &e, &u, Some(&zero), 0),
+            TokenUse::Refused(TokenRefusal::Invalid)
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ use crate::domain::token::{self, TokenRefusal, TokenUse};
 use crate::store::{PurchaseEntry, PurchaseReply, Store, StoreError};
 
 /// A purchase as the engine receives it (ids already validated).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PurchaseRequest {
     pub event: EventId,
     pub user: UserId,
@@ -50,6 +50,19 @@ pub struct PurchaseRequest {
     /// The access token (events under the `token` access mode; ignored
     /// under `open`).
     pub access_token: Option<String>,
+}
+
+/// Without the access token: a bearer credential, never in a log line.
+impl std::fmt::Debug for PurchaseRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PurchaseRequest")
+            .field("event", &self.event)
+            .field("user", &self.user)
+            .field("quantity", &self.quantity)
+            .field("request_id", &self.request_id)
+            .field("access_token", &self.access_token.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 /// Why a purchase was refused: a business answer, not a failure.
@@ -496,6 +509,16 @@ impl<S: Store> Engine<S> {
                         .held_until(e.pay_by)),
                     replayed: false,
                 }),
+                // Another call's pending record with another quantity: as
+                // `replay` answers it. Driven with this call's quantity, its
+                // finish would count that, not what the home reserved (the
+                // per-user count and a token's allowance off by the
+                // difference: a one-unit token's saga finished as five).
+                (None, Some(record @ RequestRecord::Pending { .. }))
+                    if record.qty() != saga.qty =>
+                {
+                    Err(EngineError::IdempotencyConflict(saga.rid))
+                }
                 (
                     None,
                     Some(RequestRecord::Pending {

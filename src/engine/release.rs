@@ -192,7 +192,15 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::EventExists(spec.id));
         }
         for k in 0..spec.pools.len() {
-            self.ensure_event(spec.pool_spec(k)?).await?;
+            let pool = spec.pool_spec(k)?;
+            // A token event is not adopted as a pool: release orders take
+            // without a token, so the event would sell to anyone.
+            if let Some(meta) = self.store.load_meta(&pool.id).await?
+                && meta.spec.tokens.is_some()
+            {
+                return Err(EngineError::EventExists(pool.id));
+            }
+            self.ensure_event(pool).await?;
         }
         let spec = Arc::new(spec);
         self.cache_release(spec.clone());

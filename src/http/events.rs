@@ -175,6 +175,10 @@ impl<S: Store> AppState<S> {
                     outcome_unknown: false,
                 }
             }
+            ControlError::TokenEvent(_) => ApiError::Unavailable {
+                detail: e.to_string(),
+                outcome_unknown: false,
+            },
             ControlError::Flush(e) => {
                 tracing::warn!(error = %e, "flushing failed");
                 ApiError::Unavailable {

@@ -360,8 +360,8 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds, buckets_min, buckets_max, release_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9, $10, $11, $12) \
+            "INSERT INTO events (event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, created_ms, hold_seconds, buckets_min, buckets_max, release_id, access) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'on_sale', $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (event_id) DO UPDATE SET release_id = COALESCE(events.release_id, excluded.release_id)",
         )
         .bind(spec.id.as_str())
@@ -376,6 +376,7 @@ impl Ledger {
         .bind(spec.auto_buckets.map(|r| i64::from(r.min)))
         .bind(spec.auto_buckets.map(|r| i64::from(r.max)))
         .bind(release.map(EventId::as_str))
+        .bind(if spec.tokens.is_some() { "token" } else { "open" })
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO event_totals (event_id, stock) VALUES ($1, $2) ON CONFLICT (event_id) DO NOTHING")

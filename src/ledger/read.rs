@@ -16,8 +16,13 @@ use crate::domain::stream::StreamId;
 /// An event as the ledger has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DbEvent {
+    /// Its spec as registered; a `token` event's without its keys (the
+    /// ledger does not keep them: `tokens` is `None`, `token_access` says).
     pub spec: EventSpec,
     pub closed: bool,
+    /// Sells by access token (migration 0011): not to be rebuilt from this
+    /// spec, which would sell to anyone.
+    pub token_access: bool,
 }
 
 /// An event's totals.
@@ -163,10 +168,11 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
             tokens: None,
         },
         closed: row.try_get::<String, _>(7)? == "closed",
+        token_access: row.try_get::<String, _>(11)? == "token",
     })
 }
 
-const EVENT_COLUMNS: &str = "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, hold_seconds, buckets_min, buckets_max";
+const EVENT_COLUMNS: &str = "event_id, stock, buckets, per_user_limit, max_per_order, starts_ms, ends_ms, status, hold_seconds, buckets_min, buckets_max, access";
 
 impl Ledger {
     pub async fn event(&self, id: &EventId) -> Result<Option<DbEvent>, LedgerError> {

@@ -1326,6 +1326,43 @@ async fn a_lost_store_is_rebuilt_from_the_ledger() {
     assert!(rebuilt.is_empty() && refused.contains(&id));
 }
 
+/// A token event the store lost is not rebuilt: the ledger records its
+/// access mode (migration 0011), not its keys, and rebuilt from its spec it
+/// would sell to anyone. Recovery refuses it by name; a plain event beside
+/// it is rebuilt.
+#[tokio::test]
+async fn a_lost_token_event_is_refused_not_rebuilt_open() {
+    use shardstock::domain::token::TokenAccess;
+    let r = rig(Engine::new(MemoryStore::new(), EngineOptions::default())).await;
+    let (token, plain) = (event_id("rebuild-token"), event_id("rebuild-open"));
+    let mut s = spec(&token, 50, 2);
+    s.tokens = Some(TokenAccess {
+        keys: vec!["a-key-of-sixteen-or-more".into()],
+    });
+    lifecycle::create(&r.engine, &r.ledger, s).await.unwrap();
+    create(&r, &plain, 50, 2).await;
+    let db = r.ledger.event(&token).await.unwrap().unwrap();
+    assert!(db.token_access && db.spec.tokens.is_none(), "{db:?}");
+    assert!(!r.ledger.event(&plain).await.unwrap().unwrap().token_access);
+    let fresh = Arc::new(Engine::new(MemoryStore::new(), EngineOptions::default()));
+    let (rebuilt, refused) = lifecycle::recover_lost(&fresh, &r.ledger, LostState::Rebuild)
+        .await
+        .unwrap();
+    assert!(
+        rebuilt.contains(&plain) && !rebuilt.contains(&token),
+        "{rebuilt:?}"
+    );
+    assert!(refused.contains(&token), "{refused:?}");
+    assert!(
+        fresh.view(&token).await.is_err(),
+        "the token event stays lost"
+    );
+    let e = lifecycle::rebuild(&fresh, &r.ledger, &db)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("access token"), "{e}");
+}
+
 /// Migration 0007 on a SQLite ledger that already holds orders: the order id
 /// index becomes one on the id's last 8 characters (issue 12), and every
 /// order still reads right by its id, through the service's lookup and the

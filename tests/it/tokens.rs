@@ -36,6 +36,7 @@ on_every_backend!(
     a_saga_reserves_the_allowance_and_gives_it_back_when_sold_out,
     a_reshard_moves_each_tokens_consumption_with_its_user,
     the_models_checked_before_take_trace_buys_once,
+    a_release_does_not_adopt_a_token_event_as_a_pool,
 );
 
 on_every_backend!(
@@ -540,4 +541,35 @@ async fn token_purchase_cost() {
             if tokens { "token" } else { "open" }
         );
     }
+}
+
+/// A release whose pool id is a token event's is refused: release orders
+/// take without a token, so adopted as a pool the event would sell to
+/// anyone.
+async fn a_release_does_not_adopt_a_token_event_as_a_pool<S: Store>(engine: Engine<S>) {
+    use shardstock::domain::release::{PoolSpec, ReleaseSpec};
+    let release = eid("tokrel");
+    let pool = EventId::parse(format!("{release}.p0")).unwrap();
+    engine.create_event(token_spec(&pool, 10, 2)).await.unwrap();
+    let spec = ReleaseSpec {
+        id: EventId::parse(release.clone()).unwrap(),
+        pools: vec![PoolSpec {
+            name: EventId::parse("p0").unwrap(),
+            stock: 10,
+            buckets: 2,
+            auto_buckets: None,
+        }],
+        per_user_limit: None,
+        max_per_order: 3,
+        starts_at: None,
+        ends_at: None,
+        hold_seconds: None,
+        homes: 2,
+    };
+    let e = engine.create_release(spec).await.unwrap_err();
+    assert!(
+        matches!(&e, shardstock::engine::EngineError::EventExists(id) if *id == pool),
+        "{e:?}"
+    );
+    assert!(engine.meta(&pool).await.unwrap().spec.tokens.is_some());
 }

@@ -331,7 +331,10 @@ async fn concurrent_reshards_answer_a_layout_or_try_again(b: Backend) {
             .iter()
             .any(|(n, s, _)| *n > 0 && *s == StatusCode::OK);
         let runs_on = answers.iter().any(|(_, _, b)| b.contains("still running"));
-        assert!(won || runs_on, "no reshard won and none runs on: {answers:?}");
+        assert!(
+            won || runs_on,
+            "no reshard won and none runs on: {answers:?}"
+        );
         if runs_on {
             // One that runs on, even beside a winner, may still be moving
             // units when the next round (or the counts below) look: wait
