@@ -422,10 +422,7 @@ impl<S: Store> Relay<S> {
             None => self.ledger.outbox_cursor(&self.target).await?,
         };
         self.cursor = Some(cursor);
-        let changes = self
-            .ledger
-            .outgoing(cursor, self.opts.batch as i64)
-            .await?;
+        let changes = self.ledger.outgoing(cursor, self.opts.batch as i64).await?;
         let mut round = Round {
             led: true,
             cursor,
@@ -473,7 +470,10 @@ impl<S: Store> Relay<S> {
         for (outcome, n) in [
             ("published", round.published),
             ("duplicate", round.duplicates),
-            ("failed", changes.len() - (round.published + round.duplicates)),
+            (
+                "failed",
+                changes.len() - (round.published + round.duplicates),
+            ),
         ] {
             if n > 0 {
                 metrics::counter!(m::OUTBOX_DELIVERIES, "target" => self.target.clone(), "outcome" => outcome)

@@ -106,10 +106,9 @@ async fn main() -> anyhow::Result<()> {
     println!("subscribed to {}.>", a.prefix);
     let seen: Seen = Arc::default();
     let stop = tokio_util::sync::CancellationToken::new();
-    let watcher = a
-        .pg
-        .clone()
-        .map(|url| tokio::spawn(watch_commits(url, seen.clone(), stop.clone())));
+    let watcher =
+        a.pg.clone()
+            .map(|url| tokio::spawn(watch_commits(url, seen.clone(), stop.clone())));
     // (seq, purchased, arrived) of each order.created.
     let mut arrivals: Vec<(i64, i64, i64)> = Vec::new();
     let mut lag = Histogram::<u64>::new_with_bounds(1, 3_600_000, 3)?;
