@@ -5,7 +5,8 @@
 # database, a NATS consumer (`outbox_lag`) that times every order.created from
 # its purchase to its arrival, and the load generator's sale of STOCK units to
 # ATTEMPTS attempts at CONCURRENCY. Prints the sale's summary line and the
-# consumer's p50 / p99 / max. Everything it starts is stopped and dropped after.
+# consumer's p50 / p99 / max, then the lag split at the commit (purchase to
+# commit, commit to consumer). Everything it starts is stopped and dropped after.
 #
 # Needs: PostgreSQL on 127.0.0.1:5432, NATS with JetStream on 127.0.0.1:4222,
 # redis-server on the PATH, and release builds:
@@ -61,13 +62,13 @@ for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null && break
   sleep 0.1
 done
-"$LAG" --prefix "$PREFIX" --idle 10 >"$DIR/lag.out" 2>&1 &
+"$LAG" --prefix "$PREFIX" --idle 10 --pg "postgres://postgres@127.0.0.1:5432/$DB" >"$DIR/lag.out" 2>&1 &
 CPID=$!
 until grep -q subscribed "$DIR/lag.out"; do sleep 0.1; done
 "$LOAD" --target "http://127.0.0.1:$HTTP_PORT" --admin-token "$TOKEN" --stock "$STOCK" \
   --attempts "$ATTEMPTS" --concurrency "$CONCURRENCY" --buckets "$BUCKETS" 2>&1 | grep -iE 'orders|purchases|sold|rate' | head -5 || true
 wait "$CPID" || true
 CPID=
-tail -1 "$DIR/lag.out"
+tail -2 "$DIR/lag.out"
 # The relay published every order the sale made, none twice.
 psql -qtA -h 127.0.0.1 -U postgres -d "$DB" -c "SELECT 'database: ' || count(*) || ' order.created in the outbox' FROM outbox_changes WHERE type = 'order.created'"

@@ -234,6 +234,9 @@ impl Ledger {
                 (new.len(), moved, named)
             }
         };
+        if self.outbox && new > 0 {
+            self.wrote_outbox();
+        }
         if !named.is_empty() {
             // Only once committed: a number rolled back may be given to another stream.
             self.streams

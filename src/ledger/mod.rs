@@ -41,7 +41,7 @@ use crate::domain::model::EventSpec;
 pub use apply::{Applied, FlushRecord};
 pub use outbox::{
     Backlog, Change, EVENT_CLOSED, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
-    ORDER_VOIDED,
+    ORDER_VOIDED, Outgoing,
 };
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 pub use webhooks::{Created, ORIGIN_API, ORIGIN_CONFIG, Subscription, webhook_target};
@@ -98,6 +98,12 @@ pub struct Ledger {
     /// Order events on (`[outbox] enabled`): the flusher and a close write
     /// the outbox. Off (the default), a flush writes what it did without it.
     outbox: bool,
+    /// Told after each commit of this process that wrote the outbox: the
+    /// relay waits on it besides its poll, so a change this instance wrote
+    /// goes out without waiting out the poll interval (one waiter, the
+    /// relay; a commit while it is busy leaves it one wake-up, so none is
+    /// lost).
+    written: Arc<tokio::sync::Notify>,
 }
 
 /// The pool of the flusher's writes, on the database's own driver.
@@ -268,6 +274,7 @@ impl Ledger {
             streams: Arc::default(),
             registered: Arc::default(),
             outbox: false,
+            written: Arc::default(),
         })
     }
 
@@ -281,6 +288,18 @@ impl Ledger {
     /// Whether flushes and closes write the outbox.
     pub fn outbox(&self) -> bool {
         self.outbox
+    }
+
+    /// Resolves once a commit of this process (of any clone of this
+    /// ledger) wrote the outbox since the last time it resolved.
+    pub async fn outbox_written(&self) {
+        self.written.notified().await
+    }
+
+    /// Wakes [`Ledger::outbox_written`]: called after a commit that wrote
+    /// the outbox.
+    fn wrote_outbox(&self) {
+        self.written.notify_one();
     }
 
     pub fn kind(&self) -> DbKind {
@@ -432,6 +451,9 @@ impl Ledger {
             }
         }
         tx.commit().await?;
+        if closed && self.outbox {
+            self.wrote_outbox();
+        }
         if let Some(excess) = excess {
             metrics::counter!(crate::metrics::DB_GUARD_VIOLATIONS, "event" => event.to_string())
                 .increment(1);

@@ -87,6 +87,21 @@ pub struct Change {
     pub payload: Value,
 }
 
+/// A change on its way out: a [`Change`] whose payload is the JSON text as
+/// stored, for the relay to pass on as it is (parsing it only to write it
+/// back was a third of the relay's work per change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub seq: i64,
+    pub change_id: String,
+    pub event_id: String,
+    pub subject: String,
+    pub kind: String,
+    pub at_ms: i64,
+    /// JSON text (written by `serde_json`, so compact and valid).
+    pub payload: String,
+}
+
 /// A change on its way in, before it has a `seq`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(super) struct Pending {
@@ -676,6 +691,31 @@ impl Ledger {
             }
         };
         rows.iter().map(change_of).collect()
+    }
+
+    /// Changes after `after` in sequence order, at most `limit`, their
+    /// payloads unparsed: what the relay publishes.
+    pub async fn outgoing(&self, after: i64, limit: i64) -> Result<Vec<Outgoing>, LedgerError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {CHANGE_COLUMNS} FROM outbox_changes WHERE seq > $1 ORDER BY seq LIMIT $2"
+        )))
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Outgoing {
+                    seq: row.try_get(0)?,
+                    change_id: row.try_get(1)?,
+                    event_id: row.try_get(2)?,
+                    subject: row.try_get(3)?,
+                    kind: row.try_get(4)?,
+                    at_ms: row.try_get(5)?,
+                    payload: row.try_get(6)?,
+                })
+            })
+            .collect()
     }
 
     /// The changes after `after`: how many (the numbers handed out since,
