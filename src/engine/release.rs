@@ -186,21 +186,24 @@ impl<S: Store> Engine<S> {
     /// event of its own.
     pub async fn create_release(&self, spec: ReleaseSpec) -> Result<Arc<ReleaseSpec>, EngineError> {
         spec.validate()?;
+        // A token event is not adopted as a pool: release orders take
+        // without a token, so the event would sell to anyone. Checked before
+        // the spec is stored: a stored release sells from its pools.
+        for k in 0..spec.pools.len() {
+            let pool = spec.pool_event(k)?;
+            if let Some(meta) = self.store.load_meta(&pool).await?
+                && meta.spec.tokens.is_some()
+            {
+                return Err(EngineError::EventExists(pool));
+            }
+        }
         if let Some(had) = self.store.create_release(&spec).await?
             && had != spec
         {
             return Err(EngineError::EventExists(spec.id));
         }
         for k in 0..spec.pools.len() {
-            let pool = spec.pool_spec(k)?;
-            // A token event is not adopted as a pool: release orders take
-            // without a token, so the event would sell to anyone.
-            if let Some(meta) = self.store.load_meta(&pool.id).await?
-                && meta.spec.tokens.is_some()
-            {
-                return Err(EngineError::EventExists(pool.id));
-            }
-            self.ensure_event(pool).await?;
+            self.ensure_event(spec.pool_spec(k)?).await?;
         }
         let spec = Arc::new(spec);
         self.cache_release(spec.clone());

@@ -566,10 +566,20 @@ async fn a_release_does_not_adopt_a_token_event_as_a_pool<S: Store>(engine: Engi
         hold_seconds: None,
         homes: 2,
     };
-    let e = engine.create_release(spec).await.unwrap_err();
+    let e = engine.create_release(spec.clone()).await.unwrap_err();
     assert!(
         matches!(&e, shardstock::engine::EngineError::EventExists(id) if *id == pool),
         "{e:?}"
     );
     assert!(engine.meta(&pool).await.unwrap().spec.tokens.is_some());
+    // Nothing of the release was stored: no release sells from the pool.
+    assert!(
+        !engine
+            .store()
+            .list_releases()
+            .await
+            .unwrap()
+            .contains(&spec.id),
+        "the refused release was stored"
+    );
 }
