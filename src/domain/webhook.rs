@@ -45,6 +45,14 @@ pub const MAX_ID_LEN: usize = 64;
 pub const MAX_URL_LEN: usize = 2_048;
 pub const MAX_SECRET_LEN: usize = 256;
 
+/// A subscription URL's pattern, in the OpenAPI document and [`check`].
+pub const URL_PATTERN: &str = "^https?://[A-Za-z0-9._~%!$&'()*+,;=:@-]+([/?#][^ ]*)?$";
+
+/// A byte the host part of a subscription's URL may hold.
+fn host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"._~%!$&'()*+,;=:@-".contains(&b)
+}
+
 /// Checks a subscription's fields; on a refusal, the field and why.
 pub fn check(
     id: &str,
@@ -63,20 +71,24 @@ pub fn check(
             format!("must be 1 to {MAX_ID_LEN} of A-Z a-z 0-9 _ -, not {id:?}"),
         ));
     }
-    // The OpenAPI document's pattern, `^https?://[^ /?#]+([/?#][^ ]*)?$`,
-    // and length (in characters), exactly: what it allows is accepted.
+    // The OpenAPI document's pattern ([`URL_PATTERN`]) and length (in
+    // characters), exactly: what it allows is accepted. The host part (up
+    // to the first `/ ? #`) is ASCII host characters, without brackets: an
+    // unclosed `[` was accepted and echoed, and clients that parse the URL
+    // (Python's `urlsplit`: "Invalid IPv6 URL") failed on the answer.
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"));
     let host_ok = rest.is_some_and(|r| {
         let host = r.split(['/', '?', '#']).next().unwrap_or("");
-        !host.is_empty() && !r.contains(' ')
+        !host.is_empty() && host.bytes().all(host_byte) && !r.contains(' ')
     });
     if url.chars().count() > MAX_URL_LEN || !host_ok {
         return Err((
             "url",
             format!(
-                "must be an http:// or https:// URL with a host and no space, at most {MAX_URL_LEN} characters"
+                "must be an http:// or https:// URL with a host of A-Z a-z 0-9 . _ ~ % ! $ & ' ( ) * + , ; = : @ - \
+                 (a name or an IPv4 address, not a bracketed IPv6 one) and no space, at most {MAX_URL_LEN} characters"
             ),
         ));
     }
@@ -266,6 +278,12 @@ mod tests {
         assert_eq!(field(check("a", "ftp://x", &[], &ok)), "url");
         assert_eq!(field(check("a", "http://", &[], &ok)), "url");
         assert_eq!(field(check("a", "http://x/a b", &[], &ok)), "url");
+        // Brackets and non-ASCII in the host are refused (a client parsing
+        // the echoed URL fails on an unclosed `[`); in the path they pass.
+        assert_eq!(field(check("a", "http://[", &[], &ok)), "url");
+        assert_eq!(field(check("a", "http://[::1]:80/h", &[], &ok)), "url");
+        assert_eq!(field(check("a", "http://é.example/h", &[], &ok)), "url");
+        assert_eq!(check("a", "http://u@x.example:8080/[a]é", &[], &ok), Ok(()));
         assert_eq!(
             field(check("a", "http://x", &s(&["order.made"]), &ok)),
             "types"

@@ -451,6 +451,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_webhook_urls_pattern_is_the_one_the_service_checks() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let found: Vec<&str> = doc["components"]["schemas"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|s| s["properties"]["url"]["pattern"].as_str())
+            .collect();
+        assert!(!found.is_empty(), "no schema with a url pattern");
+        for p in found {
+            assert_eq!(p, crate::domain::webhook::URL_PATTERN);
+        }
+    }
+
+    #[test]
     fn the_document_is_openapi_3_1_and_names_every_problem_type() {
         let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));

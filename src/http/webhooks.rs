@@ -42,7 +42,10 @@ pub(super) struct CreateWebhook {
     /// `http://…` or `https://…`, where each change is POSTed (the
     /// receiver's certificate checked against the system's roots and
     /// `[outbox] webhook_ca_file`).
-    #[schema(max_length = 2048, pattern = "^https?://[^ /?#]+([/?#][^ ]*)?$")]
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://[A-Za-z0-9._~%!$&'()*+,;=:@-]+([/?#][^ ]*)?$"
+    )]
     url: String,
     /// The change types delivered (absent or empty: every type).
     #[serde(default)]
