@@ -408,6 +408,8 @@ impl<S: Store> Flusher<S> {
         buckets: &[BucketRef],
         stop: &CancellationToken,
     ) -> Result<(), FlushError> {
+        // A drain is a backlog: the relay paces itself meanwhile.
+        self.ledger.set_flush_busy(true);
         let mut workers = tokio::task::JoinSet::new();
         for w in 1..self.opts.workers {
             let mut worker = self.clone();
@@ -416,10 +418,15 @@ impl<S: Store> Flusher<S> {
             workers.spawn(async move { worker.drain(&buckets, &stop).await });
         }
         let mine = self.drain(buckets, stop).await;
+        let mut joined = Ok(());
         while let Some(done) = workers.join_next().await {
-            done.map_err(|e| FlushError::Store(StoreError::Unavailable(e.to_string())))??;
+            let done = done
+                .map_err(|e| FlushError::Store(StoreError::Unavailable(e.to_string())))
+                .and_then(|d| d);
+            joined = joined.and(done);
         }
-        mine
+        self.ledger.set_flush_busy(false);
+        mine.and(joined)
     }
 
     /// `workers` loops sharing the streams (the consumer group hands each record
@@ -490,6 +497,7 @@ impl<S: Store> Flusher<S> {
                         // module docs).
                         let more = n >= self.opts.batch || !left.is_empty();
                         self.busy.store(more, Ordering::Relaxed);
+                        self.ledger.set_flush_busy(more);
                         unfinished = left;
                         if more {
                             continue;

@@ -44,9 +44,17 @@
 //! (`Ledger::outbox_written`), so a change goes out a round after its
 //! flush; the poll still finds what other instances wrote.
 //!
-//! The relay never slows the flusher: it reads committed rows on its own
-//! connections. Failures are logged and counted, the connection is dropped
-//! and made again on the next round.
+//! **Second to the flush.** The relay reads committed rows on its own
+//! connections, but it shares the cores with the flusher, and so does the
+//! NATS server it publishes to (on a 2-core machine, JetStream spent about
+//! 12 µs of CPU a message, more than the flush's own work an order). While
+//! this process's flusher has a backlog (its rounds come back full,
+//! `Ledger::flush_busy`), the relay publishes one batch an `interval` and
+//! is not woken by the commits: the database, the truth, keeps the cores,
+//! and the publish lag catches up once the backlog is written. At the
+//! default 512 and 100 ms that is still about 5,000 changes a second.
+//! Failures are logged and counted, the connection is dropped and made
+//! again on the next round.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -313,6 +321,9 @@ impl<S: Store> Relay<S> {
                 _ = ledger.outbox_written(), if wake => {}
             }
             (pause, wake) = match self.round().await {
+                // Second to the flush: while this process's flusher has a
+                // backlog, one batch an interval, not woken.
+                Ok(r) if r.led && ledger.flush_busy() => (self.opts.interval, false),
                 Ok(r) if r.led && r.published + r.duplicates == self.opts.batch => {
                     (Duration::ZERO, false)
                 }

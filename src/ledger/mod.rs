@@ -26,6 +26,7 @@ mod webhooks;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sqlx::ConnectOptions;
@@ -104,6 +105,11 @@ pub struct Ledger {
     /// relay; a commit while it is busy leaves it one wake-up, so none is
     /// lost).
     written: Arc<tokio::sync::Notify>,
+    /// This process's flusher has a backlog (its last round read a full
+    /// batch or left buckets unfinished): the relay then paces itself, so
+    /// the durable write keeps the cores (`control::relay`, "Second to the
+    /// flush").
+    flush_busy: Arc<AtomicBool>,
 }
 
 /// The pool of the flusher's writes, on the database's own driver.
@@ -275,6 +281,7 @@ impl Ledger {
             registered: Arc::default(),
             outbox: false,
             written: Arc::default(),
+            flush_busy: Arc::default(),
         })
     }
 
@@ -300,6 +307,17 @@ impl Ledger {
     /// the outbox.
     fn wrote_outbox(&self) {
         self.written.notify_one();
+    }
+
+    /// Records whether this process's flusher has a backlog (set by the
+    /// flusher after each of its rounds).
+    pub fn set_flush_busy(&self, busy: bool) {
+        self.flush_busy.store(busy, Ordering::Relaxed);
+    }
+
+    /// Whether this process's flusher had a backlog at its last round.
+    pub fn flush_busy(&self) -> bool {
+        self.flush_busy.load(Ordering::Relaxed)
     }
 
     pub fn kind(&self) -> DbKind {
