@@ -24,12 +24,13 @@ pub const EVENT_TYPE_HEADER: &str = "shardstock-event-type";
 
 /// The change types a subscription may ask for (the outbox's; the ledger's
 /// constants are held to this list by a test there).
-pub const CHANGE_TYPES: [&str; 6] = [
+pub const CHANGE_TYPES: [&str; 7] = [
     "order.created",
     "order.confirmed",
     "order.cancelled",
     "order.expired",
     "order.voided",
+    "order.restored",
     "event.closed",
 ];
 

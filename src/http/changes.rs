@@ -93,7 +93,9 @@ pub(super) struct ChangeView {
     /// `<subject>:<type>`: stable, to deduplicate by (a change may be delivered twice).
     id: String,
     /// `order.created`, `order.confirmed`, `order.cancelled`, `order.expired`,
-    /// `order.voided` (the order never existed: its saga gave its takes back) or `event.closed`.
+    /// `order.voided` (the order never existed: its saga gave its takes back),
+    /// `order.restored` (an `order.voided` taken back: the order stands) or
+    /// `event.closed`.
     #[serde(rename = "type")]
     kind: String,
     #[schema(value_type = EventId)]
@@ -103,7 +105,8 @@ pub(super) struct ChangeView {
     /// When it happened (unix ms).
     at_ms: i64,
     /// The change's body: `order_id`, `user_id`, `quantity`, and `pay_by_ms`
-    /// for a hold's `order.created`; the final counts for `event.closed`.
+    /// for a hold's `order.created` (and `release_id`, `release_order`,
+    /// `pool` on a release's line); the final counts for `event.closed`.
     #[schema(value_type = Object)]
     payload: serde_json::Value,
 }

@@ -70,6 +70,8 @@ pub(super) enum ChangeType {
     OrderExpired,
     #[schema(rename = "order.voided")]
     OrderVoided,
+    #[schema(rename = "order.restored")]
+    OrderRestored,
     #[schema(rename = "event.closed")]
     EventClosed,
 }

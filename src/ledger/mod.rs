@@ -42,7 +42,7 @@ use crate::domain::model::EventSpec;
 pub use apply::{Applied, FlushRecord};
 pub use outbox::{
     Backlog, Change, EVENT_CLOSED, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
-    ORDER_VOIDED, Outgoing,
+    ORDER_RESTORED, ORDER_VOIDED, Outgoing,
 };
 pub use read::{AuditDb, DbEvent, DbOrder, OrderHistory, StreamCut, Totals};
 pub use webhooks::{Created, ORIGIN_API, ORIGIN_CONFIG, Subscription, webhook_target};

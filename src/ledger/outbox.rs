@@ -28,6 +28,16 @@
 //! holds a void changes nothing: a saga's order is created there by its
 //! hold record, written only once the saga finished.
 //!
+//! **A void taken back** (`order.restored`). A saga with two drivers can
+//! give back the loser's take while the winner's take, in another bucket's
+//! stream, is not flushed yet: the loser's void then finds every take it
+//! knows given back and writes `order.voided`, and the winner's take,
+//! flushed after, finds `order.created` there already. That batch (written
+//! `careful`, since its `order.created` failed the plain insert) sees the
+//! order's `order.voided` and the order standing, and writes
+//! `order.restored`, once: the ledger had the order voided for that moment,
+//! and now has it again; the stream says both, in that order.
+//!
 //! **Exactly once.** Only the records a batch wrote anew make changes (a batch
 //! applied twice makes none the second time), and (subject, type) is unique:
 //! a change already there (a second take of one order, in another batch)
@@ -47,7 +57,7 @@
 //! lists of order ids as one JSON parameter (`json_array_elements_text`,
 //! `json_each`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use serde::Serialize;
@@ -67,6 +77,9 @@ pub const ORDER_EXPIRED: &str = "order.expired";
 /// An order downstream was told of (`order.created`) that the ledger then
 /// found never existed: every take of its saga was given back (`v`).
 pub const ORDER_VOIDED: &str = "order.voided";
+/// An `order.voided` taken back: the order stands after all (see the module
+/// docs, "A void taken back").
+pub const ORDER_RESTORED: &str = "order.restored";
 pub const EVENT_CLOSED: &str = "event.closed";
 
 /// A change as stored: the row of `outbox_changes`.
@@ -251,9 +264,13 @@ fn static_kind(kind: &str) -> &'static str {
 /// The statements of one database (see the module docs).
 struct Sql {
     lock_head: &'static str,
-    held: &'static str,
+    /// Of a JSON list of event ids: each one's id, whether it has holds,
+    /// and its release (a pool's).
+    events_of: &'static str,
     set_head: &'static str,
     created_of: &'static str,
+    /// Which of a JSON list of order ids have an `order.voided`.
+    voided_of: &'static str,
     release: &'static str,
     park: &'static str,
     any_parked: &'static str,
@@ -264,11 +281,13 @@ struct Sql {
 
 const PG: Sql = Sql {
     lock_head: "SELECT seq FROM outbox_head WHERE id = 1 FOR UPDATE",
-    held: "SELECT event_id FROM events WHERE hold_seconds IS NOT NULL \
-         AND event_id IN (SELECT value FROM json_array_elements_text($1::json))",
+    events_of: "SELECT event_id, hold_seconds IS NOT NULL, release_id FROM events \
+         WHERE event_id IN (SELECT value FROM json_array_elements_text($1::json))",
     set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
     created_of: "SELECT o.subject FROM json_array_elements_text($1::json) j JOIN outbox_changes o \
          ON right(o.subject, 8) = right(j.value, 8) AND o.subject = j.value AND o.type = 'order.created'",
+    voided_of: "SELECT o.subject FROM json_array_elements_text($1::json) j JOIN outbox_changes o \
+         ON right(o.subject, 8) = right(j.value, 8) AND o.subject = j.value AND o.type = 'order.voided'",
     release: "DELETE FROM outbox_parked WHERE subject IN (SELECT value FROM json_array_elements_text($1::json)) \
          RETURNING subject, type, change_id, event_id, at_ms, payload",
     park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
@@ -281,11 +300,13 @@ const PG: Sql = Sql {
 
 const SQLITE: Sql = Sql {
     lock_head: "SELECT seq FROM outbox_head WHERE id = 1",
-    held: "SELECT event_id FROM events WHERE hold_seconds IS NOT NULL \
-         AND event_id IN (SELECT value FROM json_each($1))",
+    events_of: "SELECT event_id, hold_seconds IS NOT NULL, release_id FROM events \
+         WHERE event_id IN (SELECT value FROM json_each($1))",
     set_head: "UPDATE outbox_head SET seq = $1 WHERE id = 1",
     created_of: "SELECT o.subject FROM json_each($1) j JOIN outbox_changes o \
          ON substr(o.subject, -8) = substr(j.value, -8) AND +o.subject = j.value AND o.type = 'order.created'",
+    voided_of: "SELECT o.subject FROM json_each($1) j JOIN outbox_changes o \
+         ON substr(o.subject, -8) = substr(j.value, -8) AND +o.subject = j.value AND o.type = 'order.voided'",
     release: "DELETE FROM outbox_parked WHERE subject IN (SELECT value FROM json_each($1)) \
          RETURNING subject, type, change_id, event_id, at_ms, payload",
     park: "INSERT INTO outbox_parked (change_id, event_id, subject, type, at_ms, payload) \
@@ -297,6 +318,34 @@ const SQLITE: Sql = Sql {
          JOIN order_records r ON substr(r.order_id, -8) = substr(j.value, -8) AND +r.order_id = j.value \
          WHERE r.kind IN ('o', 'v', 'h', 'k', 'c', 'e')",
 };
+
+/// A release's lines are orders of its pools (`<release>.<pool>`): their
+/// changes name the release order they belong to, its release and the
+/// pool (as the `orders` view does), so a consumer groups a multi-line
+/// order's lines without a lookup. Only batches with pools' records pay the
+/// re-serialization.
+fn name_lines(changes: &mut [Pending], releases: &HashMap<String, String>) {
+    for c in changes {
+        let Some(release) = releases.get(&c.event_id) else {
+            continue;
+        };
+        let (Some(line), Some(pool)) = (
+            c.subject.strip_prefix(c.event_id.as_str()),
+            c.event_id
+                .strip_prefix(release.as_str())
+                .and_then(|p| p.strip_prefix('.')),
+        ) else {
+            continue;
+        };
+        let Ok(mut payload) = serde_json::from_str::<Value>(&c.payload) else {
+            continue;
+        };
+        payload["release_id"] = json!(release);
+        payload["release_order"] = json!(format!("{release}{line}"));
+        payload["pool"] = json!(pool);
+        c.payload = payload.to_string();
+    }
+}
 
 /// How an order with a void stands once a batch's records are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,8 +359,8 @@ enum Voiding {
 }
 
 /// Each order's [`Voiding`], from its `(order_id, kind, bucket)` rows.
-fn voidings(rows: &[(String, String, i64)]) -> std::collections::HashMap<&str, Voiding> {
-    let mut by_order: std::collections::HashMap<&str, Vec<(&str, i64)>> = Default::default();
+fn voidings(rows: &[(String, String, i64)]) -> HashMap<&str, Voiding> {
+    let mut by_order: HashMap<&str, Vec<(&str, i64)>> = Default::default();
     for (order, kind, bucket) in rows {
         by_order
             .entry(order.as_str())
@@ -380,14 +429,22 @@ macro_rules! write_changes {
                 .await?;
             let events: HashSet<&str> = new.iter().map(|r| r.event.as_str()).collect();
             let events: Vec<&str> = events.into_iter().collect();
-            let held: HashSet<String> = sqlx::query_scalar::<_, String>(sql.held)
+            let rows: Vec<(String, bool, Option<String>)> = sqlx::query_as(sql.events_of)
                 .bind(json_list(&events))
                 .fetch_all(&mut **tx)
-                .await?
+                .await?;
+            let held: HashSet<String> = rows.iter().filter(|r| r.1).map(|r| r.0.clone()).collect();
+            let releases: HashMap<String, String> = rows
                 .into_iter()
+                .filter_map(|(event, _, release)| Some((event, release?)))
                 .collect();
-            let (mut created, terminal) = changes_of(new, &held, now_ms);
+            let (mut created, mut terminal) = changes_of(new, &held, now_ms);
             let mut voids = voids_of(new, &held);
+            if !releases.is_empty() {
+                for changes in [&mut created, &mut terminal, &mut voids] {
+                    name_lines(changes, &releases);
+                }
+            }
             let mut has_creation = HashSet::new();
             if !terminal.is_empty() {
                 let subjects: Vec<&str> = terminal.iter().map(|t| t.subject.as_str()).collect();
@@ -462,8 +519,39 @@ macro_rules! write_changes {
                     }
                 }
             }
+            // A void taken back: only a batch written `careful` can bring
+            // a take whose order was announced (its `order.created` makes
+            // the plain insert fail), so the fast path never looks.
+            let mut restored = Vec::new();
+            if careful && !created.is_empty() {
+                let subjects: Vec<&str> = created.iter().map(|c| c.subject.as_str()).collect();
+                let was_voided: Vec<String> = sqlx::query_scalar(sql.voided_of)
+                    .bind(json_list(&subjects))
+                    .fetch_all(&mut **tx)
+                    .await?;
+                if !was_voided.is_empty() {
+                    let rows: Vec<(String, String, i64)> = sqlx::query_as(sql.void_check)
+                        .bind(json_list(&was_voided))
+                        .fetch_all(&mut **tx)
+                        .await?;
+                    let stands = voidings(&rows);
+                    for c in &created {
+                        if was_voided.contains(&c.subject)
+                            && stands.get(c.subject.as_str()) == Some(&Voiding::Stands)
+                            && !restored.iter().any(|r: &Pending| r.subject == c.subject)
+                        {
+                            restored.push(Pending {
+                                change_id: format!("{}:{ORDER_RESTORED}", c.subject),
+                                kind: ORDER_RESTORED,
+                                ..c.clone()
+                            });
+                        }
+                    }
+                }
+            }
             let (mut ordered, mut parked) = sequence(created, released, terminal, &has_creation);
             ordered.extend(voided);
+            ordered.extend(restored);
             parked.extend(park_voids);
             if !parked.is_empty() {
                 sqlx::query(sql.park)
@@ -570,25 +658,36 @@ async fn insert_sqlite(
     Ok(written as usize)
 }
 
-/// The columns of a [`Change`], in [`change_of`]'s order.
+/// The columns of a [`Change`], in [`outgoing_of`]'s order.
 const CHANGE_COLUMNS: &str = "seq, change_id, event_id, subject, type, at_ms, payload";
 
-fn change_of(row: &sqlx::any::AnyRow) -> Result<Change, LedgerError> {
-    let payload: String = row.try_get(6)?;
-    Ok(Change {
+fn outgoing_of(row: &sqlx::any::AnyRow) -> Result<Outgoing, LedgerError> {
+    Ok(Outgoing {
         seq: row.try_get(0)?,
         change_id: row.try_get(1)?,
         event_id: row.try_get(2)?,
         subject: row.try_get(3)?,
         kind: row.try_get(4)?,
         at_ms: row.try_get(5)?,
-        payload: serde_json::from_str(&payload).map_err(|e| {
-            LedgerError::Data(format!(
-                "outbox payload of seq {}: {e}",
-                row.try_get::<i64, _>(0).unwrap_or(-1)
-            ))
-        })?,
+        payload: row.try_get(6)?,
     })
+}
+
+impl Outgoing {
+    /// The change with its payload parsed: what the changes endpoint serves.
+    fn parsed(self) -> Result<Change, LedgerError> {
+        let payload = serde_json::from_str(&self.payload)
+            .map_err(|e| LedgerError::Data(format!("outbox payload of seq {}: {e}", self.seq)))?;
+        Ok(Change {
+            seq: self.seq,
+            change_id: self.change_id,
+            event_id: self.event_id,
+            subject: self.subject,
+            kind: self.kind,
+            at_ms: self.at_ms,
+            payload,
+        })
+    }
 }
 
 /// How far a relay target is behind.
@@ -669,6 +768,25 @@ impl Ledger {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Change>, LedgerError> {
+        self.read_outgoing(event, after, limit)
+            .await?
+            .into_iter()
+            .map(Outgoing::parsed)
+            .collect()
+    }
+
+    /// Changes after `after` in sequence order, at most `limit`, their
+    /// payloads unparsed: what the relay publishes.
+    pub async fn outgoing(&self, after: i64, limit: i64) -> Result<Vec<Outgoing>, LedgerError> {
+        self.read_outgoing(None, after, limit).await
+    }
+
+    async fn read_outgoing(
+        &self,
+        event: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Outgoing>, LedgerError> {
         let rows = match event {
             Some(event) => {
                 sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -690,32 +808,7 @@ impl Ledger {
                 .await?
             }
         };
-        rows.iter().map(change_of).collect()
-    }
-
-    /// Changes after `after` in sequence order, at most `limit`, their
-    /// payloads unparsed: what the relay publishes.
-    pub async fn outgoing(&self, after: i64, limit: i64) -> Result<Vec<Outgoing>, LedgerError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {CHANGE_COLUMNS} FROM outbox_changes WHERE seq > $1 ORDER BY seq LIMIT $2"
-        )))
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Outgoing {
-                    seq: row.try_get(0)?,
-                    change_id: row.try_get(1)?,
-                    event_id: row.try_get(2)?,
-                    subject: row.try_get(3)?,
-                    kind: row.try_get(4)?,
-                    at_ms: row.try_get(5)?,
-                    payload: row.try_get(6)?,
-                })
-            })
-            .collect()
+        rows.iter().map(outgoing_of).collect()
     }
 
     /// The changes after `after`: how many (the numbers handed out since,

@@ -270,6 +270,7 @@ mod tests {
             ORDER_CANCELLED,
             ORDER_EXPIRED,
             ORDER_VOIDED,
+            ORDER_RESTORED,
             EVENT_CLOSED,
         ];
         assert_eq!(CHANGE_TYPES, written);

@@ -361,7 +361,82 @@ async fn by_default_a_sale_writes_no_outbox_and_the_endpoint_says_so(backend: Ba
     app.stop().await;
 }
 
+/// A release's multi-line order: each line is an order of its pool, and
+/// each line's changes name the release order, its release and its pool,
+/// so a consumer can put the order back together.
+async fn a_release_orders_lines_name_their_release_order(backend: Backend) {
+    let app = TestApp::spawn_with(events_on("outbox-release", backend)).await;
+    let rel = eid("obrel");
+    let r = app
+        .admin_post(
+            "/v1/releases",
+            json!({"id": rel, "per_user_limit": 4, "max_per_order": 4, "pools": [
+                {"id": "s42", "stock": 10, "buckets": 2},
+                {"id": "s43", "stock": 10, "buckets": 1},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = app
+        .post(
+            &format!("/v1/releases/{rel}/orders"),
+            json!({"user_id": "u-1", "request_id": "ro-1",
+                   "lines": [{"pool": "s42", "quantity": 2}, {"pool": "s43", "quantity": 1}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let order: Value = r.json().await.unwrap();
+    let release_order = order["order_id"].as_str().unwrap().to_owned();
+    let lines = order["lines"].as_array().unwrap().clone();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        let (pool, event) = (
+            line["pool"].as_str().unwrap(),
+            line["event"].as_str().unwrap(),
+        );
+        let line_id = line["order_id"].as_str().unwrap();
+        let created = eventually(
+            "the line's order.created",
+            Duration::from_secs(20),
+            async || {
+                all_changes(&app, event, 100)
+                    .await
+                    .into_iter()
+                    .find(|c| c["type"] == "order.created" && c["subject"] == line_id)
+            },
+        )
+        .await;
+        let p = &created["payload"];
+        assert_eq!(p["release_id"], rel.as_str(), "{created}");
+        assert_eq!(p["release_order"], release_order.as_str(), "{created}");
+        assert_eq!(p["pool"], pool, "{created}");
+        assert_eq!(p["quantity"], line["quantity"], "{created}");
+    }
+    // A plain event's changes carry none of them.
+    let plain = eid("obplain");
+    app.create(&plain, 5, 1, json!({})).await;
+    let r = app
+        .post(
+            &format!("/v1/events/{plain}/purchases"),
+            json!({"user_id": "u-2", "request_id": "p-1", "quantity": 1}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let created = eventually(
+        "the plain order.created",
+        Duration::from_secs(20),
+        async || all_changes(&app, &plain, 100).await.into_iter().next(),
+    )
+    .await;
+    assert!(
+        created["payload"].get("release_order").is_none(),
+        "{created}"
+    );
+    app.stop().await;
+}
+
 on_every_backend!(app:
+    a_release_orders_lines_name_their_release_order,
     a_sales_changes_are_served_in_order_per_order,
     the_relay_publishes_exactly_the_ledgers_changes,
     by_default_a_sale_writes_no_outbox_and_the_endpoint_says_so,
@@ -707,6 +782,41 @@ async fn a_take_given_back_after_its_creation_is_voided(url: String) {
         .await
         .unwrap();
     assert_eq!(kinds(&ledger, e).await, want, "the order stands");
+    assert_eq!(ledger.parked_changes().await.unwrap(), 0);
+
+    // Two drivers: the loser's take announced and given back before the
+    // winner's take (another bucket) is flushed reads as voided; the
+    // winner's take then restores it, once.
+    ledger
+        .apply(&[in_bucket(&s1, 9, RecordKind::Order, "z", 1)], 13)
+        .await
+        .unwrap();
+    ledger
+        .apply(&[in_bucket(&s1, 10, RecordKind::Void, "z", 1)], 14)
+        .await
+        .unwrap();
+    want.push(pair("z", "order.created"));
+    want.push(pair("z", "order.voided"));
+    assert_eq!(kinds(&ledger, e).await, want, "voided for that moment");
+    let winner = [in_bucket(&s0, 3, RecordKind::Order, "z", 0)];
+    assert_eq!(ledger.apply(&winner, 15).await.unwrap().new_records, 1);
+    want.push(pair("z", "order.restored"));
+    assert_eq!(
+        kinds(&ledger, e).await,
+        want,
+        "restored once the winner is in"
+    );
+    let restored = ledger
+        .changes(Some(e), 0, 100)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(restored.change_id, "z:order.restored");
+    assert_eq!(restored.payload["order_id"], "z");
+    // Applied again: nothing new.
+    assert_eq!(ledger.apply(&winner, 16).await.unwrap().new_records, 0);
+    assert_eq!(kinds(&ledger, e).await, want, "restored once");
     assert_eq!(ledger.parked_changes().await.unwrap(), 0);
 }
 
