@@ -4,7 +4,9 @@
 //!
 //! A token is `v1.<user>.<allowance>.<expiry>.<mac>` (docs/API.md, "Access
 //! tokens"): `mac` is HMAC-SHA256 under one of the event's keys over
-//! `v1.<event>.<user>.<allowance>.<expiry>`, in base64url without padding.
+//! `v1\n<event>\n<user>\n<allowance>\n<expiry>` (newline-joined: no id
+//! holds one, where `.` would let event `a.b` and user `c` sign what event
+//! `a` and user `b.c` do), in base64url without padding.
 //! The check here needs no store: its signature (any active key: two while
 //! one is rotated), its user (the request's own) and its expiry. What the
 //! token has bought is the store's: a record at the user's home, keyed by the
