@@ -179,6 +179,10 @@ impl<S: Store> AppState<S> {
                 detail: e.to_string(),
                 outcome_unknown: false,
             },
+            ControlError::TokenRecord { .. } => {
+                tracing::error!(error = %e, "reshard stopped");
+                ApiError::Internal(e.to_string())
+            }
             ControlError::Flush(e) => {
                 tracing::warn!(error = %e, "flushing failed");
                 ApiError::Unavailable {
