@@ -31,6 +31,29 @@ pub const MAX_ALLOWANCE: u32 = 1000;
 /// The longest token accepted, in bytes (a user id is at most 128).
 pub const MAX_TOKEN_LEN: usize = 256;
 
+/// An event's access mode, as its create takes it and its view shows it
+/// (one type, so the published document names the same two values in
+/// both): `open`, anyone may buy; `token`, a purchase carries an access
+/// token signed with one of the event's keys.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    #[default]
+    Open,
+    Token,
+}
+
+impl Access {
+    /// The mode of an event whose spec holds `tokens`.
+    pub fn of(tokens: Option<&TokenAccess>) -> Self {
+        if tokens.is_some() {
+            Self::Token
+        } else {
+            Self::Open
+        }
+    }
+}
+
 /// An event under the `token` access mode: the keys its tokens are signed
 /// with (the first signs in tests and tools; any one verifies). Its
 /// `Debug` names how many keys, never what they are (an event's meta is

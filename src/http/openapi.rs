@@ -466,6 +466,27 @@ mod tests {
     }
 
     #[test]
+    fn the_access_mode_is_one_enum_in_the_create_and_the_view() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let access = "#/components/schemas/Access";
+        assert_eq!(schemas["EventView"]["properties"]["access"]["$ref"], access);
+        assert_eq!(
+            schemas["CreateEvent"]["properties"]["access"]["$ref"],
+            access
+        );
+        assert_eq!(
+            schemas["Access"]["enum"],
+            serde_json::json!(["open", "token"])
+        );
+        use crate::domain::token::Access;
+        for (mode, name) in [(Access::Open, "open"), (Access::Token, "token")] {
+            assert_eq!(serde_json::to_value(mode).unwrap(), name);
+            assert_eq!(serde_json::from_value::<Access>(name.into()).unwrap(), mode);
+        }
+    }
+
+    #[test]
     fn the_document_is_openapi_3_1_and_names_every_problem_type() {
         let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));

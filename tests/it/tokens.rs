@@ -423,6 +423,19 @@ async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_typ
         "token-used",
     )
     .await;
+    // Closed and archived, its view still says `token` (the store's while
+    // it keeps the event, then the database's, which keeps the access mode:
+    // `control::lifecycle`'s unit test reads that one).
+    assert_eq!(app.close(&id).await["access"], "token");
+    let r = app
+        .client
+        .delete(app.url(&format!("/v1/events/{id}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.view(&id).await["access"], "token");
 }
 
 /// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
