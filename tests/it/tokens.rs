@@ -42,6 +42,7 @@ on_every_backend!(
 on_every_backend!(
     app:
     the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type,
+    an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field,
 );
 
 const KEYS: [&str; 2] = ["old-key-0123456789abcdef", "new-key-0123456789abcdef"];
@@ -436,6 +437,153 @@ async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_typ
         .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.view(&id).await["access"], "token");
+}
+
+/// `POST /v1/events/{id}/tokens`: an admin mints 100 users' tokens over
+/// HTTP, signed with the event's first key (the expiry rounded down to the
+/// second), and each user buys its allowance with its own; another user's
+/// is refused as not theirs. The bounds each answer `400 invalid-request`
+/// naming the field (or `access`, for an open event); 10,000 users of the
+/// longest id fit the route's body limit.
+async fn an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("tmint");
+    app.create(&id, 250, 4, json!({"access": "token", "token_keys": KEYS}))
+        .await;
+    let event = EventId::parse(id.clone()).unwrap();
+    let path = format!("/v1/events/{id}/tokens");
+    let users: Vec<String> = (0..100).map(|i| format!("mint-{i}")).collect();
+    let r = app
+        .admin_post(
+            &path,
+            json!({"users": users, "allowance": 2, "expires_at_ms": LATER * 1000 + 999}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: serde_json::Value = r.json().await.unwrap();
+    let tokens: Vec<String> = body["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&users)
+        .map(|(t, u)| {
+            assert_eq!(t["user_id"], *u);
+            t["token"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(tokens.len(), users.len());
+    for (t, u) in tokens.iter().zip(&users) {
+        assert_eq!(*t, mint(KEYS[0], &event, u, 2, LATER));
+    }
+    let purchases = format!("/v1/events/{id}/purchases");
+    let buy = |user: &str, qty: u32, rid: &str, token: &str| {
+        app.post(
+            &purchases,
+            json!({"user_id": user, "quantity": qty, "request_id": rid, "access_token": token}),
+        )
+    };
+    problem(
+        buy(&users[1], 1, "theirs", &tokens[0]).await,
+        403,
+        "token-not-yours",
+    )
+    .await;
+    let bought =
+        futures::future::join_all(users.iter().zip(&tokens).map(|(u, t)| buy(u, 2, "all", t)))
+            .await;
+    for (r, u) in bought.into_iter().zip(&users) {
+        assert_eq!(r.status(), StatusCode::CREATED, "{u}");
+    }
+    for (u, t) in users.iter().zip(&tokens).take(5) {
+        problem(buy(u, 1, "more", t).await, 409, "token-used").await;
+    }
+    assert_eq!(app.view(&id).await["remaining"], 50);
+    // The bounds, each named.
+    let many: Vec<String> = (0..10_001).map(|i| format!("u{i}")).collect();
+    for (body, field) in [
+        (
+            json!({"users": [], "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+        (
+            json!({"users": many, "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 0, "expires_at_ms": LATER * 1000}),
+            "allowance",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1001, "expires_at_ms": LATER * 1000}),
+            "allowance",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": 1_000_000}),
+            "expires_at_ms",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": 1_000_000_000_000_000_u64}),
+            "expires_at_ms",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000, "allowence": 2}),
+            "allowence",
+        ),
+        (
+            json!({"users": ["a b"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+    ] {
+        let p = problem(app.admin_post(&path, body).await, 400, "invalid-request").await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
+    }
+    let open = eid("tmint-open");
+    app.create(&open, 4, 2, json!({})).await;
+    let p = problem(
+        app.admin_post(
+            &format!("/v1/events/{open}/tokens"),
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    assert!(p["detail"].as_str().unwrap().starts_with("access:"), "{p}");
+    problem(
+        app.admin_post(
+            &format!("/v1/events/{}/tokens", eid("tmint-none")),
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        404,
+        "unknown-event",
+    )
+    .await;
+    problem(
+        app.post(
+            &path,
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        401,
+        "unauthorized",
+    )
+    .await;
+    // The most users, each of the longest id: within the route's body limit.
+    let longest: Vec<String> = (0..10_000).map(|i| format!("{i:0>128}")).collect();
+    let r = app
+        .admin_post(
+            &path,
+            json!({"users": longest, "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["tokens"].as_array().unwrap().len(), 10_000);
 }
 
 /// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
