@@ -134,6 +134,17 @@ impl TokenRefusal {
         }
     }
 
+    /// The `outcome` label of `shardstock_token_checks_total`.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Invalid => "invalid",
+            Self::OtherUser => "not_yours",
+            Self::Expired => "expired",
+            Self::Used => "used",
+        }
+    }
+
     pub fn from_code(s: &str) -> Option<Self> {
         Some(match s {
             "missing" => Self::Missing,

@@ -43,6 +43,7 @@ on_every_backend!(
     app:
     the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type,
     an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field,
+    token_checks_are_counted_by_outcome,
 );
 
 const KEYS: [&str; 2] = ["old-key-0123456789abcdef", "new-key-0123456789abcdef"];
@@ -584,6 +585,71 @@ async fn an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_fi
     assert_eq!(r.status(), StatusCode::OK);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["tokens"].as_array().unwrap().len(), 10_000);
+}
+
+/// `shardstock_token_checks_total{outcome}`: each outcome counted where the
+/// engine learns it. The recorder is the process's, shared with the tests
+/// running beside this one (their purchases count too): each outcome rose
+/// by at least what this test did.
+async fn token_checks_are_counted_by_outcome(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("tcount");
+    app.create(&id, 20, 2, json!({"access": "token", "token_keys": KEYS}))
+        .await;
+    let event = EventId::parse(id.clone()).unwrap();
+    let count = |text: &str, outcome: &str| {
+        crate::harness::sample(
+            text,
+            "shardstock_token_checks_total",
+            &[("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    let outcomes = [
+        "consumed",
+        "missing",
+        "invalid",
+        "not_yours",
+        "expired",
+        "used",
+    ];
+    let before = app.metrics().await;
+    let path = format!("/v1/events/{id}/purchases");
+    let buy = |user: &str, rid: &str, token: Option<String>| {
+        let mut body = json!({"user_id": user, "quantity": 1, "request_id": rid});
+        if let Some(t) = token {
+            body["access_token"] = json!(t);
+        }
+        app.post(&path, body)
+    };
+    let own = |u: &str| mint(KEYS[0], &event, u, 1, LATER);
+    for u in ["c-1", "c-2"] {
+        assert_eq!(
+            buy(u, "a", Some(own(u))).await.status(),
+            StatusCode::CREATED
+        );
+    }
+    problem(buy("c-3", "a", None).await, 403, "token-missing").await;
+    let forged = mint("not-this-events-key-0000", &event, "c-3", 1, LATER);
+    problem(buy("c-3", "a", Some(forged)).await, 403, "token-invalid").await;
+    problem(
+        buy("c-3", "a", Some(own("c-1"))).await,
+        403,
+        "token-not-yours",
+    )
+    .await;
+    let expired = mint(KEYS[0], &event, "c-3", 1, 1_000_000);
+    problem(buy("c-3", "a", Some(expired)).await, 403, "token-expired").await;
+    problem(buy("c-1", "b", Some(own("c-1"))).await, 409, "token-used").await;
+    let after = app.metrics().await;
+    for (outcome, did) in outcomes.iter().zip([2.0, 1.0, 1.0, 1.0, 1.0, 1.0]) {
+        let rose = count(&after, outcome) - count(&before, outcome);
+        assert!(rose >= did, "{outcome} rose by {rose}, not {did}");
+    }
+    assert!(
+        after.contains("# HELP shardstock_token_checks_total "),
+        "described"
+    );
 }
 
 /// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
