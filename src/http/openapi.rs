@@ -344,7 +344,7 @@ impl Modify for RequestIds {
 }
 
 /// Links for stateful testing: create event → purchase → get order → cancel;
-/// create release → view it, order from it.
+/// create event → mint tokens; create release → view it, order from it.
 struct Links;
 
 /// (path, method, status, link name, target operation, its `id` from the response).
@@ -363,6 +363,14 @@ const LINKS: &[(&str, &str, &str, &str, &str, &str)] = &[
         "201",
         "ViewEvent",
         "view_event",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "MintTokens",
+        "mint_tokens",
         "$response.body#/id",
     ),
     (
