@@ -23,6 +23,24 @@ pub const CONSOLIDATIONS: &str = "shardstock_consolidations_total";
 /// counter {event}: pending sagas the sweeper ended (no driver was left to).
 pub const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
 
+// ---- access tokens (`token` events; labels: outcome) ----
+/// counter {outcome}: purchases of `token` events by what became of their
+/// token ([`TOKEN_CHECK_OUTCOMES`]): consumed (it bought), or refused
+/// missing, invalid, not_yours, expired, used. Once a purchase, by the call
+/// that decided it; not a replay (no token is checked), nor a valid token's
+/// purchase refused otherwise (sold out, the per-user limit). No event
+/// label: the outcomes bound the series.
+pub const TOKEN_CHECKS: &str = "shardstock_token_checks_total";
+/// Every outcome label of [`TOKEN_CHECKS`].
+pub(crate) const TOKEN_CHECK_OUTCOMES: [&str; 6] = [
+    "consumed",
+    "missing",
+    "invalid",
+    "not_yours",
+    "expired",
+    "used",
+];
+
 // ---- holds (events with hold_seconds) ----
 /// counter {event}: purchases taken as holds.
 pub const HOLDS_CREATED: &str = "shardstock_holds_created_total";
@@ -160,8 +178,13 @@ pub(crate) fn store_error(op: &'static str) {
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
 }
 
-/// Registers the descriptions (HELP lines) of every metric.
+/// Registers the descriptions (HELP lines) of every metric, and the token
+/// checks' series at 0 (their labels are bounded and known: `increase()`
+/// reads the first one counted).
 pub(crate) fn describe() {
+    for outcome in TOKEN_CHECK_OUTCOMES {
+        metrics::counter!(TOKEN_CHECKS, "outcome" => outcome).increment(0);
+    }
     describe_counter!(PURCHASES, "Purchase requests by outcome");
     describe_counter!(PURCHASED_UNITS, "Units sold by successful purchases");
     describe_histogram!(PURCHASE_DURATION, Unit::Seconds, "Engine time per purchase");
@@ -171,6 +194,10 @@ pub(crate) fn describe() {
     describe_counter!(
         SAGAS_SWEPT,
         "Pending purchase sagas ended by the sweeper (their driver was gone)"
+    );
+    describe_counter!(
+        TOKEN_CHECKS,
+        "Purchases of token events by what became of their access token"
     );
     describe_counter!(HOLDS_CREATED, "Purchases taken as holds");
     describe_counter!(HOLDS_CONFIRMED, "Holds confirmed before their deadline");

@@ -315,7 +315,7 @@ pub(crate) async fn final_view<S: Store>(
                 .event(event)
                 .await?
                 .ok_or_else(|| EngineError::UnknownEvent(event.clone()))?;
-            EventView::new(
+            let mut view = EventView::new(
                 &crate::domain::model::EventMeta {
                     spec: db.spec.clone(),
                     status: EventStatus::Closed,
@@ -329,7 +329,13 @@ pub(crate) async fn final_view<S: Store>(
                 },
                 &[],
                 engine.clock().now_ms(),
-            )
+            );
+            // The ledger keeps the mode, not the keys (its spec has none):
+            // read from the spec, an archived token event showed `open`.
+            if db.token_access {
+                view.access = crate::domain::token::Access::Token;
+            }
+            view
         }
         Err(e) => return Err(e.into()),
     };
@@ -499,5 +505,51 @@ fn restored(bucket: &BucketRef, reply: RestoreReply) -> Result<(), ControlError>
             highest,
         })
         .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::token::{Access, TokenAccess};
+
+    /// The ledger keeps a `token` event's access mode, not its keys: read
+    /// from there (the store no longer has the event), its final view still
+    /// says `token`, and an open one's `open`.
+    #[tokio::test]
+    async fn a_final_view_from_the_ledger_keeps_the_access_mode() {
+        let dir = std::env::temp_dir().join(format!(
+            "shardstock-final-view-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}/ledger.db", dir.display());
+        let ledger = Ledger::connect(&url, 2).await.unwrap();
+        let engine = Engine::new(crate::store::memory::MemoryStore::new(), Default::default());
+        let key = TokenAccess {
+            keys: vec!["k".repeat(16)],
+        };
+        for (name, tokens, access) in [
+            ("open-e", None, Access::Open),
+            ("token-e", Some(key), Access::Token),
+        ] {
+            let spec = EventSpec {
+                id: EventId::parse(name).unwrap(),
+                stock: 10,
+                buckets: 1,
+                per_user_limit: None,
+                max_per_order: 10,
+                starts_at: None,
+                ends_at: None,
+                hold_seconds: None,
+                auto_buckets: None,
+                tokens,
+            };
+            ledger.register_event(&spec, 0).await.unwrap();
+            let view = final_view(&engine, &ledger, &spec.id).await.unwrap();
+            assert_eq!(view.access, access, "{name}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

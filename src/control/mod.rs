@@ -75,6 +75,16 @@ pub enum ControlError {
          rebuilt (without them it would sell to anyone)"
     )]
     TokenEvent(EventId),
+    /// A reshard read a token record whose id (`<user>.<allowance>.<expiry>`)
+    /// names no user, so no new home: it stops, the event left resharding,
+    /// rather than move on without the token's consumption (left behind in
+    /// the old layout, the token would buy its allowance again). Only a
+    /// record written outside the scripts can be so: it is for an operator.
+    #[error(
+        "event {event}: the reshard read token record {id:?}, whose id names no user; it stops \
+         rather than leave the token's consumption behind"
+    )]
+    TokenRecord { event: EventId, id: String },
 }
 
 impl From<StoreError> for ControlError {

@@ -324,7 +324,6 @@ impl<'a, S: Store> Run<'a, S> {
     /// purchases wait for this step, and on a Cluster the buckets' masters
     /// work in parallel.
     async fn move_contents(&self) -> Result<(), ControlError> {
-        let buckets = self.new.len() as u32;
         let store = self.store();
         let contents = try_join_all(
             self.old
@@ -332,44 +331,7 @@ impl<'a, S: Store> Run<'a, S> {
                 .map(|b| async move { stale_ok(store.contents(b).await) }),
         )
         .await?;
-        let mut moved: HashMap<u32, BucketContents> = HashMap::new();
-        for c in contents {
-            for (user, units) in c.holdings {
-                moved
-                    .entry(home(user_hash(&user), buckets))
-                    .or_default()
-                    .holdings
-                    .push((user, units));
-            }
-            for (oid, entry) in c.orders {
-                let h = OrderId::parse(oid.as_str())
-                    .map(|(_, _, hash)| home(hash, buckets))
-                    .unwrap_or(0);
-                moved.entry(h).or_default().orders.push((oid, entry));
-            }
-            for (rid, record) in c.records {
-                let Some(user) = rid.split_once('/').and_then(|(u, _)| UserId::parse(u).ok())
-                else {
-                    continue;
-                };
-                moved
-                    .entry(home(user_hash(&user), buckets))
-                    .or_default()
-                    .records
-                    .push((rid, record));
-            }
-            // A token's record goes with its user (the id's first part).
-            for (id, used) in c.tokens {
-                let Some(user) = token_user(&id) else {
-                    continue;
-                };
-                moved
-                    .entry(home(user_hash(&user), buckets))
-                    .or_default()
-                    .tokens
-                    .push((id, used));
-            }
-        }
+        let moved = regroup(self.event(), contents, self.new.len() as u32)?;
         let mut writes = Vec::new();
         for (h, c) in &moved {
             let bucket = &self.new[*h as usize];
@@ -569,6 +531,59 @@ enum Chunk<'a> {
     Tokens(&'a [(String, u64)]),
 }
 
+/// What the old buckets remember (`contents`), grouped by each user's home
+/// among `buckets` new ones. A token record whose id names no user stops
+/// the reshard ([`ControlError::TokenRecord`]): skipped, its consumption
+/// would be left behind in the old layout and the token would buy its
+/// allowance again in the new one.
+fn regroup(
+    event: &EventId,
+    contents: Vec<BucketContents>,
+    buckets: u32,
+) -> Result<HashMap<u32, BucketContents>, ControlError> {
+    let mut moved: HashMap<u32, BucketContents> = HashMap::new();
+    for c in contents {
+        for (user, units) in c.holdings {
+            moved
+                .entry(home(user_hash(&user), buckets))
+                .or_default()
+                .holdings
+                .push((user, units));
+        }
+        for (oid, entry) in c.orders {
+            let h = OrderId::parse(oid.as_str())
+                .map(|(_, _, hash)| home(hash, buckets))
+                .unwrap_or(0);
+            moved.entry(h).or_default().orders.push((oid, entry));
+        }
+        for (rid, record) in c.records {
+            let Some(user) = rid.split_once('/').and_then(|(u, _)| UserId::parse(u).ok()) else {
+                continue;
+            };
+            moved
+                .entry(home(user_hash(&user), buckets))
+                .or_default()
+                .records
+                .push((rid, record));
+        }
+        // A token's record goes with its user (the id's first part).
+        for (id, used) in c.tokens {
+            let Some(user) = token_user(&id) else {
+                return Err(ControlError::TokenRecord {
+                    event: event.clone(),
+                    id,
+                });
+            };
+            moved
+                .entry(home(user_hash(&user), buckets))
+                .or_default()
+                .tokens
+                .push((id, used));
+        }
+    }
+    Ok(moved)
+}
+
 /// How many units each new bucket should still get, given what the old
 /// buckets hold (`from`) and the new ones already have (`have`): an even
 /// split of the whole, less what is there. That is never less than `from` in
@@ -585,7 +600,7 @@ fn plan(from: &[u64], have: &[u64]) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::plan;
+    use super::*;
 
     #[test]
     fn a_plan_moves_exactly_what_the_old_layout_holds() {
@@ -597,5 +612,37 @@ mod tests {
         let wants = plan(&[0, 3], &[20, 8, 8, 9]);
         assert_eq!(wants, vec![0, 4, 4, 3]);
         assert!(wants.iter().sum::<u64>() >= 3);
+    }
+
+    #[test]
+    fn each_tokens_consumption_goes_to_its_users_new_home() {
+        let event = EventId::parse("e").unwrap();
+        let u = UserId::parse("u.1").unwrap();
+        let old = BucketContents {
+            tokens: vec![("u.1.2.1900000000".into(), 2)],
+            ..Default::default()
+        };
+        let moved = regroup(&event, vec![old], 5).unwrap();
+        assert_eq!(
+            moved[&home(user_hash(&u), 5)].tokens,
+            vec![("u.1.2.1900000000".to_owned(), 2)]
+        );
+    }
+
+    #[test]
+    fn a_token_record_naming_no_user_stops_the_reshard() {
+        let event = EventId::parse("e").unwrap();
+        for id in ["2.1900000000", "u{1}.2.1900000000", ""] {
+            let old = BucketContents {
+                tokens: vec![(id.into(), 1)],
+                ..Default::default()
+            };
+            match regroup(&event, vec![old], 3) {
+                Err(ControlError::TokenRecord { event: e, id: got }) => {
+                    assert_eq!((e, got.as_str()), (event.clone(), id));
+                }
+                other => panic!("{id:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! A token is `v1.<user>.<allowance>.<expiry>.<mac>` (docs/API.md, "Access
 //! tokens"): `mac` is HMAC-SHA256 under one of the event's keys over
-//! `v1.<event>.<user>.<allowance>.<expiry>`, in base64url without padding.
+//! `v1\n<event>\n<user>\n<allowance>\n<expiry>` (newline-joined: no id
+//! holds one, where `.` would let event `a.b` and user `c` sign what event
+//! `a` and user `b.c` do), in base64url without padding.
 //! The check here needs no store: its signature (any active key: two while
 //! one is rotated), its user (the request's own) and its expiry. What the
 //! token has bought is the store's: a record at the user's home, keyed by the
@@ -28,6 +30,34 @@ pub const MAX_TOKEN_KEY_LEN: usize = 128;
 pub const MAX_ALLOWANCE: u32 = 1000;
 /// The longest token accepted, in bytes (a user id is at most 128).
 pub const MAX_TOKEN_LEN: usize = 256;
+/// Users one admin mint (`POST /v1/events/{id}/tokens`) may name at most.
+pub const MAX_MINT_USERS: usize = 10_000;
+/// The latest expiry a minted token can carry, in unix milliseconds: a
+/// token's expiry is unix seconds of at most 12 digits (`Parsed::parse`).
+pub const MAX_EXPIRY_MS: u64 = 999_999_999_999_999;
+
+/// An event's access mode, as its create takes it and its view shows it
+/// (one type, so the published document names the same two values in
+/// both): `open`, anyone may buy; `token`, a purchase carries an access
+/// token signed with one of the event's keys.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    #[default]
+    Open,
+    Token,
+}
+
+impl Access {
+    /// The mode of an event whose spec holds `tokens`.
+    pub fn of(tokens: Option<&TokenAccess>) -> Self {
+        if tokens.is_some() {
+            Self::Token
+        } else {
+            Self::Open
+        }
+    }
+}
 
 /// An event under the `token` access mode: the keys its tokens are signed
 /// with (the first signs in tests and tools; any one verifies). Its
@@ -99,6 +129,17 @@ impl TokenRefusal {
             Self::Missing => "missing",
             Self::Invalid => "invalid",
             Self::OtherUser => "other_user",
+            Self::Expired => "expired",
+            Self::Used => "used",
+        }
+    }
+
+    /// The `outcome` label of `shardstock_token_checks_total`.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Invalid => "invalid",
+            Self::OtherUser => "not_yours",
             Self::Expired => "expired",
             Self::Used => "used",
         }
@@ -182,12 +223,109 @@ pub fn token_user(id: &str) -> Option<UserId> {
     UserId::parse(parts.next()?).ok()
 }
 
-/// Mints a token (waiting rooms do this; here for tests and tools).
+/// Mints a token under `key`: an admin's presale codes ([`Grant`]), tests
+/// and tools (a waiting room mints its own, with the same bytes).
 pub fn mint(key: &str, event: &EventId, user: &str, allowance: u32, expiry_unix: i64) -> String {
     format!(
         "v1.{user}.{allowance}.{expiry_unix}.{}",
         mac_b64(key, event, user, allowance, expiry_unix)
     )
+}
+
+/// Tokens an admin asks minted (`POST /v1/events/{id}/tokens`, presale
+/// codes): one per user, each with the same allowance and expiry. Checked
+/// whole before anything is signed; nothing is stored (a token is
+/// stateless until a purchase consumes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    users: Vec<UserId>,
+    allowance: u32,
+    /// Unix seconds, as the token carries it.
+    expiry_unix: i64,
+}
+
+/// Why a [`Grant`] was refused; each message starts with the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("users: must hold 1 to {MAX_MINT_USERS} user ids, not {0}")]
+    Users(usize),
+    #[error("allowance: must be between 1 and {MAX_ALLOWANCE}, not {0}")]
+    Allowance(u32),
+    #[error(
+        "expires_at_ms: at most {MAX_EXPIRY_MS} (a token's expiry is unix seconds of at most \
+         12 digits), not {0}"
+    )]
+    TooLate(u64),
+    /// A token carries whole seconds: `expires_at_ms` rounded down must
+    /// still be after now, or the token is refused from the start.
+    #[error(
+        "expires_at_ms: must be in the future: {ms} is unix second {expiry_unix} (a token \
+         carries whole seconds, rounded down), and it is {now_ms} now"
+    )]
+    Past {
+        ms: u64,
+        expiry_unix: i64,
+        now_ms: i64,
+    },
+    #[error("access: event {0} is open; tokens are minted for events whose access is token")]
+    Open(EventId),
+}
+
+impl Grant {
+    /// Checks the request's bounds at `now_ms`: 1 to [`MAX_MINT_USERS`]
+    /// users, an allowance of 1 to [`MAX_ALLOWANCE`], an expiry (unix ms,
+    /// rounded down to the second) after now and at most [`MAX_EXPIRY_MS`].
+    pub fn new(
+        users: Vec<UserId>,
+        allowance: u32,
+        expires_at_ms: u64,
+        now_ms: i64,
+    ) -> Result<Self, GrantError> {
+        if !(1..=MAX_MINT_USERS).contains(&users.len()) {
+            return Err(GrantError::Users(users.len()));
+        }
+        if !(1..=MAX_ALLOWANCE).contains(&allowance) {
+            return Err(GrantError::Allowance(allowance));
+        }
+        if expires_at_ms > MAX_EXPIRY_MS {
+            return Err(GrantError::TooLate(expires_at_ms));
+        }
+        let expiry_unix = (expires_at_ms / 1000) as i64;
+        // As `verify` reads it: refused from `expiry * 1000` on.
+        if now_ms >= expiry_unix * 1000 {
+            return Err(GrantError::Past {
+                ms: expires_at_ms,
+                expiry_unix,
+                now_ms,
+            });
+        }
+        Ok(Self {
+            users,
+            allowance,
+            expiry_unix,
+        })
+    }
+
+    /// Each user's token, in the request's order, signed with the event's
+    /// first key (a second one is the rotation's: either verifies). An
+    /// event without keys is `open`: refused.
+    pub fn mint(
+        self,
+        access: Option<&TokenAccess>,
+        event: &EventId,
+    ) -> Result<Vec<(UserId, String)>, GrantError> {
+        let key = access
+            .and_then(|a| a.keys.first())
+            .ok_or_else(|| GrantError::Open(event.clone()))?;
+        Ok(self
+            .users
+            .into_iter()
+            .map(|u| {
+                let token = mint(key, event, u.as_str(), self.allowance, self.expiry_unix);
+                (u, token)
+            })
+            .collect())
+    }
 }
 
 struct Parsed<'a> {
@@ -421,5 +559,61 @@ mod tests {
         ] {
             assert!(TokenAccess { keys: bad }.validate().is_err());
         }
+    }
+
+    #[test]
+    fn a_grant_mints_each_user_a_token_under_the_first_key() {
+        let e = EventId::parse("e1").unwrap();
+        let users = vec![UserId::parse("u.1").unwrap(), UserId::parse("u2").unwrap()];
+        // 100,999 ms is second 100: valid before 100,000 ms, as `verify` reads it.
+        let grant = Grant::new(users.clone(), 2, 100_999, 99_999).unwrap();
+        let minted = grant.mint(Some(&access()), &e).unwrap();
+        assert_eq!(minted.len(), 2);
+        for ((user, token), u) in minted.iter().zip(&users) {
+            assert_eq!(user, u);
+            assert_eq!(*token, mint(&access().keys[0], &e, u.as_str(), 2, 100));
+            assert_eq!(
+                verify(&access(), &e, u, Some(token), 99_999),
+                TokenUse::Valid {
+                    id: format!("{u}.2.100"),
+                    allowance: 2
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_grant_is_bounded_and_names_the_field() {
+        let u = || vec![UserId::parse("u1").unwrap()];
+        let now = 1_000_000;
+        let many = vec![UserId::parse("u1").unwrap(); MAX_MINT_USERS + 1];
+        assert!(Grant::new(many[1..].to_vec(), 1, 2_000_000, now).is_ok());
+        for (grant, field) in [
+            (Grant::new(Vec::new(), 1, 2_000_000, now), "users:"),
+            (Grant::new(many, 1, 2_000_000, now), "users:"),
+            (Grant::new(u(), 0, 2_000_000, now), "allowance:"),
+            (
+                Grant::new(u(), MAX_ALLOWANCE + 1, 2_000_000, now),
+                "allowance:",
+            ),
+            (Grant::new(u(), 1, 999_999, now), "expires_at_ms:"),
+            // Second 1,000 is now: refused at once, though 1,000,999 > now.
+            (Grant::new(u(), 1, 1_000_999, now), "expires_at_ms:"),
+            (Grant::new(u(), 1, MAX_EXPIRY_MS + 1, now), "expires_at_ms:"),
+        ] {
+            let e = grant.unwrap_err().to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+        assert!(Grant::new(u(), MAX_ALLOWANCE, 1_001_000, now).is_ok());
+        let last = Grant::new(u(), 1, MAX_EXPIRY_MS, now).unwrap();
+        let e = EventId::parse("e1").unwrap();
+        let (_, token) = &last.clone().mint(Some(&access()), &e).unwrap()[0];
+        assert!(token.len() <= MAX_TOKEN_LEN);
+        assert!(matches!(
+            verify(&access(), &e, &u()[0], Some(token), now),
+            TokenUse::Valid { .. }
+        ));
+        let open = last.mint(None, &e).unwrap_err().to_string();
+        assert!(open.starts_with("access:"), "{open}");
     }
 }

@@ -112,6 +112,22 @@ fn check_on_sale(meta: &EventMeta, now: i64) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Counts what a `token` event's answer decided of its token
+/// (`shardstock_token_checks_total`): `consumed` when it bought (on the fast
+/// path, or the saga's finish), else the refusal, where the engine learns it
+/// (the home step answers the refusal `verify` found, or `used`). A replay
+/// checked no token; a valid token's purchase refused for another reason
+/// (sold out, the per-user limit) consumed nothing: neither is counted.
+fn count_token_check(out: &PurchaseOutcome) {
+    let outcome = match &out.result {
+        _ if out.replayed => return,
+        Ok(_) => "consumed",
+        Err(Refusal::Token(why)) => why.outcome(),
+        Err(_) => return,
+    };
+    metrics::counter!(crate::metrics::TOKEN_CHECKS, "outcome" => outcome).increment(1);
+}
+
 pub(super) fn order(
     meta: &EventMeta,
     user: &UserId,
@@ -281,7 +297,12 @@ impl<S: Store> Engine<S> {
                 Err(EngineError::Store(StoreError::Stale(_))) => {
                     return Err(EngineError::Contention { passes: 0 });
                 }
-                other => return other,
+                other => {
+                    if let (Some(_), Ok(out)) = (&meta.spec.tokens, &other) {
+                        count_token_check(out);
+                    }
+                    return other;
+                }
             }
         }
     }
@@ -674,6 +695,22 @@ mod tests {
             },
         );
         assert!(size <= 1536, "a purchase's future on Redis is {size} bytes");
+    }
+
+    #[test]
+    fn every_token_refusal_is_an_outcome_of_the_token_checks_metric() {
+        let mut outcomes: Vec<&str> = [
+            TokenRefusal::Missing,
+            TokenRefusal::Invalid,
+            TokenRefusal::OtherUser,
+            TokenRefusal::Expired,
+            TokenRefusal::Used,
+        ]
+        .iter()
+        .map(|r| r.outcome())
+        .collect();
+        outcomes.insert(0, "consumed");
+        assert_eq!(outcomes, crate::metrics::TOKEN_CHECK_OUTCOMES);
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@ use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{BucketRange, BucketState, EventMeta, EventStatus};
+use crate::domain::token::Access;
 use crate::store::{OpenTransfer, Store, StoreError};
 
 /// One bucket of an event view.
@@ -64,8 +65,7 @@ pub struct EventView {
     pub auto_buckets: Option<BucketRange>,
     /// `open` (anyone may buy) or `token` (a purchase carries an access
     /// token; the keys are never shown).
-    #[schema(value_type = String, example = "open")]
-    pub access: &'static str,
+    pub access: Access,
     /// The event's layouts over time, oldest first, the current one last
     /// (the last 32: creation, then each reshard with its reason).
     pub bucket_history: Vec<LayoutView>,
@@ -134,11 +134,7 @@ impl EventView {
             leftover: None,
             hold_seconds: spec.hold_seconds,
             auto_buckets: spec.auto_buckets,
-            access: if spec.tokens.is_some() {
-                "token"
-            } else {
-                "open"
-            },
+            access: Access::of(spec.tokens.as_ref()),
             bucket_history: meta
                 .history
                 .iter()

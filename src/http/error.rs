@@ -258,8 +258,8 @@ impl ApiError {
             | Self::UnknownRelease(_)
             | Self::ReleasePool { .. }
             | Self::IdempotencyConflict
-            // Counted with the other refusals of a request (token metrics
-            // of their own are not built yet).
+            // Counted with the other refusals of a request; which one is
+            // `shardstock_token_checks_total`'s outcome.
             | Self::Token(_) => "invalid",
             Self::RateLimited { .. } => "rate_limited",
             _ => "error",

@@ -14,7 +14,7 @@ use crate::control::flusher::Flusher;
 use crate::control::lifecycle;
 use crate::domain::ids::EventId;
 use crate::domain::model::{BucketCount, BucketRange, DEFAULT_MAX_PER_ORDER, EventSpec};
-use crate::domain::token::TokenAccess;
+use crate::domain::token::{Access, TokenAccess};
 use crate::engine::{EngineError, EventView};
 use crate::store::Store;
 
@@ -83,15 +83,6 @@ pub(super) struct CreateEvent {
     /// either verifies.
     #[schema(min_items = 1, max_items = 2)]
     token_keys: Option<Vec<String>>,
-}
-
-/// An event's access mode.
-#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum Access {
-    #[default]
-    Open,
-    Token,
 }
 
 /// The spec's tokens from the body's `access` and `token_keys`.
@@ -179,6 +170,10 @@ impl<S: Store> AppState<S> {
                 detail: e.to_string(),
                 outcome_unknown: false,
             },
+            ControlError::TokenRecord { .. } => {
+                tracing::error!(error = %e, "reshard stopped");
+                ApiError::Internal(e.to_string())
+            }
             ControlError::Flush(e) => {
                 tracing::warn!(error = %e, "flushing failed");
                 ApiError::Unavailable {

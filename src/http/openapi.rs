@@ -38,7 +38,7 @@ use utoipa::{Modify, OpenApi, ToResponse};
 use super::error::{ApiError, PROBLEM_JSON, Problem};
 use super::{
     archive, changes, events, live, lookup, ops, orders, purchases, release_orders, releases,
-    webhooks,
+    tokens, webhooks,
 };
 use crate::domain::token::TokenRefusal;
 
@@ -59,7 +59,7 @@ use crate::domain::token::TokenRefusal;
     ),
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
-        events::rebalance, events::audit, archive::archive, live::live, purchases::purchase, orders::order, orders::cancel,
+        events::rebalance, events::audit, archive::archive, tokens::mint, live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
         webhooks::rotate,
@@ -344,7 +344,7 @@ impl Modify for RequestIds {
 }
 
 /// Links for stateful testing: create event → purchase → get order → cancel;
-/// create release → view it, order from it.
+/// create event → mint tokens; create release → view it, order from it.
 struct Links;
 
 /// (path, method, status, link name, target operation, its `id` from the response).
@@ -363,6 +363,14 @@ const LINKS: &[(&str, &str, &str, &str, &str, &str)] = &[
         "201",
         "ViewEvent",
         "view_event",
+        "$response.body#/id",
+    ),
+    (
+        "/v1/events",
+        "post",
+        "201",
+        "MintTokens",
+        "mint_tokens",
         "$response.body#/id",
     ),
     (
@@ -463,6 +471,50 @@ mod tests {
         for p in found {
             assert_eq!(p, crate::domain::webhook::URL_PATTERN);
         }
+    }
+
+    #[test]
+    fn the_access_mode_is_one_enum_in_the_create_and_the_view() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let access = "#/components/schemas/Access";
+        assert_eq!(schemas["EventView"]["properties"]["access"]["$ref"], access);
+        assert_eq!(
+            schemas["CreateEvent"]["properties"]["access"]["$ref"],
+            access
+        );
+        assert_eq!(
+            schemas["Access"]["enum"],
+            serde_json::json!(["open", "token"])
+        );
+        use crate::domain::token::Access;
+        for (mode, name) in [(Access::Open, "open"), (Access::Token, "token")] {
+            assert_eq!(serde_json::to_value(mode).unwrap(), name);
+            assert_eq!(serde_json::from_value::<Access>(name.into()).unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn the_mint_bounds_in_the_document_are_the_ones_the_service_checks() {
+        use crate::domain::token::{MAX_ALLOWANCE, MAX_EXPIRY_MS, MAX_MINT_USERS, MAX_TOKEN_LEN};
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let mint = &schemas["MintTokens"];
+        assert_eq!(mint["additionalProperties"], false);
+        let body = &mint["properties"];
+        assert_eq!(body["users"]["minItems"], 1);
+        assert_eq!(body["users"]["maxItems"], MAX_MINT_USERS);
+        assert_eq!(
+            body["users"]["items"]["$ref"],
+            "#/components/schemas/UserId"
+        );
+        assert_eq!(body["allowance"]["minimum"], 1);
+        assert_eq!(body["allowance"]["maximum"], MAX_ALLOWANCE);
+        assert_eq!(body["expires_at_ms"]["maximum"], MAX_EXPIRY_MS);
+        let token = &schemas["MintedToken"]["properties"]["token"];
+        assert_eq!(token["maxLength"], MAX_TOKEN_LEN);
+        let op = &doc["paths"]["/v1/events/{id}/tokens"]["post"];
+        assert_eq!(op["security"], serde_json::json!([{"bearer": []}]));
     }
 
     #[test]

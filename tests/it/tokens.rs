@@ -42,6 +42,8 @@ on_every_backend!(
 on_every_backend!(
     app:
     the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type,
+    an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field,
+    token_checks_are_counted_by_outcome,
 );
 
 const KEYS: [&str; 2] = ["old-key-0123456789abcdef", "new-key-0123456789abcdef"];
@@ -423,6 +425,231 @@ async fn the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_typ
         "token-used",
     )
     .await;
+    // Closed and archived, its view still says `token` (the store's while
+    // it keeps the event, then the database's, which keeps the access mode:
+    // `control::lifecycle`'s unit test reads that one).
+    assert_eq!(app.close(&id).await["access"], "token");
+    let r = app
+        .client
+        .delete(app.url(&format!("/v1/events/{id}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.view(&id).await["access"], "token");
+}
+
+/// `POST /v1/events/{id}/tokens`: an admin mints 100 users' tokens over
+/// HTTP, signed with the event's first key (the expiry rounded down to the
+/// second), and each user buys its allowance with its own; another user's
+/// is refused as not theirs. The bounds each answer `400 invalid-request`
+/// naming the field (or `access`, for an open event); 10,000 users of the
+/// longest id fit the route's body limit.
+async fn an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("tmint");
+    app.create(&id, 250, 4, json!({"access": "token", "token_keys": KEYS}))
+        .await;
+    let event = EventId::parse(id.clone()).unwrap();
+    let path = format!("/v1/events/{id}/tokens");
+    let users: Vec<String> = (0..100).map(|i| format!("mint-{i}")).collect();
+    let r = app
+        .admin_post(
+            &path,
+            json!({"users": users, "allowance": 2, "expires_at_ms": LATER * 1000 + 999}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: serde_json::Value = r.json().await.unwrap();
+    let tokens: Vec<String> = body["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&users)
+        .map(|(t, u)| {
+            assert_eq!(t["user_id"], *u);
+            t["token"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(tokens.len(), users.len());
+    for (t, u) in tokens.iter().zip(&users) {
+        assert_eq!(*t, mint(KEYS[0], &event, u, 2, LATER));
+    }
+    let purchases = format!("/v1/events/{id}/purchases");
+    let buy = |user: &str, qty: u32, rid: &str, token: &str| {
+        app.post(
+            &purchases,
+            json!({"user_id": user, "quantity": qty, "request_id": rid, "access_token": token}),
+        )
+    };
+    problem(
+        buy(&users[1], 1, "theirs", &tokens[0]).await,
+        403,
+        "token-not-yours",
+    )
+    .await;
+    let bought =
+        futures::future::join_all(users.iter().zip(&tokens).map(|(u, t)| buy(u, 2, "all", t)))
+            .await;
+    for (r, u) in bought.into_iter().zip(&users) {
+        assert_eq!(r.status(), StatusCode::CREATED, "{u}");
+    }
+    for (u, t) in users.iter().zip(&tokens).take(5) {
+        problem(buy(u, 1, "more", t).await, 409, "token-used").await;
+    }
+    assert_eq!(app.view(&id).await["remaining"], 50);
+    // The bounds, each named.
+    let many: Vec<String> = (0..10_001).map(|i| format!("u{i}")).collect();
+    for (body, field) in [
+        (
+            json!({"users": [], "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+        (
+            json!({"users": many, "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 0, "expires_at_ms": LATER * 1000}),
+            "allowance",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1001, "expires_at_ms": LATER * 1000}),
+            "allowance",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": 1_000_000}),
+            "expires_at_ms",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": 1_000_000_000_000_000_u64}),
+            "expires_at_ms",
+        ),
+        (
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000, "allowence": 2}),
+            "allowence",
+        ),
+        (
+            json!({"users": ["a b"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+            "users",
+        ),
+    ] {
+        let p = problem(app.admin_post(&path, body).await, 400, "invalid-request").await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
+    }
+    let open = eid("tmint-open");
+    app.create(&open, 4, 2, json!({})).await;
+    let p = problem(
+        app.admin_post(
+            &format!("/v1/events/{open}/tokens"),
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    assert!(p["detail"].as_str().unwrap().starts_with("access:"), "{p}");
+    problem(
+        app.admin_post(
+            &format!("/v1/events/{}/tokens", eid("tmint-none")),
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        404,
+        "unknown-event",
+    )
+    .await;
+    problem(
+        app.post(
+            &path,
+            json!({"users": ["a"], "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await,
+        401,
+        "unauthorized",
+    )
+    .await;
+    // The most users, each of the longest id: within the route's body limit.
+    let longest: Vec<String> = (0..10_000).map(|i| format!("{i:0>128}")).collect();
+    let r = app
+        .admin_post(
+            &path,
+            json!({"users": longest, "allowance": 1, "expires_at_ms": LATER * 1000}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["tokens"].as_array().unwrap().len(), 10_000);
+}
+
+/// `shardstock_token_checks_total{outcome}`: each outcome counted where the
+/// engine learns it. The recorder is the process's, shared with the tests
+/// running beside this one (their purchases count too): each outcome rose
+/// by at least what this test did.
+async fn token_checks_are_counted_by_outcome(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("tcount");
+    app.create(&id, 20, 2, json!({"access": "token", "token_keys": KEYS}))
+        .await;
+    let event = EventId::parse(id.clone()).unwrap();
+    let count = |text: &str, outcome: &str| {
+        crate::harness::sample(
+            text,
+            "shardstock_token_checks_total",
+            &[("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    let outcomes = [
+        "consumed",
+        "missing",
+        "invalid",
+        "not_yours",
+        "expired",
+        "used",
+    ];
+    let before = app.metrics().await;
+    let path = format!("/v1/events/{id}/purchases");
+    let buy = |user: &str, rid: &str, token: Option<String>| {
+        let mut body = json!({"user_id": user, "quantity": 1, "request_id": rid});
+        if let Some(t) = token {
+            body["access_token"] = json!(t);
+        }
+        app.post(&path, body)
+    };
+    let own = |u: &str| mint(KEYS[0], &event, u, 1, LATER);
+    for u in ["c-1", "c-2"] {
+        assert_eq!(
+            buy(u, "a", Some(own(u))).await.status(),
+            StatusCode::CREATED
+        );
+    }
+    problem(buy("c-3", "a", None).await, 403, "token-missing").await;
+    let forged = mint("not-this-events-key-0000", &event, "c-3", 1, LATER);
+    problem(buy("c-3", "a", Some(forged)).await, 403, "token-invalid").await;
+    problem(
+        buy("c-3", "a", Some(own("c-1"))).await,
+        403,
+        "token-not-yours",
+    )
+    .await;
+    let expired = mint(KEYS[0], &event, "c-3", 1, 1_000_000);
+    problem(buy("c-3", "a", Some(expired)).await, 403, "token-expired").await;
+    problem(buy("c-1", "b", Some(own("c-1"))).await, 409, "token-used").await;
+    let after = app.metrics().await;
+    for (outcome, did) in outcomes.iter().zip([2.0, 1.0, 1.0, 1.0, 1.0, 1.0]) {
+        let rose = count(&after, outcome) - count(&before, outcome);
+        assert!(rose >= did, "{outcome} rose by {rose}, not {did}");
+    }
+    assert!(
+        after.contains("# HELP shardstock_token_checks_total "),
+        "described"
+    );
 }
 
 /// The model's fixed trace `CHECKED_BEFORE_TAKE` (model/src/traces.rs), on
