@@ -898,6 +898,19 @@ impl Ledger {
             .await?)
     }
 
+    /// The change ids of `event`'s terminal changes still waiting for their
+    /// order's creation: [`Ledger::parked_changes`] counts the whole
+    /// deployment's, and a check of one event (the fault schedules share one
+    /// database across events and backends) needs its own.
+    pub async fn parked_changes_of(&self, event: &str) -> Result<Vec<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT change_id FROM outbox_parked WHERE event_id = $1 ORDER BY change_id",
+        )
+        .bind(event)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// A relay target's cursor: every change up to it is delivered; 0 for a
     /// target never seen.
     pub async fn outbox_cursor(&self, target: &str) -> Result<i64, LedgerError> {

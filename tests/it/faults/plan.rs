@@ -14,7 +14,10 @@
 //! holds its purchases (half the schedules), confirms, expiry sweeps and
 //! moves of the clock past deadlines put between those operations, a sale
 //! window that ends mid-schedule (a quarter), and a reshard or close cut at
-//! a named checkpoint (half of those that reshard or close).
+//! a named checkpoint (half of those that reshard or close). Whether the
+//! ledger writes the outbox (order events) comes from a third generator of
+//! the seed, so turning it on changed no earlier draw: half the schedules
+//! run with it on, the others check that it stays empty.
 
 use std::time::Duration;
 
@@ -94,6 +97,9 @@ pub struct Plan {
     /// A reshard or close cut at this checkpoint the nth time a run reaches
     /// it (once): the run stops as if its process died there.
     pub cut: Option<(Checkpoint, u32)>,
+    /// The ledger writes the outbox (`Ledger::with_outbox`): every flush and
+    /// close of the schedule (its release's too) writes its order changes.
+    pub outbox: bool,
 }
 
 /// How far the sale window ends after the schedule starts: only [`Op::End`]
@@ -195,6 +201,7 @@ impl Plan {
             max_delay,
             actors,
             cut: None,
+            outbox: StdRng::seed_from_u64(seed ^ 0x0b0c_5eed).random_bool(0.5),
         };
         let mut cuts = Vec::new();
         if plan.reshards() {

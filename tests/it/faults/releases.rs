@@ -98,6 +98,13 @@ impl<S: Store> ReleaseRun<S> {
             .or_default() += 1;
     }
 
+    /// The release's pools: the events its lines are orders of.
+    pub fn pools(&self) -> Vec<EventId> {
+        (0..self.plan.spec.pools.len())
+            .map(|k| self.plan.pool(k))
+            .collect()
+    }
+
     pub fn summary(&self) -> String {
         let book = self.book.lock().unwrap();
         let mut tally: Vec<_> = book.tally.iter().collect();
