@@ -19,7 +19,7 @@ use shardstock::domain::ids::EventId;
 use shardstock::domain::model::OrderStatus;
 use shardstock::ledger::{
     Change, EVENT_CLOSED, Ledger, ORDER_CANCELLED, ORDER_CONFIRMED, ORDER_CREATED, ORDER_EXPIRED,
-    ORDER_VOIDED, OrderHistory,
+    ORDER_RESTORED, ORDER_VOIDED, OrderHistory,
 };
 
 use super::settle::Violations;
@@ -191,7 +191,9 @@ async fn closed_with_totals(
 /// - An order: one `order.created`, first, carrying its quantity, user and
 ///   deadline; then a terminal change for each kind of record that ends it
 ///   (`k`, `c`, `e`), once each, the one of its status among them, and no
-///   `order.voided`. Held (or bought without a confirm): its creation alone.
+///   `order.voided` unless `order.restored` takes it back right after (a
+///   saga's loser given back before its winner was flushed). Held (or
+///   bought without a confirm): its creation alone.
 /// - No take nor give-back in the ledger: no change.
 fn order_changes(h: &OrderHistory, mine: &[&Change]) -> Option<String> {
     let got = kinds(mine);
@@ -233,6 +235,17 @@ fn order_changes(h: &OrderHistory, mine: &[&Change]) -> Option<String> {
         .map(|(_, change)| *change)
         .collect();
     let mut terminal: Vec<&str> = rest.iter().map(|c| c.kind.as_str()).collect();
+    if let Some(at) = terminal.iter().position(|k| *k == ORDER_VOIDED) {
+        if terminal.get(at + 1) != Some(&ORDER_RESTORED) {
+            return Some(format!(
+                "it stands, yet {terminal:?}: a void not taken back"
+            ));
+        }
+        terminal.drain(at..at + 2);
+    }
+    if terminal.contains(&ORDER_RESTORED) {
+        return Some(format!("{terminal:?}: order.restored without order.voided"));
+    }
     want.sort_unstable();
     terminal.sort_unstable();
     if terminal != want {
