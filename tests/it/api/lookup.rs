@@ -50,14 +50,27 @@ async fn a_users_orders_are_listed_live_and_after_the_close(b: Backend) {
         (v["orders"].as_array().unwrap().len() == 2).then_some(v)
     })
     .await;
+    // Oldest first; two orders of one millisecond may come either way (the
+    // API orders by creation time, to the millisecond), so each is found by
+    // its id.
     let check = |v: &Value| {
         let orders = v["orders"].as_array().unwrap();
-        let ids: Vec<&Value> = orders.iter().map(|o| &o["order_id"]).collect();
-        assert_eq!(ids, mine.iter().collect::<Vec<_>>(), "{v}");
-        assert_eq!(orders[0]["status"], "confirmed", "{v}");
-        assert_eq!(orders[1]["status"], "cancelled", "{v}");
+        assert_eq!(orders.len(), 2, "{v}");
+        let times: Vec<&str> = orders
+            .iter()
+            .map(|o| o["created_at"].as_str().unwrap())
+            .collect();
+        assert!(times[0] <= times[1], "oldest first: {v}");
+        let by_id = |id: &Value| {
+            orders
+                .iter()
+                .find(|o| o["order_id"] == *id)
+                .unwrap_or_else(|| panic!("{id} listed: {v}"))
+        };
+        assert_eq!(by_id(&mine[0])["status"], "confirmed", "{v}");
+        assert_eq!(by_id(&mine[0])["request_id"], "l-1", "{v}");
+        assert_eq!(by_id(&mine[1])["status"], "cancelled", "{v}");
         assert!(orders.iter().all(|o| o["user_id"] == "u-1"), "{v}");
-        assert_eq!(orders[0]["request_id"], "l-1");
     };
     check(&listed);
     app.close(&id).await;
