@@ -56,9 +56,13 @@ async fn a_users_orders_are_listed_live_and_after_the_close(b: Backend) {
     let check = |v: &Value| {
         let orders = v["orders"].as_array().unwrap();
         assert_eq!(orders.len(), 2, "{v}");
-        let times: Vec<&str> = orders
+        let times: Vec<time::OffsetDateTime> = orders
             .iter()
-            .map(|o| o["created_at"].as_str().unwrap())
+            .map(|o| {
+                let at = o["created_at"].as_str().unwrap();
+                time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|e| panic!("created_at {at}: {e}"))
+            })
             .collect();
         assert!(times[0] <= times[1], "oldest first: {v}");
         let by_id = |id: &Value| {
