@@ -474,6 +474,22 @@ mod tests {
     }
 
     #[test]
+    fn a_subscription_may_name_as_many_types_as_the_service_takes() {
+        use crate::domain::webhook::CHANGE_TYPES;
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let types = &schemas["CreateWebhook"]["properties"]["types"];
+        assert_eq!(types["maxItems"], CHANGE_TYPES.len(), "{types}");
+        let named: Vec<&str> = schemas["ChangeType"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(named, CHANGE_TYPES);
+    }
+
+    #[test]
     fn the_access_mode_is_one_enum_in_the_create_and_the_view() {
         let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
         let schemas = &doc["components"]["schemas"];

@@ -49,7 +49,7 @@ pub(super) struct CreateWebhook {
     url: String,
     /// The change types delivered (absent or empty: every type).
     #[serde(default)]
-    #[schema(max_items = 6, value_type = Vec<ChangeType>)]
+    #[schema(max_items = 7, value_type = Vec<ChangeType>)]
     types: Vec<String>,
     /// One signing secret, or two while one is rotated.
     #[schema(min_items = 1, max_items = 2, value_type = Vec<Secret>)]
