@@ -119,8 +119,12 @@ pub(crate) async fn complete<S: Store>(
         target_generation(&t.xid, meta.generation),
         t.target,
     );
+    // Into a sealed target too: the units left their source already, and a
+    // target sealed since the OUT (a reshard or close that sealed part of
+    // its layout before a mover with a newer token moved units there) would
+    // otherwise keep them in the journal for good (fault seed 31025).
     let reply = store
-        .transfer_in(&target, token, &t.xid, source, t.units)
+        .complete_in(&target, token, &t.xid, source, t.units)
         .await?;
     applied(reply, t.target, token)?;
     // Units appeared in the target: a sold-out decision spanning this must retry.

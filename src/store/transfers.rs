@@ -2,8 +2,9 @@
 //!
 //! A transfer is two idempotent steps joined by a journal in the source
 //! bucket: OUT (`transfer_out`, or `drain_out` from a sealed bucket) moves units
-//! from the source's stock into a journal entry, IN (`transfer_in`) adds them to
-//! the target once per transfer id, and `transfer_clear` closes the entry. At
+//! from the source's stock into a journal entry, IN (`transfer_in`, or
+//! `complete_in` into a sealed bucket) adds them to the target once per
+//! transfer id, and `transfer_clear` closes the entry. At
 //! every instant the units are counted once: in a stock or in an open entry.
 //! Every step carries the mover's fencing token (see [`super::leases`]).
 //!
@@ -77,6 +78,19 @@ section! {
         /// IN: adds `units` of transfer `xid` to `bucket`, once per `xid`
         /// (`lua/transfer_in.lua`).
         fn transfer_in(
+            bucket: &BucketRef,
+            token: u64,
+            xid: &str,
+            source: u32,
+            units: u64,
+        ) -> TransferReply;
+
+        /// IN of a transfer another mover left open, allowed on a sealed
+        /// bucket (`lua/transfer_in.lua` with `sealed_ok`): a takeover
+        /// finishing it (the engine's `mover::complete`). The units left
+        /// their source already; a target sealed since must take them, or no
+        /// reshard or close of the layout could finish.
+        fn complete_in(
             bucket: &BucketRef,
             token: u64,
             xid: &str,

@@ -38,6 +38,8 @@ on_every_backend!(
     a_close_cut_off_mid_way_is_finished_by_the_leader,
     a_reshard_during_the_leaders_prune_keeps_its_layout,
     a_view_from_a_layout_another_instance_retired_reads_the_new_one,
+    a_transfer_left_open_into_a_sealed_bucket_stalls_no_reshard,
+    a_transfer_left_open_into_a_sealed_bucket_stalls_no_close,
 );
 
 /// An event of `stock` units in `buckets` buckets, in the ledger and the store.
@@ -479,4 +481,74 @@ async fn a_view_from_a_layout_another_instance_retired_reads_the_new_one<S: Stor
     assert_eq!((view.buckets.len(), view.remaining), (4, 37));
     let stale = engine.view(&id).await.unwrap();
     assert_eq!((stale.buckets.len(), stale.remaining), (4, 37), "{stale:?}");
+}
+
+/// A reshard stopped after sealing part of its old layout (here: fenced, then
+/// one bucket sealed) gives the mover lease back; a mover that still sees
+/// the old layout on sale (a saga's on-demand consolidation with a cached
+/// meta) takes it with a newer token and moves units out of an unsealed
+/// bucket into the sealed one, whose IN refuses them: the units stay in an
+/// open transfer. `n` units in all, `moved` of them in that transfer, and
+/// the old layout `(generation, buckets)`.
+async fn open_into_sealed<S: Store>(
+    engine: Engine<S>,
+    prefix: &str,
+) -> (Arc<Engine<S>>, Ledger, EventId, (u32, u32)) {
+    let (engine, ledger, id) = setup(engine, prefix, 40, 2, None).await;
+    for i in 0..3 {
+        let u = user_homed_at(0, 2, &format!("s{i}"));
+        buy(&engine, &id, &u, 1, &format!("s-{i}")).await;
+    }
+    let old = engine.meta(&id).await.unwrap().generation;
+    crash_at(&id, Checkpoint::ReshardFenced);
+    match reshard(&engine, &id, 4).await {
+        Err(ControlError::Engine(EngineError::InjectedCrash(_))) => {}
+        other => panic!("expected the injected crash, got {other:?}"),
+    }
+    checkpoint::clear(&id);
+    let store = engine.store();
+    let (b0, b1) = (BucketRef::new(&id, old, 0), BucketRef::new(&id, old, 1));
+    store.seal(&b1).await.unwrap();
+    let mover = Lease::seize(store, &id, "consolidation", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let out = store
+        .transfer_out(&b0, mover.token(), "late-gather", 1, 5)
+        .await
+        .unwrap();
+    assert_eq!(out, shardstock::store::TransferReply::Applied(5));
+    let into = store
+        .transfer_in(&b1, mover.token(), "late-gather", 0, 5)
+        .await;
+    assert!(matches!(into, Err(StoreError::Stale(_))), "{into:?}");
+    mover.release(store).await;
+    assert_balanced(&engine, &ledger, &id).await;
+    (engine, ledger, id, (old, 2))
+}
+
+/// The reshard resumed over that transfer finishes it (a takeover completes
+/// every transfer left open, into a sealed bucket too) and moves its units
+/// on: before, every resumed run stopped at the sealed target, for good
+/// (fault seed 31025 on Redis, once: "a stopped reshard could not be
+/// resumed", the units in transfer off sale).
+async fn a_transfer_left_open_into_a_sealed_bucket_stalls_no_reshard<S: Store>(
+    engine: Engine<S>,
+) {
+    let (engine, ledger, id, old) = open_into_sealed(engine, "open-sealed-rs").await;
+    let view = reshard(&engine, &id, 4).await.unwrap();
+    assert_eq!((view.bucket_count, view.remaining), (4, 37));
+    assert_drained(&engine, &id, old).await;
+    assert_balanced(&engine, &ledger, &id).await;
+    assert_eq!(sell_the_rest(&engine, &id).await, 37);
+    close(&engine, &ledger, &id).await.unwrap();
+    assert_closed(&engine, &ledger, &id, 40).await;
+}
+
+/// A close over the same state counts the transfer's units as leftover:
+/// before, its takeover stopped at the sealed target and the close failed
+/// for good.
+async fn a_transfer_left_open_into_a_sealed_bucket_stalls_no_close<S: Store>(engine: Engine<S>) {
+    let (engine, ledger, id, _) = open_into_sealed(engine, "open-sealed-cl").await;
+    close(&engine, &ledger, &id).await.unwrap();
+    assert_closed(&engine, &ledger, &id, 3).await;
 }

@@ -70,7 +70,7 @@ pub fn step(p: &Protocol, s: &mut State, e: usize, step: Step) {
         }
         Step::Restore(j) => restore(p, s, j as usize, t),
         Step::Out(i) => out(p, s, i as usize, t, run.pass),
-        Step::In(i) => transfer_in(s, i as usize, t),
+        Step::In(i) => transfer_in(s, i as usize, t, false),
         Step::Clear(i) => clear(s, i as usize, t),
         Step::CheckEmpty => {
             let empty = p.layout(0).all(|b| {
@@ -113,7 +113,7 @@ pub fn step(p: &Protocol, s: &mut State, e: usize, step: Step) {
             } else if s.buckets[b].fence > t {
                 Next::End
             } else {
-                match transfer_in(s, b, t) {
+                match transfer_in(s, b, t, true) {
                     Next::End => Next::End,
                     _ => clear(s, b, t),
                 }
@@ -265,8 +265,10 @@ fn out(p: &Protocol, s: &mut State, i: usize, t: u8, pass: u8) -> Next {
     Next::Go
 }
 
-/// `transfer_in.lua` of every open transfer out of bucket `i`.
-fn transfer_in(s: &mut State, i: usize, t: u8) -> Next {
+/// `transfer_in.lua` of every open transfer out of bucket `i`; with
+/// `sealed_ok`, a takeover completing what another mover left open, which a
+/// sealed target takes too (`mover::complete`).
+fn transfer_in(s: &mut State, i: usize, t: u8, sealed_ok: bool) -> Next {
     let open: Vec<Journal> = s.buckets[i]
         .xfer
         .iter()
@@ -275,7 +277,7 @@ fn transfer_in(s: &mut State, i: usize, t: u8) -> Next {
         .collect();
     for j in open {
         let tb = &mut s.buckets[j.target as usize];
-        if !tb.exists || tb.sealed || tb.fence > t {
+        if !tb.exists || (tb.sealed && !sealed_ok) || tb.fence > t {
             return Next::End;
         }
         tb.fence = t;

@@ -54,6 +54,21 @@ impl Bucket {
         }
         TransferReply::Applied(moved)
     }
+
+    /// IN: a transfer's units into the stock, once per id
+    /// (`lua/transfer_in.lua`).
+    fn take_in(&mut self, token: u64, xid: &str, units: u64) -> TransferReply {
+        if let Err(fenced) = self.fence(token) {
+            return fenced;
+        }
+        if let Some(&done) = self.xin.get(xid) {
+            return TransferReply::Duplicate(done);
+        }
+        self.stock += units;
+        self.adds += 1;
+        self.xin.insert(xid.to_owned(), units);
+        TransferReply::Applied(units)
+    }
 }
 
 impl Transfers for MemoryStore {
@@ -127,18 +142,19 @@ impl Transfers for MemoryStore {
         _source: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        self.with_live(b, |bk| {
-            if let Err(fenced) = bk.fence(token) {
-                return fenced;
-            }
-            if let Some(&done) = bk.xin.get(xid) {
-                return TransferReply::Duplicate(done);
-            }
-            bk.stock += units;
-            bk.adds += 1;
-            bk.xin.insert(xid.to_owned(), units);
-            TransferReply::Applied(units)
-        })
+        self.with_live(b, |bk| bk.take_in(token, xid, units))
+    }
+
+    /// Mirrors `lua/transfer_in.lua`, allowed on a sealed bucket.
+    async fn complete_in(
+        &self,
+        b: &BucketRef,
+        token: u64,
+        xid: &str,
+        _source: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.with(b, |bk| bk.take_in(token, xid, units))
     }
 
     /// Mirrors `lua/transfer_clear.lua`.

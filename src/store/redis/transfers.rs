@@ -41,7 +41,7 @@ steps! {
     /// IN: units arrive, once per transfer id.
     TransferIn = transfer_in {
         keys: [b(Bk::Stock), b(Bk::Xin), b(Bk::Fence), b(Bk::Adds), b(Bk::Sealed)],
-        argv: { token: u64, xid: String, units: u64, entry: String },
+        argv: { token: u64, xid: String, units: u64, entry: String, sealed_ok: bool },
         reply: Reply::Codes(&[reply::STALE, reply::FENCED, reply::DUPLICATE, reply::APPLIED]),
         writes: [Transfer],
     }
@@ -100,6 +100,29 @@ impl RedisStore {
         Err(StoreError::Protocol(format!(
             "transfer_out {xid}: the stock moved under {ASKS} calls"
         )))
+    }
+}
+
+impl RedisStore {
+    /// `transfer_in.lua`, optionally allowed on a sealed bucket.
+    async fn in_step(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+        sealed_ok: bool,
+    ) -> Result<TransferReply, StoreError> {
+        let step = steps::TransferIn {
+            token,
+            xid: xid.to_owned(),
+            units,
+            entry: InEntry { source, units }.encode(),
+            sealed_ok,
+        };
+        let parts = self.run_bucket(bucket, step).await?;
+        transfer_reply("transfer_in", &parts)
     }
 }
 
@@ -175,14 +198,18 @@ impl Transfers for RedisStore {
         source: u32,
         units: u64,
     ) -> Result<TransferReply, StoreError> {
-        let step = steps::TransferIn {
-            token,
-            xid: xid.to_owned(),
-            units,
-            entry: InEntry { source, units }.encode(),
-        };
-        let parts = self.run_bucket(bucket, step).await?;
-        transfer_reply("transfer_in", &parts)
+        self.in_step(bucket, token, xid, source, units, false).await
+    }
+
+    async fn complete_in(
+        &self,
+        bucket: &BucketRef,
+        token: u64,
+        xid: &str,
+        source: u32,
+        units: u64,
+    ) -> Result<TransferReply, StoreError> {
+        self.in_step(bucket, token, xid, source, units, true).await
     }
 
     async fn transfer_clear(

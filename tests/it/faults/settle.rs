@@ -184,6 +184,7 @@ impl<S: Store> Rig<S> {
 
     /// A reshard stopped by a fault is resumed by asking for it again.
     async fn resume_reshard(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
+        let mut errors = Vec::new();
         for _ in 0..5 {
             let Ok(meta) = plain.reload(&self.id).await else {
                 return;
@@ -196,13 +197,13 @@ impl<S: Store> Rig<S> {
             };
             match Box::pin(reshard::reshard(plain, &self.id, to)).await {
                 Ok(_) => return,
-                Err(e) => tracing::info!(error = %e, "resuming the reshard"),
+                Err(e) => errors.push(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         v.push((
             "conservation",
-            "a stopped reshard could not be resumed".into(),
+            format!("a stopped reshard could not be resumed: {errors:?}"),
         ));
     }
 
