@@ -28,7 +28,9 @@ use shardstock::domain::release::{PoolSpec, ReleaseSpec};
 use shardstock::{Engine, EngineError, EngineOptions, Store};
 
 use crate::harness::{event_id, eventually, ledger_for, on_every_backend};
-use crate::releases::{Book, check_ledger, check_no_false_sold_out, check_store, pool, request};
+use crate::releases::{
+    Asked, Book, check_ledger, check_no_false_sold_out, check_store, pool, request,
+};
 
 /// The pool resharded under the orders, and its bucket counts in turn.
 const RESHARDED: usize = 1;
@@ -109,7 +111,7 @@ async fn a_pool_resharded_under_a_crowd_of_orders_answers_every_one<S: Store>(en
                 users.clone(),
             );
             tokio::spawn(async move {
-                let mut earlier: Vec<(String, String, Vec<(EventId, u32)>)> = Vec::new();
+                let mut earlier: Vec<Asked> = Vec::new();
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let (u, rid, asked, at_once) = {

@@ -40,7 +40,7 @@ use crate::harness::{event_id, ledger_for, on_every_backend, user};
 const POOLS: usize = 10;
 
 /// A request as asked: user, request id, lines.
-type Asked = (String, String, Vec<(EventId, u32)>);
+pub(crate) type Asked = (String, String, Vec<(EventId, u32)>);
 const STOCK: u64 = 24;
 const LIMIT: u32 = 5;
 
