@@ -8,7 +8,10 @@
 //! consistent snapshot of the whole pool (the first driver may refuse from
 //! the pool's sold-out mark or its one-read snapshot, as a purchase does).
 //! The walk stops at its own take, and at an undone marker: the order was
-//! refused and its undo came first there.
+//! refused and its undo came first there. A walk that meets a sealed layout
+//! waits for its pool's reshard to switch, reads the order's record again
+//! and walks the new layout while the order is pending
+//! (`walk_line_across`).
 //!
 //! The undo walks the same ring, pass after pass: it passes the short
 //! buckets, and at the first other one gives the take back (`T` → `U`),
@@ -16,13 +19,15 @@
 //! the undo pass only short buckets before that bucket, so no walk gets past
 //! it: a late driver's walk stops there, taking nothing.
 
+use std::sync::Arc;
+
 use tracing::Instrument;
 
 use super::release::OrderRun;
 use super::saga::{Driver, Saga};
 use super::{Engine, EngineError, Lease};
 use crate::domain::model::{EventMeta, EventStatus};
-use crate::domain::release::{Line, line_order_id};
+use crate::domain::release::{HomeRecord, Line, line_order_id};
 use crate::domain::routing::{home, ring, user_hash};
 use crate::domain::stream::RecordKind;
 use crate::store::{LineConfirm, LineTake, LineUndo, Store, StoreError};
@@ -30,6 +35,11 @@ use crate::store::{LineConfirm, LineTake, LineUndo, Store, StoreError};
 /// Layouts an undo follows before it gives up (each one a reshard that
 /// switched while it undid).
 const UNDO_LAYOUTS: u32 = 4;
+
+/// Layouts a line's walk follows before the order answers outcome-unknown
+/// (each one a reshard that sealed the layout under the walk), as a
+/// purchase routes again at most three times.
+const WALK_LAYOUTS: u32 = 3;
 
 /// Where a line's walk ended.
 #[derive(Debug)]
@@ -97,6 +107,69 @@ impl<S: Store> Engine<S> {
         Ok(meta)
     }
 
+    /// Walks line `line` of the order as [`Self::walk_line`] does, and
+    /// follows its pool into a new layout when the walk meets a sealed one
+    /// (a reshard under way, or one this engine had not seen): it waits for
+    /// the switch as a purchase does (`after_reshard`, bounded by
+    /// `reshard_wait`), then reads the order's record again. Still pending,
+    /// it walks the line again in the new layout, read before that record
+    /// (the rule of `walk_line`); the earlier lines stay taken in their
+    /// pools. Decided (the reshard's settle refused an order with a take in
+    /// the sealed layout, or another driver ended it), the driver follows the
+    /// record. Pending in a pool closed meanwhile, the line can never be
+    /// taken: the driver gives up (aborts). Outcome-unknown only when the
+    /// reshard outlasts the wait, the layout was sealed in place (nothing
+    /// switched), or the pool kept switching layouts.
+    pub(super) async fn walk_line_across(
+        &self,
+        run: &OrderRun,
+        line: &Line,
+        driver: Driver,
+        meta: &Arc<EventMeta>,
+    ) -> Result<LineEnd, EngineError> {
+        let pool = run.pool(line);
+        let (mut meta, mut driver) = (meta.clone(), driver);
+        for _ in 0..WALK_LAYOUTS {
+            let why = match self.walk_line(run, line, driver, &meta).await {
+                Err(EngineError::Store(StoreError::Stale(why))) => why,
+                other => return other,
+            };
+            let mut now = Box::pin(self.after_reshard(&pool)).await?;
+            if now.status == EventStatus::OnSale && now.generation <= meta.generation {
+                // A meta cached before the one walked: the store's.
+                now = self.reload(&pool).await?;
+            }
+            match now.status {
+                EventStatus::Resharding => {
+                    return Err(EngineError::OutcomeUnknown(format!(
+                        "{why}: pool {pool} still resharding after {} ms",
+                        self.opts.reshard_wait.as_millis()
+                    )));
+                }
+                EventStatus::OnSale if now.generation <= meta.generation => {
+                    return Err(EngineError::OutcomeUnknown(why));
+                }
+                _ => {}
+            }
+            // The record, read after the new layout: pending, a walk there
+            // keeps the rule (no abort came before the layout was current).
+            match self.store.home_record(&run.home, &run.rid).await? {
+                Some(HomeRecord::Pending(_)) if now.status == EventStatus::Closed => {
+                    return Ok(LineEnd::GaveUp);
+                }
+                Some(HomeRecord::Pending(_)) => {}
+                _ => return Ok(LineEnd::Decided),
+            }
+            // Another driver may have taken in the new layout already: no
+            // mark trusted, the walk finds its take.
+            (meta, driver) = (now, Driver::Again);
+        }
+        Err(EngineError::OutcomeUnknown(format!(
+            "pool {pool} kept switching layouts under the walk of {}",
+            run.rid
+        )))
+    }
+
     /// Walks line `line` of the order in the layout of `meta` until it is
     /// taken, the pool is found short, the order is found decided, or the
     /// pass budget is spent. `meta` must have been read before the driver
@@ -120,6 +193,10 @@ impl<S: Store> Engine<S> {
                 return Ok(LineEnd::Short { remaining: left });
             }
             if let Some(available) = self.short_everywhere(meta, &saga, start.seq).await? {
+                // Read again after the snapshot: one that raced a reshard
+                // may have read a sealed layout whose stock was moving out
+                // (then stale: the walk follows the switch).
+                self.fresh_meta(meta).await?;
                 return Ok(LineEnd::Short {
                     remaining: available,
                 });

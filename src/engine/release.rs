@@ -430,7 +430,7 @@ impl<S: Store> Engine<S> {
             .into());
         }
         for (i, (line, meta)) in run.head.lines.iter().zip(metas).enumerate() {
-            match self.walk_line(run, line, driver, meta).await? {
+            match self.walk_line_across(run, line, driver, meta).await? {
                 super::lines::LineEnd::Taken => {
                     #[cfg(feature = "fault-injection")]
                     self.crash_at(super::CrashPoint::AfterTake)?;

@@ -53,6 +53,9 @@
 //!   once, the database agreeing.
 //! - `release_replay`: the release model's traces replayed on the store's
 //!   release steps, on every backend.
+//! - `release_reshards`: a release pool resharded 4 → 8 → 2 under 48 tasks
+//!   buying orders of 1–3 lines: every order answered (none
+//!   outcome-unknown), the promises, each pool read from the database after.
 //! - `stall`: a Cluster master stopped for 3 s under multi-unit purchases.
 //! - `telemetry`: a probing purchase as one trace under the caller's
 //!   `traceparent` (in-memory exporter); JSON log lines with the request's ids.
@@ -114,6 +117,7 @@ mod release_cuts;
 mod release_hold_sweeps;
 mod release_holds;
 mod release_replay;
+mod release_reshards;
 mod releases;
 mod replicas;
 mod reshard;

@@ -40,7 +40,7 @@ use crate::harness::{event_id, ledger_for, on_every_backend, user};
 const POOLS: usize = 10;
 
 /// A request as asked: user, request id, lines.
-type Asked = (String, String, Vec<(EventId, u32)>);
+pub(crate) type Asked = (String, String, Vec<(EventId, u32)>);
 const STOCK: u64 = 24;
 const LIMIT: u32 = 5;
 
@@ -64,7 +64,7 @@ fn release_spec(pools: usize, stock: u64, buckets: u32, limit: Option<u32>) -> R
     }
 }
 
-fn pool(k: usize) -> EventId {
+pub(crate) fn pool(k: usize) -> EventId {
     EventId::parse(format!("p{k}")).unwrap()
 }
 
@@ -91,7 +91,7 @@ fn random_lines(rng: &mut impl Rng, pools: usize) -> Vec<(EventId, u32)> {
         .collect()
 }
 
-fn request(
+pub(crate) fn request(
     spec: &ReleaseSpec,
     u: &str,
     lines: Vec<(EventId, u32)>,
@@ -107,9 +107,9 @@ fn request(
 
 /// What every final answer said, by request.
 #[derive(Default)]
-struct Book {
+pub(crate) struct Book {
     /// Final answers by (user, request id).
-    answers: HashMap<(String, String), LinesOutcome>,
+    pub(crate) answers: HashMap<(String, String), LinesOutcome>,
     /// Units bought per user and per pool (from the answers).
     bought_user: HashMap<String, u64>,
     bought_pool: HashMap<String, u64>,
@@ -122,7 +122,7 @@ struct Book {
 
 impl Book {
     /// Records a final answer; a replay must answer as the first did.
-    fn note(&mut self, u: &str, rid: &str, out: &LinesOutcome) {
+    pub(crate) fn note(&mut self, u: &str, rid: &str, out: &LinesOutcome) {
         let key = (u.to_owned(), rid.to_owned());
         if let Some(first) = self.answers.get(&key) {
             let same = match (&first.result, &out.result) {
@@ -166,7 +166,7 @@ impl Book {
 /// The promises on the store: per pool sold + remaining == stock, each
 /// user's count == what they were told bought (within the limit), nothing
 /// pending.
-async fn check_store<S: Store>(
+pub(crate) async fn check_store<S: Store>(
     engine: &Engine<S>,
     spec: &ReleaseSpec,
     book: &Book,
@@ -209,7 +209,7 @@ async fn check_store<S: Store>(
 
 /// Quiet: every pool with units left sells one to a new buyer (no false
 /// sold-out), and an order of more than a pool has is refused naming it.
-async fn check_no_false_sold_out<S: Store>(
+pub(crate) async fn check_no_false_sold_out<S: Store>(
     engine: &Engine<S>,
     spec: &ReleaseSpec,
     book: &mut Book,
@@ -256,7 +256,7 @@ fn flush_options() -> FlushOptions {
 
 /// Closes every pool and reads it from the database alone: the oracle, and
 /// each bought line confirmed, no other order confirmed.
-async fn check_ledger<S: Store>(
+pub(crate) async fn check_ledger<S: Store>(
     engine: Arc<Engine<S>>,
     ledger: shardstock::ledger::Ledger,
     spec: &ReleaseSpec,
