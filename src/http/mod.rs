@@ -15,6 +15,7 @@
 
 mod archive;
 mod changes;
+mod draws;
 pub mod error;
 mod events;
 pub mod guard;
@@ -188,6 +189,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
         .merge(events::router())
         .merge(purchases::router())
         .merge(tokens::router())
+        .merge(draws::router())
         .merge(releases::router())
         .merge(release_orders::router())
         .merge(orders::router())
