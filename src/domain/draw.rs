@@ -254,13 +254,28 @@ mod tests {
     fn each_bad_setting_names_its_field() {
         for (r, field) in [
             (DrawSpec::new(10, Some(9), 1.0, 1, 3600), "draw.draw_at:"),
-            (DrawSpec::new(0, None, 0.99, 1, 3600), "draw.oversubscription:"),
-            (DrawSpec::new(0, None, 10.01, 1, 3600), "draw.oversubscription:"),
-            (DrawSpec::new(0, None, f64::NAN, 1, 3600), "draw.oversubscription:"),
+            (
+                DrawSpec::new(0, None, 0.99, 1, 3600),
+                "draw.oversubscription:",
+            ),
+            (
+                DrawSpec::new(0, None, 10.01, 1, 3600),
+                "draw.oversubscription:",
+            ),
+            (
+                DrawSpec::new(0, None, f64::NAN, 1, 3600),
+                "draw.oversubscription:",
+            ),
             (DrawSpec::new(0, None, 1.0, 0, 3600), "draw.allowance:"),
-            (DrawSpec::new(0, None, 1.0, MAX_ALLOWANCE + 1, 3600), "draw.allowance:"),
+            (
+                DrawSpec::new(0, None, 1.0, MAX_ALLOWANCE + 1, 3600),
+                "draw.allowance:",
+            ),
             (DrawSpec::new(0, None, 1.0, 1, 59), "draw.buy_seconds:"),
-            (DrawSpec::new(0, None, 1.0, 1, MAX_BUY_SECONDS + 1), "draw.buy_seconds:"),
+            (
+                DrawSpec::new(0, None, 1.0, 1, MAX_BUY_SECONDS + 1),
+                "draw.buy_seconds:",
+            ),
         ] {
             let e = r.unwrap_err().to_string();
             assert!(e.starts_with(field), "{e}");

@@ -176,8 +176,7 @@ impl<S: Store> Engine<S> {
         }
         // Every shard closed before any is read: what is read is final.
         try_join_all((0..ENTRY_SHARDS).map(|k| self.store.close_entries(event, k))).await?;
-        let shards =
-            try_join_all((0..ENTRY_SHARDS).map(|k| self.all_entries(event, k))).await?;
+        let shards = try_join_all((0..ENTRY_SHARDS).map(|k| self.all_entries(event, k))).await?;
         let entrants: Vec<UserId> = shards.into_iter().flatten().collect();
         let entries = entrants.len() as u64;
         let seed = record.seed.clone();

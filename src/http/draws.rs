@@ -23,7 +23,10 @@ use crate::store::Store;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
-        .route("/v1/events/{id}/entries", post(enter::<S>).get(entrants::<S>))
+        .route(
+            "/v1/events/{id}/entries",
+            post(enter::<S>).get(entrants::<S>),
+        )
         .route("/v1/events/{id}/entries/{user}", get(entry::<S>))
         .route("/v1/events/{id}/draw", post(draw::<S>).get(view::<S>))
 }
@@ -170,7 +173,11 @@ pub(super) async fn enter<S: Store>(
         .enter(&event, &body.user_id)
         .await
         .map_err(|e| state.engine_error(&event, e))?;
-    let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(Entry::entered(body.user_id))))
 }
 
@@ -329,9 +336,8 @@ pub(super) async fn entrants<S: Store>(
     for (k, v) in query {
         match k.as_str() {
             "after" => {
-                after = Some(
-                    UserId::parse(v).map_err(|e| ApiError::invalid(format!("after: {e}")))?,
-                )
+                after =
+                    Some(UserId::parse(v).map_err(|e| ApiError::invalid(format!("after: {e}")))?)
             }
             "limit" => {
                 limit = v
@@ -356,7 +362,9 @@ pub(super) async fn entrants<S: Store>(
         .entrants(&event, after.as_ref(), limit)
         .await
         .map_err(|e| state.engine_error(&event, e))?;
-    let next_after = (page.len() == limit).then(|| page.last().cloned()).flatten();
+    let next_after = (page.len() == limit)
+        .then(|| page.last().cloned())
+        .flatten();
     Ok(Json(Entrants {
         entrants: page,
         next_after,

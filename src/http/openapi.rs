@@ -37,8 +37,8 @@ use utoipa::{Modify, OpenApi, ToResponse};
 
 use super::error::{ApiError, DrawProblem, PROBLEM_JSON, Problem};
 use super::{
-    archive, changes, draws, events, live, lookup, ops, orders, purchases, release_orders, releases,
-    tokens, webhooks,
+    archive, changes, draws, events, live, lookup, ops, orders, purchases, release_orders,
+    releases, tokens, webhooks,
 };
 use crate::domain::token::TokenRefusal;
 
@@ -555,8 +555,14 @@ mod tests {
         assert_eq!(draw["additionalProperties"], false);
         let body = &draw["properties"];
         let milli = |v: &serde_json::Value| (v.as_f64().unwrap() * 1000.0).round() as u32;
-        assert_eq!(milli(&body["oversubscription"]["minimum"]), MIN_OVERSUBSCRIPTION_MILLI);
-        assert_eq!(milli(&body["oversubscription"]["maximum"]), MAX_OVERSUBSCRIPTION_MILLI);
+        assert_eq!(
+            milli(&body["oversubscription"]["minimum"]),
+            MIN_OVERSUBSCRIPTION_MILLI
+        );
+        assert_eq!(
+            milli(&body["oversubscription"]["maximum"]),
+            MAX_OVERSUBSCRIPTION_MILLI
+        );
         assert_eq!(body["allowance"]["minimum"], 1);
         assert_eq!(body["allowance"]["maximum"], MAX_ALLOWANCE);
         assert_eq!(body["buy_seconds"]["minimum"], MIN_BUY_SECONDS);
@@ -576,7 +582,10 @@ mod tests {
         let text = document();
         for p in DrawProblem::ALL {
             let slug = p.parts().1;
-            assert!(text.contains(&format!("urn:shardstock:{slug}")), "{slug} missing");
+            assert!(
+                text.contains(&format!("urn:shardstock:{slug}")),
+                "{slug} missing"
+            );
         }
     }
 

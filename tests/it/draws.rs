@@ -25,7 +25,7 @@ use shardstock::domain::draw::{DrawSpec, MAX_ENTRIES_PAGE, Standing};
 use shardstock::domain::ids::{EventId, RequestId, UserId};
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::token::{Access, TokenAccess, TokenRefusal, mint};
-use shardstock::engine::{Clock, EngineError, ManualClock, PurchaseRequest, Refusal};
+use shardstock::engine::{Clock, EngineError, EntryStatus, ManualClock, PurchaseRequest, Refusal};
 use shardstock::{Engine, Store};
 
 use crate::harness::{
@@ -109,7 +109,10 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
     let view = engine.view(&id).await.unwrap();
     assert_eq!(view.access, Access::Draw);
     let d = view.draw.unwrap();
-    assert_eq!((d.seed_hash.as_str(), d.seed.as_deref()), (published.as_str(), None));
+    assert_eq!(
+        (d.seed_hash.as_str(), d.seed.as_deref()),
+        (published.as_str(), None)
+    );
 
     // Everyone enters at once, then a tenth again: one entry each.
     let users: Vec<UserId> = (0..n).map(|i| uid(&format!("e{i}"))).collect();
@@ -182,7 +185,10 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
             break;
         }
     }
-    assert!(listed.windows(2).all(|w| w[0] < w[1]), "ascending, once each");
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "ascending, once each"
+    );
     let mut entered = users.clone();
     entered.sort();
     assert_eq!(listed, entered);
@@ -190,21 +196,27 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
     // Recomputed here, the draw gives every entrant the service's standing.
     let order = recompute(&seed, &listed);
     let winners = 1_200;
-    let standings: Vec<(usize, UserId, Standing, Option<(String, i64)>)> =
+    let standings: Vec<(usize, EntryStatus)> =
         futures::stream::iter(order.iter().cloned().enumerate())
             .map(|(i, u)| {
                 let engine = engine.clone();
                 let id = id.clone();
-                async move {
-                    let s = engine.entry_status(&id, &u).await.unwrap();
-                    (i, u, s.standing, s.token)
-                }
+                async move { (i, engine.entry_status(&id, &u).await.unwrap()) }
             })
             .buffer_unordered(256)
             .collect()
             .await;
     let mut tokens: HashMap<UserId, String> = HashMap::new();
-    for (i, u, standing, token) in standings {
+    for (
+        i,
+        EntryStatus {
+            user: u,
+            standing,
+            token,
+        },
+    ) in standings
+    {
+        assert_eq!(u, order[i]);
         if i < winners {
             assert_eq!(standing, Standing::Won, "{u} is #{}", i + 1);
             let (token, _until) = token.expect("a winner's token");
@@ -241,15 +253,30 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
     let trying: Vec<&UserId> = order[..winners].iter().take(winners * 8 / 10).collect();
     let mut attempts = Vec::new();
     for (k, u) in trying.iter().enumerate() {
-        attempts.push((Kind::Own, buy(u, format!("{u}-1"), Some(tokens[*u].clone()))));
+        attempts.push((
+            Kind::Own,
+            buy(u, format!("{u}-1"), Some(tokens[*u].clone())),
+        ));
         if k % 8 == 0 {
-            attempts.push((Kind::Again, buy(u, format!("{u}-2"), Some(tokens[*u].clone()))));
+            attempts.push((
+                Kind::Again,
+                buy(u, format!("{u}-2"), Some(tokens[*u].clone())),
+            ));
         }
     }
     for (k, u) in order[winners..winners + 300].iter().enumerate() {
         let (kind, token) = match k % 3 {
             0 => (Kind::Theirs, Some(tokens[&order[k]].clone())),
-            1 => (Kind::Forged, Some(mint("not-this-events-key-00", &id, u.as_str(), 1, 4_102_444_800))),
+            1 => (
+                Kind::Forged,
+                Some(mint(
+                    "not-this-events-key-00",
+                    &id,
+                    u.as_str(),
+                    1,
+                    4_102_444_800,
+                )),
+            ),
             _ => (Kind::Missing, None),
         };
         attempts.push((kind, buy(u, format!("{u}-x"), token)));
@@ -308,8 +335,14 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
     for (extra, field) in [
         (json!({"access": "draw", "token_keys": [KEYS[0]]}), "draw:"),
         (json!({"access": "draw", "draw": good}), "token_keys:"),
-        (json!({"token_keys": [KEYS[0]], "access": "token", "draw": good}), "draw:"),
-        (json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {}}), "draw.entries_until:"),
+        (
+            json!({"token_keys": [KEYS[0]], "access": "token", "draw": good}),
+            "draw:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {}}),
+            "draw.entries_until:",
+        ),
         (
             json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "oversubscription": 0.5}}),
             "draw.oversubscription:",
@@ -339,8 +372,16 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().cloned().unwrap());
-        let p = problem(app.admin_post("/v1/events", body).await, 400, "invalid-request").await;
-        assert!(p["detail"].as_str().unwrap().contains(field), "{field}: {p}");
+        let p = problem(
+            app.admin_post("/v1/events", body).await,
+            400,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
     }
 
     // A window of a few seconds; the draw at its end by the timer.
@@ -368,30 +409,84 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
     let r = app.post(&entries, json!({"user_id": "u-1"})).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["status"], "entered");
-    problem(app.post(&entries, json!({"user_id": "u-1", "x": 1})).await, 400, "invalid-request").await;
-    problem(app.post(&entries, json!({"user_id": "bad user"})).await, 400, "invalid-request").await;
+    problem(
+        app.post(&entries, json!({"user_id": "u-1", "x": 1})).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.post(&entries, json!({"user_id": "bad user"})).await,
+        400,
+        "invalid-request",
+    )
+    .await;
     problem(app.get(&format!("{entries}/u-9")).await, 404, "not-entered").await;
     problem(app.get(&entries).await, 409, "not-drawn").await;
-    problem(app.admin_post(&format!("/v1/events/{id}/draw"), json!({})).await, 409, "draw-not-due").await;
-    let r = app.client.post(app.url(&format!("/v1/events/{id}/draw"))).send().await.unwrap();
+    problem(
+        app.admin_post(&format!("/v1/events/{id}/draw"), json!({}))
+            .await,
+        409,
+        "draw-not-due",
+    )
+    .await;
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/events/{id}/draw")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    problem(app.post("/v1/events/no-such/entries", json!({"user_id": "u-1"})).await, 404, "unknown-event").await;
+    problem(
+        app.post("/v1/events/no-such/entries", json!({"user_id": "u-1"}))
+            .await,
+        404,
+        "unknown-event",
+    )
+    .await;
     let open = eid("dopen");
     app.create(&open, 4, 2, json!({})).await;
-    problem(app.post(&format!("/v1/events/{open}/entries"), json!({"user_id": "u-1"})).await, 409, "not-a-draw").await;
-    problem(app.get(&format!("/v1/events/{open}/draw")).await, 409, "not-a-draw").await;
+    problem(
+        app.post(
+            &format!("/v1/events/{open}/entries"),
+            json!({"user_id": "u-1"}),
+        )
+        .await,
+        409,
+        "not-a-draw",
+    )
+    .await;
+    problem(
+        app.get(&format!("/v1/events/{open}/draw")).await,
+        409,
+        "not-a-draw",
+    )
+    .await;
 
     // The timer draws at `draw_at`.
     let drawn: Value = eventually("the timer's draw", Duration::from_secs(30), async || {
-        let d: Value = app.get(&format!("/v1/events/{id}/draw")).await.json().await.ok()?;
+        let d: Value = app
+            .get(&format!("/v1/events/{id}/draw"))
+            .await
+            .json()
+            .await
+            .ok()?;
         d.get("drawn_at").is_some().then_some(d)
     })
     .await;
-    problem(app.post(&entries, json!({"user_id": "u-8"})).await, 409, "entries-closed").await;
+    problem(
+        app.post(&entries, json!({"user_id": "u-8"})).await,
+        409,
+        "entries-closed",
+    )
+    .await;
     assert_eq!(drawn["entries"], 7);
     assert_eq!(drawn["winners"], 6, "ceil(4 × 1.5)");
     let seed = drawn["seed"].as_str().unwrap();
-    assert_eq!(hex::encode(Sha256::digest(hex::decode(seed).unwrap())), hash);
+    assert_eq!(
+        hex::encode(Sha256::digest(hex::decode(seed).unwrap())),
+        hash
+    );
     let again: Value = app
         .admin_post(&format!("/v1/events/{id}/draw"), json!({}))
         .await
@@ -404,8 +499,17 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
     let mut listed: Vec<UserId> = Vec::new();
     let mut after = String::new();
     loop {
-        let q = if after.is_empty() { "?limit=3".to_owned() } else { format!("?limit=3&after={after}") };
-        let page: Value = app.get(&format!("{entries}{q}")).await.json().await.unwrap();
+        let q = if after.is_empty() {
+            "?limit=3".to_owned()
+        } else {
+            format!("?limit=3&after={after}")
+        };
+        let page: Value = app
+            .get(&format!("{entries}{q}"))
+            .await
+            .json()
+            .await
+            .unwrap();
         for u in page["entrants"].as_array().unwrap() {
             listed.push(uid(u.as_str().unwrap()));
         }
@@ -415,13 +519,33 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         }
     }
     assert_eq!(listed.len(), 7);
-    problem(app.get(&format!("{entries}?limit=0")).await, 400, "invalid-request").await;
-    problem(app.get(&format!("{entries}?limit=10001")).await, 400, "invalid-request").await;
-    problem(app.get(&format!("{entries}?page=2")).await, 400, "invalid-request").await;
+    problem(
+        app.get(&format!("{entries}?limit=0")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.get(&format!("{entries}?limit=10001")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.get(&format!("{entries}?page=2")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
     let order = recompute(seed, &listed);
     let event = EventId::parse(id.clone()).unwrap();
     for (i, u) in order.iter().enumerate() {
-        let s: Value = app.get(&format!("{entries}/{u}")).await.json().await.unwrap();
+        let s: Value = app
+            .get(&format!("{entries}/{u}"))
+            .await
+            .json()
+            .await
+            .unwrap();
         if i < 6 {
             assert_eq!(s["status"], "won", "{s}");
             let token = s["access_token"].as_str().unwrap();
@@ -434,13 +558,27 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
                 .await;
             // 4 units for 6 winners: the first four buy, then sold out.
             if i < 4 {
-                assert_eq!(r.status(), StatusCode::CREATED, "{}", r.text().await.unwrap());
+                assert_eq!(
+                    r.status(),
+                    StatusCode::CREATED,
+                    "{}",
+                    r.text().await.unwrap()
+                );
             } else {
                 problem(r, 409, "sold-out").await;
             }
         } else {
-            assert_eq!(s, json!({"user_id": u.as_str(), "status": "waiting", "position": i - 5}));
-            let forged = mint("not-this-events-key-00", &event, u.as_str(), 1, 4_102_444_800);
+            assert_eq!(
+                s,
+                json!({"user_id": u.as_str(), "status": "waiting", "position": i - 5})
+            );
+            let forged = mint(
+                "not-this-events-key-00",
+                &event,
+                u.as_str(),
+                1,
+                4_102_444_800,
+            );
             let r = app
                 .post(
                     &format!("/v1/events/{id}/purchases"),
@@ -450,12 +588,19 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
             problem(r, 403, "token-invalid").await;
         }
     }
-    let view: Value = app.get(&format!("/v1/events/{id}")).await.json().await.unwrap();
+    let view: Value = app
+        .get(&format!("/v1/events/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(view["draw"]["winners"], 6);
     assert_eq!(view["remaining"], 0);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
-        metrics.contains(&format!("shardstock_draw_entries_total{{event=\"{id}\"}} 7")),
+        metrics.contains(&format!(
+            "shardstock_draw_entries_total{{event=\"{id}\"}} 7"
+        )),
         "{metrics}"
     );
 }

@@ -57,15 +57,14 @@ impl MemoryStore {
 impl Draws for MemoryStore {
     /// Mirrors `lua/init_draw.lua`.
     async fn init_draw(&self, event: &EventId, seed: &str) -> Result<String, StoreError> {
-        Ok(self.with_draw(event, |d| d.seed.get_or_insert_with(|| seed.to_owned()).clone()))
+        Ok(self.with_draw(event, |d| {
+            d.seed.get_or_insert_with(|| seed.to_owned()).clone()
+        }))
     }
 
     async fn draw_record(&self, event: &EventId) -> Result<Option<DrawRecord>, StoreError> {
         Ok(self.with_draw(event, |d| {
-            d.seed.clone().map(|seed| DrawRecord {
-                seed,
-                done: d.done,
-            })
+            d.seed.clone().map(|seed| DrawRecord { seed, done: d.done })
         }))
     }
 

@@ -169,7 +169,9 @@ impl Draws for RedisStore {
             after: String::new(),
             limit: 0,
         };
-        num(&self.run(step, self.shard_keys(event, shard, &["ent"])).await?)
+        num(&self
+            .run(step, self.shard_keys(event, shard, &["ent"]))
+            .await?)
     }
 
     async fn write_ranks(
