@@ -91,6 +91,7 @@ async fn flush<S: Store>(store: S, a: &Args) -> f64 {
         hold_seconds: None,
         auto_buckets: None,
         tokens: None,
+        draw: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec)
         .await

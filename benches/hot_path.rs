@@ -55,6 +55,7 @@ fn memory_purchase(c: &mut Criterion) {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         };
         rt.block_on(engine.create_event(spec)).unwrap();
         let users: Vec<UserId> = (0..1024)

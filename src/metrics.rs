@@ -31,6 +31,10 @@ pub const SAGAS_SWEPT: &str = "shardstock_sagas_swept_total";
 /// purchase refused otherwise (sold out, the per-user limit). No event
 /// label: the outcomes bound the series.
 pub const TOKEN_CHECKS: &str = "shardstock_token_checks_total";
+/// New entries to draws, by event (labels bounded by the events).
+pub const DRAW_ENTRIES: &str = "shardstock_draw_entries_total";
+/// A draw's winners once drawn, by event.
+pub const DRAW_WINNERS: &str = "shardstock_draw_winners";
 /// Every outcome label of [`TOKEN_CHECKS`].
 pub(crate) const TOKEN_CHECK_OUTCOMES: [&str; 6] = [
     "consumed",
@@ -199,6 +203,8 @@ pub(crate) fn describe() {
         TOKEN_CHECKS,
         "Purchases of token events by what became of their access token"
     );
+    describe_counter!(DRAW_ENTRIES, "New entries to draw events");
+    describe_gauge!(DRAW_WINNERS, "Winners of a draw event, once drawn");
     describe_counter!(HOLDS_CREATED, "Purchases taken as holds");
     describe_counter!(HOLDS_CONFIRMED, "Holds confirmed before their deadline");
     describe_counter!(

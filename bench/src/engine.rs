@@ -43,6 +43,7 @@ pub(crate) fn spec(id: &EventId, w: &Workload, buckets: u32) -> EventSpec {
         hold_seconds: None,
         auto_buckets: None,
         tokens: None,
+        draw: None,
     }
 }
 

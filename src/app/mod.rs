@@ -289,6 +289,10 @@ impl Application {
             Default::default(),
             stop.clone(),
         )));
+        tasks.spawn(quietly(crate::control::draw_timer::run(
+            engine.clone(),
+            stop.clone(),
+        )));
         tasks.spawn(quietly(crate::control::release_sweeper::run_holds(
             engine.clone(),
             Default::default(),

@@ -566,6 +566,7 @@ impl EventSettings {
             ends_at: time("ends_at", &self.ends_at)?,
             hold_seconds: self.hold_seconds,
             tokens: None,
+            draw: None,
         };
         spec.validate().map_err(|e| {
             use crate::domain::model::SpecError::*;

@@ -545,6 +545,7 @@ mod tests {
                 hold_seconds: None,
                 auto_buckets: None,
                 tokens,
+                draw: None,
             };
             ledger.register_event(&spec, 0).await.unwrap();
             let view = final_view(&engine, &ledger, &spec.id).await.unwrap();

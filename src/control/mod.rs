@@ -15,6 +15,8 @@
 pub mod audit;
 /// Named points where a test can crash or pause a reshard or a close.
 pub mod checkpoint;
+/// Draw events drawn at their `draw_at`.
+pub mod draw_timer;
 /// Bucket order streams → the ledger, exactly once.
 pub mod flusher;
 /// Background refresh of the bucket gauges.

@@ -50,6 +50,11 @@ pub struct EventSpec {
     /// ([`super::token`]); `None`: the `open` mode, today's sale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TokenAccess>,
+    /// The `draw` access mode (with `tokens`: a winner's token is signed
+    /// with the first key): the entry window, the draw's settings and the
+    /// seed's published hash ([`super::draw`]); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<crate::domain::draw::DrawSpec>,
 }
 
 /// Bounds of an adaptive bucket count (`buckets = "auto"` or `{ min, max }`).

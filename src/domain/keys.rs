@@ -30,6 +30,10 @@
 //! ss:{<event>#<gen>#<b>}:tok     HASH  access tokens of users homed at b (`token` events): "u:<token id>" -> units bought, "r:<token id>" -> units reserved by sagas in flight, "s:<rid>" -> the token id a pending saga reserved
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ss:{u#<user>}:rate             STR   the user's theoretical arrival time for the shared per-user rate, µs (PX)
+//! ss:{d#<event>}:draw            HASH  a draw's seed (hex, secret until drawn) and, once drawn, done = "drawn_at|entries|winners" (domain::draw::DrawDone)
+//! ss:{d#<event>#<k>}:ent         ZSET  entrants of a draw whose user hash % 16 is k (score 0: listed by id)
+//! ss:{d#<event>#<k>}:shut        STR   present once shard k's entries are closed (the draw closes each before it reads)
+//! ss:{d#<event>#<k>}:rank        HASH  user -> rank in the draw (1-based), written by the draw
 //! ss:releases                    SET   ids of the releases (what the release sweeper visits)
 //! ss:{r#<release>}:spec          STR   the release's spec (domain::release::ReleaseSpec, JSON)
 //! ss:{r#<release>#h<h>}:units    HASH  user -> units counted against the release-wide limit (users whose home is h)
@@ -56,6 +60,18 @@ pub(crate) fn hold_index_key(ns: &str) -> String {
 /// hash tag (users spread over a Cluster's masters).
 pub(crate) fn user_rate_key(ns: &str, user: &crate::domain::ids::UserId) -> String {
     format!("{ns}:{{u#{user}}}:rate")
+}
+
+/// A draw's record on its own slot in namespace `ns`. `d#` cannot start
+/// an event id (no `#` in ids), so no event's meta slot shares this tag.
+pub(crate) fn draw_key(ns: &str, event: &EventId) -> String {
+    format!("{ns}:{{d#{event}}}:draw")
+}
+
+/// Key `name` (`ent`, `shut`, `rank`) of a draw's entry shard `shard`:
+/// each shard its own hash tag, fixed whatever the buckets do.
+pub(crate) fn entry_key(ns: &str, event: &EventId, shard: u32, name: &str) -> String {
+    format!("{ns}:{{d#{event}#{shard}}}:{name}")
 }
 
 /// The set of release ids in namespace `ns`.

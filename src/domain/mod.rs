@@ -4,6 +4,9 @@
 //! pure functions, and the model types carry their stored encodings. Nothing
 //! here imports another layer of the crate.
 
+/// The `draw` access mode: its settings, the seed's commitment, the
+/// draw's order and record.
+pub mod draw;
 /// Events: their spec, stored meta, layout history and bucket state.
 pub mod event;
 /// Validated identifiers (everything that reaches a key or a URL).

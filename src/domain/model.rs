@@ -463,6 +463,7 @@ mod tests {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         }
     }
 

@@ -129,6 +129,7 @@ impl ReleaseSpec {
             hold_seconds: None,
             auto_buckets: pool.auto_buckets,
             tokens: None,
+            draw: None,
         })
     }
 

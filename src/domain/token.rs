@@ -37,24 +37,26 @@ pub const MAX_MINT_USERS: usize = 10_000;
 pub const MAX_EXPIRY_MS: u64 = 999_999_999_999_999;
 
 /// An event's access mode, as its create takes it and its view shows it
-/// (one type, so the published document names the same two values in
-/// both): `open`, anyone may buy; `token`, a purchase carries an access
-/// token signed with one of the event's keys.
+/// (one type, so the published document names the same values in both):
+/// `open`, anyone may buy; `token`, a purchase carries an access token
+/// signed with one of the event's keys; `draw`, users enter a draw and its
+/// winners buy with the tokens it gives them (a `token` purchase).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     #[default]
     Open,
     Token,
+    Draw,
 }
 
 impl Access {
-    /// The mode of an event whose spec holds `tokens`.
-    pub fn of(tokens: Option<&TokenAccess>) -> Self {
-        if tokens.is_some() {
-            Self::Token
-        } else {
-            Self::Open
+    /// The mode of an event of `spec`.
+    pub fn of(spec: &crate::domain::event::EventSpec) -> Self {
+        match (&spec.draw, &spec.tokens) {
+            (Some(_), _) => Self::Draw,
+            (None, Some(_)) => Self::Token,
+            (None, None) => Self::Open,
         }
     }
 }

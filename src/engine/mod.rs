@@ -14,12 +14,14 @@
 //! `release_holds` (a held release order's confirm, cancel and expiry, whole),
 //! `pool_cut` (a pool's reshard or close settling the release orders under
 //! way), `orders` (cancel, lookup), `holds` (confirm, expiry and voiding of
-//! held orders), `view` (per-bucket remaining, skew), `clock` (the time every
+//! held orders), `view` (per-bucket remaining, skew), `draw` (the `draw` access mode:
+//! entries, the draw, an entrant's standing), `clock` (the time every
 //! sale window and sold-out mark is judged by).
 
 mod activity;
 mod batch;
 mod clock;
+mod draw;
 mod handoff;
 mod holds;
 mod lease;
@@ -43,7 +45,7 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 
-use crate::domain::ids::{EventId, IdError};
+use crate::domain::ids::{EventId, IdError, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus, SpecError};
 use crate::engine::mover::MoverError;
@@ -51,6 +53,7 @@ use crate::store::{CreateEventReply, Store, StoreError};
 
 pub use activity::Activity;
 pub use clock::{Clock, ManualClock};
+pub use draw::{DrawView, EntryStatus};
 pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
@@ -104,6 +107,21 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Mover(#[from] MoverError),
+    /// The event's access is not `draw`.
+    #[error("event {0} is not a draw: its access is not \"draw\"")]
+    NotADraw(EventId),
+    /// The draw's entry window is over (by time, or the draw closed it).
+    #[error("entries to the draw of event {0} are closed")]
+    EntriesClosed(EventId),
+    /// The draw is asked for before its entry window closes.
+    #[error("the draw of event {event} cannot run before its entries close")]
+    DrawNotDue { event: EventId, entries_until: i64 },
+    /// Asked of a draw that has not run yet.
+    #[error("event {0} is not drawn yet")]
+    NotDrawn(EventId),
+    /// The user never entered the draw.
+    #[error("user {user} did not enter the draw of event {event}")]
+    NotEntered { event: EventId, user: UserId },
     /// A fault injected by a test ([`CrashPoint`], `control::checkpoint`):
     /// the engine stopped as if it crashed. Test builds only.
     #[cfg(feature = "fault-injection")]

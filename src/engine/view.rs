@@ -66,6 +66,10 @@ pub struct EventView {
     /// `open` (anyone may buy) or `token` (a purchase carries an access
     /// token; the keys are never shown).
     pub access: Access,
+    /// `draw` events: the entry window, the draw's settings, the seed's
+    /// hash, the entries so far and, once drawn, the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw: Option<super::DrawView>,
     /// The event's layouts over time, oldest first, the current one last
     /// (the last 32: creation, then each reshard with its reason).
     pub bucket_history: Vec<LayoutView>,
@@ -134,7 +138,8 @@ impl EventView {
             leftover: None,
             hold_seconds: spec.hold_seconds,
             auto_buckets: spec.auto_buckets,
-            access: Access::of(spec.tokens.as_ref()),
+            access: Access::of(spec),
+            draw: None,
             bucket_history: meta
                 .history
                 .iter()
@@ -257,8 +262,17 @@ impl<S: Store> Engine<S> {
         Ok((states, false))
     }
 
-    /// The event with its buckets, read now.
+    /// The event with its buckets (and a draw event's draw), read now.
     pub async fn view(&self, event: &EventId) -> Result<EventView, EngineError> {
+        let mut view = self.bucket_view(event).await?;
+        if view.access == Access::Draw {
+            let meta = self.meta(event).await?;
+            view.draw = Some(self.draw_view_of(&meta).await?);
+        }
+        Ok(view)
+    }
+
+    async fn bucket_view(&self, event: &EventId) -> Result<EventView, EngineError> {
         let mut meta = self.meta(event).await?;
         let mut moved = 0;
         let mut tries = 0;

@@ -86,6 +86,10 @@ pub enum ApiError {
     /// under the request id (a retry with a good token may buy).
     #[error("{}", token_detail(*.0))]
     Token(TokenRefusal),
+    /// A draw's refusals ([`DrawProblem`]): 409 `not-a-draw`,
+    /// `entries-closed`, `draw-not-due`, `not-drawn`; 404 `not-entered`.
+    #[error("{1}")]
+    Draw(DrawProblem, String),
     /// 409 `not-on-sale`.
     #[error("{0}")]
     NotOnSale(String),
@@ -213,6 +217,7 @@ impl ApiError {
             NotOnSale(_) | NotStarted { .. } => {
                 (StatusCode::CONFLICT, "not-on-sale", "Not on sale")
             }
+            Draw(p, _) => p.parts(),
             IdempotencyConflict => (
                 StatusCode::CONFLICT,
                 "idempotency-conflict",
@@ -277,6 +282,43 @@ impl From<Refusal> for ApiError {
     }
 }
 
+/// A draw's refusals, each a problem type of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawProblem {
+    /// 409 `not-a-draw`: the event's access is not `draw`.
+    NotADraw,
+    /// 409 `entries-closed`: the entry window is over.
+    EntriesClosed,
+    /// 409 `draw-not-due`: the draw asked for before the entries close.
+    NotDue,
+    /// 409 `not-drawn`: the entrants listed before the draw.
+    NotDrawn,
+    /// 404 `not-entered`: the user never entered.
+    NotEntered,
+}
+
+impl DrawProblem {
+    /// Every one, for the document's examples and its tests.
+    pub const ALL: [Self; 5] = [
+        Self::NotADraw,
+        Self::EntriesClosed,
+        Self::NotDue,
+        Self::NotDrawn,
+        Self::NotEntered,
+    ];
+
+    /// Status, `type` and title.
+    pub fn parts(self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Self::NotADraw => (StatusCode::CONFLICT, "not-a-draw", "Not a draw"),
+            Self::EntriesClosed => (StatusCode::CONFLICT, "entries-closed", "Entries closed"),
+            Self::NotDue => (StatusCode::CONFLICT, "draw-not-due", "Draw not due"),
+            Self::NotDrawn => (StatusCode::CONFLICT, "not-drawn", "Not drawn yet"),
+            Self::NotEntered => (StatusCode::NOT_FOUND, "not-entered", "Not entered"),
+        }
+    }
+}
+
 /// What a token refusal's `detail` says.
 fn token_detail(why: TokenRefusal) -> &'static str {
     match why {
@@ -309,6 +351,14 @@ impl From<EngineError> for ApiError {
             },
             E::NotOnSale { event, why, .. } => Self::NotOnSale(format!("event {event} is {why}")),
             E::Invalid { field, reason } => Self::invalid(format!("{field} {reason}")),
+            E::NotADraw(_) => Self::Draw(DrawProblem::NotADraw, e.to_string()),
+            E::EntriesClosed(_) => Self::Draw(DrawProblem::EntriesClosed, e.to_string()),
+            E::DrawNotDue { entries_until, .. } => Self::Draw(
+                DrawProblem::NotDue,
+                format!("{e}, at {}", rfc3339(entries_until)),
+            ),
+            E::NotDrawn(_) => Self::Draw(DrawProblem::NotDrawn, e.to_string()),
+            E::NotEntered { .. } => Self::Draw(DrawProblem::NotEntered, e.to_string()),
             E::Id(e) => Self::invalid(e),
             E::Spec(e) => Self::invalid(e),
             E::IdempotencyConflict(_) => Self::IdempotencyConflict,

@@ -73,16 +73,20 @@ pub(super) struct CreateEvent {
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
     #[schema(minimum = 1, maximum = 86400)]
     hold_seconds: Option<u32>,
-    /// Who may buy: `open` (default: anyone), or `token` (a purchase
+    /// Who may buy: `open` (default: anyone), `token` (a purchase
     /// carries an `access_token` signed with one of `token_keys`:
-    /// docs/API.md, "Access tokens").
+    /// docs/API.md, "Access tokens"), or `draw` (users enter a draw; its
+    /// winners buy with the tokens it gives them: docs/API.md, "Draws").
     #[serde(default)]
     access: Access,
-    /// `token` events only: one HMAC-SHA256 key, or two while rotating
-    /// (16 to 128 printable ASCII characters, no spaces). A token signed by
-    /// either verifies.
+    /// `token` and `draw` events only: one HMAC-SHA256 key, or two while
+    /// rotating (16 to 128 printable ASCII characters, no spaces). A token
+    /// signed by either verifies; a draw signs with the first.
     #[schema(min_items = 1, max_items = 2)]
     token_keys: Option<Vec<String>>,
+    /// `draw` events only (and required there): the entry window and the
+    /// draw's settings.
+    draw: Option<super::draws::CreateDraw>,
 }
 
 /// The spec's tokens from the body's `access` and `token_keys`.
@@ -92,10 +96,10 @@ fn tokens(access: Access, keys: Option<Vec<String>>) -> Result<Option<TokenAcces
         (Access::Open, Some(_)) => Err(ApiError::invalid(
             "token_keys: only with \"access\": \"token\"",
         )),
-        (Access::Token, None) => Err(ApiError::invalid(
-            "token_keys: required when \"access\" is \"token\"",
+        (Access::Token | Access::Draw, None) => Err(ApiError::invalid(
+            "token_keys: required when \"access\" is \"token\" or \"draw\"",
         )),
-        (Access::Token, Some(keys)) => {
+        (Access::Token | Access::Draw, Some(keys)) => {
             let t = TokenAccess { keys };
             t.validate()
                 .map_err(|e| ApiError::invalid(format!("token_keys: {e}")))?;
@@ -252,7 +256,14 @@ pub(super) async fn create<S: Store>(
         ends_at: body.ends_at,
         hold_seconds: body.hold_seconds,
         tokens: tokens(body.access, body.token_keys)?,
+        draw: super::draws::draw_spec(body.access, body.draw)?,
     };
+    let mut spec = spec;
+    state
+        .engine
+        .commit_draw(&mut spec)
+        .await
+        .map_err(|e| state.engine_error(&spec.id, e))?;
     let spec = lifecycle::starting_layout(&state.engine, spec, &state.rebalance.resizing);
     let id = spec.id.clone();
     let warnings = spec.warnings();

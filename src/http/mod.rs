@@ -1,7 +1,7 @@
 //! The HTTP API (`API.md`): axum routes, state, and the layers around them.
 //!
 //! Each area builds its own router (`events`, `purchases`, `orders`,
-//! `lookup`, `changes`, `webhooks`, `live`, `ops`, `tokens`); [`router`] merges them and wraps each route in one middleware,
+//! `lookup`, `changes`, `webhooks`, `live`, `ops`, `tokens`, `draws`); [`router`] merges them and wraps each route in one middleware,
 //! [`observe`] (with the body limit inside it), which runs the request in
 //! its span (`trace`: request id, event, user, the caller's trace) under the
 //! request timeout, records the per-route metrics labelled by the matched
@@ -15,6 +15,7 @@
 
 mod archive;
 mod changes;
+mod draws;
 pub mod error;
 mod events;
 pub mod guard;
@@ -188,6 +189,7 @@ pub fn router<S: Store>(state: AppState<S>, opts: &RouterOptions) -> Router {
         .merge(events::router())
         .merge(purchases::router())
         .merge(tokens::router())
+        .merge(draws::router())
         .merge(releases::router())
         .merge(release_orders::router())
         .merge(orders::router())

@@ -35,10 +35,10 @@ use utoipa::openapi::{
 };
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use super::error::{ApiError, PROBLEM_JSON, Problem};
+use super::error::{ApiError, DrawProblem, PROBLEM_JSON, Problem};
 use super::{
-    archive, changes, events, live, lookup, ops, orders, purchases, release_orders, releases,
-    tokens, webhooks,
+    archive, changes, draws, events, live, lookup, ops, orders, purchases, release_orders,
+    releases, tokens, webhooks,
 };
 use crate::domain::token::TokenRefusal;
 
@@ -59,7 +59,9 @@ use crate::domain::token::TokenRefusal;
     ),
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
-        events::rebalance, events::audit, archive::archive, tokens::mint, live::live, purchases::purchase, orders::order, orders::cancel,
+        events::rebalance, events::audit, archive::archive, tokens::mint,
+        draws::enter, draws::entry, draws::entrants, draws::draw, draws::view,
+        live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
         webhooks::rotate,
@@ -74,13 +76,14 @@ use crate::domain::token::TokenRefusal;
             PurchaseRefused, TokenRefused, ReshardRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
-            CancelRefused,
+            CancelRefused, EntryRefused, NotEntered, NotADraw, DrawRefused, NotDrawn,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
     tags(
         (name = "events", description = "Events: create, view, and the admin operations"),
         (name = "purchases", description = "The hot path"),
+        (name = "draws", description = "The `draw` access mode: entries, a verifiable draw, each entrant's standing (docs/API.md, \"Draws\")"),
         (name = "releases", description = "Several pools sold as one: orders of lines, all or nothing"),
         (name = "orders", description = "Lookup, confirm and cancel"),
         (name = "webhooks", description = "Webhook subscriptions: the order changes POSTed, signed (docs/API.md, \"Webhooks\")"),
@@ -253,6 +256,31 @@ problems! {
     ReshardRefused => [
         ApiError::NotOnSale("event sneaker-42 is closed".into()),
         ApiError::HeldPool { event: "air-max.42".into(), release: "air-max".into() },
+    ];
+    /// The entry is refused: the entry window is over, or the event's
+    /// access is not `draw`
+    EntryRefused => [
+        ApiError::Draw(DrawProblem::EntriesClosed, "entries to the draw of event sneaker-42 are closed".into()),
+        ApiError::Draw(DrawProblem::NotADraw, "event sneaker-42 is not a draw: its access is not \"draw\"".into()),
+    ];
+    /// The user never entered the draw (or no such event)
+    NotEntered => [
+        ApiError::Draw(DrawProblem::NotEntered, "user u-1001 did not enter the draw of event sneaker-42".into()),
+        ApiError::UnknownEvent("sneaker-42".into()),
+    ];
+    /// The event's access is not `draw`
+    NotADraw => [ApiError::Draw(DrawProblem::NotADraw, "event sneaker-42 is not a draw: its access is not \"draw\"".into())];
+    /// The draw cannot run before its entries close, or the event's access
+    /// is not `draw`
+    DrawRefused => [
+        ApiError::Draw(DrawProblem::NotDue, "the draw of event sneaker-42 cannot run before its entries close, at 2030-05-01T10:00:00Z".into()),
+        ApiError::Draw(DrawProblem::NotADraw, "event sneaker-42 is not a draw: its access is not \"draw\"".into()),
+    ];
+    /// The entrants are listed once drawn (publishing who entered before is
+    /// the operator's choice), or the event's access is not `draw`
+    NotDrawn => [
+        ApiError::Draw(DrawProblem::NotDrawn, "event sneaker-42 is not drawn yet".into()),
+        ApiError::Draw(DrawProblem::NotADraw, "event sneaker-42 is not a draw: its access is not \"draw\"".into()),
     ];
     /// The event is not on sale (before its start, after its end, closed)
     NotOnSale => [ApiError::NotOnSale("event sneaker-42 is closed".into())];
@@ -501,12 +529,63 @@ mod tests {
         );
         assert_eq!(
             schemas["Access"]["enum"],
-            serde_json::json!(["open", "token"])
+            serde_json::json!(["open", "token", "draw"])
         );
         use crate::domain::token::Access;
-        for (mode, name) in [(Access::Open, "open"), (Access::Token, "token")] {
+        for (mode, name) in [
+            (Access::Open, "open"),
+            (Access::Token, "token"),
+            (Access::Draw, "draw"),
+        ] {
             assert_eq!(serde_json::to_value(mode).unwrap(), name);
             assert_eq!(serde_json::from_value::<Access>(name.into()).unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn the_draw_bounds_in_the_document_are_the_ones_the_service_checks() {
+        use crate::domain::draw::{
+            MAX_BUY_SECONDS, MAX_ENTRIES_PAGE, MAX_OVERSUBSCRIPTION_MILLI, MIN_BUY_SECONDS,
+            MIN_OVERSUBSCRIPTION_MILLI,
+        };
+        use crate::domain::token::MAX_ALLOWANCE;
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let draw = &schemas["CreateDraw"];
+        assert_eq!(draw["additionalProperties"], false);
+        let body = &draw["properties"];
+        let milli = |v: &serde_json::Value| (v.as_f64().unwrap() * 1000.0).round() as u32;
+        assert_eq!(
+            milli(&body["oversubscription"]["minimum"]),
+            MIN_OVERSUBSCRIPTION_MILLI
+        );
+        assert_eq!(
+            milli(&body["oversubscription"]["maximum"]),
+            MAX_OVERSUBSCRIPTION_MILLI
+        );
+        assert_eq!(body["allowance"]["minimum"], 1);
+        assert_eq!(body["allowance"]["maximum"], MAX_ALLOWANCE);
+        assert_eq!(body["buy_seconds"]["minimum"], MIN_BUY_SECONDS);
+        assert_eq!(body["buy_seconds"]["maximum"], MAX_BUY_SECONDS);
+        assert_eq!(schemas["Enter"]["additionalProperties"], false);
+        let list = &doc["paths"]["/v1/events/{id}/entries"]["get"]["parameters"];
+        let limit = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(limit["schema"]["minimum"], 1);
+        assert_eq!(limit["schema"]["maximum"], MAX_ENTRIES_PAGE);
+        let op = &doc["paths"]["/v1/events/{id}/draw"]["post"];
+        assert_eq!(op["security"], serde_json::json!([{"bearer": []}]));
+        let text = document();
+        for p in DrawProblem::ALL {
+            let slug = p.parts().1;
+            assert!(
+                text.contains(&format!("urn:shardstock:{slug}")),
+                "{slug} missing"
+            );
         }
     }
 

@@ -166,6 +166,7 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
                 _ => None,
             },
             tokens: None,
+            draw: None,
         },
         closed: row.try_get::<String, _>(7)? == "closed",
         token_access: row.try_get::<String, _>(11)? == "token",

@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in nine sections, one trait and one file each; both backends
+//! The steps come in ten sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -26,6 +26,8 @@
 //!   remembers and its rebuild, expiry.
 //! - [`releases`]: a release's multi-line orders — reserve, commit, abort and
 //!   release at the user's home, a line's take and undo in its pool.
+//! - [`draws`]: a draw's entries over its fixed entry shards, each entrant's
+//!   rank, and the draw's seed and record.
 //!
 //! A step is named like the script it runs (`purchase` runs `purchase.lua`);
 //! where one script serves several steps (the leases, OUT and drain) the step's
@@ -78,6 +80,7 @@ macro_rules! section {
 }
 
 pub mod buckets;
+pub mod draws;
 pub mod events;
 pub mod holds;
 pub mod leases;
@@ -97,6 +100,7 @@ pub use buckets::{
     Buckets, CancelReply, Finish, FinishArgs, FinishReply, IndexRead, PurchaseEntry, PurchaseReply,
     TakeArgs, TakeReply,
 };
+pub use draws::{DrawDone, DrawRecord, Draws, EnterReply};
 pub use events::{CreateEventReply, EndReshardReply, Events, SeqBump};
 pub use holds::{ConfirmReply, ExpireReply, Holds};
 pub use leases::Leases;
@@ -126,6 +130,7 @@ pub static STEPS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::
         streams::STEPS,
         retire::STEPS,
         releases::STEPS,
+        draws::STEPS,
         &["ping"],
     ]
     .concat()
@@ -218,6 +223,7 @@ pub trait Store:
     + Streams
     + Retirement
     + Releases
+    + Draws
     + Clone
     + Send
     + Sync

@@ -78,6 +78,8 @@
 //!   buckets and the stream scan bring every order to the ledger; retired events.
 //! - `hardening`: slow clients, a bounded shutdown with Redis stalled,
 //!   metric labels from made-up ids, dot-only event ids.
+//! - `draws`: the `draw` access mode: entries, the draw recomputed from its
+//!   revealed seed, winners buying with their tokens, the API and its timer.
 //! - `tokens`: the `token` access mode: signed tokens checked and consumed
 //!   with the take at the buyer's home, under many buyers at once, forged,
 //!   expired, another user's and replayed.
@@ -97,6 +99,7 @@ mod bounds;
 mod cli;
 mod concurrency;
 mod deploy_local;
+mod draws;
 mod durability;
 mod engine;
 mod failover;

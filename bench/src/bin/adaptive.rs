@@ -139,6 +139,7 @@ async fn run(a: &Args, url: &str, ports: &[u16], name: &str, run_no: usize) -> a
             hold_seconds: None,
             auto_buckets: auto,
             tokens: None,
+            draw: None,
         },
         &resizing,
     );

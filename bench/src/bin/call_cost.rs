@@ -220,6 +220,7 @@ async fn main() -> anyhow::Result<()> {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         })
         .await?;
     let meta = store

@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
             hold_seconds: Some(a.hold_seconds),
             auto_buckets: None,
             tokens: None,
+            draw: None,
         })
         .await?;
     let generation = engine.reload(&id).await?.generation;

@@ -102,6 +102,7 @@ async fn run(a: &Args, buckets: u32) -> anyhow::Result<Row> {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         })
         .await?;
     let calls_before = redis_calls(&store).await?;

@@ -215,6 +215,7 @@ async fn one(a: &Args, batch: usize) -> anyhow::Result<Row> {
         hold_seconds: None,
         auto_buckets: None,
         tokens: None,
+        draw: None,
     };
     ledger.register_event(&spec, 0).await?;
     let all = records(&event, a.orders, a.streams);

@@ -190,6 +190,7 @@ async fn once<S: Store>(
         hold_seconds: None,
         auto_buckets: None,
         tokens: None,
+        draw: None,
     };
     shardstock::control::lifecycle::create(&engine, &ledger, spec).await?;
     sell(&engine, &event, a.orders).await;

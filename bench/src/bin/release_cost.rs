@@ -328,6 +328,7 @@ async fn main() -> anyhow::Result<()> {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         })
         .await?;
     let release = id("rel".into())?;

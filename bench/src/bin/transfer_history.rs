@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
             hold_seconds: None,
             auto_buckets: None,
             tokens: None,
+            draw: None,
         })
         .await?;
     let bucket = BucketRef::new(&event, 0, 0);

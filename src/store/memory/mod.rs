@@ -10,6 +10,7 @@
 //! suite runs the same tests on both backends, so a difference is a failing test.
 
 mod buckets;
+mod draws;
 mod events;
 mod holds;
 mod leases;
@@ -188,6 +189,8 @@ struct Inner {
     releases: Mutex<HashMap<EventId, crate::domain::release::ReleaseSpec>>,
     /// Releases' home slots (`ss:{r#<release>#h<h>}:*`).
     homes: Mutex<HashMap<crate::domain::keys::HomeRef, releases::Home>>,
+    /// Draws' records and entry shards (`ss:{d#<event>…}:*`).
+    draws: Mutex<draws::DrawMap>,
 }
 
 /// The in-process store (the embedded default).

@@ -27,6 +27,7 @@ steps! {
             id: String, stock: u64, buckets: u32, per_user_limit: u32,
             max_per_order: u32, starts_at: String, ends_at: String, now: i64,
             hold_seconds: String, auto_buckets: String, token_keys: String,
+            draw: String,
         },
         reply: Reply::Codes(&[reply::OK, reply::EXISTS]),
         writes: [Meta],
@@ -136,6 +137,11 @@ impl Events for RedisStore {
                 .tokens
                 .as_ref()
                 .map(TokenAccess::encode)
+                .unwrap_or_default(),
+            draw: spec
+                .draw
+                .as_ref()
+                .map(crate::domain::draw::DrawSpec::encode)
                 .unwrap_or_default(),
         };
         let reply = self.run(step, At::Event(&spec.id)).await?;
@@ -374,6 +380,12 @@ fn parse_meta(fields: HashMap<String, String>) -> Result<EventMeta, StoreError> 
                 .transpose()?,
             // Absent in metas written before access tokens existed: open.
             tokens: fields.get("tokens").and_then(|s| TokenAccess::decode(s)),
+            // Absent in metas written before draws existed.
+            draw: fields
+                .get("draw")
+                .filter(|s| !s.is_empty())
+                .map(|s| crate::domain::draw::DrawSpec::decode(s).ok_or_else(|| bad("draw")))
+                .transpose()?,
         },
         status: EventStatus::parse(get("status")?).ok_or_else(|| bad("status"))?,
         generation: num("gen")? as u32,

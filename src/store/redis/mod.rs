@@ -20,6 +20,7 @@
 mod buckets;
 #[cfg(test)]
 mod contract;
+mod draws;
 mod durability;
 mod events;
 mod holds;

@@ -83,6 +83,12 @@ pub(super) mod reply {
     // retire.lua
     pub(crate) const NOT_SEALED: &str = "NS";
 
+    // enter.lua (also CLOSED: the shard is closed)
+    /// Entered now.
+    pub(crate) const ENTERED: &str = "N";
+    /// Entered before.
+    pub(crate) const ENTERED_BEFORE: &str = "AL";
+
     // end_reshard.lua
     /// The event is not resharding to that layout (closed, or switched already).
     pub(crate) const NOT_RESHARDING: &str = "NRS";

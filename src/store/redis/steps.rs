@@ -227,6 +227,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
         super::retire::FIXED,
         super::retire::REPEATED,
         super::releases::FIXED,
+        super::draws::FIXED,
     ]
     .into_iter()
     .flatten()
@@ -237,8 +238,8 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
 /// one wherever it is declared.
 #[allow(unused_imports)]
 pub(super) use super::{
-    buckets::*, events::*, holds::*, leases::*, limits::*, releases::*, retire::*, streams::*,
-    transfers::*,
+    buckets::*, draws::*, events::*, holds::*, leases::*, limits::*, releases::*, retire::*,
+    streams::*, transfers::*,
 };
 
 /// What a section's declarations name: `steps! { … }` at the top of each
@@ -273,6 +274,7 @@ mod tests {
             &["commit_order", "abort_order", "hold_order", "move_hold"],
         ),
         ("undo_line", &["undo_line", "give_back_line"]),
+        ("entries_page", &["entries_page", "entry_count"]),
     ];
 
     #[test]

@@ -410,6 +410,7 @@ shardstock::forward_transfers!(faulty_sections);
 shardstock::forward_streams!(faulty_sections);
 shardstock::forward_retire!(faulty_sections);
 shardstock::forward_releases!(faulty_sections);
+shardstock::forward_draws!(faulty_sections);
 
 impl<S: Store> Store for Faulty<S> {
     /// The inner store's: the harness picks a ledger by it.

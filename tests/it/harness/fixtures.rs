@@ -43,6 +43,7 @@ pub fn spec(id: &EventId, stock: u64, buckets: u32) -> EventSpec {
         hold_seconds: None,
         auto_buckets: None,
         tokens: None,
+        draw: None,
     }
 }
 

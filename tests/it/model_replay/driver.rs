@@ -131,6 +131,7 @@ impl<'a, S: Store> Replay<'a, S> {
             hold_seconds: Some((HOLD_MS / 1000) as u32),
             auto_buckets: None,
             tokens: None,
+            draw: None,
         };
         let created = store.create_event(&spec, clock.now()).await.unwrap();
         assert_eq!(created, CreateEventReply::Created);

@@ -1,0 +1,606 @@
+//! Fair drops' draw: the `draw` access mode (docs/DESIGN.md, "Fair drops";
+//! docs/API.md, "Draws"). Users enter in a window; the draw orders them by
+//! `SHA-256(seed ‖ user)` under a seed committed at creation and revealed
+//! after; winners buy with the tokens it gives them (token purchases).
+//!
+//! On memory, Redis and the Cluster: 100,000 entries (20,000 on the
+//! Cluster) entered concurrently and again (idempotent), entries refused
+//! once the window closed, two draws at once and a third agreeing, the
+//! draw recomputed here from the revealed seed and the listed entrants,
+//! and the winners buying at full concurrency, with replays, other users'
+//! and forged tokens refused. Over HTTP: every endpoint, each refusal by
+//! its type, each bad field named, and the timer drawing at `draw_at`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use shardstock::control::lifecycle;
+use shardstock::domain::draw::{DrawSpec, MAX_ENTRIES_PAGE, Standing};
+use shardstock::domain::ids::{EventId, RequestId, UserId};
+use shardstock::domain::model::EventSpec;
+use shardstock::domain::token::{Access, TokenAccess, TokenRefusal, mint};
+use shardstock::engine::{Clock, EngineError, EntryStatus, ManualClock, PurchaseRequest, Refusal};
+use shardstock::{Engine, Store};
+
+use crate::harness::{
+    Backend, TestApp, eid, event_id, eventually, ledger_for, on_every_backend, problem, spec,
+};
+
+on_every_backend!(namespace_per_test:
+    a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy,
+);
+
+on_every_backend!(
+    app:
+    the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_its_type,
+);
+
+const KEYS: [&str; 2] = ["draw-key-0123456789abcdef", "new-key-0123456789abcdef"];
+const HOUR_MS: i64 = 3_600_000;
+
+fn uid(s: &str) -> UserId {
+    UserId::parse(s.to_owned()).unwrap()
+}
+
+fn draw_spec(id: &EventId, stock: u64, until: i64) -> EventSpec {
+    let mut s = spec(id, stock, 8);
+    s.tokens = Some(TokenAccess {
+        keys: KEYS.iter().map(|k| k.to_string()).collect(),
+    });
+    s.draw = Some(DrawSpec::new(until, None, 1.2, 1, 3600).unwrap());
+    s
+}
+
+/// The draw as anyone recomputes it: entrants by lowercase hex
+/// `SHA-256(seed bytes ‖ user id)`, ties by id.
+fn recompute(seed_hex: &str, entrants: &[UserId]) -> Vec<UserId> {
+    let seed = hex::decode(seed_hex).unwrap();
+    let mut keyed: Vec<(String, UserId)> = entrants
+        .iter()
+        .map(|u| {
+            let mut h = Sha256::new();
+            h.update(&seed);
+            h.update(u.as_str().as_bytes());
+            (hex::encode(h.finalize()), u.clone())
+        })
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, u)| u).collect()
+}
+
+/// `engine.enter`, retried while the store fails (never past a refusal).
+async fn enter<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId) -> bool {
+    for _ in 0..50 {
+        match engine.enter(id, u).await {
+            Ok(new) => return new,
+            Err(EngineError::Store(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("entry of {u}: {e}"),
+        }
+    }
+    panic!("entry of {u} kept failing")
+}
+
+async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>(
+    engine: Engine<S>,
+) {
+    // 100,000 entries; 20,000 on the Cluster (a debug build's three
+    // masters take the round trips at a third of the pace).
+    let n: usize = if engine.store().kind() == "redis-cluster" {
+        20_000
+    } else {
+        100_000
+    };
+    let clock = ManualClock::starting_now();
+    let engine = Arc::new(engine.with_clock(Clock::from(clock.clone())));
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("draw");
+    let stock = 1_000;
+    let mut s = draw_spec(&id, stock, clock.now_ms() + HOUR_MS);
+    engine.commit_draw(&mut s).await.unwrap();
+    let published = s.draw.as_ref().unwrap().seed_hash.clone();
+    assert_eq!(published.len(), 64);
+    lifecycle::create(&engine, &ledger, s).await.unwrap();
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!(view.access, Access::Draw);
+    let d = view.draw.unwrap();
+    assert_eq!(
+        (d.seed_hash.as_str(), d.seed.as_deref()),
+        (published.as_str(), None)
+    );
+
+    // Everyone enters at once, then a tenth again: one entry each.
+    let users: Vec<UserId> = (0..n).map(|i| uid(&format!("e{i}"))).collect();
+    let fresh: Vec<bool> = futures::stream::iter(users.iter().cloned())
+        .map(|u| {
+            let engine = engine.clone();
+            let id = id.clone();
+            async move { enter(&engine, &id, &u).await }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await;
+    assert!(fresh.iter().all(|&f| f), "every first entry is new");
+    for u in users.iter().step_by(10) {
+        assert!(!enter(&engine, &id, u).await, "{u} entered twice");
+    }
+    let before = engine.draw_view(&id).await.unwrap();
+    assert_eq!(before.entries, n as u64);
+    assert_eq!((before.seed, before.winners), (None, None));
+    assert_eq!(
+        engine.entry_status(&id, &users[0]).await.unwrap().standing,
+        Standing::Entered
+    );
+    assert!(matches!(
+        engine.entry_status(&id, &uid("never")).await,
+        Err(EngineError::NotEntered { .. })
+    ));
+    assert!(matches!(
+        engine.draw(&id).await,
+        Err(EngineError::DrawNotDue { .. })
+    ));
+    assert!(matches!(
+        engine.entrants(&id, None, 10).await,
+        Err(EngineError::NotDrawn(_))
+    ));
+
+    // The window closes: entries are refused; two draws at once and a
+    // third after agree.
+    clock.advance(Duration::from_millis(2 * HOUR_MS as u64));
+    assert!(matches!(
+        engine.enter(&id, &uid("late")).await,
+        Err(EngineError::EntriesClosed(_))
+    ));
+    let (a, b) = tokio::join!(engine.draw(&id), engine.draw(&id));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let again = engine.draw(&id).await.unwrap();
+    let looked = engine.draw_view(&id).await.unwrap();
+    assert_eq!(a.drawn_at, b.drawn_at);
+    assert_eq!(a, again);
+    assert_eq!(a, looked);
+    assert_eq!(a.entries, n as u64);
+    assert_eq!(a.winners, Some(1_200), "ceil(1,000 × 1.2)");
+    // The seed revealed is the one committed to.
+    let seed = a.seed.clone().unwrap();
+    assert_eq!(
+        hex::encode(Sha256::digest(hex::decode(&seed).unwrap())),
+        published
+    );
+
+    // The entrants, page by page, are exactly those who entered.
+    let mut listed: Vec<UserId> = Vec::new();
+    loop {
+        let page = engine
+            .entrants(&id, listed.last(), MAX_ENTRIES_PAGE)
+            .await
+            .unwrap();
+        let last = page.len() < MAX_ENTRIES_PAGE;
+        listed.extend(page);
+        if last {
+            break;
+        }
+    }
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "ascending, once each"
+    );
+    let mut entered = users.clone();
+    entered.sort();
+    assert_eq!(listed, entered);
+
+    // Recomputed here, the draw gives every entrant the service's standing.
+    let order = recompute(&seed, &listed);
+    let winners = 1_200;
+    let standings: Vec<(usize, EntryStatus)> =
+        futures::stream::iter(order.iter().cloned().enumerate())
+            .map(|(i, u)| {
+                let engine = engine.clone();
+                let id = id.clone();
+                async move { (i, engine.entry_status(&id, &u).await.unwrap()) }
+            })
+            .buffer_unordered(256)
+            .collect()
+            .await;
+    let mut tokens: HashMap<UserId, String> = HashMap::new();
+    for (
+        i,
+        EntryStatus {
+            user: u,
+            standing,
+            token,
+        },
+    ) in standings
+    {
+        assert_eq!(u, order[i]);
+        if i < winners {
+            assert_eq!(standing, Standing::Won, "{u} is #{}", i + 1);
+            let (token, _until) = token.expect("a winner's token");
+            tokens.insert(u, token);
+        } else {
+            assert_eq!(standing, Standing::Waiting((i - winners + 1) as u64), "{u}");
+            assert!(token.is_none());
+        }
+    }
+    assert_eq!(tokens.len(), winners);
+    // The same token each time it is asked.
+    let first = &order[0];
+    let asked = engine.entry_status(&id, first).await.unwrap();
+    assert_eq!(asked.token.unwrap().0, tokens[first]);
+
+    // 80% of the winners buy (the stock covers them all), 64 at a time;
+    // every 8th tries again with its token under a new request id; some
+    // waiting entrants try a winner's token, a forged one, or none.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Kind {
+        Own,
+        Again,
+        Theirs,
+        Forged,
+        Missing,
+    }
+    let buy = |u: &UserId, rid: String, token: Option<String>| PurchaseRequest {
+        event: id.clone(),
+        user: u.clone(),
+        quantity: 1,
+        request_id: Some(RequestId::parse(rid).unwrap()),
+        access_token: token,
+    };
+    let trying: Vec<&UserId> = order[..winners].iter().take(winners * 8 / 10).collect();
+    let mut attempts = Vec::new();
+    for (k, u) in trying.iter().enumerate() {
+        attempts.push((
+            Kind::Own,
+            buy(u, format!("{u}-1"), Some(tokens[*u].clone())),
+        ));
+        if k % 8 == 0 {
+            attempts.push((
+                Kind::Again,
+                buy(u, format!("{u}-2"), Some(tokens[*u].clone())),
+            ));
+        }
+    }
+    for (k, u) in order[winners..winners + 300].iter().enumerate() {
+        let (kind, token) = match k % 3 {
+            0 => (Kind::Theirs, Some(tokens[&order[k]].clone())),
+            1 => (
+                Kind::Forged,
+                Some(mint(
+                    "not-this-events-key-00",
+                    &id,
+                    u.as_str(),
+                    1,
+                    4_102_444_800,
+                )),
+            ),
+            _ => (Kind::Missing, None),
+        };
+        attempts.push((kind, buy(u, format!("{u}-x"), token)));
+    }
+    let outcomes: Vec<_> = futures::stream::iter(attempts.iter().cloned())
+        .map(|(kind, req)| {
+            let engine = engine.clone();
+            async move {
+                for _ in 0..50 {
+                    match engine.purchase(&req).await {
+                        Ok(out) => return (kind, req, out.result),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+                panic!("{:?} kept failing", req.request_id)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut bought: HashMap<UserId, u32> = HashMap::new();
+    for (kind, req, result) in &outcomes {
+        match (kind, result) {
+            (Kind::Own | Kind::Again, Ok(order)) => {
+                *bought.entry(req.user.clone()).or_default() += order.quantity;
+            }
+            (Kind::Own | Kind::Again, Err(Refusal::Token(TokenRefusal::Used))) => {}
+            (Kind::Theirs, Err(Refusal::Token(TokenRefusal::OtherUser)))
+            | (Kind::Forged, Err(Refusal::Token(TokenRefusal::Invalid)))
+            | (Kind::Missing, Err(Refusal::Token(TokenRefusal::Missing))) => {}
+            other => panic!("{kind:?} purchase {:?} answered {other:?}", req.request_id),
+        }
+    }
+    // Every winner who tried bought exactly its allowance; nobody else did.
+    let tried: HashSet<&UserId> = trying.iter().copied().collect();
+    assert_eq!(bought.len(), trying.len());
+    for (u, units) in &bought {
+        assert!(tried.contains(u), "{u} bought without a winner's token");
+        assert_eq!(*units, 1, "{u} bought past its allowance");
+    }
+    let sold: u64 = bought.values().map(|&u| u64::from(u)).sum();
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!(view.sold, sold);
+    assert_eq!(view.sold + view.remaining, stock);
+}
+
+async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_its_type(
+    b: Backend,
+) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("dapi");
+    let at = |ms: i64| shardstock::domain::model::rfc3339_ms::format(ms);
+    let now = shardstock::engine::Clock::system().now_ms();
+    let later = at(now + HOUR_MS);
+    let good = json!({"entries_until": later});
+    for (extra, field) in [
+        (json!({"access": "draw", "token_keys": [KEYS[0]]}), "draw:"),
+        (json!({"access": "draw", "draw": good}), "token_keys:"),
+        (
+            json!({"token_keys": [KEYS[0]], "access": "token", "draw": good}),
+            "draw:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {}}),
+            "draw.entries_until:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "oversubscription": 0.5}}),
+            "draw.oversubscription:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "oversubscription": 11}}),
+            "draw.oversubscription:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "allowance": 0}}),
+            "draw.allowance:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "buy_seconds": 59}}),
+            "draw.buy_seconds:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "draw_at": at(now)}}),
+            "draw.draw_at:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "seed": "x"}}),
+            "seed",
+        ),
+    ] {
+        let mut body = json!({"id": id, "stock": 4, "buckets": 2});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap());
+        let p = problem(
+            app.admin_post("/v1/events", body).await,
+            400,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
+    }
+
+    // A window of a few seconds; the draw at its end by the timer.
+    let until = now + 3_000;
+    let view = app
+        .create(
+            &id,
+            4,
+            2,
+            json!({"access": "draw", "token_keys": KEYS, "draw": {"entries_until": at(until), "draw_at": at(until), "oversubscription": 1.5, "buy_seconds": 600}}),
+        )
+        .await;
+    assert_eq!(view["access"], "draw");
+    let hash = view["draw"]["seed_hash"].as_str().unwrap().to_owned();
+    assert_eq!(hash.len(), 64);
+    assert!(view["draw"].get("seed").is_none(), "{view}");
+    assert_eq!(view["draw"]["oversubscription"], 1.5);
+    let entries = format!("/v1/events/{id}/entries");
+    for u in ["u-1", "u-2", "u-3", "u-4", "u-5", "u-6", "u-7"] {
+        let r = app.post(&entries, json!({"user_id": u})).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body, json!({"user_id": u, "status": "entered"}));
+    }
+    let r = app.post(&entries, json!({"user_id": "u-1"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "entered");
+    problem(
+        app.post(&entries, json!({"user_id": "u-1", "x": 1})).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.post(&entries, json!({"user_id": "bad user"})).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(app.get(&format!("{entries}/u-9")).await, 404, "not-entered").await;
+    problem(app.get(&entries).await, 409, "not-drawn").await;
+    problem(
+        app.admin_post(&format!("/v1/events/{id}/draw"), json!({}))
+            .await,
+        409,
+        "draw-not-due",
+    )
+    .await;
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/events/{id}/draw")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    problem(
+        app.post("/v1/events/no-such/entries", json!({"user_id": "u-1"}))
+            .await,
+        404,
+        "unknown-event",
+    )
+    .await;
+    let open = eid("dopen");
+    app.create(&open, 4, 2, json!({})).await;
+    problem(
+        app.post(
+            &format!("/v1/events/{open}/entries"),
+            json!({"user_id": "u-1"}),
+        )
+        .await,
+        409,
+        "not-a-draw",
+    )
+    .await;
+    problem(
+        app.get(&format!("/v1/events/{open}/draw")).await,
+        409,
+        "not-a-draw",
+    )
+    .await;
+
+    // The timer draws at `draw_at`.
+    let drawn: Value = eventually("the timer's draw", Duration::from_secs(30), async || {
+        let d: Value = app
+            .get(&format!("/v1/events/{id}/draw"))
+            .await
+            .json()
+            .await
+            .ok()?;
+        d.get("drawn_at").is_some().then_some(d)
+    })
+    .await;
+    problem(
+        app.post(&entries, json!({"user_id": "u-8"})).await,
+        409,
+        "entries-closed",
+    )
+    .await;
+    assert_eq!(drawn["entries"], 7);
+    assert_eq!(drawn["winners"], 6, "ceil(4 × 1.5)");
+    let seed = drawn["seed"].as_str().unwrap();
+    assert_eq!(
+        hex::encode(Sha256::digest(hex::decode(seed).unwrap())),
+        hash
+    );
+    let again: Value = app
+        .admin_post(&format!("/v1/events/{id}/draw"), json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again, drawn);
+
+    // Listed in pages of 3; recomputed, the standings are the service's.
+    let mut listed: Vec<UserId> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let q = if after.is_empty() {
+            "?limit=3".to_owned()
+        } else {
+            format!("?limit=3&after={after}")
+        };
+        let page: Value = app
+            .get(&format!("{entries}{q}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        for u in page["entrants"].as_array().unwrap() {
+            listed.push(uid(u.as_str().unwrap()));
+        }
+        match page.get("next_after") {
+            Some(n) => after = n.as_str().unwrap().to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), 7);
+    problem(
+        app.get(&format!("{entries}?limit=0")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.get(&format!("{entries}?limit=10001")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    problem(
+        app.get(&format!("{entries}?page=2")).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    let order = recompute(seed, &listed);
+    let event = EventId::parse(id.clone()).unwrap();
+    for (i, u) in order.iter().enumerate() {
+        let s: Value = app
+            .get(&format!("{entries}/{u}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        if i < 6 {
+            assert_eq!(s["status"], "won", "{s}");
+            let token = s["access_token"].as_str().unwrap();
+            assert!(s["buy_until"].is_string(), "{s}");
+            let r = app
+                .post(
+                    &format!("/v1/events/{id}/purchases"),
+                    json!({"user_id": u.as_str(), "quantity": 1, "request_id": format!("{u}-1"), "access_token": token}),
+                )
+                .await;
+            // 4 units for 6 winners: the first four buy, then sold out.
+            if i < 4 {
+                assert_eq!(
+                    r.status(),
+                    StatusCode::CREATED,
+                    "{}",
+                    r.text().await.unwrap()
+                );
+            } else {
+                problem(r, 409, "sold-out").await;
+            }
+        } else {
+            assert_eq!(
+                s,
+                json!({"user_id": u.as_str(), "status": "waiting", "position": i - 5})
+            );
+            let forged = mint(
+                "not-this-events-key-00",
+                &event,
+                u.as_str(),
+                1,
+                4_102_444_800,
+            );
+            let r = app
+                .post(
+                    &format!("/v1/events/{id}/purchases"),
+                    json!({"user_id": u.as_str(), "quantity": 1, "request_id": "w", "access_token": forged}),
+                )
+                .await;
+            problem(r, 403, "token-invalid").await;
+        }
+    }
+    let view: Value = app
+        .get(&format!("/v1/events/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["draw"]["winners"], 6);
+    assert_eq!(view["remaining"], 0);
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "shardstock_draw_entries_total{{event=\"{id}\"}} 7"
+        )),
+        "{metrics}"
+    );
+}
