@@ -331,10 +331,9 @@ pub(crate) async fn final_view<S: Store>(
                 engine.clock().now_ms(),
             );
             // The ledger keeps the mode, not the keys (its spec has none):
-            // read from the spec, an archived token event showed `open`.
-            if db.token_access {
-                view.access = crate::domain::token::Access::Token;
-            }
+            // read from the spec, an archived token event showed `open`
+            // (and a draw event `token`, when the ledger wrote only those two).
+            view.access = db.access;
             view
         }
         Err(e) => return Err(e.into()),
@@ -515,7 +514,8 @@ mod tests {
 
     /// The ledger keeps a `token` event's access mode, not its keys: read
     /// from there (the store no longer has the event), its final view still
-    /// says `token`, and an open one's `open`.
+    /// says `token`, a draw event's `draw` (it said `token` when the ledger
+    /// wrote only those two), and an open one's `open`.
     #[tokio::test]
     async fn a_final_view_from_the_ledger_keeps_the_access_mode() {
         let dir = std::env::temp_dir().join(format!(
@@ -530,9 +530,11 @@ mod tests {
         let key = TokenAccess {
             keys: vec!["k".repeat(16)],
         };
-        for (name, tokens, access) in [
-            ("open-e", None, Access::Open),
-            ("token-e", Some(key), Access::Token),
+        let draw = crate::domain::draw::DrawSpec::new(1, None, 1.0, 1, 3600).unwrap();
+        for (name, tokens, draw, access) in [
+            ("open-e", None, None, Access::Open),
+            ("token-e", Some(key.clone()), None, Access::Token),
+            ("draw-e", Some(key), Some(draw), Access::Draw),
         ] {
             let spec = EventSpec {
                 id: EventId::parse(name).unwrap(),
@@ -545,7 +547,7 @@ mod tests {
                 hold_seconds: None,
                 auto_buckets: None,
                 tokens,
-                draw: None,
+                draw,
             };
             ledger.register_event(&spec, 0).await.unwrap();
             let view = final_view(&engine, &ledger, &spec.id).await.unwrap();

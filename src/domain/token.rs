@@ -59,6 +59,22 @@ impl Access {
             (None, None) => Self::Open,
         }
     }
+
+    /// Its name, as the API and the ledger's `events.access` write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Token => "token",
+            Self::Draw => "draw",
+        }
+    }
+
+    /// The mode named `name` (`as_str`); `None` for any other name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Open, Self::Token, Self::Draw]
+            .into_iter()
+            .find(|a| a.as_str() == name)
+    }
 }
 
 /// An event under the `token` access mode: the keys its tokens are signed

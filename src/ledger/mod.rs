@@ -413,7 +413,7 @@ impl Ledger {
         .bind(spec.auto_buckets.map(|r| i64::from(r.min)))
         .bind(spec.auto_buckets.map(|r| i64::from(r.max)))
         .bind(release.map(EventId::as_str))
-        .bind(if spec.tokens.is_some() { "token" } else { "open" })
+        .bind(crate::domain::token::Access::of(spec).as_str())
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO event_totals (event_id, stock) VALUES ($1, $2) ON CONFLICT (event_id) DO NOTHING")

@@ -12,6 +12,7 @@ use crate::domain::ids::{EventId, OrderId, UserId};
 use crate::domain::model::{BucketRange, EventSpec, OrderStatus, OrderView};
 use crate::domain::release::release_order_id;
 use crate::domain::stream::StreamId;
+use crate::domain::token::Access;
 
 /// An event as the ledger has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,9 +21,12 @@ pub struct DbEvent {
     /// ledger does not keep them: `tokens` is `None`, `token_access` says).
     pub spec: EventSpec,
     pub closed: bool,
-    /// Sells by access token (migration 0011): not to be rebuilt from this
-    /// spec, which would sell to anyone.
+    /// Sells by access token (migration 0011: `token`, or `draw`, whose
+    /// winners buy with tokens): not to be rebuilt from this spec, which
+    /// would sell to anyone.
     pub token_access: bool,
+    /// Its access mode as registered (the view of an archived event shows it).
+    pub access: Access,
 }
 
 /// An event's totals.
@@ -143,6 +147,9 @@ fn u(row: &AnyRow, i: usize) -> Result<u64, LedgerError> {
 }
 
 fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
+    let name = row.try_get::<String, _>(11)?;
+    let access =
+        Access::parse(&name).ok_or_else(|| LedgerError::Data(format!("access mode {name:?}")))?;
     let id: String = row.try_get(0)?;
     Ok(DbEvent {
         spec: EventSpec {
@@ -169,7 +176,8 @@ fn event_from(row: &AnyRow) -> Result<DbEvent, LedgerError> {
             draw: None,
         },
         closed: row.try_get::<String, _>(7)? == "closed",
-        token_access: row.try_get::<String, _>(11)? == "token",
+        token_access: access != Access::Open,
+        access,
     })
 }
 

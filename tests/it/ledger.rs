@@ -1343,7 +1343,9 @@ async fn a_lost_token_event_is_refused_not_rebuilt_open() {
     create(&r, &plain, 50, 2).await;
     let db = r.ledger.event(&token).await.unwrap().unwrap();
     assert!(db.token_access && db.spec.tokens.is_none(), "{db:?}");
-    assert!(!r.ledger.event(&plain).await.unwrap().unwrap().token_access);
+    assert_eq!(db.access, shardstock::domain::token::Access::Token);
+    let open = r.ledger.event(&plain).await.unwrap().unwrap();
+    assert!(!open.token_access && open.access == shardstock::domain::token::Access::Open);
     let fresh = Arc::new(Engine::new(MemoryStore::new(), EngineOptions::default()));
     let (rebuilt, refused) = lifecycle::recover_lost(&fresh, &r.ledger, LostState::Rebuild)
         .await

@@ -531,9 +531,7 @@ async fn open_into_sealed<S: Store>(
 /// on: before, every resumed run stopped at the sealed target, for good
 /// (fault seed 31025 on Redis, once: "a stopped reshard could not be
 /// resumed", the units in transfer off sale).
-async fn a_transfer_left_open_into_a_sealed_bucket_stalls_no_reshard<S: Store>(
-    engine: Engine<S>,
-) {
+async fn a_transfer_left_open_into_a_sealed_bucket_stalls_no_reshard<S: Store>(engine: Engine<S>) {
     let (engine, ledger, id, old) = open_into_sealed(engine, "open-sealed-rs").await;
     let view = reshard(&engine, &id, 4).await.unwrap();
     assert_eq!((view.bucket_count, view.remaining), (4, 37));
