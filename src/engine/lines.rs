@@ -130,7 +130,7 @@ impl<S: Store> Engine<S> {
         let pool = run.pool(line);
         let (mut meta, mut driver) = (meta.clone(), driver);
         for _ in 0..WALK_LAYOUTS {
-            let why = match self.walk_line(run, line, driver, &meta).await {
+            let why = match Box::pin(self.walk_line(run, line, driver, &meta)).await {
                 Err(EngineError::Store(StoreError::Stale(why))) => why,
                 other => return other,
             };

@@ -430,12 +430,15 @@ impl<S: Store> Engine<S> {
             .into());
         }
         for (i, (line, meta)) in run.head.lines.iter().zip(metas).enumerate() {
-            match self.walk_line_across(run, line, driver, meta).await? {
+            // Boxed, as the calls below: each is a deep future, and inline
+            // they overflowed a 2 MiB worker stack in a debug build under a
+            // faulty store (`releases::cluster::faults_in_every_step…`).
+            match Box::pin(self.walk_line_across(run, line, driver, meta)).await? {
                 super::lines::LineEnd::Taken => {
                     #[cfg(feature = "fault-injection")]
                     self.crash_at(super::CrashPoint::AfterTake)?;
                 }
-                super::lines::LineEnd::Decided => return self.follow(run).await,
+                super::lines::LineEnd::Decided => return Box::pin(self.follow(run)).await,
                 super::lines::LineEnd::Short { remaining } => {
                     let mut shorts = vec![Short {
                         pool: line.pool,
@@ -452,9 +455,11 @@ impl<S: Store> Engine<S> {
                             });
                         }
                     }
-                    return self.abort(run, shorts).await;
+                    return Box::pin(self.abort(run, shorts)).await;
                 }
-                super::lines::LineEnd::GaveUp => return self.abort(run, Vec::new()).await,
+                super::lines::LineEnd::GaveUp => {
+                    return Box::pin(self.abort(run, Vec::new())).await;
+                }
             }
         }
         // A release with holds: the order is bought as a hold, still listed
@@ -550,7 +555,7 @@ impl<S: Store> Engine<S> {
         shorts: &[Short],
     ) -> Result<LinesAnswer, EngineError> {
         for line in &head.lines {
-            self.undo_walk(run, line).await?;
+            Box::pin(self.undo_walk(run, line)).await?;
         }
         let refused = HomeRecord::Refused(head.clone(), shorts.to_vec());
         let released = HomeRecord::Released(head.clone(), shorts.to_vec());
