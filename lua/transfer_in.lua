@@ -5,12 +5,13 @@ KEYS[4] ss:{e#g#b}:adds    addition count, +1 when applied
 KEYS[5] sealed flag: a sealed bucket answers "ST" (no transfer in or out)
 ARGV[1] token: fencing token   ARGV[2] xid: transfer id   ARGV[3] units
 ARGV[4] entry: "source|units" (domain::transfer::InEntry), stored as given
-ARGV[5] sealed_ok: '1' when allowed on a sealed bucket: a takeover completing
-        a transfer another mover left open (`mover::complete`). Its units left
-        their source's stock already; a target sealed since the OUT must still
-        take them, or they stay in the journal for good, and a reshard or close
-        that seals and then completes could never finish. The sealed layout's
-        stock is then moved on (a reshard) or counted (a close) by the same run.
+ARGV[5] sealed_ok: '1' when allowed on a sealed bucket: the IN of a transfer
+        whose OUT applied (`mover::complete`: a mover's own, or one a takeover
+        finishes). Its units left their source's stock already; a target
+        sealed since the OUT must still take them, or they stay in the journal
+        for good, and a reshard or close that seals and then completes could
+        never finish. The run that sealed the layout moves them on (a reshard)
+        or counts them (a close).
 
 Returns "ST" (no bucket), {"F", highest} (stale mover, nothing changed),
 {"D", units} (this transfer id was applied before: nothing changed) or

@@ -119,10 +119,15 @@ pub(crate) async fn complete<S: Store>(
         target_generation(&t.xid, meta.generation),
         t.target,
     );
-    // Into a sealed target too: the units left their source already, and a
-    // target sealed since the OUT (a reshard or close that sealed part of
-    // its layout before a mover with a newer token moved units there) would
-    // otherwise keep them in the journal for good (fault seed 31025).
+    // Into a sealed target too, for a mover's own transfer and for one a
+    // takeover finishes: the units left their source already, and a target
+    // sealed since the OUT (a reshard or close that sealed part of its
+    // layout, then lost the lease to a mover with a newer token and a cached
+    // meta) would otherwise keep them in the journal for good (fault seed
+    // 31025). Safe: whoever sealed the layout moves them on (a reshard) or
+    // counts them (a close) under a newer token, which fences this mover out
+    // of every bucket first; a mover with a newer token means that run lost
+    // its lease, and its switch or close is refused.
     let reply = store
         .complete_in(&target, token, &t.xid, source, t.units)
         .await?;

@@ -85,11 +85,12 @@ section! {
             units: u64,
         ) -> TransferReply;
 
-        /// IN of a transfer another mover left open, allowed on a sealed
-        /// bucket (`lua/transfer_in.lua` with `sealed_ok`): a takeover
-        /// finishing it (the engine's `mover::complete`). The units left
-        /// their source already; a target sealed since must take them, or no
-        /// reshard or close of the layout could finish.
+        /// IN of a transfer whose OUT applied, allowed on a sealed bucket
+        /// (`lua/transfer_in.lua` with `sealed_ok`): the engine's
+        /// `mover::complete`, for a mover's own transfer and for one a
+        /// takeover finishes. The units left their source already; a target
+        /// sealed since must take them, or no reshard or close of the layout
+        /// could finish.
         fn complete_in(
             bucket: &BucketRef,
             token: u64,
