@@ -144,6 +144,8 @@ pub enum RowName {
     LuaXadd,
     Embedded,
     RedisPg,
+    RedisPgToken,
+    RedisPgEntry,
 }
 
 impl From<RowName> for Row {
@@ -154,6 +156,8 @@ impl From<RowName> for Row {
             RowName::LuaXadd => Row::Peer(Peer::LuaXadd),
             RowName::Embedded => Row::Embedded,
             RowName::RedisPg => Row::RedisPg,
+            RowName::RedisPgToken => Row::RedisPgToken,
+            RowName::RedisPgEntry => Row::RedisPgEntry,
         }
     }
 }

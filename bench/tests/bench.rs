@@ -433,7 +433,7 @@ async fn drop_database(db: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_cost_peers_sell_and_record() {
     use fred::prelude::*;
-    use shardstock_bench::cost::load::{Until, drive};
+    use shardstock_bench::cost::load::{Request, Until, drive};
     use shardstock_bench::cost::peer::{Peer, serve_peer, stock_key};
     let port = shardstock_bench::cluster::free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -455,9 +455,17 @@ async fn the_http_cost_peers_sell_and_record() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let load = drive(&client, &base, &event, 8, Until::Requests(200), "t")
-        .await
-        .unwrap();
+    let load = drive(
+        &client,
+        &base,
+        &event,
+        &Request::Purchase,
+        8,
+        Until::Requests(200),
+        "t",
+    )
+    .await
+    .unwrap();
     served.abort();
     assert_eq!(
         (load.created, load.refused, load.errors),

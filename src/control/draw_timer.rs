@@ -23,31 +23,46 @@ use crate::store::Store;
 /// How often the timer looks: a draw runs at most this late.
 pub const DRAW_TICK: Duration = Duration::from_secs(1);
 
-/// Draws every draw event whose `draw_at` is past; answers those drawn
-/// now or before (added to `drawn`, which later rounds skip).
+/// Draws every draw event whose `draw_at` is past; those drawn now or
+/// before are added to `drawn`, which later rounds skip. One event that
+/// fails does not hold up the others: the round goes on and answers the
+/// first failure.
 pub async fn draw_due<S: Store>(
     engine: &Engine<S>,
     drawn: &mut HashSet<EventId>,
 ) -> Result<(), EngineError> {
+    let mut first = None;
     for event in engine.store().list_events().await? {
         if drawn.contains(&event) {
             continue;
         }
-        let meta = match engine.meta(&event).await {
-            Ok(meta) => meta,
-            Err(EngineError::UnknownEvent(_)) => continue,
-            Err(e) => return Err(e),
-        };
-        let Some(at) = meta.spec.draw.as_ref().and_then(|d| d.draw_at) else {
-            continue;
-        };
-        if engine.clock().now_ms() < at {
-            continue;
+        if let Err(e) = draw_if_due(engine, &event, drawn).await {
+            first.get_or_insert(e);
         }
-        let view = engine.draw(&event).await?;
-        if view.drawn_at.is_some() {
-            drawn.insert(event);
-        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Draws one event if it is a draw event past its `draw_at`.
+async fn draw_if_due<S: Store>(
+    engine: &Engine<S>,
+    event: &EventId,
+    drawn: &mut HashSet<EventId>,
+) -> Result<(), EngineError> {
+    let meta = match engine.meta(event).await {
+        Ok(meta) => meta,
+        Err(EngineError::UnknownEvent(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(at) = meta.spec.draw.as_ref().and_then(|d| d.draw_at) else {
+        return Ok(());
+    };
+    if engine.clock().now_ms() < at {
+        return Ok(());
+    }
+    let view = engine.draw(event).await?;
+    if view.drawn_at.is_some() {
+        drawn.insert(event.clone());
     }
     Ok(())
 }

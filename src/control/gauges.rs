@@ -3,7 +3,8 @@
 //!
 //! Every `interval` the task reads the buckets of the events that need it (one
 //! concurrent round per event) and sets `shardstock_bucket_remaining`,
-//! `shardstock_bucket_skew_ratio` and the event totals. The first time it sees
+//! `shardstock_bucket_skew_ratio` and the event totals (and a drawn draw's
+//! winners, whichever instance drew). The first time it sees
 //! an event it also initialises the event's counters to 0, so every series a
 //! dashboard or alert refers to exists before it first moves.
 //!
@@ -49,6 +50,9 @@ pub(crate) fn publish(view: &EventView) {
     metrics::gauge!(m::EVENT_STOCK, "event" => event.clone()).set(view.stock as f64);
     metrics::gauge!(m::EVENT_REMAINING, "event" => event.clone()).set(view.remaining as f64);
     metrics::gauge!(m::EVENT_HELD, "event" => event.clone()).set(view.held as f64);
+    if let Some(winners) = view.draw.as_ref().and_then(|d| d.winners) {
+        metrics::gauge!(m::DRAW_WINNERS, "event" => event.clone()).set(winners as f64);
+    }
     metrics::gauge!(m::EVENT_BUCKETS, "event" => event).set(f64::from(view.bucket_count));
 }
 

@@ -59,7 +59,9 @@ use shardstock::{Engine, MemoryStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::faulty::{Fault, Faulty, Mode, Rule, STEPS, When};
-use crate::harness::{cluster, event_id, ledger_for, spec, standalone, suite_of};
+use crate::harness::{
+    block_on_large_stacks, cluster, event_id, ledger_for, spec, standalone, suite_of,
+};
 use clock::ScheduleClock;
 use log::Log;
 use plan::{ENGINES, Plan};
@@ -477,38 +479,16 @@ fn cut_at(event: &EventId, at: Checkpoint, nth: u32) -> Arc<AtomicBool> {
     fired
 }
 
-/// Runs `test` on a runtime whose threads have large stacks: a schedule's
-/// futures nest deep (engine steps inside their spans, reshards, the
-/// settling), deeper than a test thread's 2 MiB allow in a debug build.
-fn on_large_stacks<F: Future<Output = ()>>(test: impl FnOnce() -> F + Send + 'static) {
-    let thread = std::thread::Builder::new()
-        .name("schedules".into())
-        .stack_size(64 << 20)
-        .spawn(move || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(4)
-                .thread_stack_size(32 << 20)
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(test())
-        })
-        .expect("a thread");
-    if let Err(panic) = thread.join() {
-        std::panic::resume_unwind(panic);
-    }
-}
-
 #[test]
 fn random_schedules_keep_every_promise_on_memory() {
-    on_large_stacks(|| async {
+    block_on_large_stacks(|| async {
         schedules(MemoryStore::new(), ledger_for("memory").await).await;
     });
 }
 
 #[test]
 fn random_schedules_keep_every_promise_on_redis() {
-    on_large_stacks(|| async {
+    block_on_large_stacks(|| async {
         let store = standalone(suite_of(module_path!())).await.store().clone();
         schedules(store, ledger_for("redis").await).await;
     });
@@ -516,7 +496,7 @@ fn random_schedules_keep_every_promise_on_redis() {
 
 #[test]
 fn random_schedules_keep_every_promise_on_cluster() {
-    on_large_stacks(|| async {
+    block_on_large_stacks(|| async {
         let store = cluster(suite_of(module_path!())).await.store().clone();
         schedules(store, ledger_for("redis-cluster").await).await;
     });

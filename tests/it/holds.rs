@@ -444,26 +444,8 @@ async fn confirm_racing_expiry_ends_each_order_one_way<S: Store>(engine: Engine<
 
 async fn a_sweep_cut_at_any_step_is_finished_by_the_next<S: Store>(engine: Engine<S>) {
     // A `Faulty` store's steps nest deeper than a debug test thread's 2 MiB
-    // stack allow (as in `faults`): run on large stacks. The store's
-    // connection stays served by this runtime meanwhile.
-    let run = move || {
-        std::thread::Builder::new()
-            .stack_size(64 << 20)
-            .spawn(move || {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_stack_size(32 << 20)
-                    .enable_all()
-                    .build()
-                    .expect("a runtime")
-                    .block_on(sweeps_cut_at_every_step(engine))
-            })
-            .expect("a thread")
-            .join()
-    };
-    if let Err(panic) = tokio::task::spawn_blocking(run).await.unwrap() {
-        std::panic::resume_unwind(panic);
-    }
+    // stack allow (as in `faults`): run on large stacks.
+    crate::harness::on_large_stacks(move || sweeps_cut_at_every_step(engine)).await;
 }
 
 async fn sweeps_cut_at_every_step<S: Store>(engine: Engine<S>) {

@@ -411,3 +411,66 @@ async fn the_live_page_shows_the_events_numbers() {
         let _ = std::fs::remove_file(png);
     }
 }
+
+/// A draw event's card: its entries and the seed's published hash until it
+/// is drawn; once drawn (by the admin call: no `draw_at`, so the page's
+/// first reading cannot race the timer), its winners and the revealed
+/// seed, as `POST /v1/events/{id}/draw` answered them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_live_page_shows_a_draw_before_and_after() {
+    let app = TestApp::spawn(Backend::Memory).await;
+    let id = eid("livedraw");
+    let at = |ms: i64| shardstock::domain::model::rfc3339_ms::format(ms);
+    let until = shardstock::engine::Clock::system().now_ms() + 3_000;
+    let view = app
+        .create(
+            &id,
+            2,
+            2,
+            json!({"access": "draw", "token_keys": ["live-draw-key-0123456789"],
+                   "draw": {"entries_until": at(until)}}),
+        )
+        .await;
+    let hash = view["draw"]["seed_hash"].as_str().unwrap().to_owned();
+    for u in ["u-1", "u-2", "u-3", "u-4", "u-5"] {
+        let r = app
+            .post(&format!("/v1/events/{id}/entries"), json!({"user_id": u}))
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let page = format!("{}/ui?event={id}", app.base);
+    let dom = chromium(&["--dump-dom", &page]);
+    assert!(dom.contains("data-loaded=\"true\""), "{dom}");
+    assert_eq!(shown(&dom, &id, "entries"), "5");
+    assert!(
+        card(&dom, &id).contains(&format!("<code title=\"{hash}\">{}", &hash[..12])),
+        "the seed's hash is shown: {}",
+        card(&dom, &id)
+    );
+    assert!(
+        !card(&dom, &id).contains("data-testid=\"seed\""),
+        "no seed before the draw"
+    );
+
+    let drawn: Value = crate::harness::eventually(
+        "the draw, once its entries closed",
+        std::time::Duration::from_secs(30),
+        async || {
+            let r = app
+                .admin_post(&format!("/v1/events/{id}/draw"), json!({}))
+                .await;
+            (r.status() == 200).then_some(())?;
+            Some(r.json::<Value>().await.unwrap())
+        },
+    )
+    .await;
+    let seed = drawn["seed"].as_str().unwrap();
+    let dom = chromium(&["--dump-dom", &page]);
+    assert_eq!(shown(&dom, &id, "winners"), drawn["winners"].to_string());
+    assert_eq!(shown(&dom, &id, "entries"), "5");
+    assert!(
+        card(&dom, &id).contains(&format!("<code title=\"{seed}\">{}", &seed[..12])),
+        "the revealed seed is shown: {}",
+        card(&dom, &id)
+    );
+}

@@ -584,30 +584,12 @@ async fn held_orders_keep_every_promise_under_faults<S: Store>(engine: Engine<S>
     on_large_stacks(engine, true).await;
 }
 
-/// Runs [`mixed_holds`] on a runtime of large stacks, as `faults` and
-/// `holds` run theirs: in a debug build the futures of an order's confirm
-/// or give-back under a faulty store's retries nest deep enough to overflow
-/// a tokio worker's 2 MiB (CI saw it once, the Cluster under faults). The
-/// store's connections stay served by the calling runtime meanwhile.
+/// Runs [`mixed_holds`] on large stacks (`harness::on_large_stacks`): in a
+/// debug build the futures of an order's confirm or give-back under a
+/// faulty store's retries nest deep enough to overflow a tokio worker's
+/// 2 MiB (CI saw it once, the Cluster under faults).
 async fn on_large_stacks<S: Store>(engine: Engine<S>, faults: bool) {
-    let run = move || {
-        std::thread::Builder::new()
-            .stack_size(64 << 20)
-            .spawn(move || {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(4)
-                    .thread_stack_size(32 << 20)
-                    .enable_all()
-                    .build()
-                    .expect("a runtime")
-                    .block_on(mixed_holds(engine, faults))
-            })
-            .expect("a thread")
-            .join()
-    };
-    if let Err(panic) = tokio::task::spawn_blocking(run).await.unwrap() {
-        std::panic::resume_unwind(panic);
-    }
+    crate::harness::on_large_stacks(move || mixed_holds(engine, faults)).await;
 }
 
 /// The home and request key of a user's request (as `engine::release`).

@@ -395,31 +395,13 @@ async fn sixty_four_tasks_buy_mixed_orders_all_or_nothing<S: Store>(engine: Engi
     check_ledger(engine, ledger, &spec, &book).await;
 }
 
-/// [`faults_in_every_step`] on a runtime of large stacks, as `faults`,
-/// `holds` and `release_holds` run theirs: in a debug build an order's
-/// driver, its walk, an on-demand consolidation and a faulty store's retries
-/// nest deep enough to overflow the test thread's 2 MiB (it did on Redis
-/// and the Cluster once the walk learnt to follow a reshard). The store's
-/// connections stay served by the calling runtime meanwhile.
+/// [`faults_in_every_step`] on large stacks (`harness::on_large_stacks`): in
+/// a debug build an order's driver, its walk, an on-demand consolidation and
+/// a faulty store's retries nest deep enough to overflow the test thread's
+/// 2 MiB (it did on Redis and the Cluster once the walk learnt to follow a
+/// reshard).
 async fn faults_in_every_step_keep_every_promise<S: Store>(engine: Engine<S>) {
-    let run = move || {
-        std::thread::Builder::new()
-            .stack_size(64 << 20)
-            .spawn(move || {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(4)
-                    .thread_stack_size(32 << 20)
-                    .enable_all()
-                    .build()
-                    .expect("a runtime")
-                    .block_on(faults_in_every_step(engine))
-            })
-            .expect("a thread")
-            .join()
-    };
-    if let Err(panic) = tokio::task::spawn_blocking(run).await.unwrap() {
-        std::panic::resume_unwind(panic);
-    }
+    crate::harness::on_large_stacks(move || faults_in_every_step(engine)).await;
 }
 
 /// A store whose every step fails now and then: before or after it applied.

@@ -1,9 +1,12 @@
 //! The HTTP load of a cost row: C clients posting one-unit purchases by
-//! random users, for a number of requests or for a duration.
+//! random users (or a draw's entries), for a number of requests or for a
+//! duration.
 //!
 //! Every request is the service's purchase call with a fresh request id, so
 //! shardstock does its whole work (no replays) and the peers parse the same
-//! body. Clients are futures polled in the caller's task, as in
+//! body. A token row's purchases carry their user's access token, signed
+//! here as a waiting room would (its cost is the load's, not the server's);
+//! an entry row's requests each enter a new user. Clients are futures polled in the caller's task, as in
 //! [`run`](crate::run); completions are also counted per second, so a
 //! sustained run can compare its last seconds with its first.
 
@@ -21,6 +24,17 @@ pub enum Until {
     Requests(u64),
     /// Until this much time has passed.
     Elapsed(Duration),
+}
+
+/// What each request of a load is.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// `POST /v1/events/{id}/purchases`, one unit, a random user of a million.
+    Purchase,
+    /// The same, with the user's access token signed under `key`.
+    TokenPurchase { key: String },
+    /// `POST /v1/events/{id}/entries`, a new user each time.
+    Entry,
 }
 
 /// What a load measured.
@@ -53,16 +67,23 @@ impl Load {
     }
 }
 
-/// Drives `POST {base}/v1/events/{event}/purchases`.
+/// Drives `POST {base}/v1/events/{event}/purchases` (or `/entries`).
 pub async fn drive(
     client: &reqwest::Client,
     base: &str,
     event: &str,
+    request: &Request,
     concurrency: usize,
     until: Until,
     tag: &str,
 ) -> anyhow::Result<Load> {
-    let url = format!("{base}/v1/events/{event}/purchases");
+    let path = match request {
+        Request::Entry => "entries",
+        Request::Purchase | Request::TokenPurchase { .. } => "purchases",
+    };
+    let url = format!("{base}/v1/events/{event}/{path}");
+    let event_id = shardstock::domain::ids::EventId::parse(event.to_owned())
+        .map_err(|e| anyhow::anyhow!("event id {event:?}: {e}"))?;
     let next = AtomicU64::new(0);
     let start = Instant::now();
     let seconds: Vec<AtomicU64> = (0..3_600).map(|_| AtomicU64::new(0)).collect();
@@ -71,7 +92,7 @@ pub async fn drive(
         Until::Elapsed(d) => start.elapsed() < d,
     };
     let client_loop = |c: usize| {
-        let (url, next, seconds, more) = (&url, &next, &seconds, &more);
+        let (url, next, seconds, more, event_id) = (&url, &next, &seconds, &more, &event_id);
         async move {
             let mut seen = Seen::new()?;
             let mut rng = (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -83,10 +104,25 @@ pub async fn drive(
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let body = format!(
-                    r#"{{"user_id":"u{}","quantity":1,"request_id":"{tag}-{i}"}}"#,
-                    rng % 1_000_000
-                );
+                let user = rng % 1_000_000;
+                let body = match request {
+                    Request::Purchase => {
+                        format!(r#"{{"user_id":"u{user}","quantity":1,"request_id":"{tag}-{i}"}}"#)
+                    }
+                    Request::TokenPurchase { key } => {
+                        let token = shardstock::domain::token::mint(
+                            key,
+                            event_id,
+                            &format!("u{user}"),
+                            super::TOKEN_ALLOWANCE,
+                            FAR_EXPIRY,
+                        );
+                        format!(
+                            r#"{{"user_id":"u{user}","quantity":1,"request_id":"{tag}-{i}","access_token":"{token}"}}"#
+                        )
+                    }
+                    Request::Entry => format!(r#"{{"user_id":"e{tag}-{i}"}}"#),
+                };
                 let sent = Instant::now();
                 let answer = client
                     .post(url.as_str())
@@ -133,6 +169,9 @@ pub async fn drive(
             .collect(),
     })
 }
+
+/// A token row's tokens expire long after any run (2099, Unix seconds).
+const FAR_EXPIRY: i64 = 4_070_908_800;
 
 /// One client's tally.
 struct Seen {

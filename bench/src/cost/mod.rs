@@ -10,7 +10,10 @@
 //! database, so the ledger's cost is in the row. Rows:
 //! - the peers ([`peer`]): bare axum, axum + single-key Lua, the same + XADD;
 //! - shardstock on the embedded store with SQLite;
-//! - shardstock on Redis (N buckets) with PostgreSQL.
+//! - shardstock on Redis (N buckets) with PostgreSQL;
+//! - the same on a `token` event, each purchase carrying an access token
+//!   the load signs (`redis-pg-token`), and on a `draw` event, each request
+//!   a new entry (`redis-pg-entry`): what admission control adds.
 //!
 //! CPU µs per purchase does not depend on how many cores were free, so the
 //! ratios between rows of one run hold on a shared machine; requests per
@@ -31,7 +34,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use self::cpu::{Cpu, Ticks};
-use self::load::{Load, Until, drive};
+use self::load::{Load, Request, Until, drive};
 pub use self::peer::{Peer, serve_peer};
 use crate::cluster::{free_port, redis_cli, scratch_dir, spawn_redis, wait_until};
 
@@ -47,6 +50,11 @@ pub enum Row {
     Embedded,
     /// shardstock, Redis + PostgreSQL.
     RedisPg,
+    /// The same, on a `token` event: every purchase carries its user's token.
+    RedisPgToken,
+    /// The same, on a `draw` event in its entry window: every request enters
+    /// a new user.
+    RedisPgEntry,
 }
 
 impl Row {
@@ -64,9 +72,37 @@ impl Row {
             Row::Peer(p) => p.label().to_owned(),
             Row::Embedded => "shardstock, embedded store + SQLite".to_owned(),
             Row::RedisPg => format!("shardstock, Redis ({buckets} buckets) + PostgreSQL"),
+            Row::RedisPgToken => {
+                format!("shardstock, Redis ({buckets} buckets) + PostgreSQL, token purchases")
+            }
+            Row::RedisPgEntry => {
+                format!("shardstock, Redis ({buckets} buckets) + PostgreSQL, draw entries")
+            }
+        }
+    }
+
+    /// A shardstock row on Redis and PostgreSQL.
+    fn on_redis_pg(self) -> bool {
+        matches!(self, Row::RedisPg | Row::RedisPgToken | Row::RedisPgEntry)
+    }
+
+    /// What the row's load sends.
+    fn load(self) -> Request {
+        match self {
+            Row::RedisPgToken => Request::TokenPurchase {
+                key: TOKEN_KEY.to_owned(),
+            },
+            Row::RedisPgEntry => Request::Entry,
+            _ => Request::Purchase,
         }
     }
 }
+
+/// The `token_keys` of the token and draw rows' events.
+const TOKEN_KEY: &str = "bench-cost-token-key-0123456789";
+/// The token rows' allowance: random users of a million repeat, and each
+/// repeat must buy as an open event's would.
+const TOKEN_ALLOWANCE: u32 = 1000;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -277,13 +313,13 @@ async fn start(
                 .arg(o.peer_threads.to_string());
             (cmd, None)
         }
-        Row::Embedded | Row::RedisPg => {
+        Row::Embedded | Row::RedisPg | Row::RedisPgToken | Row::RedisPgEntry => {
             let mut cmd = Command::new(&o.service);
             cmd.args(["serve", "--listen", &listen, "--admin-token", TOKEN]);
             if let Some(n) = o.service_threads {
                 cmd.arg("--worker-threads").arg(n.to_string());
             }
-            let db = if row == Row::RedisPg {
+            let db = if row.on_redis_pg() {
                 let name = format!("shardstock_cost_{}_{n}", std::process::id());
                 cmd.arg("--redis").arg(redis.url());
                 cmd.arg("--database-url").arg(pg_database(&o.pg, &name));
@@ -319,7 +355,20 @@ async fn start(
     }
     let shardstock = !matches!(row, Row::Peer(_));
     if shardstock {
-        let body = json!({"id": event, "stock": STOCK, "buckets": o.buckets, "max_per_order": 1});
+        let mut body =
+            json!({"id": event, "stock": STOCK, "buckets": o.buckets, "max_per_order": 1});
+        match row {
+            Row::RedisPgToken => {
+                body["access"] = json!("token");
+                body["token_keys"] = json!([TOKEN_KEY]);
+            }
+            Row::RedisPgEntry => {
+                body["access"] = json!("draw");
+                body["token_keys"] = json!([TOKEN_KEY]);
+                body["draw"] = json!({"entries_until": "2099-01-01T00:00:00Z"});
+            }
+            _ => {}
+        }
         let r = client
             .post(format!("{base}/v1/events"))
             .bearer_auth(TOKEN)
@@ -379,6 +428,7 @@ async fn measure(
         client,
         &server.base,
         &server.event,
+        &row.load(),
         o.concurrency,
         Until::Requests(o.warmup),
         &tag,
@@ -391,6 +441,7 @@ async fn measure(
         client,
         &server.base,
         &server.event,
+        &row.load(),
         o.concurrency,
         Until::Requests(o.requests),
         &format!("m{n}"),
@@ -429,7 +480,7 @@ fn summarize(
     drain_ms: Option<u64>,
 ) -> CostRow {
     let ops = load.created.max(1);
-    let uses_redis = matches!(row, Row::Peer(Peer::Lua | Peer::LuaXadd) | Row::RedisPg);
+    let uses_redis = matches!(row, Row::Peer(Peer::Lua | Peer::LuaXadd)) || row.on_redis_pg();
     CostRow {
         label,
         requests: load.requests,
@@ -440,7 +491,9 @@ fn summarize(
         p99_ms: load.latency_us.value_at_quantile(0.99) as f64 / 1e3,
         server_us: (after.server - before.server).micros_per(ops),
         redis_us: uses_redis.then(|| (after.redis - before.redis).micros_per(ops)),
-        pg_us: (row == Row::RedisPg).then(|| (after.pg - before.pg).micros_per(ops)),
+        pg_us: row
+            .on_redis_pg()
+            .then(|| (after.pg - before.pg).micros_per(ops)),
         drain_ms,
         redis_commands: Vec::new(),
     }
@@ -503,6 +556,7 @@ async fn sustained(
         client,
         &server.base,
         &server.event,
+        &Request::Purchase,
         o.concurrency,
         Until::Elapsed(d),
         "s",
@@ -571,7 +625,9 @@ pub fn markdown(cost: &Cost, command: &str) -> String {
     let bare = find(|l| l.starts_with("axum, parse"));
     let lua = find(|l| l == "axum + fred + single-key Lua");
     let xadd = find(|l| l.ends_with("+ XADD"));
-    let redis = find(|l| l.starts_with("shardstock, Redis"));
+    let redis = find(|l| l.starts_with("shardstock, Redis") && l.ends_with("+ PostgreSQL"));
+    let token = find(|l| l.ends_with(", token purchases"));
+    let entry = find(|l| l.ends_with(", draw entries"));
     let embedded = find(|l| l.starts_with("shardstock, embedded"));
     s.push('\n');
     if let (Some(r), Some(x)) = (redis, xadd) {
@@ -590,6 +646,20 @@ pub fn markdown(cost: &Cost, command: &str) -> String {
         s.push_str(&format!(
             "- embedded: server CPU per purchase **{:.2}×** the bare axum endpoint (goal ≤ 2)\n",
             e.server_us / b.server_us.max(1e-9)
+        ));
+    }
+    if let (Some(t), Some(r)) = (token, redis) {
+        s.push_str(&format!(
+            "- a token purchase: total CPU **{:.2}×** an open purchase's, throughput **{:.2}×** (goal ≤ 1.15× CPU)\n",
+            t.total_us() / r.total_us().max(1e-9),
+            t.rate / r.rate.max(1e-9)
+        ));
+    }
+    if let (Some(e), Some(r)) = (entry, redis) {
+        s.push_str(&format!(
+            "- a draw entry: total CPU **{:.2}×** an open purchase's, throughput **{:.2}×** (goal ≤ 1× CPU)\n",
+            e.total_us() / r.total_us().max(1e-9),
+            e.rate / r.rate.max(1e-9)
         ));
     }
     if let Some(r) = redis.and_then(|r| r.pg_us) {

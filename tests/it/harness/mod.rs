@@ -19,6 +19,7 @@
 //! - `sale`: `Sale`, clients buying over HTTP until stopped: the load a test
 //!   crashes, cuts or restarts things under.
 //! - `proxy`: `DbProxy`, a TCP proxy a test cuts and restores (a database outage).
+//! - `stacks`: large stacks for the suites whose futures nest deep.
 
 mod app;
 mod backends;
@@ -30,6 +31,7 @@ mod replicated;
 mod sale;
 mod servers;
 mod service;
+mod stacks;
 mod tools;
 mod wait;
 
@@ -45,5 +47,6 @@ pub use replicated::ReplicatedCluster;
 pub use sale::{Sale, answered};
 pub use servers::{RedisCluster, RedisServer, free_port, process_id, shared_cluster};
 pub use service::Service;
+pub use stacks::{block_on_large_stacks, on_large_stacks};
 pub use tools::ensure_test_tools;
 pub use wait::{eventually, wait_until};
