@@ -26,7 +26,11 @@
 //! (`release_holds`). Half the schedules run with the outbox on (order
 //! events, `Ledger::with_outbox`): then its changes, for the event and the
 //! release's pools, are held against the database alone (`outbox`); off,
-//! none may be written.
+//! none may be written. A third of the events sell by access token: every
+//! purchase carries its buyer's token (of 1–3 units, some expiring when the
+//! clock moves), another user's, a forged, an expired or none, and the
+//! tokens' records in the store are held against the orders in the database
+//! (`tokens`).
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -43,6 +47,7 @@ mod release_plan;
 mod releases;
 mod rig;
 mod settle;
+mod tokens;
 mod told;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -221,6 +226,23 @@ pub const CHECKS: &[Check] = &[
                ledger's totals; nothing left parked. Outbox off: no change written",
     },
     Check {
+        name: "tokens",
+        on: true,
+        what: "in the third of the schedules whose event sells by access token (faults::tokens): \
+               each user a token of 1-3 units (a third expiring about a move of the clock), \
+               purchases carrying their own (reused past its allowance), another user's, a \
+               forged, an expired or no token, under the same faults, replays, reshards, holds, \
+               cancels and closes. From the database: no order and no 201 for a request that \
+               carried another's, a forged, an expired or no token, each refused for its \
+               reason; an own token refused only as spent (or expired, when it expires); a \
+               token refusal true (no order of the request taken before the call; an order of \
+               a request once refused bought by a later fresh purchase of it); per user all \
+               orders' units, cancelled and expired too (they do not give the allowance back), \
+               within the allowance. From the store after the close: each user's home in the \
+               last layout counts as bought exactly the units of their orders in the database, \
+               and no layout keeps a reservation or a saga's link to its token",
+    },
+    Check {
         name: "no_pending_saga",
         on: true,
         what: "no saga is left pending once the store is healed and the sweeper has run once with \
@@ -361,6 +383,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     if plan.ends() {
         plan.spec.ends_at = Some(clock.now_ms() + plan::WINDOW.as_millis() as i64);
     }
+    if let Some(tokens) = &mut plan.tokens {
+        tokens.start_s = clock.now_ms() / 1000;
+    }
     let plain = Arc::new(
         Engine::new(Faulty::plain(store.clone()), Plan::engine_options(0))
             .with_clock(clock.clock()),
@@ -440,7 +465,7 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     };
     let release = release.map_or(String::new(), |r| format!(", {}", r.summary()));
     let summary = format!(
-        "{} ops, holds {:?} s, {}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
+        "{} ops, holds {:?} s, {}{}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
         rig.plan.ops(),
         rig.plan.spec.hold_seconds,
         if rig.plan.ends() { "window ends, " } else { "" },
@@ -448,6 +473,11 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
             format!("outbox on ({changes} changes), ")
         } else {
             String::new()
+        },
+        if rig.plan.tokens.is_some() {
+            "tokens, "
+        } else {
+            ""
         },
         log.sent.len(),
         rig.plan.fault_rate,
