@@ -20,7 +20,9 @@
 //! run with it on, the others check that it stays empty. Whether the event
 //! sells by access token (a third of the schedules), each user's allowance
 //! and expiry and what each purchase carries ([`Carry`]) come from a fourth
-//! generator, after everything else is drawn, for the same reason.
+//! generator, after everything else is drawn, for the same reason; half of
+//! those events are draw events ([`DrawPlan`]), whose winners' tokens the
+//! buyers carry.
 
 use std::time::Duration;
 
@@ -28,12 +30,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardstock::EngineOptions;
 use shardstock::control::checkpoint::Checkpoint;
+use shardstock::domain::draw::{DrawSpec, MIN_BUY_SECONDS};
 use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::store::Store;
 
-use crate::harness::faulty::{Faulty, Mode, Rule};
+use crate::harness::faulty::{Faulty, Mode, Rule, When};
 use crate::harness::{event_id, spec};
 
 /// Engines per schedule, and actors (tasks) over them.
@@ -73,8 +76,27 @@ pub struct Tokens {
     /// about the k-th move of the clock past deadlines (`Op::Advance`), or
     /// never within the schedule (`None`: an `Op::End` passes neither).
     pub expires_after: Vec<Option<i64>>,
-    /// The schedule's start (unix seconds), set when its clock starts.
+    /// The schedule's start (unix seconds), set when its clock starts (a
+    /// draw schedule's: when it was drawn).
     pub start_s: i64,
+    /// A draw schedule (the `draw` access mode): its entries and draw.
+    pub draw: Option<DrawPlan>,
+    /// A draw schedule's tokens, once drawn: each buyer's if it won.
+    pub won: Option<Vec<Option<String>>>,
+}
+
+/// A draw schedule's entries and draw (`faults::draw`).
+#[derive(Debug, Clone)]
+pub struct DrawPlan {
+    /// Entrants besides the buyers, who never buy: as many as the stock,
+    /// so that about one buyer in four loses (winners = stock).
+    pub crowd: usize,
+    /// The step that fails in one of two draws run at once: its nth call,
+    /// before or after it applied.
+    pub fail: (&'static str, u64, When),
+    /// Units a winner's token buys, and how long it lasts.
+    pub allowance: u32,
+    pub buy_seconds: u32,
 }
 
 /// One thing an actor does.
@@ -294,6 +316,8 @@ impl Plan {
                 })
                 .collect(),
             start_s: 0,
+            draw: None,
+            won: None,
         };
         for op in self.actors.iter_mut().flatten() {
             if let Op::Buy { carry, .. } = op {
@@ -307,6 +331,37 @@ impl Plan {
             }
         }
         self.tokens = Some(tokens);
+        // Half of those are draw events: the buyers' tokens are the draw's.
+        if rng.random_bool(0.5) {
+            let steps: [(&'static str, u64); 4] = [
+                ("close_entries", 16),
+                ("entries_page", 16),
+                ("write_ranks", 16),
+                ("finish_draw", 1),
+            ];
+            let (step, calls) = steps[rng.random_range(0..steps.len())];
+            let when = if rng.random_bool(0.5) {
+                When::Before
+            } else {
+                When::After
+            };
+            let d = DrawPlan {
+                crowd: self.spec.stock as usize,
+                fail: (step, rng.random_range(1..=calls), when),
+                allowance: rng.random_range(1..=3),
+                buy_seconds: MIN_BUY_SECONDS,
+            };
+            // The entry window's end is set when the schedule's clock starts.
+            self.spec.draw = Some(
+                DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds).expect("a draw spec"),
+            );
+            self.tokens.as_mut().expect("tokens").draw = Some(d);
+        }
+    }
+
+    /// Whether the event is a draw event.
+    pub fn draws(&self) -> bool {
+        self.tokens.as_ref().is_some_and(|t| t.draw.is_some())
     }
 
     /// The token a purchase by user `user` carries (`None` without one, or
@@ -314,8 +369,8 @@ impl Plan {
     pub fn token(&self, event: &EventId, user: usize, carry: Carry) -> Option<String> {
         let t = self.tokens.as_ref()?;
         match carry {
-            Carry::Own => Some(t.own(event, user)),
-            Carry::Theirs => Some(t.own(event, (user + 1) % USERS)),
+            Carry::Own => t.own(event, user),
+            Carry::Theirs => t.own(event, (user + 1) % USERS),
             Carry::Forged => Some(mint(
                 "not-this-events-key-00000",
                 event,
@@ -411,15 +466,19 @@ fn user_name(i: usize) -> String {
 }
 
 impl Tokens {
-    /// User `user`'s own token, signed with one of the two keys.
-    pub fn own(&self, event: &EventId, user: usize) -> String {
+    /// User `user`'s own token, signed with one of the two keys; on a draw
+    /// event the one the draw gave, if it won.
+    pub fn own(&self, event: &EventId, user: usize) -> Option<String> {
+        if let Some(won) = &self.won {
+            return won[user].clone();
+        }
         let expiry = self.expires_after[user].map_or(LATER, |s| self.start_s + s);
-        mint(
+        Some(mint(
             TOKEN_KEYS[user % 2],
             event,
             &user_name(user),
             self.allowance[user],
             expiry,
-        )
+        ))
     }
 }

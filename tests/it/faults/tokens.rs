@@ -4,7 +4,7 @@
 //! What a purchase carried is logged by request id (`Log::carried`). From
 //! the database alone (`harness::oracle`) and the log:
 //! - a request that carried another user's, a forged, an expired or no
-//!   token has no order and was never answered 201 nor refused for anything
+//!   token (a draw's loser has none) has no order and was never answered 201 nor refused for anything
 //!   but its token (checked before the limit and the stock), whose
 //!   refusal names its reason (other user, invalid, expired, missing);
 //! - a request with its own token is refused for it only as spent, or as
@@ -15,7 +15,7 @@
 //!   order of a request once refused for its token was bought by a later
 //!   fresh purchase of it (the store keeps no record of a token refusal,
 //!   so a retry may buy once a sold-out saga gave a reservation back);
-//! - per user, the units of all their orders, whatever became of them, are
+//! - per user (a draw's loser: allowance 0), the units of all their orders, whatever became of them, are
 //!   at most the token's allowance: a cancelled order or an expired hold
 //!   does not give its units back to the token (docs/DESIGN.md, "As built
 //!   (the `token` access mode)"), nor does a close.
@@ -73,13 +73,16 @@ impl<S: Store> Rig<S> {
                 .get(&(user, rid.as_str()))
                 .cloned()
                 .unwrap_or_default();
-            if carry != Carry::Own {
-                let reason = match carry {
-                    Carry::Theirs => TokenRefusal::OtherUser,
-                    Carry::Forged => TokenRefusal::Invalid,
-                    Carry::Expired => TokenRefusal::Expired,
-                    Carry::Missing | Carry::Own => TokenRefusal::Missing,
-                };
+            // A draw's loser carries no token of its own (nor another's,
+            // when its neighbour lost).
+            let reason = match (carry, sent.req.access_token.is_some()) {
+                (_, false) | (Carry::Missing, _) => Some(TokenRefusal::Missing),
+                (Carry::Own, true) => None,
+                (Carry::Theirs, true) => Some(TokenRefusal::OtherUser),
+                (Carry::Forged, true) => Some(TokenRefusal::Invalid),
+                (Carry::Expired, true) => Some(TokenRefusal::Expired),
+            };
+            if let Some(reason) = reason {
                 if !orders.is_empty() {
                     v.push((
                         CHECK,
