@@ -15,11 +15,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardstock::Engine;
 use shardstock::domain::draw::{self, Standing};
 use shardstock::domain::ids::UserId;
 use shardstock::engine::DrawView;
 use shardstock::store::Store;
-use shardstock::Engine;
 
 use super::clock::ScheduleClock;
 use super::plan::{ENGINES, Plan, USERS};
@@ -59,7 +59,10 @@ async fn draw<S: Store>(
     summary: &mut String,
 ) -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
-    let tokens = plan.tokens.as_ref().expect("a draw schedule sells by token");
+    let tokens = plan
+        .tokens
+        .as_ref()
+        .expect("a draw schedule sells by token");
     let d = tokens.draw.clone().expect("a draw schedule");
     let id = plan.spec.id.clone();
     let entrants: Vec<UserId> = (0..USERS)
@@ -109,7 +112,11 @@ async fn draw<S: Store>(
     if va.entries != entrants.len() as u64 {
         v.push((
             CHECK,
-            format!("{} entries drawn of {} entrants", va.entries, entrants.len()),
+            format!(
+                "{} entries drawn of {} entrants",
+                va.entries,
+                entrants.len()
+            ),
         ));
     }
     let (Some(seed), Some(winners), Some(drawn_at)) = (va.seed.clone(), va.winners, va.drawn_at)
@@ -133,7 +140,10 @@ async fn draw<S: Store>(
         let who = user(Plan::user(i));
         let rank = order.iter().position(|u| *u == who).map(|p| p as u64 + 1);
         let want = rank.map(|r| Standing::of(r, winners));
-        let (sa, sb) = (a.entry_status(&id, &who).await, b.entry_status(&id, &who).await);
+        let (sa, sb) = (
+            a.entry_status(&id, &who).await,
+            b.entry_status(&id, &who).await,
+        );
         match (sa, sb) {
             (Ok(sa), Ok(sb)) if sa == sb && Some(sa.standing) == want => {
                 won.push(sa.token.map(|(t, _)| t));

@@ -352,9 +352,8 @@ impl Plan {
                 buy_seconds: MIN_BUY_SECONDS,
             };
             // The entry window's end is set when the schedule's clock starts.
-            self.spec.draw = Some(
-                DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds).expect("a draw spec"),
-            );
+            self.spec.draw =
+                Some(DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds).expect("a draw spec"));
             self.tokens.as_mut().expect("tokens").draw = Some(d);
         }
     }

@@ -138,16 +138,15 @@ impl<S: Store> Rig<S> {
                             ));
                         }
                     }
-                    Answer::Bought(..) if r.fresh && expires.is_some_and(|e| r.sent_ms >= e) => {
-                        v.push((
+                    Answer::Bought(..) if r.fresh && expires.is_some_and(|e| r.sent_ms >= e) => v
+                        .push((
                             CHECK,
                             format!(
                                 "{rid} bought afresh in a call sent at {} ms, after its token \
                                  expired at {:?} ms",
                                 r.sent_ms, expires
                             ),
-                        ))
-                    }
+                        )),
                     _ => {}
                 }
             }
