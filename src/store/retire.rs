@@ -48,6 +48,12 @@ pub struct BucketContents {
     /// `token` events: each token's id (`<user>.<allowance>.<expiry>`) and
     /// the units it bought.
     pub tokens: Vec<(String, u64)>,
+    /// `token` events: units sagas in flight reserved, by token id (only
+    /// those above 0), and how many pending sagas name their token. Read,
+    /// never restored: a layout's reservations end with its sagas before a
+    /// reshard reads it.
+    pub reserved: Vec<(String, u64)>,
+    pub token_sagas: usize,
 }
 
 /// The answer of [`Retirement::restore`].
@@ -101,7 +107,8 @@ section! {
         ) -> RestoreReply;
 
         /// What a (sealed) bucket remembers about its users: holdings, order index
-        /// entries and final records of client request ids.
+        /// entries, final records of client request ids and tokens' consumption
+        /// (and, read only, their reservations).
         fn contents(bucket: &BucketRef) -> BucketContents;
 
         /// Lets every key of the bucket expire after `ttl_ms` (an ended event).

@@ -26,7 +26,12 @@
 //! (`release_holds`). Half the schedules run with the outbox on (order
 //! events, `Ledger::with_outbox`): then its changes, for the event and the
 //! release's pools, are held against the database alone (`outbox`); off,
-//! none may be written.
+//! none may be written. A third of the events sell by access token: every
+//! purchase carries its buyer's token (of 1–3 units, some expiring when the
+//! clock moves), another user's, a forged, an expired or none, and the
+//! tokens' records in the store are held against the orders in the database
+//! (`tokens`); half of those are draw events, entered and drawn under faults
+//! first (`draw`), whose winners' tokens the buyers carry.
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -35,6 +40,7 @@
 mod checks;
 mod client;
 mod clock;
+mod draw;
 mod log;
 mod outbox;
 mod plan;
@@ -43,6 +49,7 @@ mod release_plan;
 mod releases;
 mod rig;
 mod settle;
+mod tokens;
 mod told;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -223,6 +230,34 @@ pub const CHECKS: &[Check] = &[
                ledger's totals; nothing left parked. Outbox off: no change written",
     },
     Check {
+        name: "tokens",
+        on: true,
+        what: "in the third of the schedules whose event sells by access token (faults::tokens): \
+               each user a token of 1-3 units (a third expiring about a move of the clock), \
+               purchases carrying their own (reused past its allowance), another user's, a \
+               forged, an expired or no token, under the same faults, replays, reshards, holds, \
+               cancels and closes. From the database: no order and no 201 for a request that \
+               carried another's, a forged, an expired or no token, each refused for its \
+               reason; an own token refused only as spent (or expired, when it expires); a \
+               token refusal true (no order of the request taken before the call; an order of \
+               a request once refused bought by a later fresh purchase of it); per user all \
+               orders' units, cancelled and expired too (they do not give the allowance back), \
+               within the allowance. From the store after the close: each user's home in the \
+               last layout counts as bought exactly the units of their orders in the database, \
+               and no layout keeps a reservation or a saga's link to its token",
+    },
+    Check {
+        name: "draws",
+        on: true,
+        what: "in half the token schedules the event is a draw event (faults::draw): the buyers \
+               and a crowd as large as the stock enter through the faulty engines, then two \
+               engines draw at once, one failing at a drawn step (closing entries, reading \
+               them, writing ranks, the record; before or after it applied) and drawing again: \
+               both answer the same draw, every entry counted, each buyer standing where the \
+               revealed seed over the listed entrants puts them, with the same token from both; \
+               the winners buy with those tokens (the check tokens), the losers hold none",
+    },
+    Check {
         name: "no_pending_saga",
         on: true,
         what: "no saga is left pending once the store is healed and the sweeper has run once with \
@@ -363,10 +398,21 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     if plan.ends() {
         plan.spec.ends_at = Some(clock.now_ms() + plan::WINDOW.as_millis() as i64);
     }
+    if let Some(tokens) = &mut plan.tokens {
+        tokens.start_s = clock.now_ms() / 1000;
+    }
+    if let Some(d) = plan.spec.draw.as_mut() {
+        // The entries come first (`draw`), then the clock passes this.
+        d.entries_until = clock.now_ms() + 60_000;
+    }
     let plain = Arc::new(
         Engine::new(Faulty::plain(store.clone()), Plan::engine_options(0))
             .with_clock(clock.clock()),
     );
+    plain
+        .commit_draw(&mut plan.spec)
+        .await
+        .expect("a draw's seed kept");
     lifecycle::create(&plain, &ledger, plan.spec.clone())
         .await
         .expect("create the event");
@@ -385,6 +431,12 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
             Arc::new(Engine::new(faulty, Plan::engine_options(i)).with_clock(clock.clock()))
         })
         .collect();
+    let drawn = if plan.draws() {
+        Some(draw::run(&mut plan, &store, &engines, &clock).await)
+    } else {
+        None
+    };
+    let (drawn, drew) = drawn.map_or((Vec::new(), String::new()), |d| (d.violations, d.summary));
     let rebalancers = engines
         .iter()
         .map(|e| tokio::sync::Mutex::new(rig::rebalancer(e, &ledger)))
@@ -396,7 +448,11 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     };
     let rig = Arc::new(Rig {
         id: plan.spec.id.clone(),
-        log: Mutex::new(Log::new(plan.spec.hold_seconds)),
+        log: Mutex::new({
+            let mut log = Log::new(plan.spec.hold_seconds);
+            log.errors.extend(drawn);
+            log
+        }),
         plan,
         engines,
         rebalancers,
@@ -440,9 +496,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         ),
         _ => String::new(),
     };
-    let release = release.map_or(String::new(), |r| format!(", {}", r.summary()));
+    let release = drew + &release.map_or(String::new(), |r| format!(", {}", r.summary()));
     let summary = format!(
-        "{} ops, holds {:?} s, {}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
+        "{} ops, holds {:?} s, {}{}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
         rig.plan.ops(),
         rig.plan.spec.hold_seconds,
         if rig.plan.ends() { "window ends, " } else { "" },
@@ -450,6 +506,11 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
             format!("outbox on ({changes} changes), ")
         } else {
             String::new()
+        },
+        match &rig.plan.tokens {
+            Some(t) if t.draw.is_some() => "draw, ",
+            Some(_) => "tokens, ",
+            None => "",
         },
         log.sent.len(),
         rig.plan.fault_rate,

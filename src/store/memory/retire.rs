@@ -165,6 +165,13 @@ impl Retirement for MemoryStore {
                 .filter(|(_, (used, _))| *used > 0)
                 .map(|(id, (used, _))| (id.clone(), *used))
                 .collect(),
+            reserved: bk
+                .tokens
+                .iter()
+                .filter(|(_, (_, reserved))| *reserved > 0)
+                .map(|(id, (_, reserved))| (id.clone(), *reserved))
+                .collect(),
+            token_sagas: bk.token_sagas.len(),
         })
     }
 

@@ -269,13 +269,24 @@ impl Retirement for RedisStore {
                 c.records.push((rid, record));
             }
         }
-        // Tokens' consumption only: a sealed layout's reservations were
-        // ended with its pending sagas (`r:` back to 0, `s:` gone).
-        for (field, used) in tok {
-            if let (Some(id), Ok(used)) = (field.strip_prefix("u:"), used.parse::<u64>())
-                && used > 0
-            {
-                c.tokens.push((id.to_owned(), used));
+        // Tokens' consumption, which a reshard moves; a sealed layout's
+        // reservations were ended with its pending sagas (`r:` back to 0,
+        // `s:` gone), so they are read only (`reserved`, `token_sagas`).
+        for (field, value) in tok {
+            if field.starts_with("s:") {
+                c.token_sagas += 1;
+                continue;
+            }
+            let (list, id) = match (field.strip_prefix("u:"), field.strip_prefix("r:")) {
+                (Some(id), _) => (&mut c.tokens, id),
+                (None, Some(id)) => (&mut c.reserved, id),
+                (None, None) => continue,
+            };
+            let units: u64 = value
+                .parse()
+                .map_err(|_| StoreError::Protocol(format!("token field {field}: {value:?}")))?;
+            if units > 0 {
+                list.push((id.to_owned(), units));
             }
         }
         Ok(c)

@@ -2,8 +2,10 @@
 //! call was made, and every answer about each order (`told`).
 //!
 //! Answers to purchases are classified by what they claim about the
-//! request: bought, refused (final), "nothing deducted", not on sale, no
-//! order (after the close, from the ledger), or unknown. Answers about an
+//! request: bought, refused (final), refused for its token (not kept under
+//! the request id: a retry with the same id may buy once its allowance
+//! came back), "nothing deducted", not on sale, no order (after the close,
+//! from the ledger), or unknown. Answers about an
 //! order — the status its 201 showed, confirms, cancels — make its story.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,11 +13,13 @@ use std::collections::{BTreeMap, HashMap};
 use shardstock::EngineError;
 use shardstock::domain::ids::OrderId;
 use shardstock::domain::model::{Order, OrderStatus};
+use shardstock::domain::token::TokenRefusal;
 use shardstock::engine::{
     CancelOutcome, ConfirmOutcome, ConfirmRefusal, PurchaseOutcome, PurchaseRequest, Refusal,
 };
 use shardstock::store::StoreError;
 
+use super::plan::Carry;
 use super::told::{Call, Story, Told, Via};
 
 /// What one answer to a purchase says about the request.
@@ -25,6 +29,12 @@ pub enum Answer {
     Bought(OrderId, u32),
     /// A final refusal (sold out, over the limit): nothing deducted.
     Refused(String),
+    /// The request's token was refused (`Refusal::Token`): this call made
+    /// no order, and no earlier one did (a replay answers its record before
+    /// any token check). Not final: the store keeps no record of it, so a
+    /// retry may buy (an allowance a sold-out saga gave back), or be
+    /// refused for another reason (the token expired since).
+    TokenRefused(TokenRefusal),
     /// An error that says nothing was deducted: 503 without `outcome`, or
     /// `Contention` ("nothing was bought, retry").
     NothingDeducted(String),
@@ -45,7 +55,7 @@ impl Answer {
             Ok(order) => Self::Bought(order.order_id.clone(), order.quantity),
             Err(Refusal::SoldOut { .. }) => Self::Refused("sold out".into()),
             Err(Refusal::LimitExceeded { .. }) => Self::Refused("over the limit".into()),
-            Err(Refusal::Token(why)) => Self::Refused(format!("token {why:?}")),
+            Err(Refusal::Token(why)) => Self::TokenRefused(*why),
         }
     }
 
@@ -78,6 +88,8 @@ impl Answer {
 pub struct Reply {
     pub answer: Answer,
     pub sent_ms: i64,
+    /// A 201 of a fresh purchase (not a replay): this call bought.
+    pub fresh: bool,
 }
 
 /// A request (one request id) and every answer it got, in order.
@@ -111,6 +123,9 @@ pub struct Log {
     /// Answers no schedule should ever get, by the check they break (e.g. a
     /// bought order unknown to cancel).
     pub errors: Vec<(&'static str, String)>,
+    /// Token schedules: what each purchase carried, by request id (the
+    /// settling's quiet buyers carry their own).
+    pub carried: HashMap<String, Carry>,
 }
 
 impl Log {
@@ -124,6 +139,7 @@ impl Log {
             told: Vec::new(),
             tally: BTreeMap::new(),
             errors: Vec::new(),
+            carried: HashMap::new(),
         }
     }
 
@@ -142,6 +158,7 @@ impl Log {
         sent_ms: i64,
         answered_ms: i64,
     ) -> Answer {
+        let fresh = matches!(&heard, Ok((out, Via::Purchase)) if out.result.is_ok());
         let answer = match heard {
             Ok((out, via)) => {
                 if let Ok(order) = &out.result {
@@ -163,6 +180,7 @@ impl Log {
         let kind = match &answer {
             Answer::Bought(..) => "201",
             Answer::Refused(_) => "refused",
+            Answer::TokenRefused(_) => "token refused",
             Answer::NothingDeducted(_) => "nothing deducted",
             Answer::NotOnSale => "not on sale",
             Answer::NoOrder => "no order",
@@ -171,6 +189,7 @@ impl Log {
         sent.replies.push(Reply {
             answer: answer.clone(),
             sent_ms,
+            fresh,
         });
         self.count(format!("buy {kind}"));
         answer
@@ -270,16 +289,18 @@ impl Log {
         self.hear(oid, told, Via::Confirm, sent_ms, answered_ms);
     }
 
-    /// Requests a replay may pick: answered finally or with an unknown outcome
-    /// (never one answered "nothing deducted": a retry may buy then, which
-    /// would be no lie).
+    /// Requests a replay may pick: answered finally, with an unknown outcome
+    /// or refused for their token (never one answered "nothing deducted": a
+    /// retry may buy then, which would be no lie; a token refusal's retry is
+    /// judged by the check `tokens`).
     pub fn replayable(&self) -> Vec<PurchaseRequest> {
         self.order
             .iter()
             .map(|rid| &self.sent[rid])
             .filter(|s| {
-                s.answers()
-                    .any(|a| a.is_final() || matches!(a, Answer::Unknown(_)))
+                s.answers().any(|a| {
+                    a.is_final() || matches!(a, Answer::Unknown(_) | Answer::TokenRefused(_))
+                })
             })
             .map(|s| s.req.clone())
             .collect()

@@ -17,7 +17,12 @@
 //! a named checkpoint (half of those that reshard or close). Whether the
 //! ledger writes the outbox (order events) comes from a third generator of
 //! the seed, so turning it on changed no earlier draw: half the schedules
-//! run with it on, the others check that it stays empty.
+//! run with it on, the others check that it stays empty. Whether the event
+//! sells by access token (a third of the schedules), each user's allowance
+//! and expiry and what each purchase carries ([`Carry`]) come from a fourth
+//! generator, after everything else is drawn, for the same reason; half of
+//! those events are draw events ([`DrawPlan`]), whose winners' tokens the
+//! buyers carry.
 
 use std::time::Duration;
 
@@ -25,17 +30,74 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardstock::EngineOptions;
 use shardstock::control::checkpoint::Checkpoint;
+use shardstock::domain::draw::{DrawSpec, MIN_BUY_SECONDS};
+use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventSpec;
+use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::store::Store;
 
-use crate::harness::faulty::{Faulty, Mode, Rule};
+use crate::harness::faulty::{Faulty, Mode, Rule, When};
 use crate::harness::{event_id, spec};
 
 /// Engines per schedule, and actors (tasks) over them.
 pub const ENGINES: usize = 3;
 const ACTORS: usize = 4;
 /// Buyers per schedule: few, so per-user limits bite.
-const USERS: usize = 12;
+pub const USERS: usize = 12;
+
+/// The keys of a token schedule's event: tokens are minted under either
+/// (two, as while one is rotated).
+const TOKEN_KEYS: [&str; 2] = ["fault-key-0123456789abcdef", "fault-key-fedcba9876543210"];
+/// An expiry far in the future (unix seconds, 2100-01-01): past every
+/// `Op::End` too.
+const LATER: i64 = 4_102_444_800;
+
+/// What a purchase of a token schedule carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carry {
+    /// The buyer's own token (its allowance may be spent: a reuse).
+    Own,
+    /// Another user's token.
+    Theirs,
+    /// A token signed with a key that is not the event's.
+    Forged,
+    /// A token whose expiry passed before the schedule began.
+    Expired,
+    /// No token at all.
+    Missing,
+}
+
+/// A token schedule's tokens: each user's allowance and expiry.
+#[derive(Debug, Clone)]
+pub struct Tokens {
+    /// Units each user's token may buy in all (1–3).
+    pub allowance: Vec<u32>,
+    /// Seconds after the schedule starts at which each user's token expires:
+    /// about the k-th move of the clock past deadlines (`Op::Advance`), or
+    /// never within the schedule (`None`: an `Op::End` passes neither).
+    pub expires_after: Vec<Option<i64>>,
+    /// The schedule's start (unix seconds), set when its clock starts (a
+    /// draw schedule's: when it was drawn).
+    pub start_s: i64,
+    /// A draw schedule (the `draw` access mode): its entries and draw.
+    pub draw: Option<DrawPlan>,
+    /// A draw schedule's tokens, once drawn: each buyer's if it won.
+    pub won: Option<Vec<Option<String>>>,
+}
+
+/// A draw schedule's entries and draw (`faults::draw`).
+#[derive(Debug, Clone)]
+pub struct DrawPlan {
+    /// Entrants besides the buyers, who never buy: as many as the stock,
+    /// so that about one buyer in four loses (winners = stock).
+    pub crowd: usize,
+    /// The step that fails in one of two draws run at once: its nth call,
+    /// before or after it applied.
+    pub fail: (&'static str, u64, When),
+    /// Units a winner's token buys, and how long it lasts.
+    pub allowance: u32,
+    pub buy_seconds: u32,
+}
 
 /// One thing an actor does.
 #[derive(Debug, Clone)]
@@ -45,6 +107,8 @@ pub enum Op {
         user: usize,
         qty: u32,
         crash: Option<Duration>,
+        /// What the purchase carries on a token schedule (else nothing).
+        carry: Carry,
     },
     /// The same request id again, of a request answered before (`pick` among them).
     Replay {
@@ -100,6 +164,9 @@ pub struct Plan {
     /// The ledger writes the outbox (`Ledger::with_outbox`): every flush and
     /// close of the schedule (its release's too) writes its order changes.
     pub outbox: bool,
+    /// The event sells by access token (`token` access mode): every
+    /// purchase carries one ([`Op::Buy`]'s `carry`).
+    pub tokens: Option<Tokens>,
 }
 
 /// How far the sale window ends after the schedule starts: only [`Op::End`]
@@ -128,6 +195,7 @@ impl Plan {
                             user: rng.random_range(0..USERS),
                             qty: rng.random_range(1..=3),
                             crash: crash(&mut rng),
+                            carry: Carry::Own,
                         },
                         50..64 => Op::Replay {
                             pick: rng.random_range(0..1000),
@@ -202,6 +270,7 @@ impl Plan {
             actors,
             cut: None,
             outbox: StdRng::seed_from_u64(seed ^ 0x0b0c_5eed).random_bool(0.5),
+            tokens: None,
         };
         let mut cuts = Vec::new();
         if plan.reshards() {
@@ -221,7 +290,96 @@ impl Plan {
             let at = cuts[more.random_range(0..cuts.len())];
             plan.cut = Some((at, more.random_range(1..=2)));
         }
+        plan.draw_tokens();
         plan
+    }
+
+    /// A third of the schedules sell by token: the event gets keys, each
+    /// user a token of 1–3 units (a third of them expiring about the 1st to
+    /// 3rd move of the clock), and each purchase what it carries: mostly the
+    /// buyer's own token, else another user's, a forged, an expired or none.
+    fn draw_tokens(&mut self) {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x70c3_5eed);
+        if !rng.random_bool(1.0 / 3.0) {
+            return;
+        }
+        self.spec.tokens = Some(TokenAccess {
+            keys: TOKEN_KEYS.iter().map(|k| k.to_string()).collect(),
+        });
+        let advance = self.advance_by().as_secs() as i64;
+        let tokens = Tokens {
+            allowance: (0..USERS).map(|_| rng.random_range(1..=3)).collect(),
+            expires_after: (0..USERS)
+                .map(|_| {
+                    rng.random_bool(1.0 / 3.0)
+                        .then(|| advance * rng.random_range(1..=3) - 1)
+                })
+                .collect(),
+            start_s: 0,
+            draw: None,
+            won: None,
+        };
+        for op in self.actors.iter_mut().flatten() {
+            if let Op::Buy { carry, .. } = op {
+                *carry = match rng.random_range(0..100) {
+                    0..76 => Carry::Own,
+                    76..82 => Carry::Theirs,
+                    82..88 => Carry::Forged,
+                    88..94 => Carry::Expired,
+                    _ => Carry::Missing,
+                };
+            }
+        }
+        self.tokens = Some(tokens);
+        // Half of those are draw events: the buyers' tokens are the draw's.
+        if rng.random_bool(0.5) {
+            let steps: [(&'static str, u64); 4] = [
+                ("close_entries", 16),
+                ("entries_page", 16),
+                ("write_ranks", 16),
+                ("finish_draw", 1),
+            ];
+            let (step, calls) = steps[rng.random_range(0..steps.len())];
+            let when = if rng.random_bool(0.5) {
+                When::Before
+            } else {
+                When::After
+            };
+            let d = DrawPlan {
+                crowd: self.spec.stock as usize,
+                fail: (step, rng.random_range(1..=calls), when),
+                allowance: rng.random_range(1..=3),
+                buy_seconds: MIN_BUY_SECONDS,
+            };
+            // The entry window's end is set when the schedule's clock starts.
+            self.spec.draw =
+                Some(DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds).expect("a draw spec"));
+            self.tokens.as_mut().expect("tokens").draw = Some(d);
+        }
+    }
+
+    /// Whether the event is a draw event.
+    pub fn draws(&self) -> bool {
+        self.tokens.as_ref().is_some_and(|t| t.draw.is_some())
+    }
+
+    /// The token a purchase by user `user` carries (`None` without one, or
+    /// on an open event).
+    pub fn token(&self, event: &EventId, user: usize, carry: Carry) -> Option<String> {
+        let t = self.tokens.as_ref()?;
+        match carry {
+            Carry::Own => t.own(event, user),
+            Carry::Theirs => t.own(event, (user + 1) % USERS),
+            Carry::Forged => Some(mint(
+                "not-this-events-key-00000",
+                event,
+                &user_name(user),
+                3,
+                LATER,
+            )),
+            Carry::Expired => Some(mint(TOKEN_KEYS[0], event, &user_name(user), 3, 1_000_000)),
+            Carry::Missing => None,
+        }
     }
 
     /// Whether the schedule reshards the event.
@@ -252,8 +410,21 @@ impl Plan {
         Duration::from_secs(u64::from(self.spec.hold_seconds.unwrap_or(1)) + 1)
     }
 
+    /// The name of the schedule's user `i`.
+    pub fn user(i: usize) -> String {
+        user_name(i)
+    }
+
     pub fn ops(&self) -> usize {
         self.actors.iter().map(Vec::len).sum()
+    }
+
+    /// A fresh buyer's own token (the settling's quiet phase): `allowance`
+    /// units, no expiry within the schedule. `None` on an open event.
+    pub fn quiet_token(&self, event: &EventId, user: &str, allowance: u32) -> Option<String> {
+        self.tokens
+            .as_ref()
+            .map(|_| mint(TOKEN_KEYS[1], event, user, allowance, LATER))
     }
 
     /// The options of engine `i`: batched and not, short waits (a schedule
@@ -286,5 +457,27 @@ impl Plan {
                 },
             },
         );
+    }
+}
+
+fn user_name(i: usize) -> String {
+    format!("u{i}")
+}
+
+impl Tokens {
+    /// User `user`'s own token, signed with one of the two keys; on a draw
+    /// event the one the draw gave, if it won.
+    pub fn own(&self, event: &EventId, user: usize) -> Option<String> {
+        if let Some(won) = &self.won {
+            return won[user].clone();
+        }
+        let expiry = self.expires_after[user].map_or(LATER, |s| self.start_s + s);
+        Some(mint(
+            TOKEN_KEYS[user % 2],
+            event,
+            &user_name(user),
+            self.allowance[user],
+            expiry,
+        ))
     }
 }

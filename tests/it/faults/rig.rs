@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::maybe_crash;
 use super::clock::ScheduleClock;
 use super::log::Log;
-use super::plan::{ENGINES, Op, Plan, WINDOW};
+use super::plan::{Carry, ENGINES, Op, Plan, WINDOW};
 use crate::harness::faulty::Faulty;
 use crate::harness::req;
 
@@ -93,15 +93,28 @@ impl<S: Store> Rig<S> {
         self.log.lock().unwrap().count(what.to_owned());
     }
 
-    fn request(&self, user_index: usize, qty: u32, rid: String) -> PurchaseRequest {
-        req(&self.id, &format!("u{user_index}"), qty, Some(&rid))
+    /// A purchase by user `user_index`, carrying what `carry` says on a
+    /// token schedule (logged with its request id, for the checks).
+    fn request(&self, user_index: usize, qty: u32, rid: String, carry: Carry) -> PurchaseRequest {
+        let mut r = req(&self.id, &Plan::user(user_index), qty, Some(&rid));
+        if self.plan.tokens.is_some() {
+            r.access_token = self.plan.token(&self.id, user_index, carry);
+            self.log.lock().unwrap().carried.insert(rid, carry);
+        }
+        r
     }
 
     async fn apply(&self, engine: &Arc<Engine<Faulty<S>>>, actor: usize, i: usize, op: Op) {
         let store = engine.store();
         match op {
-            Op::Buy { user, qty, crash } => {
-                let req = self.request(user, qty, format!("s{}-a{actor}-{i}", self.plan.seed));
+            Op::Buy {
+                user,
+                qty,
+                crash,
+                carry,
+            } => {
+                let rid = format!("s{}-a{actor}-{i}", self.plan.seed);
+                let req = self.request(user, qty, rid, carry);
                 self.purchase(engine, &req, crash).await;
             }
             Op::Replay { pick } => {

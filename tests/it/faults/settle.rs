@@ -48,6 +48,10 @@ const RESHARD_SENSITIVE: &[&str] = &[
 /// never answered.
 const RETRIES: usize = 8;
 
+/// A quiet buyer's token's allowance on a token schedule: every quantity it
+/// asks (1–3).
+pub const QUIET_ALLOWANCE: u32 = 3;
+
 impl<S: Store> Rig<S> {
     /// Heals, settles, checks; returns what broke.
     pub async fn settle_and_check(self: &Arc<Self>, plain: &Arc<Engine<Faulty<S>>>) -> Violations {
@@ -150,6 +154,7 @@ impl<S: Store> Rig<S> {
         self.audit(plain, "after the close", &mut v).await;
         self.check_ledger(&mut v).await;
         self.check_database(&mut v).await;
+        self.check_tokens(plain, &mut v).await;
         let errors = self.log.lock().unwrap().errors.clone();
         v.extend(errors);
         if self.plan.reshards() {
@@ -226,7 +231,14 @@ impl<S: Store> Rig<S> {
                 let answer = self.purchase(plain, &req, None).await;
                 // Final, or the sale is over: once it is closed the ledger
                 // answers (`ask_after_close`).
-                if answer.is_final() || matches!(answer, Answer::NotOnSale | Answer::NoOrder) {
+                // A token refusal is an answer too: no earlier attempt
+                // bought (a replay answers its record before the token).
+                if answer.is_final()
+                    || matches!(
+                        answer,
+                        Answer::NotOnSale | Answer::NoOrder | Answer::TokenRefused(_)
+                    )
+                {
                     last = None;
                     break;
                 }
@@ -349,14 +361,16 @@ impl<S: Store> Rig<S> {
             } else {
                 1 + (i as u32 % 3)
             };
+            let quiet = format!("quiet{i}");
             let req = PurchaseRequest {
                 event: self.id.clone(),
-                user: user(format!("quiet{i}")),
+                user: user(quiet.clone()),
                 quantity: qty,
                 request_id: Some(
                     RequestId::parse(format!("s{}-quiet-{i}", self.plan.seed)).unwrap(),
                 ),
-                access_token: None,
+                // A token schedule's quiet buyer carries its own token.
+                access_token: self.plan.quiet_token(&self.id, &quiet, QUIET_ALLOWANCE),
             };
             let sent_ms = self.clock.now_ms();
             let result = Box::pin(plain.purchase(&req)).await;
