@@ -13,6 +13,8 @@ pub mod event;
 pub mod ids;
 /// The Redis key layout and hash tags.
 pub mod keys;
+/// The waiting list's offers: ticket records, the offer token.
+pub mod offer;
 /// Orders, request records and their stored encodings (events re-exported).
 pub mod model;
 /// Small stored records: probe markers, lease holders, the empty mark.

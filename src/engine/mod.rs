@@ -27,6 +27,7 @@ mod holds;
 mod lease;
 mod lines;
 pub mod mover;
+mod offers;
 mod orders;
 mod pool_cut;
 mod precheck;
@@ -55,6 +56,7 @@ pub use activity::Activity;
 pub use clock::{Clock, ManualClock};
 pub use draw::{DrawView, EntryStatus};
 pub use holds::{ConfirmOutcome, ConfirmRefusal};
+pub use offers::{OfferRefusal, OfferRound};
 pub use lease::{KeepAlive, Lease};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
@@ -122,6 +124,9 @@ pub enum EngineError {
     /// The user never entered the draw.
     #[error("user {user} did not enter the draw of event {event}")]
     NotEntered { event: EventId, user: UserId },
+    /// A waiting user's purchase with an offer token was refused.
+    #[error("offer refused at event {event}: {}", why.as_str())]
+    OfferRefused { event: EventId, why: OfferRefusal },
     /// A fault injected by a test ([`CrashPoint`], `control::checkpoint`):
     /// the engine stopped as if it crashed. Test builds only.
     #[cfg(feature = "fault-injection")]

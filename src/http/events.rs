@@ -7,6 +7,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::guard::Admin;
+use super::error::DrawProblem;
 use super::{ApiError, ApiJson, AppState};
 use crate::control::ControlError;
 use crate::control::audit::Audit;
@@ -163,6 +164,7 @@ impl<S: Store> AppState<S> {
                 event: event.to_string(),
                 release: release.to_string(),
             },
+            ControlError::WaitingList(_) => ApiError::Draw(DrawProblem::WaitingList, e.to_string()),
             ControlError::Ledger(e) => {
                 tracing::warn!(error = %e, "ledger failed");
                 ApiError::Unavailable {

@@ -53,7 +53,7 @@ fn draw_spec(id: &EventId, stock: u64, until: i64) -> EventSpec {
     s.tokens = Some(TokenAccess {
         keys: KEYS.iter().map(|k| k.to_string()).collect(),
     });
-    s.draw = Some(DrawSpec::new(until, None, 1.2, 1, 3600).unwrap());
+    s.draw = Some(DrawSpec::new(until, None, 1.2, 1, 3600, 600).unwrap());
     s
 }
 
@@ -213,6 +213,7 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
             user: u,
             standing,
             token,
+            ..
         },
     ) in standings
     {

@@ -77,7 +77,7 @@ steps! {
     Cancel = cancel {
         keys: [
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
-            b(Bk::Hunits),
+            b(Bk::Hunits), b(Bk::Wl),
         ],
         argv: { order: String, head: String, cancelled: &'static str },
         reply: Reply::Codes(&[
