@@ -76,7 +76,7 @@ use crate::domain::token::TokenRefusal;
             PurchaseRefused, TokenRefused, ReshardRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
-            CancelRefused, EntryRefused, NotEntered, NotADraw, DrawRefused, NotDrawn,
+            CancelRefused, EntryRefused, NotEntered, NotADraw, DrawRefused, NotDrawn, OfferRefused,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),

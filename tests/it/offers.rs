@@ -9,7 +9,10 @@
 //! unit goes to the next user too. At the close every unit is bought or
 //! leftover (open offers among the leftover), the audit balances, and the
 //! database alone agrees: confirmed units + leftover == stock, and every
-//! order's status is what its buyer was last told.
+//! order's status is what its buyer was last told. And a round cut off at
+//! each of its steps (before the step ran, or after, its reply lost) is
+//! finished by the next: every returned unit offered once, in line order;
+//! a claim whose reply was lost answers its order again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,14 +28,16 @@ use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::engine::{EngineError, ManualClock, OfferRefusal, PurchaseRequest, Refusal};
 use shardstock::ledger::Ledger;
 use shardstock::store::Store;
-use shardstock::Engine;
+use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::harness::faulty::{Faulty, When};
 use crate::harness::{event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url};
 
 on_every_backend!(
     namespace_per_test:
     unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought_or_leftover,
+    an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim_reply_replays,
 );
 
 const KEY: &str = "offer-key-0123456789abcdef";
@@ -272,4 +277,106 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
     for (order, status) in &told {
         assert_eq!(sale.orders[order.as_str()].status, *status, "{order}");
     }
+}
+
+async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim_reply_replays<
+    S: Store,
+>(
+    engine: Engine<S>,
+) {
+    let url = if engine.store().kind() == "memory" {
+        sqlite_url()
+    } else {
+        pg_url()
+    };
+    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let clock = ManualClock::starting_now();
+    let faulty = Faulty::plain(engine.store().clone());
+    let engine = Arc::new(engine.with_clock(clock.clone().into()));
+    let cut = Engine::new(faulty.clone(), EngineOptions::default()).with_clock(clock.clone().into());
+
+    // 8 units, 20 entrants: 8 winners buy (no holds), 12 wait.
+    let id = event_id("offcut");
+    let mut s = spec(&id, 8, 2);
+    s.tokens = Some(TokenAccess {
+        keys: vec![KEY.to_owned()],
+    });
+    s.draw = Some(DrawSpec::new(clock.now_ms() + 1_000, None, 1.0, 1, 3_600, OFFER_S).unwrap());
+    engine.commit_draw(&mut s).await.unwrap();
+    lifecycle::create(&engine, &ledger, s).await.unwrap();
+    let users: Vec<UserId> = (0..20).map(|i| uid(&format!("c{i}"))).collect();
+    for u in &users {
+        engine.enter(&id, u).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    engine.draw(&id).await.unwrap();
+    let mut orders = Vec::new();
+    let mut line: Vec<(u64, UserId)> = Vec::new();
+    for u in &users {
+        let st = engine.entry_status(&id, u).await.unwrap();
+        match st.standing {
+            Standing::Won => {
+                let req = PurchaseRequest {
+                    event: id.clone(),
+                    user: u.clone(),
+                    quantity: 1,
+                    request_id: Some(RequestId::parse(format!("r-{u}")).unwrap()),
+                    access_token: Some(st.token.unwrap().0),
+                };
+                let o = purchase_final(&engine, &req).await.unwrap().result.unwrap();
+                orders.push(o.order_id);
+            }
+            Standing::Waiting(p) => line.push((p, u.clone())),
+            other => panic!("{u}: {other:?}"),
+        }
+    }
+    line.sort();
+    let line: Vec<UserId> = line.into_iter().map(|(_, u)| u).collect();
+    assert_eq!((orders.len(), line.len()), (8, 12));
+
+    // Each cut: one unit comes back, the round dies at the step, the next
+    // round (healed) offers it to the next position; nothing twice.
+    let cuts = [
+        ("pass_offers", When::Before),
+        ("reserve_offers", When::Before),
+        ("reserve_offers", When::After),
+        ("assign_offer", When::Before),
+        ("assign_offer", When::After),
+        ("open_offer", When::Before),
+        ("open_offer", When::After),
+    ];
+    for (k, (step, when)) in cuts.into_iter().enumerate() {
+        engine.cancel(orders[k].as_str()).await.unwrap();
+        faulty.arm(step, faulty.calls(step) + 1, when);
+        let died = cut.offer_round(&id).await;
+        assert!(died.is_err(), "{step} {when:?}: the armed step cut the round");
+        faulty.heal();
+        offer_round(&cut, &id).await;
+        assert_eq!(offer_round(&engine, &id).await.made, 0, "{step} {when:?}");
+        for u in &line[..=k] {
+            let o = offer_of(&engine, &id, u).await;
+            assert!(matches!(o, OfferStanding::Offered { .. }), "{step} {when:?}: {u} {o:?}");
+        }
+        assert_eq!(
+            offer_of(&engine, &id, &line[k + 1]).await,
+            OfferStanding::Waiting,
+            "{step} {when:?}: one offer per unit"
+        );
+    }
+    assert_eq!(engine.view(&id).await.unwrap().remaining, 0);
+
+    // A claim whose reply is lost: the retry answers the order it bought.
+    let token = token_of(&offer_of(&engine, &id, &line[0]).await);
+    faulty.arm("claim_offer", faulty.calls("claim_offer") + 1, When::After);
+    assert!(cut.claim_offer(&id, &line[0], &token).await.is_err());
+    faulty.heal();
+    let (order, replay) = cut.claim_offer(&id, &line[0], &token).await.unwrap();
+    assert!(replay, "the first call bought it");
+    assert_eq!(engine.order(order.order_id.as_str()).await.unwrap().status, OrderStatus::Confirmed);
+    assert_eq!(
+        offer_of(&engine, &id, &line[0]).await,
+        OfferStanding::Bought {
+            order: order.order_id.to_string()
+        }
+    );
 }
