@@ -15,7 +15,8 @@
 //! `pool_cut` (a pool's reshard or close settling the release orders under
 //! way), `orders` (cancel, lookup), `holds` (confirm, expiry and voiding of
 //! held orders), `view` (per-bucket remaining, skew), `draw` (the `draw` access mode:
-//! entries, the draw, an entrant's standing), `clock` (the time every
+//! entries, the draw, an entrant's standing), `offers` (the draw's waiting
+//! list: its sweeper round, an offer's purchase), `clock` (the time every
 //! sale window and sold-out mark is judged by).
 
 mod activity;
