@@ -167,9 +167,10 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
         told.insert(o.clone(), OrderStatus::Expired);
     }
 
-    // Not on open sale: nothing remains, and a walk-in with a good token
-    // finds the event sold out.
-    assert_eq!(engine.view(&id).await.unwrap().remaining, 0);
+    // Not on open sale: nothing remains (12 units wait for the line, not
+    // sold), and a walk-in with a good token finds the event sold out.
+    let view = engine.view(&id).await.unwrap();
+    assert_eq!((view.remaining, view.waiting, view.sold), (0, 12, 28));
     let walk_in = PurchaseRequest {
         event: id.clone(),
         user: uid("walk-in"),

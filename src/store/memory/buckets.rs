@@ -497,6 +497,7 @@ impl Buckets for MemoryStore {
             adds: bk.adds,
             demand: bk.demand,
             held: bk.hunits,
+            waiting: bk.wait.units,
             sealed: bk.sealed,
         })
     }
