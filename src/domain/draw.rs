@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::ids::UserId;
-use super::routing::user_hash;
 use super::offer::{DEFAULT_OFFER_SECONDS, MAX_OFFER_SECONDS, MIN_OFFER_SECONDS};
+use super::routing::user_hash;
 use super::token::MAX_ALLOWANCE;
 
 /// Shards a draw's entries are spread over, each under its own hash tag:
@@ -66,7 +66,9 @@ pub enum DrawSpecError {
     Allowance(u32),
     #[error("draw.buy_seconds: must be between {MIN_BUY_SECONDS} and {MAX_BUY_SECONDS}, not {0}")]
     BuySeconds(u32),
-    #[error("draw.offer_seconds: must be between {MIN_OFFER_SECONDS} and {MAX_OFFER_SECONDS}, not {0}")]
+    #[error(
+        "draw.offer_seconds: must be between {MIN_OFFER_SECONDS} and {MAX_OFFER_SECONDS}, not {0}"
+    )]
     OfferSeconds(u32),
 }
 
@@ -284,7 +286,10 @@ mod tests {
     #[test]
     fn each_bad_setting_names_its_field() {
         for (r, field) in [
-            (DrawSpec::new(10, Some(9), 1.0, 1, 3600, 600), "draw.draw_at:"),
+            (
+                DrawSpec::new(10, Some(9), 1.0, 1, 3600, 600),
+                "draw.draw_at:",
+            ),
             (
                 DrawSpec::new(0, None, 0.99, 1, 3600, 600),
                 "draw.oversubscription:",
@@ -319,7 +324,17 @@ mod tests {
             let e = r.unwrap_err().to_string();
             assert!(e.starts_with(field), "{e}");
         }
-        assert!(DrawSpec::new(10, Some(10), 10.0, MAX_ALLOWANCE, MAX_BUY_SECONDS, MAX_OFFER_SECONDS).is_ok());
+        assert!(
+            DrawSpec::new(
+                10,
+                Some(10),
+                10.0,
+                MAX_ALLOWANCE,
+                MAX_BUY_SECONDS,
+                MAX_OFFER_SECONDS
+            )
+            .is_ok()
+        );
     }
 
     #[test]

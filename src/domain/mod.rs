@@ -13,10 +13,10 @@ pub mod event;
 pub mod ids;
 /// The Redis key layout and hash tags.
 pub mod keys;
-/// The waiting list's offers: ticket records, the offer token.
-pub mod offer;
 /// Orders, request records and their stored encodings (events re-exported).
 pub mod model;
+/// The waiting list's offers: ticket records, the offer token.
+pub mod offer;
 /// Small stored records: probe markers, lease holders, the empty mark.
 pub mod records;
 /// Releases: pools sold as one, and the home records of multi-line orders.

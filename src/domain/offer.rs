@@ -134,7 +134,13 @@ pub fn hash_homed_at(user: &UserId, bucket: u32, buckets: u32) -> u64 {
 
 /// Mints the offer token of position `position`, for `user`, until
 /// `deadline_ms`.
-pub fn mint_offer(key: &str, event: &EventId, user: &UserId, position: u64, deadline_ms: i64) -> String {
+pub fn mint_offer(
+    key: &str,
+    event: &EventId,
+    user: &UserId,
+    position: u64,
+    deadline_ms: i64,
+) -> String {
     format!(
         "o1.{position}.{deadline_ms}.{}",
         mac(key, event, user, position, deadline_ms)
@@ -237,15 +243,33 @@ mod tests {
         let e = EventId::parse("ev").unwrap();
         let keys = vec!["k".repeat(16)];
         let t = mint_offer(&keys[0], &e, &user("a"), 3, 10_000);
-        assert_eq!(verify_offer(&keys, &e, &user("a"), &t, 9_999), Ok((3, 10_000)));
-        assert_eq!(verify_offer(&keys, &e, &user("a"), &t, 10_000), Err(OfferTokenError::Expired));
-        assert_eq!(verify_offer(&keys, &e, &user("b"), &t, 0), Err(OfferTokenError::Invalid));
+        assert_eq!(
+            verify_offer(&keys, &e, &user("a"), &t, 9_999),
+            Ok((3, 10_000))
+        );
+        assert_eq!(
+            verify_offer(&keys, &e, &user("a"), &t, 10_000),
+            Err(OfferTokenError::Expired)
+        );
+        assert_eq!(
+            verify_offer(&keys, &e, &user("b"), &t, 0),
+            Err(OfferTokenError::Invalid)
+        );
         let other = EventId::parse("ev2").unwrap();
-        assert_eq!(verify_offer(&keys, &other, &user("a"), &t, 0), Err(OfferTokenError::Invalid));
+        assert_eq!(
+            verify_offer(&keys, &other, &user("a"), &t, 0),
+            Err(OfferTokenError::Invalid)
+        );
         let bumped = t.replacen(".3.", ".4.", 1);
-        assert_eq!(verify_offer(&keys, &e, &user("a"), &bumped, 0), Err(OfferTokenError::Invalid));
+        assert_eq!(
+            verify_offer(&keys, &e, &user("a"), &bumped, 0),
+            Err(OfferTokenError::Invalid)
+        );
         let purchase = crate::domain::token::mint(&keys[0], &e, "a", 1, 10);
-        assert_eq!(verify_offer(&keys, &e, &user("a"), &purchase, 0), Err(OfferTokenError::Invalid));
+        assert_eq!(
+            verify_offer(&keys, &e, &user("a"), &purchase, 0),
+            Err(OfferTokenError::Invalid)
+        );
     }
 
     #[test]

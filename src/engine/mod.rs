@@ -57,8 +57,8 @@ pub use activity::Activity;
 pub use clock::{Clock, ManualClock};
 pub use draw::{DrawView, EntryStatus};
 pub use holds::{ConfirmOutcome, ConfirmRefusal};
-pub use offers::{OfferRefusal, OfferRound};
 pub use lease::{KeepAlive, Lease};
+pub use offers::{OfferRefusal, OfferRound};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use release::{

@@ -41,7 +41,9 @@ pub enum OfferRefusal {
 impl OfferRefusal {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::InvalidToken => "the offer token is malformed, another user's or not this event's",
+            Self::InvalidToken => {
+                "the offer token is malformed, another user's or not this event's"
+            }
             Self::Expired => "the offer's deadline has passed",
             Self::Passed => "the offer was passed to the next user in line",
             Self::NotOffered => "no such open offer",
@@ -164,13 +166,19 @@ impl<S: Store> Engine<S> {
             event: event.clone(),
             why,
         };
-        let keys = meta.spec.tokens.as_ref().map(|t| t.keys.as_slice()).unwrap_or(&[]);
+        let keys = meta
+            .spec
+            .tokens
+            .as_ref()
+            .map(|t| t.keys.as_slice())
+            .unwrap_or(&[]);
         let now = self.clock.now_ms();
         let (position, deadline_ms) = match verify_offer(keys, event, user, token, now) {
             Ok(p) => p,
             Err(OfferTokenError::Invalid) => return Err(refused(OfferRefusal::InvalidToken)),
             // Expired by the token, but bought before? The store answers.
-            Err(OfferTokenError::Expired) => match verify_offer(keys, event, user, token, i64::MIN) {
+            Err(OfferTokenError::Expired) => match verify_offer(keys, event, user, token, i64::MIN)
+            {
                 Ok(p) => p,
                 Err(_) => return Err(refused(OfferRefusal::InvalidToken)),
             },

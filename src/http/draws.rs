@@ -19,11 +19,11 @@ use super::{ApiError, ApiJson, AppState, events::event_id};
 use crate::domain::draw::{
     DEFAULT_BUY_SECONDS, DrawSpec, MAX_ENTRIES_PAGE, OfferStanding, Standing,
 };
-use crate::domain::model::OrderView;
-use crate::domain::token::MAX_TOKEN_LEN;
 use crate::domain::ids::{EventId, UserId};
+use crate::domain::model::OrderView;
 use crate::domain::offer::DEFAULT_OFFER_SECONDS;
 use crate::domain::token::Access;
+use crate::domain::token::MAX_TOKEN_LEN;
 use crate::engine::DrawView;
 use crate::store::Store;
 
@@ -34,7 +34,10 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
             post(enter::<S>).get(entrants::<S>),
         )
         .route("/v1/events/{id}/entries/{user}", get(entry::<S>))
-        .route("/v1/events/{id}/entries/{user}/offer", post(claim_offer::<S>))
+        .route(
+            "/v1/events/{id}/entries/{user}/offer",
+            post(claim_offer::<S>),
+        )
         .route("/v1/events/{id}/draw", post(draw::<S>).get(view::<S>))
 }
 

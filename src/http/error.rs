@@ -332,7 +332,11 @@ impl DrawProblem {
             Self::NotDue => (StatusCode::CONFLICT, "draw-not-due", "Draw not due"),
             Self::NotDrawn => (StatusCode::CONFLICT, "not-drawn", "Not drawn yet"),
             Self::NotEntered => (StatusCode::NOT_FOUND, "not-entered", "Not entered"),
-            Self::OfferInvalid => (StatusCode::FORBIDDEN, "offer-invalid", "Offer token invalid"),
+            Self::OfferInvalid => (
+                StatusCode::FORBIDDEN,
+                "offer-invalid",
+                "Offer token invalid",
+            ),
             Self::OfferExpired => (StatusCode::CONFLICT, "offer-expired", "Offer expired"),
             Self::OfferPassed => (StatusCode::CONFLICT, "offer-passed", "Offer passed"),
             Self::NotOffered => (StatusCode::CONFLICT, "not-offered", "Not offered"),

@@ -6,8 +6,8 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::guard::Admin;
 use super::error::DrawProblem;
+use super::guard::Admin;
 use super::{ApiError, ApiJson, AppState};
 use crate::control::ControlError;
 use crate::control::audit::Audit;

@@ -109,7 +109,7 @@ pub use holds::{ConfirmReply, ExpireReply, Holds};
 pub use leases::Leases;
 pub use limits::{Admit, Limits, Rate};
 pub use memory::MemoryStore;
-pub use offers::{Assign, Claim, ClaimReply, OpenReply, Offers};
+pub use offers::{Assign, Claim, ClaimReply, Offers, OpenReply};
 pub use redis::RedisStore;
 pub use releases::{Decided, LineConfirm, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply};
 pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};

@@ -634,10 +634,19 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         .await;
     problem(r, 409, "sold-out").await;
     let first = &order[6];
-    let offered: Value = eventually("the offer to position 1", Duration::from_secs(30), async || {
-        let s: Value = app.get(&format!("{entries}/{first}")).await.json().await.ok()?;
-        (s["status"] == "offered").then_some(s)
-    })
+    let offered: Value = eventually(
+        "the offer to position 1",
+        Duration::from_secs(30),
+        async || {
+            let s: Value = app
+                .get(&format!("{entries}/{first}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (s["status"] == "offered").then_some(s)
+        },
+    )
     .await;
     assert_eq!(offered["position"], 1);
     assert!(offered["offer_until"].is_string(), "{offered}");
@@ -668,7 +677,10 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
     let r = claim(first, json!({"offer_token": token})).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     let o: Value = r.json().await.unwrap();
-    assert_eq!((o["status"].as_str(), o["quantity"].as_u64()), (Some("confirmed"), Some(1)));
+    assert_eq!(
+        (o["status"].as_str(), o["quantity"].as_u64()),
+        (Some("confirmed"), Some(1))
+    );
     let r = claim(first, json!({"offer_token": token})).await;
     assert_eq!(r.status(), StatusCode::OK, "a retry answers the same order");
     assert_eq!(r.json::<Value>().await.unwrap()["order_id"], o["order_id"]);
@@ -679,7 +691,12 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         .await
         .unwrap();
     assert_eq!(seen["status"], "confirmed", "{seen}");
-    let s: Value = app.get(&format!("{entries}/{first}")).await.json().await.unwrap();
+    let s: Value = app
+        .get(&format!("{entries}/{first}"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(
         s,
         json!({"user_id": first.as_str(), "status": "bought", "position": 1, "order_id": o["order_id"]})

@@ -65,7 +65,11 @@ async fn offer_round<S: Store>(engine: &Engine<S>, id: &EventId) -> shardstock::
 /// A waiting user's offer: its token, or what became of it.
 async fn offer_of<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId) -> OfferStanding {
     let s = engine.entry_status(id, u).await.unwrap();
-    assert!(matches!(s.standing, Standing::Waiting(_)), "{u}: {:?}", s.standing);
+    assert!(
+        matches!(s.standing, Standing::Waiting(_)),
+        "{u}: {:?}",
+        s.standing
+    );
     s.offer.expect("a waiting user's offer standing")
 }
 
@@ -160,10 +164,15 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
         told.insert(o.clone(), OrderStatus::Confirmed);
     }
     clock.advance(Duration::from_secs(u64::from(HOLD_S) + 1));
-    let expired = sweep_due(&engine, &ExpiryOptions::default(), 64).await.unwrap();
+    let expired = sweep_due(&engine, &ExpiryOptions::default(), 64)
+        .await
+        .unwrap();
     assert_eq!(expired, 12);
     for o in unpaid {
-        assert_eq!(engine.order(o.as_str()).await.unwrap().status, OrderStatus::Expired);
+        assert_eq!(
+            engine.order(o.as_str()).await.unwrap().status,
+            OrderStatus::Expired
+        );
         told.insert(o.clone(), OrderStatus::Expired);
     }
 
@@ -179,22 +188,38 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
         access_token: Some(mint(KEY, &id, "walk-in", 1, clock.now_ms() / 1000 + 3_600)),
     };
     let refused = purchase_final(&engine, &walk_in).await.unwrap().result;
-    assert!(matches!(refused, Err(Refusal::SoldOut { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Refusal::SoldOut { .. })),
+        "{refused:?}"
+    );
 
     // The 12 units go to the first 12 in line, in order; the 13th waits.
     let round = offer_round(&engine, &id).await;
     assert_eq!((round.made, round.passed, round.to_sale), (12, 0, 0));
-    assert_eq!(offer_round(&engine, &id).await.made, 0, "each unit offered once");
+    assert_eq!(
+        offer_round(&engine, &id).await.made,
+        0,
+        "each unit offered once"
+    );
     let mut tokens = Vec::new();
     for u in &line[..12] {
         tokens.push(token_of(&offer_of(&engine, &id, u).await));
     }
-    assert_eq!(offer_of(&engine, &id, &line[12]).await, OfferStanding::Waiting);
+    assert_eq!(
+        offer_of(&engine, &id, &line[12]).await,
+        OfferStanding::Waiting
+    );
 
     // Another user's offer token is refused; the first 8 buy, one twice.
     let stolen = engine.claim_offer(&id, &line[2], &tokens[1]).await;
     assert!(
-        matches!(stolen, Err(EngineError::OfferRefused { why: OfferRefusal::InvalidToken, .. })),
+        matches!(
+            stolen,
+            Err(EngineError::OfferRefused {
+                why: OfferRefusal::InvalidToken,
+                ..
+            })
+        ),
         "{stolen:?}"
     );
     let mut bought = Vec::new();
@@ -224,14 +249,23 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
     }
     let late = engine.claim_offer(&id, &line[8], &tokens[8]).await;
     assert!(
-        matches!(late, Err(EngineError::OfferRefused { why: OfferRefusal::Passed, .. })),
+        matches!(
+            late,
+            Err(EngineError::OfferRefused {
+                why: OfferRefusal::Passed,
+                ..
+            })
+        ),
         "{late:?}"
     );
     let mut next = Vec::new();
     for u in &line[12..16] {
         next.push(token_of(&offer_of(&engine, &id, u).await));
     }
-    assert_eq!(offer_of(&engine, &id, &line[16]).await, OfferStanding::Waiting);
+    assert_eq!(
+        offer_of(&engine, &id, &line[16]).await,
+        OfferStanding::Waiting
+    );
     for (u, t) in line[12..14].iter().zip(&next) {
         let (order, _) = engine.claim_offer(&id, u, t).await.unwrap();
         told.insert(order.order_id.clone(), OrderStatus::Confirmed);
@@ -294,7 +328,8 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
     let clock = ManualClock::starting_now();
     let faulty = Faulty::plain(engine.store().clone());
     let engine = Arc::new(engine.with_clock(clock.clone().into()));
-    let cut = Engine::new(faulty.clone(), EngineOptions::default()).with_clock(clock.clone().into());
+    let cut =
+        Engine::new(faulty.clone(), EngineOptions::default()).with_clock(clock.clone().into());
 
     // 8 units, 20 entrants: 8 winners buy (no holds), 12 wait.
     let id = event_id("offcut");
@@ -350,13 +385,19 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
         engine.cancel(orders[k].as_str()).await.unwrap();
         faulty.arm(step, faulty.calls(step) + 1, when);
         let died = cut.offer_round(&id).await;
-        assert!(died.is_err(), "{step} {when:?}: the armed step cut the round");
+        assert!(
+            died.is_err(),
+            "{step} {when:?}: the armed step cut the round"
+        );
         faulty.heal();
         offer_round(&cut, &id).await;
         assert_eq!(offer_round(&engine, &id).await.made, 0, "{step} {when:?}");
         for u in &line[..=k] {
             let o = offer_of(&engine, &id, u).await;
-            assert!(matches!(o, OfferStanding::Offered { .. }), "{step} {when:?}: {u} {o:?}");
+            assert!(
+                matches!(o, OfferStanding::Offered { .. }),
+                "{step} {when:?}: {u} {o:?}"
+            );
         }
         assert_eq!(
             offer_of(&engine, &id, &line[k + 1]).await,
@@ -373,7 +414,10 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
     faulty.heal();
     let (order, replay) = cut.claim_offer(&id, &line[0], &token).await.unwrap();
     assert!(replay, "the first call bought it");
-    assert_eq!(engine.order(order.order_id.as_str()).await.unwrap().status, OrderStatus::Confirmed);
+    assert_eq!(
+        engine.order(order.order_id.as_str()).await.unwrap().status,
+        OrderStatus::Confirmed
+    );
     assert_eq!(
         offer_of(&engine, &id, &line[0]).await,
         OfferStanding::Bought {

@@ -11,11 +11,11 @@
 
 mod buckets;
 mod draws;
-mod offers;
 mod events;
 mod holds;
 mod leases;
 mod limits;
+mod offers;
 mod releases;
 mod retire;
 mod streams;

@@ -11,7 +11,7 @@ use crate::domain::ids::{EventId, UserId};
 use crate::domain::keys::BucketRef;
 use crate::domain::offer::{Offer, Ticket};
 use crate::domain::stream::{RecordKind, StreamEntry, StreamId};
-use crate::store::{Assign, Claim, ClaimReply, OpenReply, Offers, StoreError};
+use crate::store::{Assign, Claim, ClaimReply, Offers, OpenReply, StoreError};
 
 /// A bucket's share of the waiting list (`wl`, `wo`).
 #[derive(Debug, Default)]
@@ -203,9 +203,10 @@ impl Offers for MemoryStore {
                 pay_by: None,
                 part: 0,
             });
-            bk.wait
-                .tickets
-                .insert(c.ticket, Ticket::Taken(c.offer.clone(), c.order.to_string()));
+            bk.wait.tickets.insert(
+                c.ticket,
+                Ticket::Taken(c.offer.clone(), c.order.to_string()),
+            );
             bk.wait.wo.remove(&c.ticket);
             bk.wait.units -= 1;
             ClaimReply::Bought

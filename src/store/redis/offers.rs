@@ -13,7 +13,7 @@ use crate::domain::keys::{BucketRef, list_key};
 use crate::domain::offer::{
     LINE_PER_CALL, Offer, Ticket, assignment_field, parse_placement, placement,
 };
-use crate::store::{Assign, Claim, ClaimReply, OpenReply, Offers, StoreError};
+use crate::store::{Assign, Claim, ClaimReply, Offers, OpenReply, StoreError};
 
 use super::steps::prelude::*;
 
@@ -246,7 +246,8 @@ impl Offers for RedisStore {
         let field = format!("t:{ticket}");
         let got: Option<String> = self.call(|| self.client.hget(&key, &field)).await?;
         got.map(|s| {
-            Ticket::decode(&s).ok_or_else(|| StoreError::Protocol(format!("bad ticket record {s:?}")))
+            Ticket::decode(&s)
+                .ok_or_else(|| StoreError::Protocol(format!("bad ticket record {s:?}")))
         })
         .transpose()
     }
