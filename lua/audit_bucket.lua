@@ -3,6 +3,8 @@ from a bucket.
 
 KEYS[1] stock  KEYS[2] xfer  KEYS[3] xin  KEYS[4] adds  KEYS[5] orders  KEYS[6] sealed
 KEYS[7] hunits (units in live holds of users homed here)
+KEYS[8] wl (a draw's waiting list here: its units, aside or offered, are
+        unsold units of the bucket, counted with the stock)
 (all ss:{e#g#b}:…)
 ARGV[1] page: at most this many stream records in the reply
 
@@ -74,7 +76,8 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   end
 end
 local now = redis.call('TIME')
-return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]) or '0',
+local stock = tonumber(redis.call('GET', KEYS[1])) + tonumber(redis.call('HGET', KEYS[8], 'units') or '0')
+return {tostring(stock), redis.call('GET', KEYS[4]) or '0',
   redis.call('EXISTS', KEYS[6]), last, open, applied, records,
   string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)),
   redis.call('GET', KEYS[7]) or '0'}

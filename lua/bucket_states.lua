@@ -4,9 +4,9 @@ Only a server that holds every key may run it: a standalone Redis (on a
 Cluster each bucket has a slot of its own, and the engine reads them one at a
 time, checking what moved between its reads: engine::view).
 
-KEYS  each bucket's bucket_state.lua KEYS (7), one bucket after another
+KEYS  each bucket's bucket_state.lua KEYS (8), one bucket after another
 Returns an array with one reply a bucket, in order, each as bucket_state.lua
-answers it: "ST" (no such bucket) or its seven values. One atomic read, so
+answers it: "ST" (no such bucket) or its eight values. One atomic read, so
 every bucket belongs to the same instant: no transfer can be half-way between
 two of them.
 
@@ -18,7 +18,7 @@ local function one(KEYS)
 end
 
 local out = {}
-for i = 1, #KEYS / 7 do
-  out[i] = one({unpack(KEYS, 7 * i - 6, 7 * i)})
+for i = 1, #KEYS / 8 do
+  out[i] = one({unpack(KEYS, 8 * i - 7, 8 * i)})
 end
 return out

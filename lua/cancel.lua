@@ -10,6 +10,10 @@ KEYS[6] ss:{e#g#h}:sealed  a sealed bucket refuses cancels ("ST"): its contents
                            are final (closed, or being moved by a reshard)
 KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
+KEYS[9] ss:{e#g#h}:wl      HASH the bucket's waiting list (draw events): while its
+                           field on is "1", returned units go aside (fields aside
+                           and units), not back in stock: they are offered to the
+                           line (reserve_offers.lua), never put on open sale
 ARGV[1] order id
 ARGV[2] head: the cancel record's head "c|h|h|now" (domain::stream::CopyHead)
 ARGV[3] cancelled: the cancelled state (domain::model::EntryState::tag), put in
@@ -31,6 +35,16 @@ Atomic so that the units come back exactly once: a second cancel sees the X
 and changes nothing; the cancel record that the flusher turns into "released"
 units is written with the change, never without it.
 ]]
+-- Units that come back: aside for the waiting line while the bucket's list is
+-- on (a draw's), else back in stock.
+local function give_back(units)
+  if redis.call('HGET', KEYS[9], 'on') == '1' then
+    redis.call('HINCRBY', KEYS[9], 'aside', units)
+    redis.call('HINCRBY', KEYS[9], 'units', units)
+  else
+    redis.call('INCRBY', KEYS[1], units)
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
@@ -51,7 +65,7 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[3] .. string.sub(entry, 2))
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 end
-redis.call('INCRBY', KEYS[1], qty)
+give_back(qty)
 redis.call('INCR', KEYS[5])
 redis.call('XADD', KEYS[4], '*', 'k', ARGV[2], 'o', ARGV[1], 'h', entry)
 return {'OK', entry}

@@ -15,6 +15,10 @@ KEYS[7] ss:{e#g#h}:holds   ZSET order id -> pay-by ms of live holds
 KEYS[8] ss:{e#g#h}:hunits  units in live holds
 KEYS[9] ss:{e#g#h}:hq      (unused here: a fast-path hold's queue entry stays
                            until expire_holds.lua drops it when due)
+KEYS[10] ss:{e#g#h}:wl      HASH the bucket's waiting list (draw events): while its
+                           field on is "1", returned units go aside (fields aside
+                           and units), not back in stock: they are offered to the
+                           line (reserve_offers.lua), never put on open sale
 ARGV[1] now ms   ARGV[2] order id
 ARGV[3] confirm: the confirm record's head "k||h|now" (domain::stream::CopyHead:
         the bucket is the entry's)
@@ -28,13 +32,23 @@ Returns:
                     out of the deadline index, a confirm record written
   {"AK", entry}     already confirmed (or never held): nothing changed
   {"EX", entry, e}  expired: e = 1 when this call expired it (now >= pay_by:
-                    units back in stock, the user's count down, entry "E…",
+                    units back in stock or aside, the user's count down, entry "E…",
                     an expire record), 0 when it had expired before
   {"CX", entry}     cancelled before: nothing changed
   {"NF"}            no such order here
 The records copy the held entry verbatim beside the engine's head: none is
 assembled here (domain::stream::StreamEntry::from_copy).
 ]]
+-- Units that come back: aside for the waiting line while the bucket's list is
+-- on (a draw's), else back in stock.
+local function give_back(units)
+  if redis.call('HGET', KEYS[10], 'on') == '1' then
+    redis.call('HINCRBY', KEYS[10], 'aside', units)
+    redis.call('HINCRBY', KEYS[10], 'units', units)
+  else
+    redis.call('INCRBY', KEYS[1], units)
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
@@ -64,7 +78,7 @@ redis.call('HSET', KEYS[3], ARGV[2], expired)
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 end
-redis.call('INCRBY', KEYS[1], qty)
+give_back(qty)
 redis.call('INCR', KEYS[5])
 redis.call('XADD', KEYS[4], '*', 'k', ARGV[4], 'o', ARGV[2], 'h', entry)
 return {'EX', expired, 1}

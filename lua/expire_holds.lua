@@ -13,6 +13,10 @@ KEYS[8] ss:{e#g#h}:hunits  units in live holds
 KEYS[9] ss:{e#g#h}:hq      LIST "pay_by|oid" of fast-path holds in deadline order
                            (purchase.lua); entries of orders no longer held
                            stay until due
+KEYS[10] ss:{e#g#h}:wl      HASH the bucket's waiting list (draw events): while its
+                           field on is "1", returned units go aside (fields aside
+                           and units), not back in stock: they are offered to the
+                           line (reserve_offers.lua), never put on open sale
 ARGV[1] now ms   ARGV[2] count: at most this many orders
 ARGV[3] head: the expire records' head "e|h|h|now" (domain::stream::CopyHead)
 ARGV[4] void: 1 = void every live hold whatever its deadline, sealed or not (a close,
@@ -34,6 +38,16 @@ that many (ARGV[2]) entries in all; the queue stops at its first entry not due (
 written by an instance whose clock ran behind waits for the one before it:
 late by that skew, never lost).
 ]]
+-- Units that come back: aside for the waiting line while the bucket's list is
+-- on (a draw's), else back in stock.
+local function give_back(units)
+  if redis.call('HGET', KEYS[10], 'on') == '1' then
+    redis.call('HINCRBY', KEYS[10], 'aside', units)
+    redis.call('HINCRBY', KEYS[10], 'units', units)
+  else
+    redis.call('INCRBY', KEYS[1], units)
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
 end
@@ -81,7 +95,7 @@ if room > 0 then
   if taken > 0 then redis.call('LTRIM', KEYS[9], taken, -1) end
 end
 if back > 0 then
-  redis.call('INCRBY', KEYS[1], back)
+  give_back(back)
   redis.call('INCR', KEYS[5])
 end
 local next = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')

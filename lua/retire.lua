@@ -1,6 +1,8 @@
 --[[ retire.lua — records a sealed bucket's leftover units for the database.
 
 KEYS[1] ss:{e#g#b}:stock   KEYS[2] ss:{e#g#b}:sealed   KEYS[3] ss:{e#g#b}:orders
+KEYS[4] ss:{e#g#b}:wl      HASH the bucket's waiting list: its units (aside,
+                           reserved or offered, none bought) are leftover too
 ARGV[1] record: the leftover record with qty 0 (domain::stream::StreamEntry::data,
         id "<event>#<gen>#<b>")
 
@@ -17,9 +19,10 @@ end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {'NS'}
 end
-local units = redis.call('GET', KEYS[1])
-if tonumber(units) > 0 then
+local units = tonumber(redis.call('GET', KEYS[1])) + tonumber(redis.call('HGET', KEYS[4], 'units') or '0')
+if units > 0 then
   redis.call('SET', KEYS[1], '0')
+  redis.call('HSET', KEYS[4], 'units', 0, 'aside', 0)
   redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'q', units)
 end
-return {'OK', units}
+return {'OK', tostring(units)}

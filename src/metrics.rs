@@ -35,6 +35,14 @@ pub const TOKEN_CHECKS: &str = "shardstock_token_checks_total";
 pub const DRAW_ENTRIES: &str = "shardstock_draw_entries_total";
 /// A draw's winners once drawn, by event.
 pub const DRAW_WINNERS: &str = "shardstock_draw_winners";
+/// counter {event, outcome}: a draw's waiting-list offers by what became of
+/// them ([`OFFER_OUTCOMES`]): made (opened to the next user in line), taken
+/// (bought), passed (its deadline came: its unit goes to the next user),
+/// to_sale (nobody left in line: its unit went back on open sale). Each
+/// counted once, by the call whose step did it.
+pub const OFFERS: &str = "shardstock_offers_total";
+/// Every outcome label of [`OFFERS`].
+pub const OFFER_OUTCOMES: [&str; 4] = ["made", "taken", "passed", "to_sale"];
 /// Every outcome label of [`TOKEN_CHECKS`].
 pub(crate) const TOKEN_CHECK_OUTCOMES: [&str; 6] = [
     "consumed",
@@ -205,6 +213,7 @@ pub(crate) fn describe() {
     );
     describe_counter!(DRAW_ENTRIES, "New entries to draw events");
     describe_gauge!(DRAW_WINNERS, "Winners of a draw event, once drawn");
+    describe_counter!(OFFERS, "Waiting-list offers of draw events by outcome");
     describe_counter!(HOLDS_CREATED, "Purchases taken as holds");
     describe_counter!(HOLDS_CONFIRMED, "Holds confirmed before their deadline");
     describe_counter!(

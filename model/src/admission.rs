@@ -39,6 +39,31 @@
 //! entries, open sale after the waiting list is exhausted, the saga's abort
 //! and untake (the event's model), several instances beyond interleaving.
 
+//!
+//! # As built (the waiting list)
+//! The service builds steps 3 and 4 with one change of place, not of
+//! shape (docs/DESIGN.md, "Fair drops", "As built (the waiting list)"): a
+//! returned unit is not transferred to the list's slot but set *aside in
+//! its own bucket*, in the same step that returns it (`expire_holds.lua`,
+//! `cancel.lua`, `confirm.lua`), so the model's `Return` and `Arrive` are
+//! one action there, and "in transfer" is always empty. The list's slot
+//! keeps the line and the next position, and gives a bucket's unit aside
+//! (a *ticket*) the next position once (`assign_offer.lua`, keyed by
+//! bucket and ticket); the model's `Offer` is that assignment plus the
+//! bucket's `open_offer.lua`, which opens a reserved ticket once. `Claim`
+//! (`claim_offer.lua`) and `Pass` (`pass_offers.lua`) are one step each at
+//! the bucket that holds the unit and the offer's record, as the model has
+//! them at the list: the offer record and its unit share one slot either
+//! way. The close's leftover counts the bucket's units aside and offered
+//! (`retire.lua`). Each property holds of the build as stated: the
+//! conservation sum with in-transfer 0; no unit back on open sale while a
+//! position waits (a ticket goes to sale only when `assign_offer` found
+//! every position given); offers in line order, each passed at most once
+//! (the open record is compared first). What the model does not cover of
+//! the build: the crash between `assign_offer` and `open_offer` (a
+//! reserved ticket the next round finds and asks again, answered the same
+//! position), and a unit going to open sale once the line is exhausted.
+
 pub mod properties;
 pub mod state;
 pub mod steps;

@@ -1,12 +1,20 @@
-//! The draw timer: draw events whose `draw_at` came are drawn.
+//! The draw timer: draw events whose `draw_at` came are drawn, and drawn
+//! events' waiting lists are swept (`Engine::offer_round`: offers past
+//! their deadline passed, returned units offered to the next in line).
+//!
+//! The offers' sweep needs no lease either: each of its steps is one
+//! store step, idempotent, and a round cut off anywhere is finished by the
+//! next one of any instance (`engine::offers`).
 //!
 //! Every instance runs it, as every instance sweeps expired holds: no lease
 //! is needed, because a draw is a function of its seed and its (closed)
 //! entries, and its record is written by compare-and-set; two instances
 //! drawing at once write the same ranks and agree on the first record
 //! (`engine::draw`). A round reads the event list and each event's cached
-//! meta; only a draw event past its `draw_at` reads its record, and once
-//! drawn it is remembered here and never read again.
+//! meta; a draw event past its `draw_at` (or, without one, until the admin
+//! call drew it) reads its record; once drawn it is remembered here, not
+//! drawn again, and its waiting list is swept each round (a closed event's
+//! round reads nothing: its cached meta says closed).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -54,10 +62,21 @@ async fn draw_if_due<S: Store>(
         Err(EngineError::UnknownEvent(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let Some(at) = meta.spec.draw.as_ref().and_then(|d| d.draw_at) else {
+    let Some(draw) = meta.spec.draw.as_ref() else {
         return Ok(());
     };
-    if engine.clock().now_ms() < at {
+    let due = draw.draw_at.is_some_and(|at| engine.clock().now_ms() >= at);
+    if !due {
+        // Drawn by the admin call (here or elsewhere): its offers are
+        // swept from now on.
+        if engine
+            .store()
+            .draw_record(event)
+            .await?
+            .is_some_and(|r| r.done.is_some())
+        {
+            drawn.insert(event.clone());
+        }
         return Ok(());
     }
     let view = engine.draw(event).await?;
@@ -65,6 +84,25 @@ async fn draw_if_due<S: Store>(
         drawn.insert(event.clone());
     }
     Ok(())
+}
+
+/// One offers round at each drawn event; an event gone or closed is
+/// forgotten. A round cut short is logged: the next finishes it.
+pub async fn sweep_offers<S: Store>(engine: &Engine<S>, drawn: &mut HashSet<EventId>) {
+    let mut gone = Vec::new();
+    for event in drawn.iter() {
+        match engine.offer_round(event).await {
+            Ok(_) => {}
+            Err(EngineError::UnknownEvent(_)) => gone.push(event.clone()),
+            Err(e) => {
+                m::store_error("offers");
+                tracing::warn!(%event, error = %e, "offers: round cut short");
+            }
+        }
+    }
+    for event in gone {
+        drawn.remove(&event);
+    }
 }
 
 /// Draws due draws every [`DRAW_TICK`] until `stop`. Never fails: a round
@@ -77,5 +115,6 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, stop: CancellationToken) {
             m::store_error("draw");
             tracing::warn!(error = %e, "draw timer: round cut short");
         }
+        sweep_offers(&engine, &mut drawn).await;
     }
 }

@@ -530,7 +530,7 @@ mod tests {
         let key = TokenAccess {
             keys: vec!["k".repeat(16)],
         };
-        let draw = crate::domain::draw::DrawSpec::new(1, None, 1.0, 1, 3600).unwrap();
+        let draw = crate::domain::draw::DrawSpec::new(1, None, 1.0, 1, 3600, 600).unwrap();
         for (name, tokens, draw, access) in [
             ("open-e", None, None, Access::Open),
             ("token-e", Some(key.clone()), None, Access::Token),

@@ -70,6 +70,12 @@ pub enum ControlError {
     /// fixed (a reshard does not carry a held order's markers).
     #[error("{event} is a pool of release {release}, which has holds: its bucket count is fixed")]
     HeldPool { event: EventId, release: EventId },
+    /// A reshard of a drawn draw event: its waiting list's units are kept
+    /// in the buckets they came back to, which a reshard does not carry.
+    #[error(
+        "event {0} is a drawn draw: its bucket count is fixed while its waiting list may hold units"
+    )]
+    WaitingList(EventId),
     /// A lost event that sold by access token: the ledger has no keys, and
     /// rebuilt without them it would sell to anyone.
     #[error(

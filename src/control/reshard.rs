@@ -80,6 +80,28 @@ async fn held_pool<S: Store>(engine: &Engine<S>, event: &EventId) -> Result<(), 
     Ok(())
 }
 
+/// Refuses to start a reshard of a drawn draw event: its waiting list's
+/// units (aside, reserved, offered) and ticket records are kept in the
+/// buckets they came back to, and the list names those buckets; a reshard
+/// moves stock and orders, not them (docs/DESIGN.md, "As built (the
+/// waiting list)"). Before the draw nothing is aside, and a reshard runs.
+async fn waiting_list<S: Store>(
+    engine: &Engine<S>,
+    meta: &crate::domain::model::EventMeta,
+) -> Result<(), ControlError> {
+    if meta.spec.draw.is_some()
+        && engine
+            .store()
+            .draw_record(&meta.spec.id)
+            .await
+            .map_err(EngineError::from)?
+            .is_some_and(|r| r.done.is_some())
+    {
+        return Err(ControlError::WaitingList(meta.spec.id.clone()));
+    }
+    Ok(())
+}
+
 /// Why a reshard runs: the `reason` label of `shardstock_reshards_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
@@ -125,6 +147,7 @@ pub async fn reshard_because<S: Store>(
         }
         (EventStatus::OnSale, _) => {
             held_pool(engine, event).await?;
+            waiting_list(engine, &meta).await?;
             (meta.generation + 1, buckets)
         }
         (EventStatus::Resharding, Some(to)) if to.1 == buckets => to,

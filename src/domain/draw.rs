@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::ids::UserId;
+use super::offer::{DEFAULT_OFFER_SECONDS, MAX_OFFER_SECONDS, MIN_OFFER_SECONDS};
 use super::routing::user_hash;
 use super::token::MAX_ALLOWANCE;
 
@@ -48,6 +49,8 @@ pub struct DrawSpec {
     pub allowance: u32,
     /// A winner's token expires this long after the draw.
     pub buy_seconds: u32,
+    /// A waiting user's offer is open this long.
+    pub offer_seconds: u32,
     /// Lowercase hex SHA-256 of the seed: published before the draw.
     pub seed_hash: String,
 }
@@ -63,6 +66,10 @@ pub enum DrawSpecError {
     Allowance(u32),
     #[error("draw.buy_seconds: must be between {MIN_BUY_SECONDS} and {MAX_BUY_SECONDS}, not {0}")]
     BuySeconds(u32),
+    #[error(
+        "draw.offer_seconds: must be between {MIN_OFFER_SECONDS} and {MAX_OFFER_SECONDS}, not {0}"
+    )]
+    OfferSeconds(u32),
 }
 
 impl DrawSpec {
@@ -73,6 +80,7 @@ impl DrawSpec {
         oversubscription: f64,
         allowance: u32,
         buy_seconds: u32,
+        offer_seconds: u32,
     ) -> Result<Self, DrawSpecError> {
         if draw_at.is_some_and(|at| at < entries_until) {
             return Err(DrawSpecError::DrawAt);
@@ -86,12 +94,16 @@ impl DrawSpec {
         if !(MIN_BUY_SECONDS..=MAX_BUY_SECONDS).contains(&buy_seconds) {
             return Err(DrawSpecError::BuySeconds(buy_seconds));
         }
+        if !(MIN_OFFER_SECONDS..=MAX_OFFER_SECONDS).contains(&offer_seconds) {
+            return Err(DrawSpecError::OfferSeconds(offer_seconds));
+        }
         Ok(Self {
             entries_until,
             draw_at,
             oversubscription_milli: (oversubscription * 1000.0).round() as u32,
             allowance,
             buy_seconds,
+            offer_seconds,
             seed_hash: String::new(),
         })
     }
@@ -109,16 +121,19 @@ impl DrawSpec {
         f64::from(self.oversubscription_milli) / 1000.0
     }
 
-    /// The meta's `draw` field: `until|at|milli|allowance|buy|hash`.
+    /// The meta's `draw` field: `until|at|milli|allowance|buy|hash|offer`
+    /// (a field written before offers were built has no `|offer`: the
+    /// default).
     pub fn encode(&self) -> String {
         format!(
-            "{}|{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}",
             self.entries_until,
             self.draw_at.map(|a| a.to_string()).unwrap_or_default(),
             self.oversubscription_milli,
             self.allowance,
             self.buy_seconds,
-            self.seed_hash
+            self.seed_hash,
+            self.offer_seconds
         )
     }
 
@@ -134,6 +149,10 @@ impl DrawSpec {
             allowance: p.next()?.parse().ok()?,
             buy_seconds: p.next()?.parse().ok()?,
             seed_hash: p.next()?.to_owned(),
+            offer_seconds: match p.next() {
+                None => DEFAULT_OFFER_SECONDS,
+                Some(s) => s.parse().ok()?,
+            },
         };
         p.next().is_none().then_some(spec)
     }
@@ -223,6 +242,20 @@ pub enum Standing {
     Waiting(u64),
 }
 
+/// What became of a waiting user's place once the line reached it
+/// (`engine::draw`'s entry status): offered, bought or passed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OfferStanding {
+    /// Not offered yet.
+    Waiting,
+    /// Offered: its token and deadline (unix ms).
+    Offered { token: String, deadline_ms: i64 },
+    /// Bought with the offer.
+    Bought { order: String },
+    /// Not bought in time: passed to the next user.
+    Passed,
+}
+
 impl Standing {
     /// The standing of the entrant of rank `rank` (1-based) among `winners`.
     pub fn of(rank: u64, winners: u64) -> Self {
@@ -240,56 +273,80 @@ mod tests {
 
     #[test]
     fn winners_are_a_ceiling_in_whole_numbers() {
-        let s = DrawSpec::new(0, None, 1.2, 1, 3600).unwrap();
+        let s = DrawSpec::new(0, None, 1.2, 1, 3600, 600).unwrap();
         assert_eq!(s.winners(1000), 1200);
         assert_eq!(s.winners(1), 2);
         assert_eq!(s.winners(0), 0);
-        let one = DrawSpec::new(0, None, 1.0, 1, 3600).unwrap();
+        let one = DrawSpec::new(0, None, 1.0, 1, 3600, 600).unwrap();
         assert_eq!(one.winners(7), 7);
-        let odd = DrawSpec::new(0, None, 1.333, 1, 3600).unwrap();
+        let odd = DrawSpec::new(0, None, 1.333, 1, 3600, 600).unwrap();
         assert_eq!(odd.winners(3), 4);
     }
 
     #[test]
     fn each_bad_setting_names_its_field() {
         for (r, field) in [
-            (DrawSpec::new(10, Some(9), 1.0, 1, 3600), "draw.draw_at:"),
             (
-                DrawSpec::new(0, None, 0.99, 1, 3600),
+                DrawSpec::new(10, Some(9), 1.0, 1, 3600, 600),
+                "draw.draw_at:",
+            ),
+            (
+                DrawSpec::new(0, None, 0.99, 1, 3600, 600),
                 "draw.oversubscription:",
             ),
             (
-                DrawSpec::new(0, None, 10.01, 1, 3600),
+                DrawSpec::new(0, None, 10.01, 1, 3600, 600),
                 "draw.oversubscription:",
             ),
             (
-                DrawSpec::new(0, None, f64::NAN, 1, 3600),
+                DrawSpec::new(0, None, f64::NAN, 1, 3600, 600),
                 "draw.oversubscription:",
             ),
-            (DrawSpec::new(0, None, 1.0, 0, 3600), "draw.allowance:"),
+            (DrawSpec::new(0, None, 1.0, 0, 3600, 600), "draw.allowance:"),
             (
-                DrawSpec::new(0, None, 1.0, MAX_ALLOWANCE + 1, 3600),
+                DrawSpec::new(0, None, 1.0, MAX_ALLOWANCE + 1, 3600, 600),
                 "draw.allowance:",
             ),
-            (DrawSpec::new(0, None, 1.0, 1, 59), "draw.buy_seconds:"),
+            (DrawSpec::new(0, None, 1.0, 1, 59, 600), "draw.buy_seconds:"),
             (
-                DrawSpec::new(0, None, 1.0, 1, MAX_BUY_SECONDS + 1),
+                DrawSpec::new(0, None, 1.0, 1, MAX_BUY_SECONDS + 1, 600),
                 "draw.buy_seconds:",
+            ),
+            (
+                DrawSpec::new(0, None, 1.0, 1, 3600, MIN_OFFER_SECONDS - 1),
+                "draw.offer_seconds:",
+            ),
+            (
+                DrawSpec::new(0, None, 1.0, 1, 3600, MAX_OFFER_SECONDS + 1),
+                "draw.offer_seconds:",
             ),
         ] {
             let e = r.unwrap_err().to_string();
             assert!(e.starts_with(field), "{e}");
         }
-        assert!(DrawSpec::new(10, Some(10), 10.0, MAX_ALLOWANCE, MAX_BUY_SECONDS).is_ok());
+        assert!(
+            DrawSpec::new(
+                10,
+                Some(10),
+                10.0,
+                MAX_ALLOWANCE,
+                MAX_BUY_SECONDS,
+                MAX_OFFER_SECONDS
+            )
+            .is_ok()
+        );
     }
 
     #[test]
     fn a_spec_and_a_record_read_back_as_written() {
-        let mut s = DrawSpec::new(1_000, Some(2_000), 1.5, 2, 600).unwrap();
+        let mut s = DrawSpec::new(1_000, Some(2_000), 1.5, 2, 600, 30).unwrap();
         s.seed_hash = seed_hash(&new_seed()).unwrap();
         assert_eq!(DrawSpec::decode(&s.encode()), Some(s.clone()));
         s.draw_at = None;
-        assert_eq!(DrawSpec::decode(&s.encode()), Some(s));
+        assert_eq!(DrawSpec::decode(&s.encode()), Some(s.clone()));
+        let before_offers = s.encode().rsplit_once('|').unwrap().0.to_owned();
+        s.offer_seconds = DEFAULT_OFFER_SECONDS;
+        assert_eq!(DrawSpec::decode(&before_offers), Some(s));
         let d = DrawDone {
             drawn_at_ms: 5,
             entries: 10,

@@ -426,6 +426,9 @@ pub struct BucketState {
     pub demand: u64,
     /// Units in live holds of buyers homed here (taken: not in `stock`).
     pub held: u64,
+    /// A draw's waiting list here: units aside or offered (not in `stock`,
+    /// not sold).
+    pub waiting: u64,
     /// Sealed (by a reshard, a close or a partial loss): nothing sells here;
     /// the view then checks that the layout it read is still current.
     pub sealed: bool,

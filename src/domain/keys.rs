@@ -28,12 +28,16 @@
 //! ss:{<event>#<gen>#<b>}:hunits  STR   units in live holds of users homed at b
 //! ss:{<event>#<gen>#<b>}:hq      LIST  "pay_by|order id" of holds bought on the fast path, in deadline order (the hot path's deadline queue; entries of confirmed or cancelled orders are dropped when due)
 //! ss:{<event>#<gen>#<b>}:tok     HASH  access tokens of users homed at b (`token` events): "u:<token id>" -> units bought, "r:<token id>" -> units reserved by sagas in flight, "s:<rid>" -> the token id a pending saga reserved
+//! ss:{<event>#<gen>#<b>}:wl      HASH  the bucket's share of a draw's waiting list: on ("1" once the draw opened it: returned units go aside, "0" once nobody is left in line), aside (units aside, no ticket yet), units (aside + reserved + offered), seq (the last ticket), t:<ticket> -> ticket record (domain::offer::Ticket)
+//! ss:{<event>#<gen>#<b>}:wo      ZSET  tickets reserved (-1) or offered (-> deadline ms) in b
 //! ss:holds                       ZSET  buckets that may hold holds ("<event>#<gen>#<b>") -> when to sweep them next
 //! ss:{u#<user>}:rate             STR   the user's theoretical arrival time for the shared per-user rate, µs (PX)
 //! ss:{d#<event>}:draw            HASH  a draw's seed (hex, secret until drawn) and, once drawn, done = "drawn_at|entries|winners" (domain::draw::DrawDone)
 //! ss:{d#<event>#<k>}:ent         ZSET  entrants of a draw whose user hash % 16 is k (score 0: listed by id)
 //! ss:{d#<event>#<k>}:shut        STR   present once shard k's entries are closed (the draw closes each before it reads)
 //! ss:{d#<event>#<k>}:rank        HASH  user -> rank in the draw (1-based), written by the draw
+//! ss:{w#<event>}:line            HASH  a draw's waiting line: position (1 first) -> user, written by the draw
+//! ss:{w#<event>}:list            HASH  the line's offers: len, next (the next position to offer), a:<bucket>:<ticket> -> position (0: nobody left), o:<position> -> "<bucket>|<ticket>"
 //! ss:releases                    SET   ids of the releases (what the release sweeper visits)
 //! ss:{r#<release>}:spec          STR   the release's spec (domain::release::ReleaseSpec, JSON)
 //! ss:{r#<release>#h<h>}:units    HASH  user -> units counted against the release-wide limit (users whose home is h)
@@ -72,6 +76,12 @@ pub(crate) fn draw_key(ns: &str, event: &EventId) -> String {
 /// each shard its own hash tag, fixed whatever the buckets do.
 pub(crate) fn entry_key(ns: &str, event: &EventId, shard: u32, name: &str) -> String {
     format!("{ns}:{{d#{event}#{shard}}}:{name}")
+}
+
+/// Key `name` (`line`, `list`) of a draw's waiting list: one slot of its
+/// own. `w#` cannot start an event id (no `#` in ids).
+pub(crate) fn list_key(ns: &str, event: &EventId, name: &str) -> String {
+    format!("{ns}:{{w#{event}}}:{name}")
 }
 
 /// The set of release ids in namespace `ns`.
@@ -203,12 +213,14 @@ impl BucketRef {
             hunits: format!("{p}:hunits"),
             hq: format!("{p}:hq"),
             tok: format!("{p}:tok"),
+            wl: format!("{p}:wl"),
+            wo: format!("{p}:wo"),
         }
     }
 
     /// One key of this bucket in namespace `ns` (`name` as in [`BucketKeys`]'s
     /// field names): for a caller that needs one, where [`BucketRef::keys_in`]
-    /// formats all eighteen (the flusher reads every bucket's stream every round).
+    /// formats all twenty (the flusher reads every bucket's stream every round).
     pub(crate) fn key_in(&self, ns: &str, name: &str) -> String {
         format!("{ns}:{}:{name}", self.tag())
     }
@@ -253,6 +265,8 @@ pub(crate) enum BucketKey {
     Hunits,
     Hq,
     Tok,
+    Wl,
+    Wo,
 }
 
 impl BucketKey {
@@ -277,6 +291,8 @@ impl BucketKey {
             Self::Hunits => "hunits",
             Self::Hq => "hq",
             Self::Tok => "tok",
+            Self::Wl => "wl",
+            Self::Wo => "wo",
         }
     }
 }
@@ -332,11 +348,13 @@ pub struct BucketKeys {
     pub(crate) hunits: String,
     pub(crate) hq: String,
     pub(crate) tok: String,
+    pub(crate) wl: String,
+    pub(crate) wo: String,
 }
 
 impl BucketKeys {
     /// Every key, for expiry and deletion.
-    pub fn all(&self) -> [&str; 18] {
+    pub fn all(&self) -> [&str; 20] {
         [
             &self.stock,
             &self.users,
@@ -356,6 +374,8 @@ impl BucketKeys {
             &self.hunits,
             &self.hq,
             &self.tok,
+            &self.wl,
+            &self.wo,
         ]
     }
 }
@@ -463,6 +483,8 @@ mod tests {
             BucketKey::Hunits,
             BucketKey::Hq,
             BucketKey::Tok,
+            BucketKey::Wl,
+            BucketKey::Wo,
         ];
         let named: Vec<String> = fields.iter().map(|f| b.key_in("ns", f.name())).collect();
         assert_eq!(named, all.all());

@@ -15,6 +15,8 @@ pub mod ids;
 pub mod keys;
 /// Orders, request records and their stored encodings (events re-exported).
 pub mod model;
+/// The waiting list's offers: ticket records, the offer token.
+pub mod offer;
 /// Small stored records: probe markers, lease holders, the empty mark.
 pub mod records;
 /// Releases: pools sold as one, and the home records of multi-line orders.

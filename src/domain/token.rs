@@ -398,7 +398,7 @@ fn mac_b64(key: &str, event: &EventId, user: &str, allowance: u32, expiry: i64) 
 }
 
 /// Base64url without padding (RFC 4648 §5).
-fn base64url(bytes: &[u8]) -> String {
+pub(crate) fn base64url(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

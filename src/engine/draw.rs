@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::{Engine, EngineError};
 use crate::domain::draw::{
-    self, DrawDone, DrawSpec, ENTRY_SHARDS, MAX_ENTRIES_PAGE, Standing, entry_shard,
+    self, DrawDone, DrawSpec, ENTRY_SHARDS, MAX_ENTRIES_PAGE, OfferStanding, Standing, entry_shard,
 };
 use crate::domain::ids::{EventId, UserId};
 use crate::domain::model::{EventMeta, EventSpec};
@@ -45,6 +45,8 @@ pub struct DrawView {
     pub allowance: u32,
     /// A winner's token expires this long after the draw.
     pub buy_seconds: u32,
+    /// A waiting user's offer is open this long.
+    pub offer_seconds: u32,
     /// Lowercase hex SHA-256 of the seed's 32 bytes, published at creation.
     #[schema(min_length = 64, max_length = 64)]
     pub seed_hash: String,
@@ -73,6 +75,8 @@ pub struct EntryStatus {
     pub standing: Standing,
     /// A winner's token and its expiry (unix ms).
     pub token: Option<(String, i64)>,
+    /// A waiting user's: what became of its place in line.
+    pub offer: Option<OfferStanding>,
 }
 
 impl DrawView {
@@ -84,6 +88,7 @@ impl DrawView {
             oversubscription: spec.oversubscription(),
             allowance: spec.allowance,
             buy_seconds: spec.buy_seconds,
+            offer_seconds: spec.offer_seconds,
             seed_hash: spec.seed_hash.clone(),
             seed: done.and(record.map(|r| r.seed.clone())),
             entries: done.map_or(entries, |d| d.entries),
@@ -185,9 +190,10 @@ impl<S: Store> Engine<S> {
             .map_err(|e| StoreError::Protocol(format!("the draw's task failed: {e}")))?
             .ok_or_else(|| StoreError::Protocol(format!("bad seed kept for draw {event}")))?;
         let mut ranks: Vec<Vec<(UserId, u64)>> = vec![Vec::new(); ENTRY_SHARDS as usize];
-        for (i, user) in ordered.into_iter().enumerate() {
-            ranks[entry_shard(&user) as usize].push((user, i as u64 + 1));
+        for (i, user) in ordered.iter().enumerate() {
+            ranks[entry_shard(user) as usize].push((user.clone(), i as u64 + 1));
         }
+        let mut ranks_order = ordered;
         try_join_all(
             ranks
                 .iter()
@@ -195,10 +201,15 @@ impl<S: Store> Engine<S> {
                 .map(|(k, r)| self.store.write_ranks(event, k as u32, r)),
         )
         .await?;
+        let winners = spec.winners(meta.spec.stock).min(entries);
+        // The waiting list is open (the buckets' returned units go aside,
+        // the line is kept) before the record gives any winner a token.
+        let waiting: Vec<UserId> = ranks_order.split_off(winners as usize);
+        self.open_waitlist(&meta, waiting).await?;
         let done = DrawDone {
             drawn_at_ms: now,
             entries,
-            winners: spec.winners(meta.spec.stock).min(entries),
+            winners,
         };
         let done = self.store.finish_draw(event, &done).await?;
         metrics::gauge!(DRAW_WINNERS, "event" => event.to_string()).set(done.winners as f64);
@@ -251,9 +262,14 @@ impl<S: Store> Engine<S> {
                 user: user.clone(),
                 standing: Standing::Entered,
                 token: None,
+                offer: None,
             });
         };
         let standing = Standing::of(rank, done.winners);
+        let offer = match standing {
+            Standing::Waiting(p) => Some(self.offer_standing(&meta, p, user).await?),
+            _ => None,
+        };
         let token = match (standing, meta.spec.tokens.as_ref()) {
             (Standing::Won, Some(access)) => {
                 let key = access
@@ -272,6 +288,7 @@ impl<S: Store> Engine<S> {
             user: user.clone(),
             standing,
             token,
+            offer,
         })
     }
 

@@ -15,7 +15,8 @@
 //! `pool_cut` (a pool's reshard or close settling the release orders under
 //! way), `orders` (cancel, lookup), `holds` (confirm, expiry and voiding of
 //! held orders), `view` (per-bucket remaining, skew), `draw` (the `draw` access mode:
-//! entries, the draw, an entrant's standing), `clock` (the time every
+//! entries, the draw, an entrant's standing), `offers` (the draw's waiting
+//! list: its sweeper round, an offer's purchase), `clock` (the time every
 //! sale window and sold-out mark is judged by).
 
 mod activity;
@@ -27,6 +28,7 @@ mod holds;
 mod lease;
 mod lines;
 pub mod mover;
+mod offers;
 mod orders;
 mod pool_cut;
 mod precheck;
@@ -56,6 +58,7 @@ pub use clock::{Clock, ManualClock};
 pub use draw::{DrawView, EntryStatus};
 pub use holds::{ConfirmOutcome, ConfirmRefusal};
 pub use lease::{KeepAlive, Lease};
+pub use offers::{OfferRefusal, OfferRound};
 pub use orders::CancelOutcome;
 pub use purchase::{PurchaseOutcome, PurchaseRequest, Refusal};
 pub use release::{
@@ -122,6 +125,9 @@ pub enum EngineError {
     /// The user never entered the draw.
     #[error("user {user} did not enter the draw of event {event}")]
     NotEntered { event: EventId, user: UserId },
+    /// A waiting user's purchase with an offer token was refused.
+    #[error("offer refused at event {event}: {}", why.as_str())]
+    OfferRefused { event: EventId, why: OfferRefusal },
     /// A fault injected by a test ([`CrashPoint`], `control::checkpoint`):
     /// the engine stopped as if it crashed. Test builds only.
     #[cfg(feature = "fault-injection")]

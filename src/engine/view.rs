@@ -24,8 +24,13 @@ pub struct EventView {
     pub stock: u64,
     /// Units still for sale: in buckets plus in transfer between them.
     pub remaining: u64,
-    /// `stock - remaining`: units sold and not cancelled (held units included).
+    /// `stock - remaining - waiting`: units sold and not cancelled (held
+    /// units included).
     pub sold: u64,
+    /// A drawn draw event's units set aside for its waiting list or offered
+    /// to it: not on open sale, not sold (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting: u64,
     /// Units in live holds (events with `hold_seconds`): taken, not yet
     /// confirmed; not in `remaining` (they cannot be bought now) and back in
     /// it if their hold expires.
@@ -100,11 +105,16 @@ pub fn skew(remaining: &[u64]) -> f64 {
     remaining.iter().copied().max().unwrap_or(0) as f64 / mean
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl EventView {
     pub fn new(meta: &EventMeta, states: &[BucketState], now: i64) -> Self {
         let stocks: Vec<u64> = states.iter().map(|s| s.stock).collect();
         let in_transfer: u64 = states.iter().map(|s| s.in_transfer).sum();
         let remaining = stocks.iter().sum::<u64>() + in_transfer;
+        let waiting: u64 = states.iter().map(|s| s.waiting).sum();
         let spec = &meta.spec;
         let status = match meta.status {
             EventStatus::OnSale if remaining == 0 => "sold_out",
@@ -116,7 +126,8 @@ impl EventView {
             id: spec.id.clone(),
             stock: spec.stock,
             remaining,
-            sold: spec.stock.saturating_sub(remaining),
+            sold: spec.stock.saturating_sub(remaining + waiting),
+            waiting,
             held: states.iter().map(|s| s.held).sum(),
             buckets: stocks
                 .iter()

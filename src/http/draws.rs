@@ -1,5 +1,6 @@
 //! The `draw` access mode's endpoints: entries (`POST`, anyone), an
-//! entrant's standing and a winner's token, the draw (`POST`, admin; the
+//! entrant's standing and a winner's token (a waiting user's offer and its
+//! token once the line reached it; the offer's purchase), the draw (`POST`, admin; the
 //! leader also draws at `draw_at`), the draw's record and, once drawn, the
 //! entrants page by page so anyone can recompute it (docs/API.md, "Draws").
 //!
@@ -15,9 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use super::guard::Admin;
 use super::{ApiError, ApiJson, AppState, events::event_id};
-use crate::domain::draw::{DEFAULT_BUY_SECONDS, DrawSpec, MAX_ENTRIES_PAGE, Standing};
+use crate::domain::draw::{
+    DEFAULT_BUY_SECONDS, DrawSpec, MAX_ENTRIES_PAGE, OfferStanding, Standing,
+};
 use crate::domain::ids::{EventId, UserId};
+use crate::domain::model::OrderView;
+use crate::domain::offer::DEFAULT_OFFER_SECONDS;
 use crate::domain::token::Access;
+use crate::domain::token::MAX_TOKEN_LEN;
 use crate::engine::DrawView;
 use crate::store::Store;
 
@@ -28,6 +34,10 @@ pub fn router<S: Store>() -> Router<AppState<S>> {
             post(enter::<S>).get(entrants::<S>),
         )
         .route("/v1/events/{id}/entries/{user}", get(entry::<S>))
+        .route(
+            "/v1/events/{id}/entries/{user}/offer",
+            post(claim_offer::<S>),
+        )
         .route("/v1/events/{id}/draw", post(draw::<S>).get(view::<S>))
 }
 
@@ -59,6 +69,11 @@ pub(super) struct CreateDraw {
     #[serde(default, deserialize_with = "super::whole::opt_u32")]
     #[schema(minimum = 60, maximum = 604800)]
     buy_seconds: Option<u32>,
+    /// A waiting user's offer (a unit that came back, offered in line
+    /// order) is open this long, 10 s to 1 day (default 600).
+    #[serde(default, deserialize_with = "super::whole::opt_u32")]
+    #[schema(minimum = 10, maximum = 86400)]
+    offer_seconds: Option<u32>,
 }
 
 /// The spec's draw from the create body's `access` and `draw`.
@@ -84,6 +99,7 @@ pub(super) fn draw_spec(
                 d.oversubscription.unwrap_or(1.0),
                 d.allowance.unwrap_or(1),
                 d.buy_seconds.unwrap_or(DEFAULT_BUY_SECONDS),
+                d.offer_seconds.unwrap_or(DEFAULT_OFFER_SECONDS),
             )
             .map(Some)
             .map_err(ApiError::invalid)
@@ -103,9 +119,12 @@ pub(super) struct Enter {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Entry {
     user_id: UserId,
-    /// `entered` (not drawn yet), `won` or `waiting`.
+    /// `entered` (not drawn yet), `won`, `waiting`, then, once the line
+    /// reached the user, `offered`, `bought` (with the offer) or `passed`
+    /// (not bought in time, or the sale closed first).
     status: EntryState,
-    /// `waiting`: the place in the waiting order (1 first).
+    /// `waiting`, `offered`, `bought`, `passed`: the place in the waiting
+    /// order (1 first).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     position: Option<u64>,
@@ -121,6 +140,22 @@ pub(super) struct Entry {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     buy_until: Option<i64>,
+    /// `offered`: the offer token to buy the unit with
+    /// (`POST /v1/events/{id}/entries/{user}/offer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 256)]
+    offer_token: Option<String>,
+    /// `offered`: the offer's deadline (RFC 3339); then it passes to the
+    /// next user in line.
+    #[serde(
+        with = "crate::domain::model::rfc3339_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    offer_until: Option<i64>,
+    /// `bought`: the order bought with the offer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_id: Option<String>,
 }
 
 /// Where an entrant stands.
@@ -130,6 +165,9 @@ pub(super) enum EntryState {
     Entered,
     Won,
     Waiting,
+    Offered,
+    Bought,
+    Passed,
 }
 
 impl Entry {
@@ -140,6 +178,9 @@ impl Entry {
             position: None,
             access_token: None,
             buy_until: None,
+            offer_token: None,
+            offer_until: None,
+            order_id: None,
         }
     }
 }
@@ -222,9 +263,79 @@ pub(super) async fn entry<S: Store>(
         Standing::Waiting(p) => {
             entry.status = EntryState::Waiting;
             entry.position = Some(p);
+            match s.offer {
+                None | Some(OfferStanding::Waiting) => {}
+                Some(OfferStanding::Offered { token, deadline_ms }) => {
+                    entry.status = EntryState::Offered;
+                    entry.offer_token = Some(token);
+                    entry.offer_until = Some(deadline_ms);
+                }
+                Some(OfferStanding::Bought { order }) => {
+                    entry.status = EntryState::Bought;
+                    entry.order_id = Some(order);
+                }
+                Some(OfferStanding::Passed) => entry.status = EntryState::Passed,
+            }
         }
     }
     Ok(Json(entry))
+}
+
+/// `POST /v1/events/{id}/entries/{user}/offer`. An unknown member is refused.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"offer_token": "o1.17.1777629900000.3q2-7w…"}))]
+pub(super) struct ClaimOffer {
+    /// The `offer_token` of the user's entry, while `offered`.
+    #[schema(max_length = 256)]
+    offer_token: String,
+}
+
+/// Buys a waiting user's offer: one unit, confirmed at once (no hold).
+#[utoipa::path(
+    post, path = "/v1/events/{id}/entries/{user}/offer", tag = "draws", operation_id = "buy_offer",
+    params(
+        ("id" = EventId, Path, description = "The event (its `access` is `draw`)"),
+        ("user" = UserId, Path, description = "The waiting user the offer was made to"),
+    ),
+    request_body = ClaimOffer,
+    responses(
+        (status = 201, description = "Bought now", body = OrderView),
+        (status = 200, description = "Bought before with this offer: the same order", body = OrderView),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 403, response = super::openapi::OfferRefused),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 409, response = super::openapi::OfferRefused),
+        (status = 413, response = super::openapi::TooLarge),
+        (status = 415, response = super::openapi::NotJson),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn claim_offer<S: Store>(
+    State(state): State<AppState<S>>,
+    Path((id, user)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ClaimOffer>,
+) -> Result<(StatusCode, Json<OrderView>), ApiError> {
+    let event = event_id(id)?;
+    let user = UserId::parse(user).map_err(ApiError::invalid)?;
+    super::trace::record_user(user.as_str());
+    if body.offer_token.len() > MAX_TOKEN_LEN {
+        return Err(ApiError::invalid(format!(
+            "offer_token: at most {MAX_TOKEN_LEN} bytes"
+        )));
+    }
+    let (order, replay) = state
+        .engine
+        .claim_offer(&event, &user, &body.offer_token)
+        .await
+        .map_err(|e| state.engine_error(&event, e))?;
+    let status = if replay {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(order)))
 }
 
 /// Draws a `draw` event (once: asked again, the same result).

@@ -295,16 +295,33 @@ pub enum DrawProblem {
     NotDrawn,
     /// 404 `not-entered`: the user never entered.
     NotEntered,
+    /// 403 `offer-invalid`: the offer token is malformed, another user's or
+    /// not signed by the event's keys.
+    OfferInvalid,
+    /// 409 `offer-expired`: the offer's deadline passed.
+    OfferExpired,
+    /// 409 `offer-passed`: the offer went to the next user in line.
+    OfferPassed,
+    /// 409 `not-offered`: no such open offer.
+    NotOffered,
+    /// 409 `waiting-list`: a reshard of a drawn draw event (its waiting
+    /// list's units stay in the buckets they came back to).
+    WaitingList,
 }
 
 impl DrawProblem {
     /// Every one, for the document's examples and its tests.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 10] = [
         Self::NotADraw,
         Self::EntriesClosed,
         Self::NotDue,
         Self::NotDrawn,
         Self::NotEntered,
+        Self::OfferInvalid,
+        Self::OfferExpired,
+        Self::OfferPassed,
+        Self::NotOffered,
+        Self::WaitingList,
     ];
 
     /// Status, `type` and title.
@@ -315,6 +332,15 @@ impl DrawProblem {
             Self::NotDue => (StatusCode::CONFLICT, "draw-not-due", "Draw not due"),
             Self::NotDrawn => (StatusCode::CONFLICT, "not-drawn", "Not drawn yet"),
             Self::NotEntered => (StatusCode::NOT_FOUND, "not-entered", "Not entered"),
+            Self::OfferInvalid => (
+                StatusCode::FORBIDDEN,
+                "offer-invalid",
+                "Offer token invalid",
+            ),
+            Self::OfferExpired => (StatusCode::CONFLICT, "offer-expired", "Offer expired"),
+            Self::OfferPassed => (StatusCode::CONFLICT, "offer-passed", "Offer passed"),
+            Self::NotOffered => (StatusCode::CONFLICT, "not-offered", "Not offered"),
+            Self::WaitingList => (StatusCode::CONFLICT, "waiting-list", "Waiting list"),
         }
     }
 }
@@ -359,6 +385,16 @@ impl From<EngineError> for ApiError {
             ),
             E::NotDrawn(_) => Self::Draw(DrawProblem::NotDrawn, e.to_string()),
             E::NotEntered { .. } => Self::Draw(DrawProblem::NotEntered, e.to_string()),
+            E::OfferRefused { why, .. } => {
+                use crate::engine::OfferRefusal as R;
+                let p = match why {
+                    R::InvalidToken => DrawProblem::OfferInvalid,
+                    R::Expired => DrawProblem::OfferExpired,
+                    R::Passed => DrawProblem::OfferPassed,
+                    R::NotOffered => DrawProblem::NotOffered,
+                };
+                Self::Draw(p, e.to_string())
+            }
             E::Id(e) => Self::invalid(e),
             E::Spec(e) => Self::invalid(e),
             E::IdempotencyConflict(_) => Self::IdempotencyConflict,

@@ -6,6 +6,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use super::error::DrawProblem;
 use super::guard::Admin;
 use super::{ApiError, ApiJson, AppState};
 use crate::control::ControlError;
@@ -163,6 +164,7 @@ impl<S: Store> AppState<S> {
                 event: event.to_string(),
                 release: release.to_string(),
             },
+            ControlError::WaitingList(_) => ApiError::Draw(DrawProblem::WaitingList, e.to_string()),
             ControlError::Ledger(e) => {
                 tracing::warn!(error = %e, "ledger failed");
                 ApiError::Unavailable {

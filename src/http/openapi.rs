@@ -60,7 +60,7 @@ use crate::domain::token::TokenRefusal;
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, archive::archive, tokens::mint,
-        draws::enter, draws::entry, draws::entrants, draws::draw, draws::view,
+        draws::enter, draws::entry, draws::claim_offer, draws::entrants, draws::draw, draws::view,
         live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,
         webhooks::create, webhooks::list, webhooks::view, webhooks::delete, webhooks::resume,
@@ -76,7 +76,7 @@ use crate::domain::token::TokenRefusal;
             PurchaseRefused, TokenRefused, ReshardRefused,
             NotOnSale, TooLarge, NotJson, RateLimited, Unavailable, Internal, NoRoute,
             ConfirmRefused, NoChanges, NoWebhooks, UnknownWebhook, WebhookConflict, UnknownRelease, ReleaseExists, OrderRefused,
-            CancelRefused, EntryRefused, NotEntered, NotADraw, DrawRefused, NotDrawn,
+            CancelRefused, EntryRefused, NotEntered, NotADraw, DrawRefused, NotDrawn, OfferRefused,
         ),
     ),
     modifiers(&Security, &RequestIds, &Links),
@@ -256,6 +256,7 @@ problems! {
     ReshardRefused => [
         ApiError::NotOnSale("event sneaker-42 is closed".into()),
         ApiError::HeldPool { event: "air-max.42".into(), release: "air-max".into() },
+        ApiError::Draw(DrawProblem::WaitingList, "event sneaker-42 is a drawn draw: its bucket count is fixed while its waiting list may hold units".into()),
     ];
     /// The entry is refused: the entry window is over, or the event's
     /// access is not `draw`
@@ -267,6 +268,16 @@ problems! {
     NotEntered => [
         ApiError::Draw(DrawProblem::NotEntered, "user u-1001 did not enter the draw of event sneaker-42".into()),
         ApiError::UnknownEvent("sneaker-42".into()),
+    ];
+    /// The offer cannot be bought: its token is malformed, another user's
+    /// or not this event's (403); its deadline passed, it went to the next
+    /// user, or there is no such open offer (409)
+    OfferRefused => [
+        ApiError::Draw(DrawProblem::OfferInvalid, "offer refused at event sneaker-42: the offer token is malformed, another user's or not this event's".into()),
+        ApiError::Draw(DrawProblem::OfferExpired, "offer refused at event sneaker-42: the offer's deadline has passed".into()),
+        ApiError::Draw(DrawProblem::OfferPassed, "offer refused at event sneaker-42: the offer was passed to the next user in line".into()),
+        ApiError::Draw(DrawProblem::NotOffered, "offer refused at event sneaker-42: no such open offer".into()),
+        ApiError::NotOnSale("event sneaker-42 is closed".into()),
     ];
     /// The event's access is not `draw`
     NotADraw => [ApiError::Draw(DrawProblem::NotADraw, "event sneaker-42 is not a draw: its access is not \"draw\"".into())];
@@ -567,6 +578,14 @@ mod tests {
         assert_eq!(body["allowance"]["maximum"], MAX_ALLOWANCE);
         assert_eq!(body["buy_seconds"]["minimum"], MIN_BUY_SECONDS);
         assert_eq!(body["buy_seconds"]["maximum"], MAX_BUY_SECONDS);
+        assert_eq!(
+            body["offer_seconds"]["minimum"],
+            crate::domain::offer::MIN_OFFER_SECONDS
+        );
+        assert_eq!(
+            body["offer_seconds"]["maximum"],
+            crate::domain::offer::MAX_OFFER_SECONDS
+        );
         assert_eq!(schemas["Enter"]["additionalProperties"], false);
         let list = &doc["paths"]["/v1/events/{id}/entries"]["get"]["parameters"];
         let limit = list

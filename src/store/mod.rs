@@ -7,7 +7,7 @@
 //! is written once; the conformance suite in `tests/` runs it on every backend.
 //!
 //! # Sections
-//! The steps come in ten sections, one trait and one file each; both backends
+//! The steps come in eleven sections, one trait and one file each; both backends
 //! have a file of the same name for each (`redis/buckets.rs`,
 //! `memory/buckets.rs`), so a step is found at the same path three times over:
 //! the trait, the Redis adapter next to its script in `lua/`, the memory mirror.
@@ -28,6 +28,8 @@
 //!   release at the user's home, a line's take and undo in its pool.
 //! - [`draws`]: a draw's entries over its fixed entry shards, each entrant's
 //!   rank, and the draw's seed and record.
+//! - [`offers`]: a draw's waiting list: units set aside in the buckets,
+//!   offered in line order, bought or passed on.
 //!
 //! A step is named like the script it runs (`purchase` runs `purchase.lua`);
 //! where one script serves several steps (the leases, OUT and drain) the step's
@@ -86,6 +88,7 @@ pub mod holds;
 pub mod leases;
 pub mod limits;
 pub mod memory;
+pub mod offers;
 pub mod redis;
 pub mod releases;
 pub mod retire;
@@ -106,6 +109,7 @@ pub use holds::{ConfirmReply, ExpireReply, Holds};
 pub use leases::Leases;
 pub use limits::{Admit, Limits, Rate};
 pub use memory::MemoryStore;
+pub use offers::{Assign, Claim, ClaimReply, Offers, OpenReply};
 pub use redis::RedisStore;
 pub use releases::{Decided, LineConfirm, LineTake, LineUndo, Releases, ReserveArgs, ReserveReply};
 pub use retire::{BucketAudit, BucketContents, RestoreReply, Retirement};
@@ -131,6 +135,7 @@ pub static STEPS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::
         retire::STEPS,
         releases::STEPS,
         draws::STEPS,
+        offers::STEPS,
         &["ping"],
     ]
     .concat()
@@ -224,6 +229,7 @@ pub trait Store:
     + Retirement
     + Releases
     + Draws
+    + Offers
     + Clone
     + Send
     + Sync

@@ -9,7 +9,9 @@
 //! draw recomputed here from the revealed seed and the listed entrants,
 //! and the winners buying at full concurrency, with replays, other users'
 //! and forged tokens refused. Over HTTP: every endpoint, each refusal by
-//! its type, each bad field named, and the timer drawing at `draw_at`.
+//! its type, each bad field named, the timer drawing at `draw_at`, and a
+//! cancelled unit offered to the first in line and bought with its offer
+//! token (the waiting list's scenarios on every backend: `offers.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -53,7 +55,7 @@ fn draw_spec(id: &EventId, stock: u64, until: i64) -> EventSpec {
     s.tokens = Some(TokenAccess {
         keys: KEYS.iter().map(|k| k.to_string()).collect(),
     });
-    s.draw = Some(DrawSpec::new(until, None, 1.2, 1, 3600).unwrap());
+    s.draw = Some(DrawSpec::new(until, None, 1.2, 1, 3600, 600).unwrap());
     s
 }
 
@@ -213,6 +215,7 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
             user: u,
             standing,
             token,
+            ..
         },
     ) in standings
     {
@@ -362,6 +365,14 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         (
             json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "draw_at": at(now)}}),
             "draw.draw_at:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "offer_seconds": 9}}),
+            "draw.offer_seconds:",
+        ),
+        (
+            json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "offer_seconds": 86401}}),
+            "draw.offer_seconds:",
         ),
         (
             json!({"access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": later, "seed": "x"}}),
@@ -539,6 +550,7 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
     .await;
     let order = recompute(seed, &listed);
     let event = EventId::parse(id.clone()).unwrap();
+    let mut bought: Vec<String> = Vec::new();
     for (i, u) in order.iter().enumerate() {
         let s: Value = app
             .get(&format!("{entries}/{u}"))
@@ -558,12 +570,9 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
                 .await;
             // 4 units for 6 winners: the first four buy, then sold out.
             if i < 4 {
-                assert_eq!(
-                    r.status(),
-                    StatusCode::CREATED,
-                    "{}",
-                    r.text().await.unwrap()
-                );
+                assert_eq!(r.status(), StatusCode::CREATED);
+                let o: Value = r.json().await.unwrap();
+                bought.push(o["order_id"].as_str().unwrap().to_owned());
             } else {
                 problem(r, 409, "sold-out").await;
             }
@@ -603,4 +612,114 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
         )),
         "{metrics}"
     );
+
+    // The waiting list: a bought unit cancelled is not back on open sale
+    // (the fifth winner still finds the event sold out); the timer's sweep
+    // offers it to position 1, who buys it with the offer's token.
+    let r = app
+        .post(&format!("/v1/orders/{}/cancel", bought[0]), json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let fifth: Value = app
+        .get(&format!("{entries}/{}", order[4]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let r = app
+        .post(
+            &format!("/v1/events/{id}/purchases"),
+            json!({"user_id": order[4].as_str(), "quantity": 1, "request_id": "fifth-2", "access_token": fifth["access_token"]}),
+        )
+        .await;
+    problem(r, 409, "sold-out").await;
+    let first = &order[6];
+    let offered: Value = eventually(
+        "the offer to position 1",
+        Duration::from_secs(30),
+        async || {
+            let s: Value = app
+                .get(&format!("{entries}/{first}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (s["status"] == "offered").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(offered["position"], 1);
+    assert!(offered["offer_until"].is_string(), "{offered}");
+    let token = offered["offer_token"].as_str().unwrap().to_owned();
+    let claim = |u: &UserId, body: Value| {
+        let path = format!("/v1/events/{id}/entries/{u}/offer");
+        let app = &app;
+        async move { app.post(&path, body).await }
+    };
+    problem(
+        claim(&order[5], json!({"offer_token": token})).await,
+        403,
+        "offer-invalid",
+    )
+    .await;
+    problem(
+        claim(first, json!({"offer_token": "o1.1.1.x"})).await,
+        403,
+        "offer-invalid",
+    )
+    .await;
+    problem(
+        claim(first, json!({"offer_token": token, "x": 1})).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    let r = claim(first, json!({"offer_token": token})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let o: Value = r.json().await.unwrap();
+    assert_eq!(
+        (o["status"].as_str(), o["quantity"].as_u64()),
+        (Some("confirmed"), Some(1))
+    );
+    let r = claim(first, json!({"offer_token": token})).await;
+    assert_eq!(r.status(), StatusCode::OK, "a retry answers the same order");
+    assert_eq!(r.json::<Value>().await.unwrap()["order_id"], o["order_id"]);
+    let seen: Value = app
+        .get(&format!("/v1/orders/{}", o["order_id"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["status"], "confirmed", "{seen}");
+    let s: Value = app
+        .get(&format!("{entries}/{first}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        s,
+        json!({"user_id": first.as_str(), "status": "bought", "position": 1, "order_id": o["order_id"]})
+    );
+    problem(
+        app.client
+            .put(app.url(&format!("/v1/events/{id}/buckets")))
+            .bearer_auth(crate::harness::TOKEN)
+            .json(&json!({"buckets": 3}))
+            .send()
+            .await
+            .unwrap(),
+        409,
+        "waiting-list",
+    )
+    .await;
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    for outcome in ["made", "taken"] {
+        assert!(
+            metrics.contains(&format!(
+                "shardstock_offers_total{{event=\"{id}\",outcome=\"{outcome}\"}} 1"
+            )),
+            "{outcome}: {metrics}"
+        );
+    }
 }

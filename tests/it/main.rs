@@ -111,6 +111,7 @@ mod interplay;
 mod ledger;
 mod live_page;
 mod model_replay;
+mod offers;
 mod outbox;
 mod partial_loss;
 mod quickstart;

@@ -311,6 +311,12 @@ impl<S: Store> Rebalancer<S> {
                 tracing::info!(%event, to, %why, "the automatic reshard waits");
                 return Ok(());
             }
+            // A drawn draw event keeps its count (its waiting list's units
+            // stay in their buckets): the adaptive count stops there.
+            Err(ControlError::WaitingList(_)) => {
+                tracing::debug!(%event, to, "a drawn draw keeps its bucket count");
+                return Ok(());
+            }
             Err(e) => return Err(e),
         }
         if let Err(e) = self.ledger.set_buckets(event, to).await {

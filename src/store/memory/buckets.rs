@@ -423,7 +423,7 @@ impl Buckets for MemoryStore {
             if bk.users.contains_key(&before.user) {
                 bk.hold(&before.user, -i64::from(before.qty));
             }
-            bk.stock += u64::from(before.qty);
+            bk.give_back(u64::from(before.qty));
             bk.adds += 1;
             bk.append(StreamEntry {
                 id: StreamId::default(),
@@ -497,6 +497,7 @@ impl Buckets for MemoryStore {
             adds: bk.adds,
             demand: bk.demand,
             held: bk.hunits,
+            waiting: bk.wait.units,
             sealed: bk.sealed,
         })
     }

@@ -26,7 +26,7 @@ impl Bucket {
         }
         let qty = u64::from(after.qty);
         self.hunits = self.hunits.saturating_sub(qty);
-        self.stock += qty;
+        self.give_back(qty);
         self.adds += 1;
         self.append(StreamEntry {
             id: StreamId::default(),

@@ -15,6 +15,7 @@ mod events;
 mod holds;
 mod leases;
 mod limits;
+mod offers;
 mod releases;
 mod retire;
 mod streams;
@@ -95,6 +96,8 @@ struct Bucket {
     /// reserved), and the token a pending saga reserved, rid -> id (`tok`).
     tokens: HashMap<String, (u64, u64)>,
     token_sagas: HashMap<String, String>,
+    /// A draw's waiting list here (`wl`, `wo`): `offers.rs`.
+    wait: offers::Waitlist,
 }
 
 impl Bucket {
@@ -191,6 +194,8 @@ struct Inner {
     homes: Mutex<HashMap<crate::domain::keys::HomeRef, releases::Home>>,
     /// Draws' records and entry shards (`ss:{d#<event>…}:*`).
     draws: Mutex<draws::DrawMap>,
+    /// Draws' waiting lists (`ss:{w#<event>}:*`).
+    lists: Mutex<HashMap<EventId, offers::List>>,
 }
 
 /// The in-process store (the embedded default).

@@ -42,7 +42,8 @@ impl Retirement for MemoryStore {
             if !bk.sealed {
                 return None;
             }
-            let units = std::mem::take(&mut bk.stock);
+            let units = std::mem::take(&mut bk.stock) + std::mem::take(&mut bk.wait.units);
+            bk.wait.aside = 0;
             if units > 0 {
                 bk.append(StreamEntry {
                     qty: units,
@@ -57,7 +58,7 @@ impl Retirement for MemoryStore {
     /// one piece (no Redis thread to keep free here).
     async fn audit_bucket(&self, b: &BucketRef) -> Result<BucketAudit, StoreError> {
         self.with(b, |bk| BucketAudit {
-            stock: bk.stock,
+            stock: bk.stock + bk.wait.units,
             adds: bk.adds,
             sealed: bk.sealed,
             last_id: bk.last_id,

@@ -77,7 +77,7 @@ steps! {
     Cancel = cancel {
         keys: [
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
-            b(Bk::Hunits),
+            b(Bk::Hunits), b(Bk::Wl),
         ],
         argv: { order: String, head: String, cancelled: &'static str },
         reply: Reply::Codes(&[
@@ -103,6 +103,7 @@ steps! {
     ReadBucketState = bucket_state {
         keys: [
             b(Bk::Stock), b(Bk::Xfer), b(Bk::Fence), b(Bk::Adds), b(Bk::Demand), b(Bk::Hunits), b(Bk::Sealed),
+            b(Bk::Wl),
         ],
         argv: {},
         reply: Reply::Codes(&[reply::STALE]),
@@ -969,6 +970,7 @@ fn state_of(parts: &[Value]) -> Result<BucketState, StoreError> {
         demand: num(arg(parts, 4)?)?,
         held: num(arg(parts, 5)?)?,
         sealed: num(arg(parts, 6)?)? == 1,
+        waiting: num(arg(parts, 7)?)?,
     })
 }
 

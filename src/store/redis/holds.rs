@@ -20,7 +20,7 @@ steps! {
     Confirm = confirm {
         keys: [
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
-            b(Bk::Hunits), b(Bk::Hq),
+            b(Bk::Hunits), b(Bk::Hq), b(Bk::Wl),
         ],
         argv: { now: i64, order: String, confirm: String, expire: String, confirmed: &'static str, expired: &'static str },
         reply: Reply::Codes(&[
@@ -33,7 +33,7 @@ steps! {
     ExpireHolds = expire_holds {
         keys: [
             b(Bk::Stock), b(Bk::Users), b(Bk::Idx), b(Bk::Orders), b(Bk::Adds), b(Bk::Sealed), b(Bk::Holds),
-            b(Bk::Hunits), b(Bk::Hq),
+            b(Bk::Hunits), b(Bk::Hq), b(Bk::Wl),
         ],
         argv: { now: i64, count: u32, head: String, void: bool, expired: &'static str },
         reply: Reply::Codes(&[reply::STALE, reply::OK]),

@@ -26,6 +26,7 @@ mod events;
 mod holds;
 mod leases;
 mod limits;
+mod offers;
 mod releases;
 mod retire;
 mod scripts;

@@ -34,14 +34,14 @@ steps! {
     }
     /// Retires a sealed bucket: its leftover into the stream.
     Retire = retire {
-        keys: [b(Bk::Stock), b(Bk::Sealed), b(Bk::Orders)],
+        keys: [b(Bk::Stock), b(Bk::Sealed), b(Bk::Orders), b(Bk::Wl)],
         argv: { record: String },
         reply: Reply::Codes(&[reply::STALE, reply::OK, reply::NOT_SEALED]),
         writes: [Stream],
     }
     /// Everything the audit equation reads of a bucket.
     AuditBucket = audit_bucket {
-        keys: [b(Bk::Stock), b(Bk::Xfer), b(Bk::Xin), b(Bk::Adds), b(Bk::Orders), b(Bk::Sealed), b(Bk::Hunits)],
+        keys: [b(Bk::Stock), b(Bk::Xfer), b(Bk::Xin), b(Bk::Adds), b(Bk::Orders), b(Bk::Sealed), b(Bk::Hunits), b(Bk::Wl)],
         argv: { page: usize },
         reply: Reply::Codes(&[reply::STALE]),
         writes: [],

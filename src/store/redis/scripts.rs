@@ -89,6 +89,21 @@ pub(super) mod reply {
     /// Entered before.
     pub(crate) const ENTERED_BEFORE: &str = "AL";
 
+    // open_offer.lua (also OK, STALE)
+    /// The ticket was opened or closed before.
+    pub(crate) const OFFER_BEFORE: &str = "AL";
+    /// Nobody left in line: the unit is on open sale.
+    pub(crate) const TO_SALE: &str = "SL";
+    // claim_offer.lua (also OK, STALE, CLOSED, REPLAY)
+    pub(crate) const OFFER_PASSED: &str = "PA";
+    pub(crate) const NOT_OFFERED: &str = "NO";
+    pub(crate) const OFFER_EXPIRED: &str = "EX";
+    // assign_offer.lua (also OK)
+    /// The event has no waiting list (yet).
+    pub(crate) const NO_LIST: &str = "W";
+    /// Nobody left in line.
+    pub(crate) const EXHAUSTED: &str = "X";
+
     // end_reshard.lua
     /// The event is not resharding to that layout (closed, or switched already).
     pub(crate) const NOT_RESHARDING: &str = "NRS";

@@ -228,6 +228,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
         super::retire::REPEATED,
         super::releases::FIXED,
         super::draws::FIXED,
+        super::offers::FIXED,
     ]
     .into_iter()
     .flatten()
@@ -238,8 +239,8 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
 /// one wherever it is declared.
 #[allow(unused_imports)]
 pub(super) use super::{
-    buckets::*, draws::*, events::*, holds::*, leases::*, limits::*, releases::*, retire::*,
-    streams::*, transfers::*,
+    buckets::*, draws::*, events::*, holds::*, leases::*, limits::*, offers::*, releases::*,
+    retire::*, streams::*, transfers::*,
 };
 
 /// What a section's declarations name: `steps! { … }` at the top of each

@@ -58,7 +58,7 @@ async fn the_document_is_served_and_every_operation_in_it_is_routed(b: Backend) 
             );
         }
     }
-    assert_eq!(operations, 40, "every endpoint of API.md and /openapi.json");
+    assert_eq!(operations, 41, "every endpoint of API.md and /openapi.json");
     // The admin operations carry the bearer scheme, the others none.
     let create = &doc["paths"]["/v1/events"]["post"];
     assert_eq!(create["security"], json!([{"bearer": []}]));
@@ -105,6 +105,7 @@ async fn every_request_body_refuses_unknown_members_in_the_document(b: Backend) 
         [
             "post /v1/events",
             "post /v1/events/{id}/entries",
+            "post /v1/events/{id}/entries/{user}/offer",
             "post /v1/events/{id}/purchases",
             "post /v1/events/{id}/tokens",
             "post /v1/releases",

@@ -33,6 +33,7 @@ use std::time::Duration;
 use shardstock::domain::ids::*;
 use shardstock::domain::keys::*;
 use shardstock::domain::model::*;
+use shardstock::domain::offer::*;
 use shardstock::domain::release::*;
 use shardstock::domain::stream::*;
 use shardstock::domain::transfer::*;
@@ -411,6 +412,7 @@ shardstock::forward_streams!(faulty_sections);
 shardstock::forward_retire!(faulty_sections);
 shardstock::forward_releases!(faulty_sections);
 shardstock::forward_draws!(faulty_sections);
+shardstock::forward_offers!(faulty_sections);
 
 impl<S: Store> Store for Faulty<S> {
     /// The inner store's: the harness picks a ledger by it.
