@@ -33,6 +33,7 @@ use shardstock::control::checkpoint::Checkpoint;
 use shardstock::domain::draw::{DrawSpec, MIN_BUY_SECONDS};
 use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventSpec;
+use shardstock::domain::offer::DEFAULT_OFFER_SECONDS;
 use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::store::Store;
 
@@ -352,8 +353,17 @@ impl Plan {
                 buy_seconds: MIN_BUY_SECONDS,
             };
             // The entry window's end is set when the schedule's clock starts.
-            self.spec.draw =
-                Some(DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds).expect("a draw spec"));
+            self.spec.draw = Some(
+                DrawSpec::new(
+                    0,
+                    None,
+                    1.0,
+                    d.allowance,
+                    d.buy_seconds,
+                    DEFAULT_OFFER_SECONDS,
+                )
+                .expect("a draw spec"),
+            );
             self.tokens.as_mut().expect("tokens").draw = Some(d);
         }
     }
