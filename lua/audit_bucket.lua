@@ -76,8 +76,14 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   end
 end
 local now = redis.call('TIME')
-local stock = tonumber(redis.call('GET', KEYS[1])) + tonumber(redis.call('HGET', KEYS[8], 'units') or '0')
-return {tostring(stock), redis.call('GET', KEYS[4]) or '0',
+-- The stock stays the string stored (Lua's tostring of a number past 1e14
+-- is "6.4e+15"); with units waiting, their sum formatted as an integer.
+local stock = redis.call('GET', KEYS[1])
+local waiting = tonumber(redis.call('HGET', KEYS[8], 'units') or '0')
+if waiting > 0 then
+  stock = string.format('%d', tonumber(stock) + waiting)
+end
+return {stock, redis.call('GET', KEYS[4]) or '0',
   redis.call('EXISTS', KEYS[6]), last, open, applied, records,
   string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)),
   redis.call('GET', KEYS[7]) or '0'}

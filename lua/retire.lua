@@ -19,10 +19,16 @@ end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {'NS'}
 end
-local units = tonumber(redis.call('GET', KEYS[1])) + tonumber(redis.call('HGET', KEYS[4], 'units') or '0')
-if units > 0 then
-  redis.call('SET', KEYS[1], '0')
+-- Units stay strings as stored: Lua's tostring of a number past 1e14 is
+-- "6.4e+15", which no reader parses; a sum is formatted as an integer.
+local units = redis.call('GET', KEYS[1])
+local waiting = tonumber(redis.call('HGET', KEYS[4], 'units') or '0')
+if waiting > 0 then
+  units = string.format('%d', tonumber(units) + waiting)
   redis.call('HSET', KEYS[4], 'units', 0, 'aside', 0)
+end
+if tonumber(units) > 0 then
+  redis.call('SET', KEYS[1], '0')
   redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'q', units)
 end
-return {'OK', tostring(units)}
+return {'OK', units}
