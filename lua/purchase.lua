@@ -63,8 +63,9 @@ range of ARGV: no Lua table, no string built):
   only with holds, always the last column (so at 8 + 4n + i without the
   five above, 8 + 6n + i without limit, keep and pending):
   ARGV[8 + 9n + i] queue               the hold's queue entry "pay_by|oid"
-  only for "token" events (KEYS[14] given; such a call is never uniform),
-  always after every other column (so at 8 + 9n + i without holds):
+  only for "token" events (KEYS[14] given; a uniform call's token ids are
+  distinct too, the caller checks), always after every other column (so at
+  8 + 9n + i without holds):
   ARGV[8 + 10n + i] token              "<allowance>|<token id>" of a token
                                         the engine checked (signature, user,
                                         expiry), or "!<why>" it refused
@@ -164,6 +165,11 @@ consumed here, with the take, on the user's home slot: bought adds q to
 "u:<id>" with the order or gives it back (docs/DESIGN.md, "Fair drops":
 checked in a step of its own before the take, a one-unit token buys
 twice). An open event's call carries no KEYS[14] and pays one lookup.
+A uniform call (distinct token ids) checks every token with one HMGET of
+the "u:" and "r:" counts and writes the buyers' new "u:" counts with one
+HSET, so token purchases share the call's one XADD as open ones do: entry
+by entry, a token purchase cost 1.42x the CPU of an open one over HTTP
+(BENCHMARKS.md, "Fair drops"), one XADD and three hash commands each.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
@@ -214,10 +220,54 @@ if fast then
   -- another's), so one repeat buyer does not send the whole call down the
   -- slow path: over[i] is its user's count, its answer "L", held.
   local held, over, refused = nil, nil, 0
-  if limit > 0 and replays < n then
-    held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
+  -- A token event: an entry's token refused by the engine ("!why") or with
+  -- too little allowance left is refused here as entry by entry, over[i]
+  -- its code (answer "K"), before the limit as there; a buyer's new count
+  -- of units bought is tn[i] under the field tf[i]. The call's token ids
+  -- are distinct (the caller checks), so no entry's allowance depends on
+  -- another's: one HMGET of every token's two counts, one HSET of the
+  -- buyers' new ones.
+  local tf, tn
+  if tok and replays < n then
+    tf, tn = {}, {}
+    local fields, at = {}, {}
     for i = 1, n do
       if not got[i] then
+        local col = ARGV[T + i]
+        if string.sub(col, 1, 1) == '!' then
+          over = over or {}
+          over[i] = string.sub(col, 2)
+          refused = refused + 1
+        else
+          local allowance, id = string.match(col, '^(%d+)|(.+)$')
+          at[#at + 1] = i
+          tn[i] = tonumber(allowance)
+          tf[i] = 'u:' .. id
+          fields[#fields + 1] = tf[i]
+          fields[#fields + 1] = 'r:' .. id
+        end
+      end
+    end
+    if #at > 0 then
+      local c = redis.call('HMGET', tok, unpack(fields))
+      for k = 1, #at do
+        local i = at[k]
+        local used = tonumber(c[2 * k - 1] or '0')
+        local q = tonumber(cols and ARGV[Q + i] or string.match(ARGV[O + 2 * i], QP))
+        if used + tonumber(c[2 * k] or '0') + q > tn[i] then
+          over = over or {}
+          over[i] = 'used'
+          refused = refused + 1
+        else
+          tn[i] = used + q
+        end
+      end
+    end
+  end
+  if limit > 0 and replays + refused < n then
+    held = redis.call('HMGET', KEYS[2], unpack(ARGV, U + 1, U + n))
+    for i = 1, n do
+      if not got[i] and not (over and over[i]) then
         local h = tonumber(held[i] or '0')
         if h + tonumber(ARGV[Q + i]) > limit then
           over = over or {}
@@ -257,6 +307,13 @@ if fast then
         end
         redis.call('HSET', KEYS[2], unpack(counts))
       end
+      if tf then
+        local counts = {}
+        for k = 1, n do
+          counts[2 * k - 1], counts[2 * k] = tf[k], tn[k]
+        end
+        redis.call('HSET', tok, unpack(counts))
+      end
       redis.call('HSET', KEYS[5], unpack(ARGV, O + 1, O + 2 * n))
       redis.call('HSET', KEYS[3], unpack(ARGV, R + 1, R + 2 * n))
       redis.call('DECRBY', KEYS[1], ARGV[6])
@@ -272,6 +329,8 @@ if fast then
     local function skip(i)
       if got[i] then
         out[2 * i - 1], out[2 * i] = 'R', got[i]
+      elseif type(over[i]) == 'string' then
+        out[2 * i - 1], out[2 * i] = 'K', over[i]
       else
         local h = over[i]
         redis.call('HSET', KEYS[3], ARGV[R + 2 * i - 1], string.format(ARGV[7], ARGV[Q + i], ARGV[5], h))
@@ -287,7 +346,7 @@ if fast then
       end
       return out
     end
-    local i, counts = 1, limit > 0 and {}
+    local i, counts, tcounts = 1, limit > 0 and {}, tf and {}
     while i <= n do
       if got[i] or over and over[i] then
         skip(i)
@@ -306,6 +365,10 @@ if fast then
             counts[#counts + 1] = ARGV[U + k]
             counts[#counts + 1] = held[k] and tonumber(held[k]) + tonumber(q) or q
           end
+          if tcounts then
+            tcounts[#tcounts + 1] = tf[k]
+            tcounts[#tcounts + 1] = tn[k]
+          end
         end
         redis.call('HSET', KEYS[5], unpack(ARGV, O + 2 * i - 1, O + 2 * j))
         redis.call('HSET', KEYS[3], unpack(ARGV, R + 2 * i - 1, R + 2 * j))
@@ -317,6 +380,9 @@ if fast then
     end
     if counts then
       redis.call('HSET', KEYS[2], unpack(counts))
+    end
+    if tcounts then
+      redis.call('HSET', tok, unpack(tcounts))
     end
     redis.call('DECRBY', KEYS[1], want)
     redis.call('INCRBY', KEYS[7], want)

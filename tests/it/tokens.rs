@@ -37,6 +37,7 @@ on_every_backend!(
     a_reshard_moves_each_tokens_consumption_with_its_user,
     the_models_checked_before_take_trace_buys_once,
     a_release_does_not_adopt_a_token_event_as_a_pool,
+    a_batch_of_token_purchases_answers_each_entry_as_alone,
 );
 
 on_every_backend!(
@@ -809,4 +810,87 @@ async fn a_release_does_not_adopt_a_token_event_as_a_pool<S: Store>(engine: Engi
             .contains(&spec.id),
         "the refused release was stored"
     );
+}
+
+/// A call of several token purchases on one bucket (the batcher's, sent to
+/// the home step whole) answers each entry as it would alone: a call of
+/// fresh request ids with distinct tokens buys in one pass (Redis: the
+/// uniform path, one stream record), one mixing replays, refused tokens
+/// and spent allowances buys the rest, one naming a token twice spends
+/// its allowance once, and one where nothing buys changes nothing.
+async fn a_batch_of_token_purchases_answers_each_entry_as_alone<S: Store>(engine: Engine<S>) {
+    use shardstock::domain::ids::OrderId;
+    use shardstock::domain::model::RequestRecord;
+    use shardstock::domain::keys::BucketRef;
+    use shardstock::domain::token::TokenUse;
+    use shardstock::store::{PurchaseEntry, PurchaseReply};
+    let id = event_id("tbatch");
+    engine.create_event(token_spec(&id, 10, 1)).await.unwrap();
+    let store = engine.store();
+    let bucket = BucketRef::new(&id, 0, 0);
+    let mut seq = 0u64;
+    let mut entry = |who: &str, rid: &str, qty: u32, token: TokenUse| {
+        seq += 1;
+        PurchaseEntry {
+            user: user(who),
+            qty,
+            limit: 0,
+            rid: rid.into(),
+            keep: true,
+            order_id: OrderId::generate(&id, seq),
+            pay_by: None,
+            token: Some(token),
+        }
+    };
+    let valid = |name: &str, allowance: u32| TokenUse::Valid {
+        id: format!("tok-{name}"),
+        allowance,
+    };
+    let bought = |r: &PurchaseReply| matches!(r, PurchaseReply::Bought { .. });
+    let used = PurchaseReply::TokenRefused(TokenRefusal::Used);
+
+    // Fresh request ids, distinct tokens: every entry buys.
+    let first = [
+        entry("a", "a-1", 1, valid("a", 2)),
+        entry("b", "b-1", 1, valid("b", 1)),
+    ];
+    let r = store.purchase(&bucket, 0, &first).await.unwrap();
+    assert!(r.iter().all(bought), "{r:?}");
+
+    // A replay, a refused token, a quantity past its allowance, a token
+    // with allowance left and a spent one, in one call.
+    let second = [
+        first[0].clone(),
+        entry("c", "c-1", 1, TokenUse::Refused(TokenRefusal::Expired)),
+        entry("d", "d-1", 2, valid("d", 1)),
+        entry("a", "a-2", 1, valid("a", 2)),
+        entry("b", "b-2", 1, valid("b", 1)),
+    ];
+    let r = store.purchase(&bucket, 0, &second).await.unwrap();
+    assert!(
+        matches!(&r[0], PurchaseReply::Replay(RequestRecord::Bought { .. })),
+        "{r:?}"
+    );
+    assert_eq!(r[1], PurchaseReply::TokenRefused(TokenRefusal::Expired));
+    assert_eq!(r[2], used, "2 units on an allowance of 1");
+    assert!(bought(&r[3]), "the second unit of an allowance of 2: {r:?}");
+    assert_eq!(r[4], used, "an allowance of 1 spent");
+
+    // One token twice in a call: its one unit buys once.
+    let third = [
+        entry("e", "e-1", 1, valid("e", 1)),
+        entry("e", "e-2", 1, valid("e", 1)),
+    ];
+    let r = store.purchase(&bucket, 0, &third).await.unwrap();
+    assert!(bought(&r[0]), "{r:?}");
+    assert_eq!(r[1], used);
+
+    // Nothing in the call buys: a spent token and a replay.
+    let fourth = [entry("a", "a-3", 1, valid("a", 2)), first[1].clone()];
+    let r = store.purchase(&bucket, 0, &fourth).await.unwrap();
+    assert_eq!(r[0], used);
+    assert!(matches!(&r[1], PurchaseReply::Replay(_)), "{r:?}");
+
+    // Bought: a twice, b and e once; nothing else was taken.
+    assert_eq!(store.bucket_state(&bucket).await.unwrap().stock, 10 - 4);
 }

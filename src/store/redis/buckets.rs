@@ -398,10 +398,11 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     use std::fmt::Write;
     let n = entries.len();
     let limit = entries.first().map_or(0, |e| e.limit);
-    // A `token` event's call goes entry by entry, each checking its token.
+    // A `token` event's call is uniform only if no token comes twice: its
+    // fast path checks every token's allowance from one read.
     let tokens = entries.first().is_some_and(|e| e.token.is_some());
     let uniform = !full
-        && !tokens
+        && (!tokens || distinct(entries.iter().filter_map(|e| token_id(e.token.as_ref()))))
         && entries.iter().all(|e| e.keep && e.limit == limit)
         && distinct(entries.iter().map(|e| e.rid.as_str()))
         && (limit == 0 || distinct(entries.iter().map(|e| e.user.as_str())));
@@ -477,6 +478,15 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
         }
     }
     args
+}
+
+/// The id of a token the engine found valid (a refused one is never
+/// looked up, so it may come twice).
+fn token_id(token: Option<&TokenUse>) -> Option<&str> {
+    match token {
+        Some(TokenUse::Valid { id, .. }) => Some(id),
+        _ => None,
+    }
 }
 
 /// Whether no value comes twice (batches are short: a sort beats hashing).
