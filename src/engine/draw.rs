@@ -128,7 +128,16 @@ impl<S: Store> Engine<S> {
         if self.clock.now_ms() >= spec.entries_until {
             return Err(EngineError::EntriesClosed(event.clone()));
         }
-        match self.store.enter(event, entry_shard(user), user).await? {
+        let shard = entry_shard(user);
+        let reply = match &self.entries {
+            Some(batcher) => batcher.enter(event, shard, user.clone()).await?,
+            None => {
+                let mut one = self.store.enter(event, shard, std::slice::from_ref(user)).await?;
+                one.pop()
+                    .ok_or_else(|| StoreError::Protocol("enter answered no entry".into()))?
+            }
+        };
+        match reply {
             EnterReply::New => {
                 metrics::counter!(DRAW_ENTRIES, "event" => event.to_string()).increment(1);
                 Ok(true)

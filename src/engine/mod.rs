@@ -15,7 +15,8 @@
 //! `pool_cut` (a pool's reshard or close settling the release orders under
 //! way), `orders` (cancel, lookup), `holds` (confirm, expiry and voiding of
 //! held orders), `view` (per-bucket remaining, skew), `draw` (the `draw` access mode:
-//! entries, the draw, an entrant's standing), `offers` (the draw's waiting
+//! entries, the draw, an entrant's standing; `entry_batch` groups entries
+//! per shard as `batch` groups purchases per bucket), `offers` (the draw's waiting
 //! list: its sweeper round, an offer's purchase), `clock` (the time every
 //! sale window and sold-out mark is judged by).
 
@@ -23,6 +24,7 @@ mod activity;
 mod batch;
 mod clock;
 mod draw;
+mod entry_batch;
 mod handoff;
 mod holds;
 mod lease;
@@ -140,7 +142,8 @@ pub enum EngineError {
 pub struct CachedEntries {
     /// Metas of events that may sell.
     pub metas: usize,
-    /// Batcher lanes of buckets of their own (shared lanes are fixed).
+    /// Batcher lanes of buckets of their own (shared lanes are fixed), and
+    /// of draw events' entry shards.
     pub lanes: usize,
     /// Events' event-wide check gates.
     pub(crate) prechecks: usize,
@@ -206,6 +209,8 @@ pub struct Engine<S: Store> {
     instance: String,
     events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
     batcher: Option<batch::Batcher<S>>,
+    /// Draw entries, batched per entry shard when purchases are batched.
+    entries: Option<entry_batch::EntryBatcher<S>>,
     /// The [`CrashPoint`] a test armed.
     #[cfg(feature = "fault-injection")]
     crash: AtomicU8,
@@ -236,6 +241,9 @@ impl<S: Store> Engine<S> {
                     activity.clone(),
                 )
             }),
+            entries: opts
+                .max_batch
+                .map(|n| entry_batch::EntryBatcher::new(store.clone(), n)),
             activity,
             store,
             opts,
@@ -417,6 +425,9 @@ impl<S: Store> Engine<S> {
         if let Some(b) = &self.batcher {
             b.forget(event);
         }
+        if let Some(b) = &self.entries {
+            b.forget(event);
+        }
         self.prechecks.forget(event);
         self.reshard_waits
             .lock()
@@ -431,7 +442,8 @@ impl<S: Store> Engine<S> {
     pub fn cached_entries(&self) -> CachedEntries {
         CachedEntries {
             metas: self.events.read().expect("meta cache poisoned").len(),
-            lanes: self.batcher.as_ref().map_or(0, |b| b.lanes()),
+            lanes: self.batcher.as_ref().map_or(0, |b| b.lanes())
+                + self.entries.as_ref().map_or(0, |b| b.lanes()),
             prechecks: self.prechecks.len(),
             reshard_waits: self
                 .reshard_waits

@@ -2,8 +2,8 @@
 //! draw's record (docs/DESIGN.md, "Fair drops").
 //!
 //! At an entry shard (`keys::entry_key`, one slot of [`ENTRY_SHARDS`]):
-//! `enter` adds a user unless the shard is closed (one step, as cheap as a
-//! purchase's), `close_entries` closes it for good (the draw does so before
+//! `enter` adds users unless the shard is closed (one step for the entries
+//! that arrived together, as a purchase's home step is), `close_entries` closes it for good (the draw does so before
 //! it reads), `entries_page` and `entry_count` read it, `write_ranks` keeps
 //! the draw's rank of each entrant and `entry_rank` reads one back. At the
 //! draw's own slot (`keys::draw_key`): `init_draw` keeps the seed (the first
@@ -48,9 +48,10 @@ section! {
         /// record that stands (`lua/finish_draw.lua`).
         fn finish_draw(event: &EventId, done: &DrawDone) -> DrawDone;
 
-        /// Enters `user` in shard `shard` unless it is closed
-        /// (`lua/enter.lua`).
-        fn enter(event: &EventId, shard: u32, user: &UserId) -> EnterReply;
+        /// Enters `users`, in order, in shard `shard` unless it is closed
+        /// (`lua/enter.lua`): one answer a user (a user named twice is
+        /// `Already` the second time).
+        fn enter(event: &EventId, shard: u32, users: &[UserId]) -> Vec<EnterReply>;
 
         /// Closes shard `shard` to entries; answers its entrants' count
         /// (`lua/close_entries.lua`).

@@ -78,16 +78,21 @@ impl Draws for MemoryStore {
         &self,
         event: &EventId,
         shard: u32,
-        user: &UserId,
-    ) -> Result<EnterReply, StoreError> {
+        users: &[UserId],
+    ) -> Result<Vec<EnterReply>, StoreError> {
         self.with_shard(event, shard, |s| {
-            if s.shut {
-                EnterReply::Closed
-            } else if s.ent.insert(user.clone()) {
-                EnterReply::New
-            } else {
-                EnterReply::Already
-            }
+            users
+                .iter()
+                .map(|user| {
+                    if s.shut {
+                        EnterReply::Closed
+                    } else if s.ent.insert(user.clone()) {
+                        EnterReply::New
+                    } else {
+                        EnterReply::Already
+                    }
+                })
+                .collect()
         })
     }
 

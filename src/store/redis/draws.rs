@@ -7,7 +7,7 @@ use fred::prelude::*;
 
 use super::scripts::reply;
 use super::steps::{self, Step};
-use super::{At, RedisStore, arg, code, num, protocol, text, unknown};
+use super::{At, RedisStore, arg, num, protocol, text, unknown};
 use crate::domain::draw::DrawDone;
 use crate::domain::ids::{EventId, UserId};
 use crate::domain::keys::{draw_key, entry_key};
@@ -28,13 +28,6 @@ steps! {
         keys: [K::Given("draw")],
         argv: { done: String },
         reply: Reply::Values,
-        writes: [],
-    }
-    /// Enters a user unless the shard is closed.
-    Enter = enter {
-        keys: [K::Given("ent"), K::Given("shut")],
-        argv: { user: String },
-        reply: Reply::Codes(&[reply::ENTERED, reply::ENTERED_BEFORE, reply::CLOSED]),
         writes: [],
     }
     /// Closes a shard to entries.
@@ -59,6 +52,24 @@ steps! {
         writes: [],
     }
 }
+
+/// `enter.lua`: enters users, in order, unless the shard is closed.
+pub(super) const ENTER: &Decl = &Decl {
+    name: "enter",
+    lua: lua!(enter),
+    keys: &[K::Given("ent"), K::Given("shut")],
+    more_keys: &[],
+    argv: &[Arg::Each {
+        count: "n",
+        index: 'i',
+        cols: &["user"],
+    }],
+    reply: Reply::Codes(&[reply::ENTERED, reply::ENTERED_BEFORE, reply::CLOSED]),
+    writes: &[],
+};
+
+/// This section's steps whose columns repeat: built beside their decoders.
+pub(super) const REPEATED: &[&Decl] = &[ENTER];
 
 /// Ranks one `HSET` carries at most.
 const RANKS_PER_CALL: usize = 1_000;
@@ -124,18 +135,31 @@ impl Draws for RedisStore {
         &self,
         event: &EventId,
         shard: u32,
-        user: &UserId,
-    ) -> Result<EnterReply, StoreError> {
-        let step = steps::Enter {
-            user: user.to_string(),
-        };
+        users: &[UserId],
+    ) -> Result<Vec<EnterReply>, StoreError> {
         let at = self.shard_keys(event, shard, &["ent", "shut"]);
-        match code(&self.run(step, at).await?.into_array())?.as_str() {
-            reply::ENTERED => Ok(EnterReply::New),
-            reply::ENTERED_BEFORE => Ok(EnterReply::Already),
-            reply::CLOSED => Ok(EnterReply::Closed),
-            other => Err(unknown("enter", other)),
+        let keys = self.keys_for(steps::ENTER, at, false);
+        let args = users.iter().map(UserId::to_string).collect();
+        let script = self.scripts.get(steps::ENTER);
+        let codes = self.eval(script, keys, args).await?.into_array();
+        if codes.len() == 1 && text(&codes[0])? == reply::CLOSED {
+            return Ok(vec![EnterReply::Closed; users.len()]);
         }
+        if codes.len() != users.len() {
+            return Err(StoreError::Protocol(format!(
+                "enter: {} answers for {} users",
+                codes.len(),
+                users.len()
+            )));
+        }
+        codes
+            .iter()
+            .map(|c| match text(c)?.as_str() {
+                reply::ENTERED => Ok(EnterReply::New),
+                reply::ENTERED_BEFORE => Ok(EnterReply::Already),
+                other => Err(unknown("enter", other)),
+            })
+            .collect()
     }
 
     async fn close_entries(&self, event: &EventId, shard: u32) -> Result<u64, StoreError> {

@@ -228,6 +228,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Decl> {
         super::retire::REPEATED,
         super::releases::FIXED,
         super::draws::FIXED,
+        super::draws::REPEATED,
         super::offers::FIXED,
     ]
     .into_iter()
