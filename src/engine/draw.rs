@@ -132,7 +132,10 @@ impl<S: Store> Engine<S> {
         let reply = match &self.entries {
             Some(batcher) => batcher.enter(event, shard, user.clone()).await?,
             None => {
-                let mut one = self.store.enter(event, shard, std::slice::from_ref(user)).await?;
+                let mut one = self
+                    .store
+                    .enter(event, shard, std::slice::from_ref(user))
+                    .await?;
                 one.pop()
                     .ok_or_else(|| StoreError::Protocol("enter answered no entry".into()))?
             }

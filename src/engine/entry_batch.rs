@@ -59,7 +59,13 @@ impl<S: Store> EntryBatcher<S> {
         let lane = self.lane(event, shard);
         lane.queue.push((user, tx));
         if lane.handoff.claim_after_push() {
-            let driver = drive(self.store.clone(), lane, event.clone(), shard, self.max_batch);
+            let driver = drive(
+                self.store.clone(),
+                lane,
+                event.clone(),
+                shard,
+                self.max_batch,
+            );
             tokio::spawn(driver);
         }
         rx.await

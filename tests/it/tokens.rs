@@ -820,8 +820,8 @@ async fn a_release_does_not_adopt_a_token_event_as_a_pool<S: Store>(engine: Engi
 /// its allowance once, and one where nothing buys changes nothing.
 async fn a_batch_of_token_purchases_answers_each_entry_as_alone<S: Store>(engine: Engine<S>) {
     use shardstock::domain::ids::OrderId;
-    use shardstock::domain::model::RequestRecord;
     use shardstock::domain::keys::BucketRef;
+    use shardstock::domain::model::RequestRecord;
     use shardstock::domain::token::TokenUse;
     use shardstock::store::{PurchaseEntry, PurchaseReply};
     let id = event_id("tbatch");
