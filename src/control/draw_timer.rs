@@ -2,6 +2,10 @@
 //! events' waiting lists are swept (`Engine::offer_round`: offers past
 //! their deadline passed, returned units offered to the next in line).
 //!
+//! Each tick also reads again the keys of the token and draw events this
+//! instance has cached, so a rotation by another instance verifies here
+//! within a tick (`engine::keys`).
+//!
 //! The offers' sweep needs no lease either: each of its steps is one
 //! store step, idempotent, and a round cut off anywhere is finished by the
 //! next one of any instance (`engine::offers`).
@@ -116,5 +120,9 @@ pub async fn run<S: Store>(engine: Arc<Engine<S>>, stop: CancellationToken) {
             tracing::warn!(error = %e, "draw timer: round cut short");
         }
         sweep_offers(&engine, &mut drawn).await;
+        if let Err(e) = engine.refresh_token_keys().await {
+            m::store_error("token_keys");
+            tracing::warn!(error = %e, "draw timer: token keys not refreshed");
+        }
     }
 }

@@ -27,6 +27,7 @@ mod draw;
 mod entry_batch;
 mod handoff;
 mod holds;
+mod keys;
 mod lease;
 mod lines;
 pub mod mover;

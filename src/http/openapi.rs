@@ -60,6 +60,7 @@ use crate::domain::token::TokenRefusal;
     paths(
         events::create, events::list, events::view, events::close, events::reshard,
         events::rebalance, events::audit, archive::archive, tokens::mint,
+        tokens::rotate_keys,
         draws::enter, draws::entry, draws::claim_offer, draws::entrants, draws::draw, draws::view,
         live::live, purchases::purchase, orders::order, orders::cancel,
         orders::confirm, lookup::user_orders, lookup::request_answer, changes::changes,

@@ -1,5 +1,7 @@
 //! `POST /v1/events/{id}/tokens` (admin): access tokens minted for a list
-//! of users (presale codes), signed with the event's first key.
+//! of users (presale codes), signed with the event's first key; and `PUT
+//! /v1/events/{id}/token-keys` (admin): the event's keys rotated while it
+//! sells (`engine::keys`).
 //!
 //! The checks and the signing are `domain::token::Grant`'s; this handler
 //! reads the event's keys and answers. Nothing is written: a token is
@@ -10,14 +12,15 @@
 //! is checked before any of it is read.
 
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::routing::post;
+use axum::http::StatusCode;
+use axum::routing::{post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::guard::Admin;
 use super::{ApiError, ApiJson, AppState, events::event_id};
 use crate::domain::ids::{EventId, UserId};
-use crate::domain::token::{Grant, MAX_MINT_USERS};
+use crate::domain::token::{Grant, MAX_MINT_USERS, TokenAccess};
 use crate::store::Store;
 
 /// The largest mint body: the most users, each id of the longest, quoted
@@ -26,10 +29,60 @@ use crate::store::Store;
 pub(super) const MINT_BODY_LIMIT: usize = MAX_MINT_USERS * (UserId::MAX_LEN + 32) + 4096;
 
 pub fn router<S: Store>() -> Router<AppState<S>> {
-    Router::new().route(
-        "/v1/events/{id}/tokens",
-        post(mint::<S>).layer(DefaultBodyLimit::max(MINT_BODY_LIMIT)),
-    )
+    Router::new()
+        .route(
+            "/v1/events/{id}/tokens",
+            post(mint::<S>).layer(DefaultBodyLimit::max(MINT_BODY_LIMIT)),
+        )
+        .route("/v1/events/{id}/token-keys", put(rotate_keys::<S>))
+}
+
+/// `PUT /v1/events/{id}/token-keys`. An unknown member is refused, naming it.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"token_keys": ["new-key-0123456789abcdef", "old-key-0123456789abcdef"]}))]
+pub(super) struct RotateKeys {
+    /// The event's keys from now on: 1 or 2, each 16 to 128 printable ASCII
+    /// characters without spaces. The first signs (a draw's winners'
+    /// tokens, minted tokens); either verifies.
+    #[schema(min_items = 1, max_items = 2)]
+    token_keys: Vec<String>,
+}
+
+/// Rotates a `token` or `draw` event's keys while it sells.
+#[utoipa::path(
+    put, path = "/v1/events/{id}/token-keys", tag = "events", operation_id = "rotate_token_keys",
+    security(("bearer" = [])),
+    params(("id" = EventId, Path, description = "The event (its `access` is `token` or `draw`)")),
+    request_body = RotateKeys,
+    responses(
+        (status = 204, description = "The keys are replaced: this instance verifies with them now, every other within a second"),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 401, response = super::openapi::Unauthorized),
+        (status = 404, response = super::openapi::UnknownEvent),
+        (status = 409, response = super::openapi::NotOnSale),
+        (status = 413, response = super::openapi::TooLarge),
+        (status = 415, response = super::openapi::NotJson),
+        (status = 500, response = super::openapi::Internal),
+        (status = 503, response = super::openapi::Unavailable),
+    ),
+)]
+pub(super) async fn rotate_keys<S: Store>(
+    State(state): State<AppState<S>>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RotateKeys>,
+) -> Result<StatusCode, ApiError> {
+    let event = event_id(id)?;
+    let keys = TokenAccess {
+        keys: body.token_keys,
+    };
+    state
+        .engine
+        .rotate_token_keys(&event, keys)
+        .await
+        .map_err(|e| state.engine_error(&event, e))?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /v1/events/{id}/tokens`. An unknown member is refused, naming it.

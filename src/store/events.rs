@@ -11,6 +11,7 @@
 
 use crate::domain::ids::EventId;
 use crate::domain::model::{EventMeta, EventSpec, EventStatus, LayoutChange};
+use crate::domain::token::TokenAccess;
 
 /// Whether `create_event` wrote the meta.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,10 @@ section! {
         /// Moves the status from `from` to `to`; false if it was not `from`
         /// (`lua/set_status.lua`).
         fn set_status(event: &EventId, from: EventStatus, to: EventStatus) -> bool;
+
+        /// Replaces the keys of a token or draw event that is not closed;
+        /// false otherwise (`lua/set_token_keys.lua`).
+        fn set_token_keys(event: &EventId, keys: &TokenAccess) -> bool;
 
         /// Routes the event to layout `generation` with `buckets` buckets; `retired`
         /// lists older layouts that may still hold records. False without meta

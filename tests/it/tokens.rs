@@ -20,7 +20,7 @@ use shardstock::domain::ids::{EventId, RequestId};
 use shardstock::domain::model::EventSpec;
 use shardstock::domain::token::{TokenAccess, TokenRefusal, mint};
 use shardstock::engine::{PurchaseOutcome, PurchaseRequest, Refusal};
-use shardstock::{Engine, Store};
+use shardstock::{Engine, EngineError, Store};
 use tokio_util::sync::CancellationToken;
 
 use reqwest::StatusCode;
@@ -38,6 +38,7 @@ on_every_backend!(
     the_models_checked_before_take_trace_buys_once,
     a_release_does_not_adopt_a_token_event_as_a_pool,
     a_batch_of_token_purchases_answers_each_entry_as_alone,
+    keys_rotated_on_a_live_event_verify_on_every_engine_within_a_refresh,
 );
 
 on_every_backend!(
@@ -45,6 +46,7 @@ on_every_backend!(
     the_api_takes_access_and_token_keys_and_answers_each_refusal_by_its_type,
     an_admin_mints_tokens_every_user_buys_with_and_the_bounds_name_their_field,
     token_checks_are_counted_by_outcome,
+    the_api_rotates_an_events_keys_and_names_each_refusal,
 );
 
 const KEYS: [&str; 2] = ["old-key-0123456789abcdef", "new-key-0123456789abcdef"];
@@ -893,4 +895,224 @@ async fn a_batch_of_token_purchases_answers_each_entry_as_alone<S: Store>(engine
 
     // Bought: a twice, b and e once; nothing else was taken.
     assert_eq!(store.bucket_state(&bucket).await.unwrap().stock, 10 - 4);
+}
+
+/// A rotation on a live event, in its two steps, seen by two engines over
+/// one store: the engine that rotates verifies with the new keys at once,
+/// the other once it refreshes (the draw timer's tick), and not before.
+/// Then an open event, a closed one and bad keys are refused, each by its
+/// field or state, and nothing changes.
+async fn keys_rotated_on_a_live_event_verify_on_every_engine_within_a_refresh<S: Store>(
+    engine: Engine<S>,
+) {
+    let other = Engine::new(engine.store().clone(), engine.options().clone());
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("rotate");
+    lifecycle::create(&engine, &ledger, token_spec(&id, 100, 2))
+        .await
+        .unwrap();
+    const NEW: &str = "rotated-key-0123456789abcdef";
+    let mut n = 0;
+    // A new buyer at engine `e` with a token signed by `key`: bought, or
+    // why refused.
+    macro_rules! try_buy {
+        ($e:expr, $key:expr) => {{
+            n += 1;
+            let who = format!("r{n}");
+            let token = Some(mint($key, &id, &who, 5, LATER));
+            let req = buy(&id, &who, 1, &format!("rot-{who}"), token);
+            answer($e, &req).await.result.map(|_| ())
+        }};
+    }
+    let invalid = Err(Refusal::Token(TokenRefusal::Invalid));
+    // Both engines know the event, with its first keys.
+    assert_eq!(try_buy!(&engine, KEYS[0]), Ok(()));
+    assert_eq!(try_buy!(&other, KEYS[0]), Ok(()));
+    assert_eq!(try_buy!(&other, NEW), invalid, "not a key yet");
+
+    // Step one: the new key first, the old one beside it.
+    let keys = |k: &[&str]| TokenAccess {
+        keys: k.iter().map(|s| s.to_string()).collect(),
+    };
+    engine
+        .rotate_token_keys(&id, keys(&[NEW, KEYS[0]]))
+        .await
+        .unwrap();
+    assert_eq!(try_buy!(&engine, NEW), Ok(()), "at once where rotated");
+    assert_eq!(try_buy!(&engine, KEYS[0]), Ok(()), "the old key too");
+    assert_eq!(
+        try_buy!(&other, NEW),
+        invalid,
+        "the other engine verifies with its cached keys until it refreshes"
+    );
+    other.refresh_token_keys().await.unwrap();
+    assert_eq!(try_buy!(&other, NEW), Ok(()));
+    assert_eq!(try_buy!(&other, KEYS[0]), Ok(()));
+
+    // Step two: the old key dropped.
+    engine.rotate_token_keys(&id, keys(&[NEW])).await.unwrap();
+    other.refresh_token_keys().await.unwrap();
+    for e in [&engine, &other] {
+        assert_eq!(try_buy!(e, KEYS[0]), invalid, "a rotated-out key");
+        assert_eq!(try_buy!(e, NEW), Ok(()));
+        assert_eq!(
+            try_buy!(e, KEYS[1]),
+            invalid,
+            "a key dropped by the first rotation"
+        );
+    }
+
+    // Refused: bad keys (named), an open event, a closed one.
+    let bad = engine
+        .rotate_token_keys(&id, keys(&[NEW, KEYS[0], KEYS[1]]))
+        .await;
+    assert!(
+        matches!(
+            &bad,
+            Err(EngineError::Invalid {
+                field: "token_keys",
+                ..
+            })
+        ),
+        "{bad:?}"
+    );
+    let short = engine.rotate_token_keys(&id, keys(&["short"])).await;
+    assert!(
+        matches!(
+            &short,
+            Err(EngineError::Invalid {
+                field: "token_keys",
+                ..
+            })
+        ),
+        "{short:?}"
+    );
+    let open = event_id("rotate-open");
+    lifecycle::create(&engine, &ledger, spec(&open, 10, 1))
+        .await
+        .unwrap();
+    let refused = engine.rotate_token_keys(&open, keys(&[NEW])).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(EngineError::Invalid {
+                field: "token_keys",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let walk_in = PurchaseRequest {
+        access_token: None,
+        ..buy(&open, "walk-in", 1, "rot-open", None)
+    };
+    assert!(answer(&engine, &walk_in).await.result.is_ok(), "still open");
+    assert_eq!(try_buy!(&engine, NEW), Ok(()), "the keys stayed");
+    let unknown = engine
+        .rotate_token_keys(&event_id("rotate-none"), keys(&[NEW]))
+        .await;
+    assert!(
+        matches!(unknown, Err(EngineError::UnknownEvent(_))),
+        "{unknown:?}"
+    );
+    let engine = Arc::new(engine);
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        ledger.clone(),
+        "rotate".into(),
+        FlushOptions {
+            batch: 500,
+            workers: 1,
+            idle: Duration::from_millis(10),
+            claim_idle_ms: 60_000,
+        },
+    );
+    lifecycle::close(
+        &engine,
+        &ledger,
+        &mut flusher,
+        &id,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let closed = engine.rotate_token_keys(&id, keys(&[KEYS[1]])).await;
+    assert!(
+        matches!(&closed, Err(EngineError::NotOnSale { why: "closed", .. })),
+        "{closed:?}"
+    );
+}
+
+/// `PUT /v1/events/{id}/token-keys` over HTTP: admin only, 204, the new
+/// key verifies at once and the dropped one is refused; bad keys and an
+/// unknown member are refused naming the field, an open event naming
+/// `token_keys`, an unknown event 404.
+async fn the_api_rotates_an_events_keys_and_names_each_refusal(b: Backend) {
+    let app = TestApp::spawn(b).await;
+    let id = eid("api-rotate");
+    app.create(
+        &id,
+        10,
+        2,
+        json!({"access": "token", "token_keys": [KEYS[0]]}),
+    )
+    .await;
+    let path = format!("/v1/events/{id}/token-keys");
+    const NEW: &str = "rotated-key-0123456789abcdef";
+    let put = |path: String, body: serde_json::Value, admin: bool| {
+        let mut req = app.client.put(app.url(&path)).json(&body);
+        if admin {
+            req = req.bearer_auth(TOKEN);
+        }
+        async move { req.send().await.unwrap() }
+    };
+    let r = put(path.clone(), json!({"token_keys": [NEW]}), false).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = put(path.clone(), json!({"token_keys": [NEW]}), true).await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let event = EventId::parse(id.clone()).unwrap();
+    let purchases = format!("/v1/events/{id}/purchases");
+    let buy_with = |key: &str, who: &str| {
+        let token = mint(key, &event, who, 1, LATER);
+        app.post(
+            &purchases,
+            json!({"user_id": who, "quantity": 1, "access_token": token}),
+        )
+    };
+    assert_eq!(buy_with(NEW, "h1").await.status(), StatusCode::CREATED);
+    problem(buy_with(KEYS[0], "h2").await, 403, "token-invalid").await;
+
+    for (body, field) in [
+        (json!({"token_keys": [NEW, KEYS[0], KEYS[1]]}), "token_keys"),
+        (json!({"token_keys": ["short"]}), "token_keys"),
+        (
+            json!({"token_keys": [NEW], "tokn_keys": [NEW]}),
+            "tokn_keys",
+        ),
+    ] {
+        let p = problem(put(path.clone(), body, true).await, 400, "invalid-request").await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(field),
+            "{field}: {p}"
+        );
+    }
+    let open = eid("api-rotate-open");
+    app.create(&open, 10, 1, json!({})).await;
+    let open_path = format!("/v1/events/{open}/token-keys");
+    let p = problem(
+        put(open_path, json!({"token_keys": [NEW]}), true).await,
+        400,
+        "invalid-request",
+    )
+    .await;
+    assert!(p["detail"].as_str().unwrap().contains("token_keys"), "{p}");
+    let none = "/v1/events/no-such-event/token-keys".to_owned();
+    problem(
+        put(none, json!({"token_keys": [NEW]}), true).await,
+        404,
+        "unknown-event",
+    )
+    .await;
+    // Unchanged by the refusals: the new key still buys.
+    assert_eq!(buy_with(NEW, "h3").await.status(), StatusCode::CREATED);
 }

@@ -6,6 +6,7 @@ use crate::domain::ids::EventId;
 use crate::domain::model::{
     EventMeta, EventSpec, EventStatus, HISTORY_CAP, LayoutChange, SoldOutMark,
 };
+use crate::domain::token::TokenAccess;
 use crate::store::{CreateEventReply, EndReshardReply, Events, SeqBump, StoreError};
 
 impl Events for MemoryStore {
@@ -104,6 +105,21 @@ impl Events for MemoryStore {
             let ok = s.meta.status == from;
             if ok {
                 s.meta.status = to;
+            }
+            ok
+        }))
+    }
+
+    /// Mirrors `lua/set_token_keys.lua`.
+    async fn set_token_keys(
+        &self,
+        event: &EventId,
+        keys: &TokenAccess,
+    ) -> Result<bool, StoreError> {
+        Ok(self.event_flag(event, |s| {
+            let ok = s.meta.spec.tokens.is_some() && s.meta.status != EventStatus::Closed;
+            if ok {
+                s.meta.spec.tokens = Some(keys.clone());
             }
             ok
         }))

@@ -39,6 +39,13 @@ steps! {
         reply: Reply::Flag,
         writes: [Meta],
     }
+    /// Replaces a token or draw event's keys.
+    SetTokenKeys = set_token_keys {
+        keys: [META],
+        argv: { token_keys: String },
+        reply: Reply::Flag,
+        writes: [Meta],
+    }
     /// Switches the layout the meta routes to.
     SetLayout = set_layout {
         keys: [META],
@@ -221,6 +228,17 @@ impl Events for RedisStore {
         let step = steps::SetStatus {
             from: from.as_str(),
             to: to.as_str(),
+        };
+        self.run_flag(step, At::Event(event)).await
+    }
+
+    async fn set_token_keys(
+        &self,
+        event: &EventId,
+        keys: &TokenAccess,
+    ) -> Result<bool, StoreError> {
+        let step = steps::SetTokenKeys {
+            token_keys: keys.encode(),
         };
         self.run_flag(step, At::Event(event)).await
     }

@@ -36,6 +36,7 @@ use shardstock::domain::model::*;
 use shardstock::domain::offer::*;
 use shardstock::domain::release::*;
 use shardstock::domain::stream::*;
+use shardstock::domain::token::TokenAccess;
 use shardstock::domain::transfer::*;
 use shardstock::store::*;
 
