@@ -152,31 +152,58 @@ pub struct Variant {
     /// The saga's home step checks the token without reserving it, and
     /// the finish consumes it (a consumption at the decision alone).
     pub saga_unreserved: bool,
-    /// A passed offer's unit goes back on open sale (bucket 0's stock).
+    /// A passed offer's unit goes back on open sale (its bucket's stock).
     pub pass_to_open_sale: bool,
+    /// `give_back` puts a returned unit in stock whether or not the
+    /// bucket's list is on.
+    pub give_back_to_stock: bool,
+    /// `assign_offer` gives a ticket that asks again the next position,
+    /// not the one it gave it before.
+    pub assign_again: bool,
+    /// `open_offer` stores the open record without comparing the reserved
+    /// one: a ticket opened, taken or passed before opens again.
+    pub open_unchecked: bool,
 }
 
 impl Variant {
-    /// The protocol as designed.
-    pub const DESIGNED: Variant = Variant {
+    /// The protocol as built.
+    pub const BUILT: Variant = Variant {
         check_before_take: false,
         saga_unreserved: false,
         pass_to_open_sale: false,
+        give_back_to_stock: false,
+        assign_again: false,
+        open_unchecked: false,
     };
     /// The token checked in a step of its own before the take.
     pub const CHECK_BEFORE_TAKE: Variant = Variant {
         check_before_take: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
     };
     /// The saga's token consumed at the finish, not reserved at the start.
     pub const SAGA_UNRESERVED: Variant = Variant {
         saga_unreserved: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
     };
     /// A passed offer's unit put back on open sale.
     pub const PASS_TO_OPEN_SALE: Variant = Variant {
         pass_to_open_sale: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
+    };
+    /// Returned units put in stock while the list is on.
+    pub const GIVE_BACK_TO_STOCK: Variant = Variant {
+        give_back_to_stock: true,
+        ..Variant::BUILT
+    };
+    /// A ticket asking the list again given a new position.
+    pub const ASSIGN_AGAIN: Variant = Variant {
+        assign_again: true,
+        ..Variant::BUILT
+    };
+    /// A ticket's offer opened without comparing its reserved record.
+    pub const OPEN_UNCHECKED: Variant = Variant {
+        open_unchecked: true,
+        ..Variant::BUILT
     };
 }
 
@@ -202,8 +229,8 @@ impl stateright::Model for Admission {
         vec![steps::initial(&self.bounds)]
     }
 
-    fn actions(&self, _: &State, actions: &mut Vec<Action>) {
-        steps::candidates(&self.bounds, actions);
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        steps::candidates(&self.bounds, state, actions);
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {

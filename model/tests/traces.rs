@@ -136,7 +136,7 @@ fn admission_play(
 
 /// Whether every admission check holds in `state`.
 fn admission_holds(state: &admission::State) -> bool {
-    let model = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    let model = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
     model
         .properties()
         .into_iter()
@@ -151,7 +151,7 @@ fn a_token_is_checked_in_the_step_that_takes() {
     assert!(!adm::within_allowance(&model, after.last().unwrap()));
     // As designed, the first request consumes the token with its take, the
     // second is refused (used), and both replays answer the same.
-    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    let designed = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
     let mut state = designed.init_states().remove(0);
     for &action in CHECKED_BEFORE_TAKE {
         if let Some(next) = designed.next_state(&state, action) {
@@ -170,16 +170,26 @@ fn a_token_is_checked_in_the_step_that_takes() {
 fn a_passed_offer_stays_with_the_waiting_list() {
     let after = admission_play(admission::Variant::PASS_TO_OPEN_SALE, PASSED_TO_OPEN_SALE);
     assert!(!adm::not_reopened(after.last().unwrap()));
-    // As designed, the passed offer's unit goes back aside, and the next
-    // user in line is offered it.
-    let after = admission_play(admission::Variant::DESIGNED, PASSED_TO_OPEN_SALE);
+    // As built, the passed offer's unit goes back aside in its bucket, and
+    // the next user in line is offered it (a new ticket, position 1).
+    let after = admission_play(admission::Variant::BUILT, PASSED_TO_OPEN_SALE);
     assert!(after.iter().all(admission_holds));
     let mut last = after.last().unwrap().clone();
-    assert_eq!(last.aside, 1);
-    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
-    last = designed
-        .next_state(&last, admission::Action::Offer)
-        .expect("the next user is offered the unit");
-    assert_eq!(last.offers[1], admission::state::Offer::Open);
-    assert!(admission_holds(&last));
+    assert_eq!(last.buckets[0].aside, 1);
+    assert!(!last.reopened);
+    let built = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
+    for action in [
+        admission::Action::Reserve(0),
+        admission::Action::Assign(0, 1),
+        admission::Action::Open(0, 1),
+    ] {
+        last = built
+            .next_state(&last, action)
+            .expect("the next user is offered the unit");
+        assert!(admission_holds(&last));
+    }
+    assert_eq!(
+        last.buckets[0].tickets[1],
+        admission::state::Ticket::Open { pos: 1, due: false }
+    );
 }
