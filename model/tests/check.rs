@@ -4,9 +4,9 @@
 //! them back. Then the same for a release's multi-line order
 //! ([`shardstock_model::release`], designed before it is built): every
 //! interleaving of its steps, and three broken variants that the checker
-//! must catch. And fair drops' token purchases and offers
-//! ([`shardstock_model::admission`], designed before they are built), with
-//! three broken variants.
+//! must catch. And fair drops' token purchases and the waiting list's
+//! offers as built ([`shardstock_model::admission`]), with six broken
+//! variants.
 //!
 //! `SHARDSTOCK_MODEL=large cargo test -p shardstock-model --test check
 //! every_interleaving -- --nocapture` checks the larger bound
