@@ -193,3 +193,68 @@ fn a_passed_offer_stays_with_the_waiting_list() {
         admission::state::Ticket::Open { pos: 1, due: false }
     );
 }
+
+/// A round gives a ticket position 0 at the list and dies before the
+/// bucket: the ticket stays reserved, a second unit's ticket gets position
+/// 1 and opens first, and the next round asks the list again for the first
+/// ticket: the same position, which it then opens. With `assign_again`,
+/// the second ask answers a new position and position 0 is never offered.
+#[test]
+fn a_round_cut_off_between_the_list_and_the_bucket_is_finished_at_the_same_position() {
+    use admission::Action::*;
+    use admission::state::{Given, Ticket};
+    let cut = [
+        Purchase(0),
+        Purchase(2),
+        Take(2),
+        Finish(2),
+        Return(0),
+        Return(2),
+        Reserve(0),
+        Assign(0, 0),
+        Reserve(1),
+        Assign(1, 0),
+        Open(1, 0),
+    ];
+    let after = admission_play(admission::Variant::BUILT, &cut);
+    assert!(after.iter().all(admission_holds));
+    let mut state = after.last().unwrap().clone();
+    assert_eq!(state.buckets[0].tickets[0], Ticket::Reserved);
+    assert_eq!(
+        state.buckets[1].tickets[0],
+        Ticket::Open { pos: 1, due: false }
+    );
+    let built = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
+    assert!(
+        built.next_state(&state, Assign(0, 0)).is_none(),
+        "asked again, the list answers the position it gave"
+    );
+    state = built
+        .next_state(&state, Open(0, 0))
+        .expect("the ticket opens");
+    assert_eq!(
+        state.buckets[0].tickets[0],
+        Ticket::Open { pos: 0, due: false }
+    );
+    assert!(admission_holds(&state));
+    assert!(
+        built.next_state(&state, Open(0, 0)).is_none(),
+        "opened once"
+    );
+
+    let broken = Admission::new(admission::Bounds::CI, admission::Variant::ASSIGN_AGAIN);
+    let mut state = broken.init_states().remove(0);
+    for action in [
+        Purchase(0),
+        Return(0),
+        Reserve(0),
+        Assign(0, 0),
+        Assign(0, 0),
+    ] {
+        state = broken
+            .next_state(&state, action)
+            .expect("every step applies");
+    }
+    assert_eq!(state.list.given[0][0], Given::At(1));
+    assert!(!adm::in_line(&state));
+}
