@@ -48,10 +48,11 @@
 //!
 //! # What is abstracted away
 //! One unit a purchase and a token per user; an offer's unit is bought
-//! outright (no hold), and a bought offer is not cancelled (its unit would
-//! go aside again, as a returned hold's does). Crashes are steps not taken:
-//! every step is on the store, a retry with the same request id or the
-//! next round takes the same action later. `open_offer` reads the list's
+//! outright (no hold); its order's cancel (its unit aside again, as a
+//! returned hold's) is explored in the larger bounds only; a paid token
+//! order is final. Crashes are steps not taken: every step is on the
+//! store, a retry with the same request id or the next round takes the
+//! same action later. `open_offer` reads the list's
 //! answer for its ticket from the state, where the build passes what
 //! `assign_offer` answered the round: the same, as that answer is written
 //! once. Time is flags: a token's expiry and an offer's deadline may come
@@ -100,6 +101,8 @@ pub struct Bounds {
     pub line: u8,
     /// Whether tokens may expire.
     pub expiry: bool,
+    /// Whether a bought offer's order may be cancelled.
+    pub offer_cancels: bool,
 }
 
 impl Bounds {
@@ -121,10 +124,18 @@ impl Bounds {
         tokens: 2,
         line: 2,
         expiry: true,
+        offer_cancels: false,
+    };
+
+    /// The CI bound with bought offers cancelled too
+    /// (`SHARDSTOCK_MODEL=admission-cancels`): twice the states.
+    pub const CANCELS: Bounds = Bounds {
+        offer_cancels: true,
+        ..Bounds::CI
     };
 
     /// A larger bound (`SHARDSTOCK_MODEL=admission-large`): a forged token
-    /// too, and a third user in line.
+    /// too, a third position in line, and offers cancelled.
     pub const LARGE: Bounds = Bounds {
         requests: &[
             (0, Carry::Own),
@@ -135,6 +146,7 @@ impl Bounds {
             (0, Carry::Forged),
         ],
         line: 3,
+        offer_cancels: true,
         ..Bounds::CI
     };
 

@@ -14,7 +14,9 @@
 //! ([`Bounds::CANCELS`]), `SHARDSTOCK_MODEL=release-large` (same command,
 //! filter `multi_line`) the release's larger bound
 //! ([`release::Bounds::LARGE`]), `SHARDSTOCK_MODEL=admission-large` (filter
-//! `token_purchase`) the admission model's ([`admission::Bounds::LARGE`]);
+//! `token_purchase`) the admission model's ([`admission::Bounds::LARGE`]),
+//! `SHARDSTOCK_MODEL=admission-cancels` its CI bound with bought offers
+//! cancelled ([`admission::Bounds::CANCELS`]);
 //! `SHARDSTOCK_MODEL_THREADS` sets the
 //! checker's threads (2 by default: the machines have 2 cores);
 //! `SHARDSTOCK_MODEL_SECONDS` stops the check after that long (then it is
@@ -361,12 +363,16 @@ fn admission_check(
     variant: admission::Variant,
     first: bool,
 ) -> Vec<(&'static str, String)> {
+    let mut witnesses = ADMISSION_WITNESSES.to_vec();
+    if bounds.offer_cancels {
+        witnesses.push(adm::CANCELLED);
+    }
     check_to_prefixes(
         Admission::new(bounds, variant),
         format!("{variant:?}\n{bounds:?}"),
         first,
         &ADMISSION_CHECKS,
-        &ADMISSION_WITNESSES,
+        &witnesses,
     )
 }
 
@@ -374,6 +380,7 @@ fn admission_check(
 fn every_interleaving_of_token_purchases_and_offers_keeps_every_property() {
     let bounds = match std::env::var("SHARDSTOCK_MODEL").as_deref() {
         Ok("admission-large") => admission::Bounds::LARGE,
+        Ok("admission-cancels") => admission::Bounds::CANCELS,
         _ => admission::Bounds::CI,
     };
     let broken = admission_check(bounds, admission::Variant::BUILT, false);

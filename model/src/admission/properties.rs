@@ -48,6 +48,8 @@ pub const PASSED: &str = "witness: an offer passes and the next user buys with i
 pub const CUT_OFF: &str = "witness: a later position is offered while an earlier one's \
      ticket is still reserved (a round cut off between the list and the bucket)";
 pub const TO_SALE: &str = "witness: every position given, a unit goes to open sale";
+pub const CANCELLED: &str =
+    "witness: a bought offer is cancelled and its unit offered to the next position";
 pub const LEFTOVER: &str = "witness: the close leaves an open offer's unit leftover";
 
 /// Every property, checks then witnesses.
@@ -95,6 +97,12 @@ pub fn all() -> Vec<Property<Admission>> {
         }),
         Property::sometimes(CUT_OFF, |_, s: &State| cut_off(s)),
         Property::sometimes(TO_SALE, |_, s: &State| s.reopened && s.passes.contains(&1)),
+        Property::sometimes(CANCELLED, |_, s: &State| {
+            let (Some((j0, t0)), Some((j1, t1))) = (s.list.placed[0], s.list.placed[1]) else {
+                return false;
+            };
+            s.cancelled[0] && j0 == j1 && t1 > t0 && s.ticket_at(1) != Some(Ticket::Reserved)
+        }),
         Property::sometimes(LEFTOVER, |_, s: &State| {
             s.buckets.iter().any(|b| {
                 b.tickets
@@ -172,12 +180,7 @@ pub fn conserved(m: &Admission, s: &State) -> bool {
         .flat_map(|b| b.markers.iter().enumerate())
         .filter(|&(r, &mk)| mk == Marker::Taken && s.reqs[r] == Rec::Pending)
         .count() as u32;
-    let taken = s
-        .buckets
-        .iter()
-        .flat_map(|b| &b.tickets)
-        .filter(|t| matches!(t, Ticket::Taken(_)))
-        .count() as u32;
+    let taken = sold_offers(s) as u32;
     let buckets: u32 = s
         .buckets
         .iter()
@@ -192,6 +195,15 @@ pub fn conserved(m: &Admission, s: &State) -> bool {
     total == u32::from(m.bounds.stock)
 }
 
+/// Offers taken whose order was not cancelled.
+pub fn sold_offers(s: &State) -> usize {
+    s.buckets
+        .iter()
+        .flat_map(|b| &b.tickets)
+        .filter(|t| matches!(t, Ticket::Taken(p) if !s.cancelled[*p as usize]))
+        .count()
+}
+
 /// Once every bucket is sealed, units are only paid, offers taken, or
 /// leftover.
 pub fn closed_sale(m: &Admission, s: &State) -> bool {
@@ -199,12 +211,7 @@ pub fn closed_sale(m: &Admission, s: &State) -> bool {
         return true;
     }
     let paid = s.orders.iter().filter(|&&o| o == Order::Paid).count();
-    let taken = s
-        .buckets
-        .iter()
-        .flat_map(|b| &b.tickets)
-        .filter(|t| matches!(t, Ticket::Taken(_)))
-        .count();
+    let taken = sold_offers(s);
     paid + taken + usize::from(s.leftover) == usize::from(m.bounds.stock)
         && !s.orders.contains(&Order::Held)
         && s.buckets

@@ -166,6 +166,9 @@ pub struct State {
     pub passes: Vec<u8>,
     /// Per position, the ledger's order records of its offer.
     pub claims: Vec<u8>,
+    /// Per position, whether its offer's order was cancelled (its unit
+    /// given back at the ticket's bucket).
+    pub cancelled: Vec<bool>,
     /// Per position, the last answer its user's offer purchase got.
     pub told_line: Vec<Told>,
     pub leftover: u8,

@@ -51,6 +51,10 @@ pub enum Action {
     /// reads the position's ticket at the list (`o:<pos>`, written once),
     /// `claim_offer.lua` at the ticket's bucket takes it.
     Claim(u8),
+    /// `cancel.lua` on a bought offer's order, at the bucket it is homed
+    /// at (the ticket's: its order id routes there): cancelled once, its
+    /// unit given back there (aside, for the next position).
+    Cancel(u8),
     /// The close of a bucket: sealed, live holds voided, and `retire.lua`'s
     /// leftover (stock, units aside, reserved and open tickets).
     Close(u8),
@@ -85,6 +89,7 @@ pub fn initial(b: &Bounds) -> State {
         },
         passes: vec![0; line],
         claims: vec![0; line],
+        cancelled: vec![false; line],
         told_line: vec![Told::None; line],
         leftover: 0,
         reopened: false,
@@ -113,6 +118,9 @@ pub fn candidates(b: &Bounds, s: &State, out: &mut Vec<Action>) {
         out.extend((0..b.tokens).map(Action::Expire));
     }
     out.extend((0..b.line).map(Action::Claim));
+    if b.offer_cancels {
+        out.extend((0..b.line).map(Action::Cancel));
+    }
 }
 
 /// Applies `a` to `s` (unchanged when the step refuses or changes nothing).
@@ -165,6 +173,17 @@ pub fn apply(m: &Admission, s: &mut State, a: Action) {
             }
         }
         Action::Claim(p) => claim(s, p as usize),
+        Action::Cancel(p) => {
+            let p = p as usize;
+            if let Some((j, _)) = s.list.placed[p]
+                && s.claims[p] > 0
+                && !s.cancelled[p]
+                && !s.buckets[j as usize].sealed
+            {
+                s.cancelled[p] = true;
+                give_back(m, s, j as usize);
+            }
+        }
         Action::Close(j) => close(b, s, j as usize),
     }
 }
