@@ -1,6 +1,6 @@
 //! Fair drops (issue 46): the access-token consume step and the waiting
-//! list's offers, designed and checked before they are built: a model of
-//! its own, beside [`crate::Protocol`] and [`crate::release`].
+//! list's offers as built: a model of its own, beside [`crate::Protocol`]
+//! and [`crate::release`].
 //!
 //! # The protocol
 //! A purchase carries an access token; the token's record (units consumed,
@@ -18,51 +18,53 @@
 //!    it back (sold out). The check and the reservation are one step with
 //!    the decision to start the saga; the consumption is one step with the
 //!    order's decision.
-//! 3. *Returned units* (a hold expires or is cancelled, at its home) go to
-//!    the waiting list's slot, not back to the bucket's stock, by a
-//!    journaled transfer while a waiting list exists.
-//! 4. *Offers*, at the list's slot: the next user in line gets an offer (a
-//!    token for one unit, set aside from the returned ones) with a deadline;
-//!    that user's purchase with the offer token takes it there in one step;
-//!    the sweeper passes an open offer whose deadline passed (its unit goes
-//!    back aside for the next offer). The close turns the bucket stock,
-//!    live holds, the units aside and open offers into leftover.
+//! 3. *Returned units* (a hold expires, `confirm.lua` finds it late, or it
+//!    is cancelled, at its home) are set aside *in that bucket*, in the step
+//!    that returns them (`give_back` in `expire_holds.lua`, `cancel.lua`,
+//!    `confirm.lua`), while the bucket's list is on (`waitlist_on.lua`: the
+//!    draw turns it on in every bucket before any winner has a token, so the
+//!    model starts with it on); to stock once it is off.
+//! 4. *Offers*, a sweeper's round (`engine::offer_round`), one step on one
+//!    slot at a time: `pass_offers.lua` at the bucket passes the open
+//!    offers past their deadline (each unit back aside); `reserve_offers.lua`
+//!    turns the units aside into reserved *tickets*; for each,
+//!    `assign_offer.lua` at the list's slot gives it the next position once
+//!    (asked again, the same position; every position given, "nobody"), and
+//!    `open_offer.lua` at the bucket opens a reserved ticket once as that
+//!    position's offer, or, nobody left, puts its unit and every unit aside
+//!    back in stock and turns the bucket's list off. The user at a position
+//!    buys with its offer token: the engine reads the position's ticket at
+//!    the list, and `claim_offer.lua` at the ticket's bucket checks the
+//!    seal, the open record and the deadline, and takes it with its order.
+//!    The close seals a bucket, voids its live holds, and `retire.lua`
+//!    turns its stock and `wl.units` (aside, reserved and open tickets)
+//!    into leftover.
+//!
+//! Each step is an action of its own, so a round cut off between any two
+//! (a crash between `assign_offer` and `open_offer` leaves a reserved
+//! ticket that a later round asks again, gets the same position for, and
+//! opens), and rounds of several instances interleaved, are explored: any
+//! ticket that exists may be asked at the list and opened at any time.
 //!
 //! # What is abstracted away
 //! One unit a purchase and a token per user; an offer's unit is bought
-//! outright (no hold). Crashes are steps not taken: every step is on the
-//! store, a retry with the same request id or the sweeper takes the same
-//! action later. A transfer's arrival is one action, exactly once (the
-//! journal the event's model checks). Time is flags: a token's expiry and an
-//! offer's deadline may come at any point. Not modelled: reshards (the token
-//! record moves with the user's count, as the limit's does), the draw and
-//! entries, open sale after the waiting list is exhausted, the saga's abort
-//! and untake (the event's model), several instances beyond interleaving.
-
-//!
-//! # As built (the waiting list)
-//! The service builds steps 3 and 4 with one change of place, not of
-//! shape (docs/DESIGN.md, "Fair drops", "As built (the waiting list)"): a
-//! returned unit is not transferred to the list's slot but set *aside in
-//! its own bucket*, in the same step that returns it (`expire_holds.lua`,
-//! `cancel.lua`, `confirm.lua`), so the model's `Return` and `Arrive` are
-//! one action there, and "in transfer" is always empty. The list's slot
-//! keeps the line and the next position, and gives a bucket's unit aside
-//! (a *ticket*) the next position once (`assign_offer.lua`, keyed by
-//! bucket and ticket); the model's `Offer` is that assignment plus the
-//! bucket's `open_offer.lua`, which opens a reserved ticket once. `Claim`
-//! (`claim_offer.lua`) and `Pass` (`pass_offers.lua`) are one step each at
-//! the bucket that holds the unit and the offer's record, as the model has
-//! them at the list: the offer record and its unit share one slot either
-//! way. The close's leftover counts the bucket's units aside and offered
-//! (`retire.lua`). Each property holds of the build as stated: the
-//! conservation sum with in-transfer 0; no unit back on open sale while a
-//! position waits (a ticket goes to sale only when `assign_offer` found
-//! every position given); offers in line order, each passed at most once
-//! (the open record is compared first). What the model does not cover of
-//! the build: the crash between `assign_offer` and `open_offer` (a
-//! reserved ticket the next round finds and asks again, answered the same
-//! position), and a unit going to open sale once the line is exhausted.
+//! outright (no hold); its order's cancel (its unit aside again, as a
+//! returned hold's) is explored in the larger bounds only; a paid token
+//! order is final. Crashes are steps not taken: every step is on the
+//! store, a retry with the same request id or the next round takes the
+//! same action later. `open_offer` reads the list's
+//! answer for its ticket from the state, where the build passes what
+//! `assign_offer` answered the round: the same, as that answer is written
+//! once. Time is flags: a token's expiry and an offer's deadline may come
+//! at any point (a token's only while a request of its user is still to
+//! be checked: after that no step reads it). A `reserve_offers` or
+//! `pass_offers` call handles every ticket of the bucket (the build's
+//! `OFFERS_PER_STEP` at a time). The close of a bucket is one action
+//! (seal, void, retire: every step on a sealed bucket refuses, so nothing
+//! runs between them there); the event's model checks the close's run.
+//! Not modelled: reshards (refused for a drawn draw event), the draw and
+//! entries, the list's line (users are positions), the saga's abort and
+//! untake (the event's model), the memory store.
 
 pub mod properties;
 pub mod state;
@@ -99,6 +101,8 @@ pub struct Bounds {
     pub line: u8,
     /// Whether tokens may expire.
     pub expiry: bool,
+    /// Whether a bought offer's order may be cancelled.
+    pub offer_cancels: bool,
 }
 
 impl Bounds {
@@ -120,10 +124,18 @@ impl Bounds {
         tokens: 2,
         line: 2,
         expiry: true,
+        offer_cancels: false,
+    };
+
+    /// The CI bound with bought offers cancelled too
+    /// (`SHARDSTOCK_MODEL=admission-cancels`): twice the states.
+    pub const CANCELS: Bounds = Bounds {
+        offer_cancels: true,
+        ..Bounds::CI
     };
 
     /// A larger bound (`SHARDSTOCK_MODEL=admission-large`): a forged token
-    /// too, and a third user in line.
+    /// too, a third position in line, and offers cancelled.
     pub const LARGE: Bounds = Bounds {
         requests: &[
             (0, Carry::Own),
@@ -134,6 +146,7 @@ impl Bounds {
             (0, Carry::Forged),
         ],
         line: 3,
+        offer_cancels: true,
         ..Bounds::CI
     };
 
@@ -152,31 +165,58 @@ pub struct Variant {
     /// The saga's home step checks the token without reserving it, and
     /// the finish consumes it (a consumption at the decision alone).
     pub saga_unreserved: bool,
-    /// A passed offer's unit goes back on open sale (bucket 0's stock).
+    /// A passed offer's unit goes back on open sale (its bucket's stock).
     pub pass_to_open_sale: bool,
+    /// `give_back` puts a returned unit in stock whether or not the
+    /// bucket's list is on.
+    pub give_back_to_stock: bool,
+    /// `assign_offer` gives a ticket that asks again the next position,
+    /// not the one it gave it before.
+    pub assign_again: bool,
+    /// `open_offer` stores the open record without comparing the reserved
+    /// one: a ticket opened, taken or passed before opens again.
+    pub open_unchecked: bool,
 }
 
 impl Variant {
-    /// The protocol as designed.
-    pub const DESIGNED: Variant = Variant {
+    /// The protocol as built.
+    pub const BUILT: Variant = Variant {
         check_before_take: false,
         saga_unreserved: false,
         pass_to_open_sale: false,
+        give_back_to_stock: false,
+        assign_again: false,
+        open_unchecked: false,
     };
     /// The token checked in a step of its own before the take.
     pub const CHECK_BEFORE_TAKE: Variant = Variant {
         check_before_take: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
     };
     /// The saga's token consumed at the finish, not reserved at the start.
     pub const SAGA_UNRESERVED: Variant = Variant {
         saga_unreserved: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
     };
     /// A passed offer's unit put back on open sale.
     pub const PASS_TO_OPEN_SALE: Variant = Variant {
         pass_to_open_sale: true,
-        ..Variant::DESIGNED
+        ..Variant::BUILT
+    };
+    /// Returned units put in stock while the list is on.
+    pub const GIVE_BACK_TO_STOCK: Variant = Variant {
+        give_back_to_stock: true,
+        ..Variant::BUILT
+    };
+    /// A ticket asking the list again given a new position.
+    pub const ASSIGN_AGAIN: Variant = Variant {
+        assign_again: true,
+        ..Variant::BUILT
+    };
+    /// A ticket's offer opened without comparing its reserved record.
+    pub const OPEN_UNCHECKED: Variant = Variant {
+        open_unchecked: true,
+        ..Variant::BUILT
     };
 }
 
@@ -202,8 +242,8 @@ impl stateright::Model for Admission {
         vec![steps::initial(&self.bounds)]
     }
 
-    fn actions(&self, _: &State, actions: &mut Vec<Action>) {
-        steps::candidates(&self.bounds, actions);
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        steps::candidates(&self.bounds, state, actions);
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {

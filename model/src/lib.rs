@@ -25,7 +25,9 @@
 //! - [`release`]: a release's multi-line order (issue 45), a model of its
 //!   own: designed and checked before it is built.
 //! - [`admission`]: fair drops' access tokens and waiting-list offers
-//!   (issue 46), a third model, also checked before it is built.
+//!   (issue 46), a third model: checked before it was built, and now of
+//!   the waiting list as built (units aside in their buckets, tickets,
+//!   positions given at the list's slot).
 //! - [`Protocol`]: the `Model` (bounds and variant) tying them together.
 //!
 //! # What is abstracted away

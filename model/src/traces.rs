@@ -116,16 +116,16 @@ pub const CHECKED_BEFORE_TAKE: &[admission::Action] = &[
     admission::Action::Purchase(1),
 ];
 
-/// A hold expires, its unit reaches the waiting list and is offered, the
-/// offer's deadline passes and the sweeper passes it: back on open sale
-/// while the second user in line still waits. The checker's 7 steps
-/// without one that plays no part (request 1's refusal)
+/// A hold expires, its unit goes aside in its bucket, becomes a ticket,
+/// is given position 0 and offered; the offer's deadline passes and the
+/// sweeper passes it: back on open sale while position 1 was not given
 /// ([`admission::Variant::PASS_TO_OPEN_SALE`]).
 pub const PASSED_TO_OPEN_SALE: &[admission::Action] = &[
     admission::Action::Purchase(0),
     admission::Action::Return(0),
-    admission::Action::Arrive(0),
-    admission::Action::Offer,
-    admission::Action::Due(0),
+    admission::Action::Reserve(0),
+    admission::Action::Assign(0, 0),
+    admission::Action::Open(0, 0),
+    admission::Action::Due(0, 0),
     admission::Action::Pass(0),
 ];

@@ -4,9 +4,9 @@
 //! them back. Then the same for a release's multi-line order
 //! ([`shardstock_model::release`], designed before it is built): every
 //! interleaving of its steps, and three broken variants that the checker
-//! must catch. And fair drops' token purchases and offers
-//! ([`shardstock_model::admission`], designed before they are built), with
-//! three broken variants.
+//! must catch. And fair drops' token purchases and the waiting list's
+//! offers as built ([`shardstock_model::admission`]), with six broken
+//! variants.
 //!
 //! `SHARDSTOCK_MODEL=large cargo test -p shardstock-model --test check
 //! every_interleaving -- --nocapture` checks the larger bound
@@ -14,7 +14,9 @@
 //! ([`Bounds::CANCELS`]), `SHARDSTOCK_MODEL=release-large` (same command,
 //! filter `multi_line`) the release's larger bound
 //! ([`release::Bounds::LARGE`]), `SHARDSTOCK_MODEL=admission-large` (filter
-//! `token_purchase`) the admission model's ([`admission::Bounds::LARGE`]);
+//! `token_purchase`) the admission model's ([`admission::Bounds::LARGE`]),
+//! `SHARDSTOCK_MODEL=admission-cancels` its CI bound with bought offers
+//! cancelled ([`admission::Bounds::CANCELS`]);
 //! `SHARDSTOCK_MODEL_THREADS` sets the
 //! checker's threads (2 by default: the machines have 2 cores);
 //! `SHARDSTOCK_MODEL_SECONDS` stops the check after that long (then it is
@@ -328,7 +330,7 @@ fn a_walk_past_an_undone_marker_is_found() {
 }
 
 /// The admission model's checks ([`shardstock_model::admission::properties`]).
-const ADMISSION_CHECKS: [&str; 9] = [
+const ADMISSION_CHECKS: [&str; 10] = [
     adm::VALID,
     adm::ALLOWANCE,
     adm::PAIRED,
@@ -337,10 +339,11 @@ const ADMISSION_CHECKS: [&str; 9] = [
     adm::CLOSED,
     adm::NOT_REOPENED,
     adm::LINE,
+    adm::ONCE,
     adm::ENDS,
 ];
 
-const ADMISSION_WITNESSES: [&str; 8] = [
+const ADMISSION_WITNESSES: [&str; 10] = [
     adm::FAST,
     adm::SAGA,
     adm::REUSED,
@@ -348,6 +351,8 @@ const ADMISSION_WITNESSES: [&str; 8] = [
     adm::EXPIRED,
     adm::RETURNED,
     adm::PASSED,
+    adm::CUT_OFF,
+    adm::TO_SALE,
     adm::LEFTOVER,
 ];
 
@@ -358,12 +363,16 @@ fn admission_check(
     variant: admission::Variant,
     first: bool,
 ) -> Vec<(&'static str, String)> {
+    let mut witnesses = ADMISSION_WITNESSES.to_vec();
+    if bounds.offer_cancels {
+        witnesses.push(adm::CANCELLED);
+    }
     check_to_prefixes(
         Admission::new(bounds, variant),
         format!("{variant:?}\n{bounds:?}"),
         first,
         &ADMISSION_CHECKS,
-        &ADMISSION_WITNESSES,
+        &witnesses,
     )
 }
 
@@ -371,9 +380,10 @@ fn admission_check(
 fn every_interleaving_of_token_purchases_and_offers_keeps_every_property() {
     let bounds = match std::env::var("SHARDSTOCK_MODEL").as_deref() {
         Ok("admission-large") => admission::Bounds::LARGE,
+        Ok("admission-cancels") => admission::Bounds::CANCELS,
         _ => admission::Bounds::CI,
     };
-    let broken = admission_check(bounds, admission::Variant::DESIGNED, false);
+    let broken = admission_check(bounds, admission::Variant::BUILT, false);
     assert!(broken.is_empty(), "counterexamples: {broken:?}");
 }
 
@@ -408,6 +418,30 @@ fn a_saga_token_consumed_only_at_the_finish_is_found() {
     let broken = admission_breaks(admission::Variant::SAGA_UNRESERVED);
     assert!(
         broken.contains(&adm::ALLOWANCE),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_returned_unit_put_in_stock_while_the_list_is_on_is_found() {
+    let broken = admission_breaks(admission::Variant::GIVE_BACK_TO_STOCK);
+    assert!(
+        broken.contains(&adm::NOT_REOPENED),
+        "no counterexample: {broken:?}"
+    );
+}
+
+#[test]
+fn a_ticket_given_a_new_position_when_it_asks_again_is_found() {
+    let broken = admission_breaks(admission::Variant::ASSIGN_AGAIN);
+    assert!(broken.contains(&adm::LINE), "no counterexample: {broken:?}");
+}
+
+#[test]
+fn an_offer_opened_without_comparing_its_reserved_record_is_found() {
+    let broken = admission_breaks(admission::Variant::OPEN_UNCHECKED);
+    assert!(
+        broken.contains(&adm::CONSERVATION) || broken.contains(&adm::ONCE),
         "no counterexample: {broken:?}"
     );
 }

@@ -136,7 +136,7 @@ fn admission_play(
 
 /// Whether every admission check holds in `state`.
 fn admission_holds(state: &admission::State) -> bool {
-    let model = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    let model = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
     model
         .properties()
         .into_iter()
@@ -151,7 +151,7 @@ fn a_token_is_checked_in_the_step_that_takes() {
     assert!(!adm::within_allowance(&model, after.last().unwrap()));
     // As designed, the first request consumes the token with its take, the
     // second is refused (used), and both replays answer the same.
-    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
+    let designed = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
     let mut state = designed.init_states().remove(0);
     for &action in CHECKED_BEFORE_TAKE {
         if let Some(next) = designed.next_state(&state, action) {
@@ -170,16 +170,91 @@ fn a_token_is_checked_in_the_step_that_takes() {
 fn a_passed_offer_stays_with_the_waiting_list() {
     let after = admission_play(admission::Variant::PASS_TO_OPEN_SALE, PASSED_TO_OPEN_SALE);
     assert!(!adm::not_reopened(after.last().unwrap()));
-    // As designed, the passed offer's unit goes back aside, and the next
-    // user in line is offered it.
-    let after = admission_play(admission::Variant::DESIGNED, PASSED_TO_OPEN_SALE);
+    // As built, the passed offer's unit goes back aside in its bucket, and
+    // the next user in line is offered it (a new ticket, position 1).
+    let after = admission_play(admission::Variant::BUILT, PASSED_TO_OPEN_SALE);
     assert!(after.iter().all(admission_holds));
     let mut last = after.last().unwrap().clone();
-    assert_eq!(last.aside, 1);
-    let designed = Admission::new(admission::Bounds::CI, admission::Variant::DESIGNED);
-    last = designed
-        .next_state(&last, admission::Action::Offer)
-        .expect("the next user is offered the unit");
-    assert_eq!(last.offers[1], admission::state::Offer::Open);
-    assert!(admission_holds(&last));
+    assert_eq!(last.buckets[0].aside, 1);
+    assert!(!last.reopened);
+    let built = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
+    for action in [
+        admission::Action::Reserve(0),
+        admission::Action::Assign(0, 1),
+        admission::Action::Open(0, 1),
+    ] {
+        last = built
+            .next_state(&last, action)
+            .expect("the next user is offered the unit");
+        assert!(admission_holds(&last));
+    }
+    assert_eq!(
+        last.buckets[0].tickets[1],
+        admission::state::Ticket::Open { pos: 1, due: false }
+    );
+}
+
+/// A round gives a ticket position 0 at the list and dies before the
+/// bucket: the ticket stays reserved, a second unit's ticket gets position
+/// 1 and opens first, and the next round asks the list again for the first
+/// ticket: the same position, which it then opens. With `assign_again`,
+/// the second ask answers a new position and position 0 is never offered.
+#[test]
+fn a_round_cut_off_between_the_list_and_the_bucket_is_finished_at_the_same_position() {
+    use admission::Action::*;
+    use admission::state::{Given, Ticket};
+    let cut = [
+        Purchase(0),
+        Purchase(2),
+        Take(2),
+        Finish(2),
+        Return(0),
+        Return(2),
+        Reserve(0),
+        Assign(0, 0),
+        Reserve(1),
+        Assign(1, 0),
+        Open(1, 0),
+    ];
+    let after = admission_play(admission::Variant::BUILT, &cut);
+    assert!(after.iter().all(admission_holds));
+    let mut state = after.last().unwrap().clone();
+    assert_eq!(state.buckets[0].tickets[0], Ticket::Reserved);
+    assert_eq!(
+        state.buckets[1].tickets[0],
+        Ticket::Open { pos: 1, due: false }
+    );
+    let built = Admission::new(admission::Bounds::CI, admission::Variant::BUILT);
+    assert!(
+        built.next_state(&state, Assign(0, 0)).is_none(),
+        "asked again, the list answers the position it gave"
+    );
+    state = built
+        .next_state(&state, Open(0, 0))
+        .expect("the ticket opens");
+    assert_eq!(
+        state.buckets[0].tickets[0],
+        Ticket::Open { pos: 0, due: false }
+    );
+    assert!(admission_holds(&state));
+    assert!(
+        built.next_state(&state, Open(0, 0)).is_none(),
+        "opened once"
+    );
+
+    let broken = Admission::new(admission::Bounds::CI, admission::Variant::ASSIGN_AGAIN);
+    let mut state = broken.init_states().remove(0);
+    for action in [
+        Purchase(0),
+        Return(0),
+        Reserve(0),
+        Assign(0, 0),
+        Assign(0, 0),
+    ] {
+        state = broken
+            .next_state(&state, action)
+            .expect("every step applies");
+    }
+    assert_eq!(state.list.given[0][0], Given::At(1));
+    assert!(!adm::in_line(&state));
 }

@@ -1,8 +1,9 @@
 //! The state of an event under admission control: its buckets (stock, the
-//! transfers of returned units, the saga's markers, sealed), the tokens'
-//! records at their users' homes, the requests' records and orders, the
-//! waiting list's slot (units aside, the offers in line order), the
-//! ledger's records and what each client was told.
+//! saga's markers, sealed, and the bucket's share of the waiting list: on,
+//! units aside, tickets), the tokens' records at their users' homes, the
+//! requests' records and orders, the list's slot (the next position, which
+//! ticket each position went to), the ledger's records and what each
+//! client was told.
 
 /// Why a request was refused at its home step.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -38,14 +39,47 @@ pub enum Marker {
     Short,
 }
 
-/// One bucket: open-sale stock, returned units on their way to the list's
-/// slot, each request's marker, and whether the close sealed it.
+/// A ticket's record in its bucket (`wl.t:<n>`): one unit set aside for
+/// the line, from `reserve_offers.lua` on.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Ticket {
+    /// Made from a unit aside, not opened yet (its score -1 in `wo`).
+    Reserved,
+    /// Offered to the user at `pos`, until its deadline (`due`: passed).
+    Open { pos: u8, due: bool },
+    /// Bought by the user at that position (`claim_offer.lua`).
+    Taken(u8),
+    /// Passed at its deadline (`pass_offers.lua`): its unit back aside.
+    Passed(u8),
+    /// Nobody left in line: its unit went back to stock (`open_offer.lua`).
+    ToSale,
+    /// Reserved or open at the close: its unit is leftover (`retire.lua`);
+    /// the position it was open to, if it was.
+    Closed(Option<u8>),
+}
+
+/// One bucket: open-sale stock, each request's marker, sealed, and its
+/// share of the waiting list (`wl`): whether returned units go aside
+/// (`on`), the units aside, and the tickets made from them, in order.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Bucket {
     pub stock: u8,
-    pub xfer: u8,
     pub markers: Vec<Marker>,
     pub sealed: bool,
+    pub on: bool,
+    pub aside: u8,
+    pub tickets: Vec<Ticket>,
+}
+
+impl Bucket {
+    /// Units in tickets reserved or open: the bucket's `wl.units` besides
+    /// those aside.
+    pub fn in_tickets(&self) -> u32 {
+        self.tickets
+            .iter()
+            .filter(|t| matches!(t, Ticket::Reserved | Ticket::Open { .. }))
+            .count() as u32
+    }
 }
 
 /// A token's record at its user's home.
@@ -70,15 +104,33 @@ pub enum Order {
     Void,
 }
 
-/// An offer to the user at one position of the line.
+/// What the list's slot answered a ticket (`a:<bucket>:<ticket>`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Offer {
+pub enum Given {
+    /// Not asked yet.
     None,
-    Open,
-    Taken,
-    Passed,
-    /// Open at the close: its unit is leftover.
-    Closed,
+    /// That position (0-based), given to this ticket.
+    At(u8),
+    /// Every position was given before it asked: nobody left for it.
+    Nobody,
+}
+
+/// The list's slot (`ss:{w#e}:list`): the next position to give, what each
+/// ticket was given, and the ticket each position went to (`o:<pos>`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct List {
+    pub next: u8,
+    /// Per bucket, per ticket.
+    pub given: Vec<Vec<Given>>,
+    /// Per position, its (bucket, ticket).
+    pub placed: Vec<Option<(u8, u8)>>,
+}
+
+impl List {
+    /// What ticket `t` of bucket `j` was given.
+    pub fn given(&self, j: usize, t: usize) -> Given {
+        self.given[j].get(t).copied().unwrap_or(Given::None)
+    }
 }
 
 /// The last answer a client got.
@@ -88,8 +140,11 @@ pub enum Told {
     Bought,
     SoldOut,
     Refused(Why),
-    /// An offer's purchase refused: passed, past its deadline, or closed.
+    /// An offer's purchase refused: passed or past its deadline.
     Late,
+    /// An offer's purchase at a sealed bucket: "closed" (a replay of a
+    /// bought offer too: `claim_offer.lua` checks the seal first).
+    Closed,
 }
 
 /// The whole state.
@@ -106,35 +161,30 @@ pub struct State {
     /// Per request, the ledger's order records.
     pub ordered: Vec<u8>,
     pub told: Vec<Told>,
-    /// The list's slot: returned units set aside, not offered yet.
-    pub aside: u8,
-    /// Per position in line, its offer.
-    pub offers: Vec<Offer>,
-    /// Per position, whether its offer's deadline passed.
-    pub due: Vec<bool>,
-    /// Per position, the ledger's records of its offer passing.
+    pub list: List,
+    /// Per position, the offers passed at it (the round's count).
     pub passes: Vec<u8>,
-    /// Per position, the ledger's order records of its offer token.
+    /// Per position, the ledger's order records of its offer.
     pub claims: Vec<u8>,
+    /// Per position, whether its offer's order was cancelled (its unit
+    /// given back at the ticket's bucket).
+    pub cancelled: Vec<bool>,
     /// Per position, the last answer its user's offer purchase got.
     pub told_line: Vec<Told>,
-    pub list_sealed: bool,
     pub leftover: u8,
-    /// Units put (back) on open sale after the start.
-    pub reopened: u8,
+    /// Whether a unit was put (back) on open sale after the start.
+    pub reopened: bool,
 }
 
 impl State {
-    /// The next position in line to be offered.
-    pub fn cursor(&self) -> usize {
-        self.offers
-            .iter()
-            .take_while(|&&o| o != Offer::None)
-            .count()
+    /// Whether a position in line was not given yet.
+    pub fn waiting(&self) -> bool {
+        usize::from(self.list.next) < self.list.placed.len()
     }
 
-    /// Whether users in line are still waiting for an offer.
-    pub fn waiting(&self) -> bool {
-        self.cursor() < self.offers.len()
+    /// The ticket position `p` went to, if any.
+    pub fn ticket_at(&self, p: usize) -> Option<Ticket> {
+        let (j, t) = self.list.placed[p]?;
+        self.buckets[j as usize].tickets.get(t as usize).copied()
     }
 }
