@@ -21,18 +21,20 @@ record names its order), {"PA"} (passed), {"NO"} (the ticket holds no such
 offer), {"EX"} (now >= deadline: not bought; the sweeper passes it) or
 {"OK"} (bought: entry in idx, the order's record in the stream, the ticket
 taken and out of wo, units - 1). Atomic so the offer is consumed with its
-order, once: a retry finds the taken record and answers its order.
+order, once: a retry finds the taken record and answers its order, also
+after the close (the taken record is read before the seal: a buyer whose
+reply was lost is told the order it has, as a purchase's retry is).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {'CL'}
 end
 local field = 't:' .. ARGV[1]
 local record = redis.call('HGET', KEYS[3], field)
 if record and string.sub(record, 1, 1) == 't' then
   return {'R', record}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'CL'}
 end
 if record and record == ARGV[3] then
   return {'PA'}

@@ -291,6 +291,10 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
     assert_eq!((view.status, view.leftover), ("closed", Some(2)));
     let closed = engine.claim_offer(&id, &line[14], &next[2]).await;
     assert!(closed.is_err(), "a closed sale sells no offer: {closed:?}");
+    // A bought offer's retry after the close still answers its order.
+    let (after, replay) = engine.claim_offer(&id, &line[0], &tokens[0]).await.unwrap();
+    assert!(replay);
+    assert_eq!(after.order_id, bought[0], "a retry after the close");
     let audit = shardstock::control::audit::audit(&engine, &ledger, &id)
         .await
         .unwrap();

@@ -175,13 +175,13 @@ impl Offers for MemoryStore {
     /// Mirrors `lua/claim_offer.lua`.
     async fn claim_offer(&self, b: &BucketRef, c: &Claim) -> Result<ClaimReply, StoreError> {
         self.with(b, |bk| {
+            if let Some(Ticket::Taken(_, order)) = bk.wait.tickets.get(&c.ticket) {
+                return ClaimReply::Replay(crate::domain::ids::OrderId::from_stored(order));
+            }
             if bk.sealed {
                 return ClaimReply::Closed;
             }
             match bk.wait.tickets.get(&c.ticket) {
-                Some(Ticket::Taken(_, order)) => {
-                    return ClaimReply::Replay(crate::domain::ids::OrderId::from_stored(order));
-                }
                 Some(Ticket::Passed(o)) if *o == c.offer => return ClaimReply::Passed,
                 Some(Ticket::Open(o)) if *o == c.offer => {}
                 _ => return ClaimReply::NotOffered,
