@@ -185,17 +185,6 @@ pub enum TokenUse {
     Refused(TokenRefusal),
 }
 
-impl TokenUse {
-    /// The value of `purchase.lua`'s token column: `<allowance>|<id>`, or
-    /// `!<code>` for a refusal.
-    pub fn column(&self) -> String {
-        match self {
-            Self::Valid { id, allowance } => format!("{allowance}|{id}"),
-            Self::Refused(r) => format!("!{}", r.code()),
-        }
-    }
-}
-
 /// Checks `token` for a purchase by `user` of `event` at `now_ms`: no
 /// store read. `None` (no token) is refused as missing.
 pub fn verify(

@@ -184,7 +184,12 @@ pub(super) const PURCHASE: &Decl = &Decl {
         Arg::Each {
             count: "n",
             index: 'i',
-            cols: &["token"],
+            cols: &["used", "reserved"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["allowance"],
         },
     ],
     reply: Reply::Codes(&[
@@ -411,8 +416,11 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     // The user and quantity columns, only where the script's fast path reads
     // them (purchase.lua: else it reads them from the index entries).
     let counted = !uniform || limit > 0;
-    let columns =
-        4 + if counted { 2 } else { 0 } + if uniform { 0 } else { 3 } + usize::from(holds);
+    let columns = 4
+        + if counted { 2 } else { 0 }
+        + if uniform { 0 } else { 3 }
+        + usize::from(holds)
+        + if tokens { 3 } else { 0 };
     let refusals = RequestRecord::refusal_formats();
     let mut args: Vec<Value> = Vec::with_capacity(8 + columns * n);
     args.extend([
@@ -428,7 +436,13 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
     // Every string below, with room for the numbers and separators.
     let size: usize = entries
         .iter()
-        .map(|e| 2 * e.rid.len() + 3 * e.order_id.as_str().len() + 2 * e.user.as_str().len() + 96)
+        .map(|e| {
+            2 * e.rid.len()
+                + 3 * e.order_id.as_str().len()
+                + 2 * e.user.as_str().len()
+                + 96
+                + token_len(e.token.as_ref())
+        })
         .sum();
     let mut buf = BytesMut::with_capacity(size);
     // What was written since the last value, as a value of its own.
@@ -471,13 +485,43 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
         }
     }
     if tokens {
+        // Each token's two counters by name, and its allowance: a refused
+        // one's code in the first, nothing in the second, allowance 0.
+        let mut allowances = Vec::with_capacity(n);
         for e in entries {
-            let column = e.token.as_ref().map(TokenUse::column).unwrap_or_default();
-            buf.extend_from_slice(column.as_bytes());
-            args.push(cut(&mut buf));
+            match &e.token {
+                Some(TokenUse::Valid { id, allowance }) if *allowance > 0 => {
+                    let _ = write!(buf, "u:{id}");
+                    args.push(cut(&mut buf));
+                    let _ = write!(buf, "r:{id}");
+                    args.push(cut(&mut buf));
+                    allowances.push(Value::Integer(i64::from(*allowance)));
+                }
+                refused => {
+                    let why = match refused {
+                        Some(TokenUse::Refused(r)) => *r,
+                        // Allowance 0 buys nothing; no token is missing.
+                        Some(TokenUse::Valid { .. }) => TokenRefusal::Used,
+                        None => TokenRefusal::Missing,
+                    };
+                    let _ = write!(buf, "!{}", why.code());
+                    args.push(cut(&mut buf));
+                    args.push(Value::Bytes(Bytes::new()));
+                    allowances.push(Value::Integer(0));
+                }
+            }
         }
+        args.extend(allowances);
     }
     args
+}
+
+/// Room for a token's two counter names in the call's buffer.
+fn token_len(token: Option<&TokenUse>) -> usize {
+    match token {
+        Some(TokenUse::Valid { id, .. }) => 2 * id.len() + 4,
+        _ => 16,
+    }
 }
 
 /// The id of a token the engine found valid (a refused one is never

@@ -58,7 +58,7 @@ async fn the_document_is_served_and_every_operation_in_it_is_routed(b: Backend) 
             );
         }
     }
-    assert_eq!(operations, 41, "every endpoint of API.md and /openapi.json");
+    assert_eq!(operations, 42, "every endpoint of API.md and /openapi.json");
     // The admin operations carry the bearer scheme, the others none.
     let create = &doc["paths"]["/v1/events"]["post"];
     assert_eq!(create["security"], json!([{"bearer": []}]));
@@ -112,6 +112,7 @@ async fn every_request_body_refuses_unknown_members_in_the_document(b: Backend) 
             "post /v1/releases/{id}/orders",
             "post /v1/webhooks",
             "put /v1/events/{id}/buckets",
+            "put /v1/events/{id}/token-keys",
             "put /v1/webhooks/{id}/secrets",
         ],
         "every body the API reads"
