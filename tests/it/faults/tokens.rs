@@ -52,6 +52,10 @@ impl<S: Store> Rig<S> {
         let mut spent: HashMap<String, u64> = HashMap::new();
         let mut by_request: HashMap<(&str, &str), Vec<(i64, u32)>> = HashMap::new();
         for o in sale.orders.values() {
+            // An offer's order (no request id) spends no access token.
+            if o.request_id.as_deref().is_none_or(str::is_empty) {
+                continue;
+            }
             *spent.entry(o.user_id.to_string()).or_default() += u64::from(o.quantity);
             if let Some(rid) = o.request_id.as_deref() {
                 by_request
