@@ -341,6 +341,10 @@ const SEEDS: &[u64] = &[
     // its last sweep, and was found still held. A gap in the settle (it now
     // sweeps past that deadline too), not in the service.
     7005,
+    // A draw schedule with holds and the outbox on (offers): a waiting
+    // list's offer bought outright was taken by the outbox for a saga's take
+    // (no deadline on an event with holds) and never got its order.created.
+    1269494,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

@@ -90,10 +90,12 @@ impl<S: Store> Rig<S> {
                 }
             }
         }
-        for (rid, orders) in by_rid {
-            // A waiting list's offer is bought without a request id: the
-            // check `offers` holds those orders against the claims.
-            if rid.is_empty() && self.plan.offers.is_some() {
+        // A waiting list's offer is bought without a request id: the check
+        // `offers` holds those orders against the claims.
+        let claimed = log.offers.claimed();
+        for (rid, mut orders) in by_rid {
+            orders.retain(|o| !claimed.contains(&o.order_id));
+            if orders.is_empty() {
                 continue;
             }
             v.push((

@@ -38,7 +38,7 @@
 //!   order's status is judged with the others (`database_oracle`: told
 //!   confirmed, confirmed unless a cancel may have followed).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -266,6 +266,17 @@ impl OfferLog {
             .filter(|c| matches!(c.carried, Carried::Own | Carried::Late))
             .last()
             .is_some_and(|c| matches!(c.answer, Claimed::Unknown(_)))
+    }
+
+    /// The orders claims were answered (their ids).
+    pub fn claimed(&self) -> HashSet<String> {
+        self.claims
+            .iter()
+            .filter_map(|c| match &c.answer {
+                Claimed::Bought { order, .. } => Some(order.to_string()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The summary's part.
@@ -591,7 +602,8 @@ impl<S: Store> Rig<S> {
 
     /// The settling's part, on the healed store before the quiet phase:
     /// claims whose outcome was unknown asked again, then rounds, polls and
-    /// moves of the clock past the offer window until no offer is open;
+    /// moves of the clock past the offer window (and a poll right after it,
+    /// before a round passes the offers) until no offer is open;
     /// then what the list holds is checked (module docs).
     pub(super) async fn settle_offers(&self, plain: &Engine<Faulty<S>>, v: &mut Violations) {
         if !self.offers_on() {
@@ -618,6 +630,9 @@ impl<S: Store> Rig<S> {
             }
             self.clock
                 .advance(Duration::from_secs(u64::from(OFFER_SECONDS) + 1));
+            // Past the deadline, before a round passes the offers: the late
+            // claimants claim now (refused: expired).
+            self.claims_op(plain).await;
         }
         // The final round: everything in the list is offered, or nobody waits.
         self.offer_round(plain).await;
@@ -757,21 +772,24 @@ impl<S: Store> Rig<S> {
         let mut db_offer: HashMap<String, String> = HashMap::new();
         let mut purchased = 0u64;
         for (oid, order) in &sale.orders {
+            // A user in line holds no purchase token (the draw's losers and
+            // the crowd): each of their orders is an offer's, and an offer's
+            // order has no request id.
             let rid = order.request_id.as_deref().unwrap_or("");
-            if !rid.is_empty() {
+            let at = o.line.iter().position(|u| *u == order.user_id);
+            if at.is_none() && !rid.is_empty() {
                 if !rid.contains("-quiet-") {
                     purchased += u64::from(order.quantity);
                 }
                 continue;
             }
-            let at = o.line.iter().position(|u| *u == order.user_id);
             let named = at.and_then(|at| told.get(&at)).is_some_and(|t| t.as_str() == oid);
-            if !named || order.quantity != 1 {
+            if !named || order.quantity != 1 || !rid.is_empty() {
                 v.push((
                     CHECK,
                     format!(
-                        "order {oid} of {} ({} units, {:?}) has no request id, and no claim of its \
-                         user's position {:?} was answered it",
+                        "order {oid} of {} ({} units, {:?}, request id {rid:?}) is no order a \
+                         claim of its user's position {:?} was answered",
                         order.user_id,
                         order.quantity,
                         order.status,

@@ -51,9 +51,11 @@ impl<S: Store> Rig<S> {
         let log = self.log.lock().unwrap().clone();
         let mut spent: HashMap<String, u64> = HashMap::new();
         let mut by_request: HashMap<(&str, &str), Vec<(i64, u32)>> = HashMap::new();
+        // A waiting list's offer's order spends no access token (the check
+        // `offers` holds them against the claims).
+        let claimed = log.offers.claimed();
         for o in sale.orders.values() {
-            // An offer's order (no request id) spends no access token.
-            if o.request_id.as_deref().is_none_or(str::is_empty) {
+            if claimed.contains(o.order_id.as_str()) {
                 continue;
             }
             *spent.entry(o.user_id.to_string()).or_default() += u64::from(o.quantity);
