@@ -520,7 +520,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         ),
         _ => String::new(),
     };
-    let release = drew + &log.offers.summary() + &release.map_or(String::new(), |r| format!(", {}", r.summary()));
+    let release = drew
+        + &log.offers.summary()
+        + &release.map_or(String::new(), |r| format!(", {}", r.summary()));
     let summary = format!(
         "{} ops, holds {:?} s, {}{}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
         rig.plan.ops(),

@@ -28,13 +28,16 @@
 //!   the order the first bought, as a replay;
 //! - after the final healed round: no unit sits in the list unoffered while
 //!   someone waits; if units came back during the sale and the line is not
-//!   empty, some offer was made; and if someone still waits, no returned
-//!   unit went to open sale: what was on sale when the quiet phase began is
-//!   the stock less every unit purchases ever took (from the database);
-//! - from the database after the close: every order without a request id is
-//!   an offer's, of one unit, of the user of a position whose claim was
-//!   answered that order, one per position; and each waiting user's final
-//!   standing names the order the database has for it, if any. Each claimed
+//!   empty, some offer was made; and while someone waits no returned unit
+//!   went to open sale: what was on sale at the first healed round and when
+//!   the quiet phase began, if someone still waited then, is the stock less
+//!   every unit purchases ever took (from the database; usually the line is
+//!   exhausted by then, and its units went to open sale as designed);
+//! - from the database after the close: every order of a user in line (who
+//!   holds no purchase token) or without a request id is an offer's, of one
+//!   unit, answered to a claim of that user's position, one per position;
+//!   and each waiting user's final standing names the order the database
+//!   has for it, if any. Each claimed
 //!   order's status is judged with the others (`database_oracle`: told
 //!   confirmed, confirmed unless a cancel may have followed).
 
@@ -43,12 +46,12 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shardstock::Engine;
 use shardstock::EngineError;
 use shardstock::domain::draw::{OfferStanding, Standing};
 use shardstock::domain::ids::{OrderId, UserId};
 use shardstock::domain::model::{EventStatus, OrderStatus};
 use shardstock::domain::offer::{MIN_OFFER_SECONDS, mint_offer};
-use shardstock::Engine;
 use shardstock::engine::OfferRefusal;
 use shardstock::store::Store;
 
@@ -185,9 +188,9 @@ pub struct OfferLog {
     pub to_sale: u64,
     /// What broke while the schedule ran.
     pub errors: Vec<String>,
-    /// When the quiet phase began: what was on sale, and whether anyone
-    /// still waited.
-    pub quiet: Option<(u64, bool)>,
+    /// At the settling's first healed round and when the quiet phase
+    /// began: what was on sale, and whether anyone still waited.
+    pub on_sale: Vec<(&'static str, u64, bool)>,
     /// Whether the healed settling ran its rounds (the event was on sale).
     pub settled: bool,
     /// The final standings' counts, for the summary: made, bought, passed.
@@ -298,25 +301,32 @@ impl OfferLog {
         format!(
             ", offers: line {}, {made} made, {bought} bought, {passed} passed or open at the close \
              ({} rounds answered: {} made, {} passed, {} to sale; {} failed), {} claims ({replays} \
-             replays, {refused} refused)",
+             replays, {refused} refused){}",
             self.line.len(),
             self.rounds,
             self.made,
             self.passed,
             self.to_sale,
             self.failed_rounds,
-            self.claims.len()
+            self.claims.len(),
+            self.on_sale
+                .iter()
+                .map(|(when, n, waited)| format!(
+                    ", {n} on sale at {when} ({})",
+                    if *waited {
+                        "users waited"
+                    } else {
+                        "the line exhausted"
+                    }
+                ))
+                .collect::<String>()
         )
     }
 }
 
 /// The draw's line, read after the draw (a plain engine): every entrant
 /// that waits, by position; its positions must be 1, 2, … with none twice.
-pub async fn line<S: Store>(
-    plain: &Engine<Faulty<S>>,
-    plan: &Plan,
-    log: &mut super::log::Log,
-) {
+pub async fn line<S: Store>(plain: &Engine<Faulty<S>>, plan: &Plan, log: &mut super::log::Log) {
     let Some(d) = plan.tokens.as_ref().and_then(|t| t.draw.as_ref()) else {
         return;
     };
@@ -339,8 +349,15 @@ pub async fn line<S: Store>(
         }
     }
     line.sort();
-    if !line.iter().enumerate().all(|(i, (p, _))| *p == i as u64 + 1) {
-        errors.push(format!("the line's positions are {:?}", line.iter().map(|l| l.0).collect::<Vec<_>>()));
+    if !line
+        .iter()
+        .enumerate()
+        .all(|(i, (p, _))| *p == i as u64 + 1)
+    {
+        errors.push(format!(
+            "the line's positions are {:?}",
+            line.iter().map(|l| l.0).collect::<Vec<_>>()
+        ));
     }
     log.offers = OfferLog::with_line(line.into_iter().map(|(_, u)| u).collect());
     log.offers.errors.extend(errors);
@@ -519,7 +536,8 @@ impl<S: Store> Rig<S> {
         match who {
             Claimant::Never => {}
             Claimant::Late if late && bought == 0 => {
-                self.claim(engine, at, Carried::Late, &token, deadline).await;
+                self.claim(engine, at, Carried::Late, &token, deadline)
+                    .await;
             }
             Claimant::Late => {}
             Claimant::AtOnce if bought == 0 => {
@@ -541,7 +559,13 @@ impl<S: Store> Rig<S> {
                     (Claimant::Theirs, Some((p, t))) => (Carried::Theirs(p), t),
                     _ => (
                         Carried::Forged,
-                        mint_offer(FORGER, &self.id, &self.log.lock().unwrap().offers.line[at], at as u64 + 1, deadline),
+                        mint_offer(
+                            FORGER,
+                            &self.id,
+                            &self.log.lock().unwrap().offers.line[at],
+                            at as u64 + 1,
+                            deadline,
+                        ),
                     ),
                 };
                 self.claim(engine, at, carried, &bad, deadline).await;
@@ -588,7 +612,13 @@ impl<S: Store> Rig<S> {
         };
         log.count(kind.into());
         if let Claimed::Bought { order, status, .. } = &answer {
-            log.hear(order, Told::status(*status), Via::Offer, sent_ms, answered_ms);
+            log.hear(
+                order,
+                Told::status(*status),
+                Via::Offer,
+                sent_ms,
+                answered_ms,
+            );
         }
         log.offers.claims.push(Claim {
             at,
@@ -612,7 +642,7 @@ impl<S: Store> Rig<S> {
         self.log.lock().unwrap().offers.settled = true;
         let n = self.log.lock().unwrap().offers.line.len();
         let mut open = 0;
-        for _ in 0..n + 4 {
+        for i in 0..n + 4 {
             let _ = Box::pin(shardstock::control::hold_expiry::sweep_due(
                 plain,
                 &shardstock::control::hold_expiry::ExpiryOptions::default(),
@@ -621,6 +651,9 @@ impl<S: Store> Rig<S> {
             .await;
             if self.offer_round(plain).await.is_none() {
                 v.push((CHECK, "an offer round failed on a healed store".into()));
+            }
+            if i == 0 {
+                self.note_on_sale(plain, "the first healed round").await;
             }
             self.claims_op(plain).await;
             open = self.standings(plain).await.map_or(0, |s| s.1);
@@ -660,7 +693,10 @@ impl<S: Store> Rig<S> {
         if open > 0 {
             v.push((
                 CHECK,
-                format!("{open} offers still open after {} moves past the offer window", n + 4),
+                format!(
+                    "{open} offers still open after {} moves past the offer window",
+                    n + 4
+                ),
             ));
         }
         // Units came back during the sale: some offer was made.
@@ -675,7 +711,9 @@ impl<S: Store> Rig<S> {
         if returned && given == 0 {
             v.push((
                 CHECK,
-                format!("units came back during the sale and {n} users wait, yet no offer was made"),
+                format!(
+                    "units came back during the sale and {n} users wait, yet no offer was made"
+                ),
             ));
         }
     }
@@ -695,9 +733,11 @@ impl<S: Store> Rig<S> {
         Some((waiting, open))
     }
 
-    /// Before the quiet phase: what is on sale (`remaining`, the audit's
-    /// count less the list's), and whether anyone still waits.
-    pub(super) async fn note_quiet(&self, plain: &Engine<Faulty<S>>) {
+    /// What is on sale now (the audit's count less the list's), and
+    /// whether anyone still waits: at the settling's first healed round, and
+    /// when the quiet phase begins (no purchase but the quiet phase's is
+    /// made after either).
+    pub(super) async fn note_on_sale(&self, plain: &Engine<Faulty<S>>, when: &'static str) {
         if !self.log.lock().unwrap().offers.settled {
             return;
         }
@@ -709,7 +749,12 @@ impl<S: Store> Rig<S> {
         };
         let remaining = (a.remaining + a.in_transfer).saturating_sub(view.waiting);
         if let Some((waiting, _)) = self.standings(plain).await {
-            self.log.lock().unwrap().offers.quiet = Some((remaining, waiting > 0));
+            self.log
+                .lock()
+                .unwrap()
+                .offers
+                .on_sale
+                .push((when, remaining, waiting > 0));
         }
     }
 
@@ -727,11 +772,17 @@ impl<S: Store> Rig<S> {
             let pos = c.at + 1;
             let late = c.sent_ms >= c.deadline_ms;
             match (&c.carried, &c.answer) {
-                (Carried::Theirs(_) | Carried::Forged, Claimed::Refused(OfferRefusal::InvalidToken))
+                (
+                    Carried::Theirs(_) | Carried::Forged,
+                    Claimed::Refused(OfferRefusal::InvalidToken),
+                )
                 | (_, Claimed::Unknown(_) | Claimed::Closed) => {}
                 (Carried::Theirs(_) | Carried::Forged, a) => v.push((
                     CHECK,
-                    format!("position {pos}'s claim with {:?} was answered {a:?}", c.carried),
+                    format!(
+                        "position {pos}'s claim with {:?} was answered {a:?}",
+                        c.carried
+                    ),
                 )),
                 (_, Claimed::Bought { replay: false, .. }) if late => v.push((
                     CHECK,
@@ -783,7 +834,9 @@ impl<S: Store> Rig<S> {
                 }
                 continue;
             }
-            let named = at.and_then(|at| told.get(&at)).is_some_and(|t| t.as_str() == oid);
+            let named = at
+                .and_then(|at| told.get(&at))
+                .is_some_and(|t| t.as_str() == oid);
             if !named || order.quantity != 1 || !rid.is_empty() {
                 v.push((
                     CHECK,
@@ -800,19 +853,23 @@ impl<S: Store> Rig<S> {
             if let Some(other) = db_offer.insert(order.user_id.to_string(), oid.clone()) {
                 v.push((
                     CHECK,
-                    format!("{} has two offers' orders: {other} and {oid}", order.user_id),
+                    format!(
+                        "{} has two offers' orders: {other} and {oid}",
+                        order.user_id
+                    ),
                 ));
             }
         }
-        // What was on sale when the quiet phase began: what purchases never
-        // took, when every unit that came back went to the waiting list.
-        if let Some((remaining, true)) = o.quiet {
+        // What was on sale at the first healed round and when the quiet
+        // phase began: what purchases never took, when every unit that came
+        // back went to the waiting list.
+        for (when, remaining, _) in o.on_sale.iter().filter(|s| s.2) {
             let never_taken = self.plan.spec.stock.saturating_sub(purchased);
-            if remaining != never_taken {
+            if *remaining != never_taken {
                 v.push((
                     CHECK,
                     format!(
-                        "when the quiet phase began {remaining} units were on sale while users \
+                        "at {when} {remaining} units were on sale while users \
                          waited; purchases took {purchased} of {}, so {never_taken} were never \
                          taken: returned units went to open sale",
                         self.plan.spec.stock
@@ -837,7 +894,10 @@ impl<S: Store> Rig<S> {
                     if db != Some(order) {
                         v.push((
                             CHECK,
-                            format!("{u} (position {}) reads bought {order}, the database has {db:?}", at + 1),
+                            format!(
+                                "{u} (position {}) reads bought {order}, the database has {db:?}",
+                                at + 1
+                            ),
                         ));
                     }
                 }
@@ -851,7 +911,10 @@ impl<S: Store> Rig<S> {
                     if let Some(t) = told.get(&at) {
                         v.push((
                             CHECK,
-                            format!("{u} (position {}) was told order {t}, yet reads {other:?}", at + 1),
+                            format!(
+                                "{u} (position {}) was told order {t}, yet reads {other:?}",
+                                at + 1
+                            ),
                         ));
                     }
                 }
@@ -865,9 +928,13 @@ impl<S: Store> Rig<S> {
                 Some(OfferStanding::Bought { .. }) => made += 1,
             }
         }
-        let meta_closed = matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
+        let meta_closed =
+            matches!(plain.reload(&self.id).await, Ok(m) if m.status == EventStatus::Closed);
         if !meta_closed {
-            v.push((CHECK, "the event is not closed after the settling's close".into()));
+            v.push((
+                CHECK,
+                "the event is not closed after the settling's close".into(),
+            ));
         }
         self.log.lock().unwrap().offers.fin = (made, bought, passed);
     }

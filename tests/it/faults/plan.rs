@@ -150,7 +150,9 @@ pub enum Op {
     End,
     /// A draw schedule's offer round (`faults::offers`): on the actor's
     /// engine, or on it and the next one at once.
-    Offers { both: bool },
+    Offers {
+        both: bool,
+    },
     /// A draw schedule's waiting line reads its standings and claims.
     Claims,
     /// The clock passes the offer window (`offers::OFFER_SECONDS`).
@@ -368,15 +370,8 @@ impl Plan {
             };
             // The entry window's end is set when the schedule's clock starts.
             self.spec.draw = Some(
-                DrawSpec::new(
-                    0,
-                    None,
-                    1.0,
-                    d.allowance,
-                    d.buy_seconds,
-                    OFFER_SECONDS,
-                )
-                .expect("a draw spec"),
+                DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds, OFFER_SECONDS)
+                    .expect("a draw spec"),
             );
             self.tokens.as_mut().expect("tokens").draw = Some(d);
         }

@@ -134,7 +134,7 @@ impl<S: Store> Rig<S> {
                     .unwrap()
                     .count("no quiet phase: the window ended".into());
             } else {
-                self.note_quiet(plain).await;
+                self.note_on_sale(plain, "the quiet phase").await;
                 self.sell_out(plain, pending, &mut v).await;
             }
         }
