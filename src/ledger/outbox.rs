@@ -5,7 +5,8 @@
 //! **What a batch's new records say** ([`changes_of`], pure): an order's
 //! creation is its take (`o`) on an event without holds; on an event with
 //! holds, its take when the fast path bought it (the take carries the
-//! `pay_by`), else its saga's hold record (`h`, the deadline its `at_ms`),
+//! `pay_by`) or when it is a waiting list's offer (no rid: bought outright,
+//! never held), else its saga's hold record (`h`, the deadline its `at_ms`),
 //! so every hold's `order.created` has its deadline; a saga's take there is
 //! not a change (and a saga that never finished, whose takes were all given
 //! back, creates no order). A confirm (`k`), cancel (`c`) or expiry (`e`) is
@@ -161,8 +162,15 @@ pub(super) fn changes_of(
         let e = &r.entry;
         let order = e.order_id.as_str();
         let (kind, at_ms, payload) = match e.kind {
-            // A saga's take on an event with holds: its hold record creates it.
-            RecordKind::Order if e.pay_by.is_none() && held.contains(&r.event) => continue,
+            // A saga's take on an event with holds: its hold record creates
+            // it. A saga's take always carries its rid; one without a rid
+            // and without a deadline is a waiting list's offer, bought
+            // outright (`claim_offer.lua`): no hold record ever follows it.
+            RecordKind::Order
+                if e.pay_by.is_none() && !e.rid.is_empty() && held.contains(&r.event) =>
+            {
+                continue;
+            }
             RecordKind::Order => {
                 let mut p = json!({"user_id": e.user, "quantity": e.qty});
                 if let Some(pay_by) = e.pay_by {
@@ -1006,7 +1014,9 @@ mod tests {
         fast.entry.pay_by = Some(9_000);
         let mut hold = rec(RecordKind::Hold, "b", 3);
         hold.entry.at_ms = 7_000;
-        let all = [fast, rec(RecordKind::Order, "b", 2), hold];
+        let mut take = rec(RecordKind::Order, "b", 2);
+        take.entry.rid = "u/r".into();
+        let all = [fast, take, hold];
         let new: Vec<&FlushRecord> = all.iter().collect();
         let held: HashSet<String> = ["e".to_owned()].into();
         let (created, _) = changes_of(&new, &held, 5);
@@ -1027,6 +1037,25 @@ mod tests {
         // Without holds, the take creates its order.
         let (created, _) = changes_of(&new[1..2], &HashSet::new(), 5);
         assert_eq!(created[0].change_id, "b:order.created");
+    }
+
+    /// A waiting list's offer (no rid, no deadline) on an event with holds
+    /// is bought outright: its take creates it (before, it was taken for a
+    /// saga's and never created, and a cancel of it stayed parked).
+    #[test]
+    fn on_an_event_with_holds_an_offers_order_is_created_by_its_take() {
+        let all = [
+            rec(RecordKind::Order, "offer", 1),
+            rec(RecordKind::Cancel, "offer", 2),
+        ];
+        let new: Vec<&FlushRecord> = all.iter().collect();
+        let held: HashSet<String> = ["e".to_owned()].into();
+        let (created, terminal) = changes_of(&new, &held, 5);
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].change_id, "offer:order.created");
+        let payload: Value = serde_json::from_str(&created[0].payload).unwrap();
+        assert!(payload.get("pay_by_ms").is_none(), "{payload}");
+        assert_eq!(terminal[0].change_id, "offer:order.cancelled");
     }
 
     #[test]

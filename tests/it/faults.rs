@@ -31,7 +31,10 @@
 //! clock moves), another user's, a forged, an expired or none, and the
 //! tokens' records in the store are held against the orders in the database
 //! (`tokens`); half of those are draw events, entered and drawn under faults
-//! first (`draw`), whose winners' tokens the buyers carry.
+//! first (`draw`), whose winners' tokens the buyers carry; there offer
+//! rounds run too, and the draw's losers claim the offers their standings
+//! show, replay, let them pass, claim late or with another's or a forged
+//! offer token (`offers`).
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -42,6 +45,7 @@ mod client;
 mod clock;
 mod draw;
 mod log;
+mod offers;
 mod outbox;
 mod plan;
 mod release_holds;
@@ -258,6 +262,21 @@ pub const CHECKS: &[Check] = &[
                the winners buy with those tokens (the check tokens), the losers hold none",
     },
     Check {
+        name: "offers",
+        on: true,
+        what: "in the draw schedules (faults::offers): offer rounds through the faulty engines, \
+               one or two at once, during the sale and while settling, and the draw's losers \
+               claiming at once, twice (a replay answers the same order), never (passed after \
+               the window), late (refused), or first with another's or a forged offer token \
+               (refused as invalid). Positions given in line order, each once and one ticket \
+               each (from the store), standings only moving on; after a healed round no unit \
+               in the list unoffered while someone waits, some offer made when units came back; \
+               while someone waits no returned unit went to open sale (on sale at the quiet \
+               phase = stock less every unit purchases took, from the database); after the \
+               close every order without a request id is a claim's, one per position, and \
+               each waiting user's standing names its order in the database",
+    },
+    Check {
         name: "no_pending_saga",
         on: true,
         what: "no saga is left pending once the store is healed and the sweeper has run once with \
@@ -322,6 +341,10 @@ const SEEDS: &[u64] = &[
     // its last sweep, and was found still held. A gap in the settle (it now
     // sweeps past that deadline too), not in the service.
     7005,
+    // A draw schedule with holds and the outbox on (offers): a waiting
+    // list's offer bought outright was taken by the outbox for a saga's take
+    // (no deadline on an event with holds) and never got its order.created.
+    1269494,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.
@@ -437,6 +460,11 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         None
     };
     let (drawn, drew) = drawn.map_or((Vec::new(), String::new()), |d| (d.violations, d.summary));
+    let mut log = Log::new(plan.spec.hold_seconds);
+    log.errors.extend(drawn);
+    if plan.offers.is_some() {
+        offers::line(&plain, &plan, &mut log).await;
+    }
     let rebalancers = engines
         .iter()
         .map(|e| tokio::sync::Mutex::new(rig::rebalancer(e, &ledger)))
@@ -448,11 +476,7 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
     };
     let rig = Arc::new(Rig {
         id: plan.spec.id.clone(),
-        log: Mutex::new({
-            let mut log = Log::new(plan.spec.hold_seconds);
-            log.errors.extend(drawn);
-            log
-        }),
+        log: Mutex::new(log),
         plan,
         engines,
         rebalancers,
@@ -496,7 +520,9 @@ async fn schedule<S: Store>(seed: u64, store: S, ledger: Ledger) -> (String, set
         ),
         _ => String::new(),
     };
-    let release = drew + &release.map_or(String::new(), |r| format!(", {}", r.summary()));
+    let release = drew
+        + &log.offers.summary()
+        + &release.map_or(String::new(), |r| format!(", {}", r.summary()));
     let summary = format!(
         "{} ops, holds {:?} s, {}{}{}{} requests, {calls} store calls, {injected} faults (rate {:.2}){cut}, ran {:.1} s, {:?}{release}",
         rig.plan.ops(),

@@ -19,6 +19,7 @@ use shardstock::engine::{
 };
 use shardstock::store::StoreError;
 
+use super::offers::OfferLog;
 use super::plan::Carry;
 use super::told::{Call, Story, Told, Via};
 
@@ -126,6 +127,8 @@ pub struct Log {
     /// Token schedules: what each purchase carried, by request id (the
     /// settling's quiet buyers carry their own).
     pub carried: HashMap<String, Carry>,
+    /// A draw schedule's waiting list: its line, claims and rounds.
+    pub offers: OfferLog,
 }
 
 impl Log {
@@ -140,6 +143,7 @@ impl Log {
             tally: BTreeMap::new(),
             errors: Vec::new(),
             carried: HashMap::new(),
+            offers: OfferLog::default(),
         }
     }
 
@@ -222,7 +226,7 @@ impl Log {
         self.hear(&order.order_id, told, via, sent_ms, answered_ms);
     }
 
-    fn hear(&mut self, oid: &OrderId, told: Told, via: Via, sent_ms: i64, answered_ms: i64) {
+    pub fn hear(&mut self, oid: &OrderId, told: Told, via: Via, sent_ms: i64, answered_ms: i64) {
         if !self.stories.contains_key(oid) {
             self.told.push(oid.clone());
         }

@@ -33,10 +33,10 @@ use shardstock::control::checkpoint::Checkpoint;
 use shardstock::domain::draw::{DrawSpec, MIN_BUY_SECONDS};
 use shardstock::domain::ids::EventId;
 use shardstock::domain::model::EventSpec;
-use shardstock::domain::offer::DEFAULT_OFFER_SECONDS;
 use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::store::Store;
 
+use super::offers::{OFFER_SECONDS, OfferPlan};
 use crate::harness::faulty::{Faulty, Mode, Rule, When};
 use crate::harness::{event_id, spec};
 
@@ -148,6 +148,15 @@ pub enum Op {
     Advance,
     /// The clock passes the end of the sale window.
     End,
+    /// A draw schedule's offer round (`faults::offers`): on the actor's
+    /// engine, or on it and the next one at once.
+    Offers {
+        both: bool,
+    },
+    /// A draw schedule's waiting line reads its standings and claims.
+    Claims,
+    /// The clock passes the offer window (`offers::OFFER_SECONDS`).
+    PassOffers,
 }
 
 /// A schedule, drawn from its seed.
@@ -168,6 +177,9 @@ pub struct Plan {
     /// The event sells by access token (`token` access mode): every
     /// purchase carries one ([`Op::Buy`]'s `carry`).
     pub tokens: Option<Tokens>,
+    /// A draw schedule's offers: what the draw's losers do, from a fifth
+    /// generator of the seed (`faults::offers`).
+    pub offers: Option<OfferPlan>,
 }
 
 /// How far the sale window ends after the schedule starts: only [`Op::End`]
@@ -272,6 +284,7 @@ impl Plan {
             cut: None,
             outbox: StdRng::seed_from_u64(seed ^ 0x0b0c_5eed).random_bool(0.5),
             tokens: None,
+            offers: None,
         };
         let mut cuts = Vec::new();
         if plan.reshards() {
@@ -292,6 +305,9 @@ impl Plan {
             plan.cut = Some((at, more.random_range(1..=2)));
         }
         plan.draw_tokens();
+        if plan.draws() {
+            plan.offers = Some(OfferPlan::draw(seed, &mut plan.actors));
+        }
         plan
     }
 
@@ -354,15 +370,8 @@ impl Plan {
             };
             // The entry window's end is set when the schedule's clock starts.
             self.spec.draw = Some(
-                DrawSpec::new(
-                    0,
-                    None,
-                    1.0,
-                    d.allowance,
-                    d.buy_seconds,
-                    DEFAULT_OFFER_SECONDS,
-                )
-                .expect("a draw spec"),
+                DrawSpec::new(0, None, 1.0, d.allowance, d.buy_seconds, OFFER_SECONDS)
+                    .expect("a draw spec"),
             );
             self.tokens.as_mut().expect("tokens").draw = Some(d);
         }

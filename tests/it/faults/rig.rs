@@ -151,6 +151,9 @@ impl<S: Store> Rig<S> {
                 self.clock.advance(WINDOW);
                 self.tally("clock past the window");
             }
+            Op::Offers { both } => self.offers_op(actor, both).await,
+            Op::Claims => self.claims_op(engine).await,
+            Op::PassOffers => self.pass_offers_op(),
             Op::Transfer { from, to, units } => {
                 let Ok(meta) = engine.reload(&self.id).await else {
                     return;

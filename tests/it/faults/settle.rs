@@ -124,6 +124,8 @@ impl<S: Store> Rig<S> {
                     format!("the expiry sweep on a healed store failed: {e}"),
                 ));
             }
+            // A draw's waiting list: rounds and claims until no offer is open.
+            self.settle_offers(plain, &mut v).await;
             self.audit(plain, "before the close", &mut v).await;
             if self.window_ended() {
                 // Nothing sells after the window: no quiet phase to judge.
@@ -132,6 +134,7 @@ impl<S: Store> Rig<S> {
                     .unwrap()
                     .count("no quiet phase: the window ended".into());
             } else {
+                self.note_on_sale(plain, "the quiet phase").await;
                 self.sell_out(plain, pending, &mut v).await;
             }
         }
@@ -155,6 +158,7 @@ impl<S: Store> Rig<S> {
         self.check_ledger(&mut v).await;
         self.check_database(&mut v).await;
         self.check_tokens(plain, &mut v).await;
+        self.check_offers(plain, &mut v).await;
         let errors = self.log.lock().unwrap().errors.clone();
         v.extend(errors);
         if self.plan.reshards() {

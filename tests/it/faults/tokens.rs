@@ -51,7 +51,13 @@ impl<S: Store> Rig<S> {
         let log = self.log.lock().unwrap().clone();
         let mut spent: HashMap<String, u64> = HashMap::new();
         let mut by_request: HashMap<(&str, &str), Vec<(i64, u32)>> = HashMap::new();
+        // A waiting list's offer's order spends no access token (the check
+        // `offers` holds them against the claims).
+        let claimed = log.offers.claimed();
         for o in sale.orders.values() {
+            if claimed.contains(o.order_id.as_str()) {
+                continue;
+            }
             *spent.entry(o.user_id.to_string()).or_default() += u64::from(o.quantity);
             if let Some(rid) = o.request_id.as_deref() {
                 by_request

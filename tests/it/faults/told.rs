@@ -94,6 +94,8 @@ pub enum Via {
     Ledger,
     Confirm,
     Cancel,
+    /// A claim of a waiting list's offer (`faults::offers`).
+    Offer,
 }
 
 /// One answer, from which call, and when that call began and ended (the
