@@ -18,6 +18,7 @@ ARGV[6] undone: a release line's take only, its undone marker "U|oid"; absent
 ARGV[7] kept: a release line's take only: "1" for a held order's line, whose
         take marker is written without a lifetime (its confirm K or give-back
         U gives it one; a short decision keeps ARGV[5]), "0" otherwise
+ARGV[8] confirmed: a release line's take only, its confirmed marker "K|oid"
 
 Returns:
   "ST"                          bucket j does not exist or is sealed
@@ -26,6 +27,10 @@ Returns:
   {"U"}                         (a line's take, ARGV[6] given) the marker is the
                                 line's undone one: the order was refused and
                                 its undo came first here; the walk stops
+  {"K"}                         (a line's take, ARGV[8] given) the marker is the
+                                line's confirmed one: its take here stands,
+                                confirmed; the walk stops (a late walk that
+                                went on would take a second time further on)
   {"S", available, fresh, adds} fewer than q here. available = stock + units
                                 journaled out; adds = j's addition count when
                                 that was decided; fresh = 1 when decided by this
@@ -63,6 +68,7 @@ elseif marker == 'string' then
   seen = redis.call('GET', KEYS[2])
   if seen == ARGV[3] then return {'T', ARGV[2]} end
   if ARGV[6] and seen == ARGV[6] then return {'U'} end
+  if ARGV[8] and seen == ARGV[8] then return {'K'} end
   local was, adds = string.match(seen, '^S|([^|]*)|(.*)$')
   if was then return {'S', was, 0, adds} end
 end
@@ -86,7 +92,8 @@ for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
 end
 local available = string.format('%d', stock + transit)
 if seen then
-  -- "U|oid" (undone) or another order's take: report the bucket as it is.
+  -- "U|oid" or "K|oid" of an event's saga (never written), or another
+  -- order's take: report the bucket as it is.
   return {'S', available, 0, adds}
 end
 redis.call('HSET', KEYS[2], 'a', available, 'n', adds)

@@ -242,7 +242,9 @@ impl<S: Store> Engine<S> {
                 self.activity.wrote(&bucket);
                 match taken? {
                     LineTake::Taken { .. } => return Ok(LineEnd::Taken),
-                    LineTake::Undone => return Ok(LineEnd::Decided),
+                    // Given back, or confirmed: the order was decided
+                    // while this driver walked; it follows the record.
+                    LineTake::Undone | LineTake::Confirmed => return Ok(LineEnd::Decided),
                     LineTake::Short {
                         available,
                         fresh,

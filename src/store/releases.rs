@@ -66,6 +66,10 @@ pub enum LineTake {
     /// The order's undo closed this bucket or gave the take here back: the
     /// order was refused, the walk stops.
     Undone,
+    /// The line's take here was confirmed (`K`): the order was committed
+    /// and paid, the walk stops. A late walk that read this as short would
+    /// take the line a second time further on (seed 1269490 found it).
+    Confirmed,
 }
 
 /// A line's undo in one bucket.

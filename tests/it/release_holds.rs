@@ -38,7 +38,7 @@ use shardstock::engine::{
 use shardstock::{Engine, EngineError, EngineOptions, Store};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::faulty::{Faulty, Mode, Rule};
+use crate::harness::faulty::{Fault, Faulty, Mode, Rule, When};
 use crate::harness::{event_id, ledger_for, on_every_backend, user};
 
 const HOLD_S: u32 = 60;
@@ -806,6 +806,7 @@ on_every_backend!(namespace_per_test:
     open_holds_do_not_hide_a_crashed_order_from_the_sweeper,
     the_hold_expirer_ends_a_hold_in_its_first_round_at_its_deadline,
     held_lines_outlive_their_markers_lifetime,
+    a_late_walk_stops_at_its_confirmed_take,
 );
 
 /// The release hold expirer (`release_sweeper::holds_round`, every 200 ms
@@ -1126,4 +1127,81 @@ async fn held_lines_outlive_their_markers_lifetime<S: Store>(engine: Engine<S>) 
     }
     let book = book.lock().unwrap().clone();
     check_ledger(engine, ledger, &spec, &book).await;
+}
+
+/// A driver whose walk comes late (its first take delayed past another
+/// driver's walk and commit, and the buyer's confirm) meets the line's take
+/// confirmed (`K`) in the first bucket of its ring and stops there: it takes
+/// nothing further on. Seed 1269490 of the fault schedules found the late
+/// walk reading `K` as a short bucket and taking the line a second time in
+/// the next one, a unit held for good; both oracles (live, and the database
+/// after the close) count it.
+async fn a_late_walk_stops_at_its_confirmed_take<S: Store>(engine: Engine<S>) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let engine = Arc::new(engine);
+    let spec = spec(1, 6, 3, None);
+    lifecycle::create_release(&engine, &ledger, spec.clone())
+        .await
+        .unwrap();
+    let late = Faulty::plain(engine.store().clone());
+    late.arm_fault(
+        "take_line",
+        1,
+        Fault::Delay(Duration::from_millis(500)),
+        When::Before,
+    );
+    let late = Arc::new(Engine::new(late, EngineOptions::default()));
+    let req = request(&spec, "a", vec![(pool(0), 1)], "1");
+    let slow = {
+        let (late, req) = (late.clone(), req.clone());
+        tokio::spawn(async move { late.buy_lines(&req).await })
+    };
+    // The late driver reserved (its record pending), and its take waits.
+    let (home, key) = home_of(&spec, "a", "1");
+    crate::harness::eventually(
+        "the late driver's reserve",
+        Duration::from_secs(5),
+        async || {
+            matches!(
+                engine.store().home_record(&home, &key).await,
+                Ok(Some(HomeRecord::Pending(_)))
+            )
+            .then_some(())
+        },
+    )
+    .await;
+    let order = engine.buy_lines(&req).await.unwrap().result.unwrap();
+    let paid = engine
+        .confirm_release_order(&spec.id, order.order_id.as_str())
+        .await
+        .unwrap();
+    assert!(paid.result.is_ok(), "{paid:?}");
+    let told = slow.await.unwrap().unwrap();
+    assert!(
+        matches!(&told.result, Ok(o) if o.order_id == order.order_id),
+        "the late driver answers the order: {told:?}"
+    );
+    let event = spec.pool_event(0).unwrap();
+    assert_eq!(
+        engine.view(&event).await.unwrap().remaining,
+        5,
+        "one unit sold, taken once"
+    );
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        ledger.clone(),
+        format!("hrel-{}", rand::random::<u32>()),
+        flush_options(),
+    );
+    lifecycle::close(
+        &engine,
+        &ledger,
+        &mut flusher,
+        &event,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let sale = crate::harness::oracle::closed_sale(&ledger, &event, 6).await;
+    assert!(sale.broken.is_empty(), "{:?}", sale.broken);
 }

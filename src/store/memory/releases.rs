@@ -236,8 +236,8 @@ impl Releases for MemoryStore {
         Ok(self.with_home(home, |h| h.units.get(user).copied().unwrap_or(0)))
     }
 
-    /// Mirrors `lua/take.lua` with the line's undone marker: an undone
-    /// marker stops the walk; anything else is `take`.
+    /// Mirrors `lua/take.lua` with the line's undone and confirmed markers:
+    /// either stops the walk; anything else is `take`.
     async fn take_line(
         &self,
         b: &BucketRef,
@@ -245,20 +245,24 @@ impl Releases for MemoryStore {
         a: &TakeArgs,
     ) -> Result<LineTake, StoreError> {
         // Two critical sections, and as good as one: `take` answers an
-        // undone marker as short and writes nothing, and a short decision
-        // (or a take) is never turned into an undone marker, so a short
-        // answer whose marker is undone right after found it undone.
+        // undone or confirmed marker as short and writes nothing, and a
+        // short decision (or another order's take) is never turned into
+        // either, so a short answer whose marker is one of them right after
+        // found it so (both are final until they expire).
         Ok(match self.take(b, now_ms, a).await? {
             TakeReply::Taken { order_id } => LineTake::Taken { order_id },
-            TakeReply::Short { .. } if self.line_undone(b, a)? => LineTake::Undone,
             TakeReply::Short {
                 available,
                 fresh,
                 adds,
-            } => LineTake::Short {
-                available,
-                fresh,
-                adds,
+            } => match self.line_marker(b, a)? {
+                Some(Marker::Undone) => LineTake::Undone,
+                Some(Marker::Confirmed) => LineTake::Confirmed,
+                _ => LineTake::Short {
+                    available,
+                    fresh,
+                    adds,
+                },
             },
         })
     }
@@ -325,10 +329,8 @@ impl Releases for MemoryStore {
 }
 
 impl MemoryStore {
-    /// Whether the line's marker in `b` is its undone one.
-    fn line_undone(&self, b: &BucketRef, a: &TakeArgs) -> Result<bool, StoreError> {
-        self.with(b, |bk| {
-            matches!(bk.marker(&a.rid, a.pass), Some(Marker::Undone))
-        })
+    /// The line's marker in `b`, unless it expired.
+    fn line_marker(&self, b: &BucketRef, a: &TakeArgs) -> Result<Option<Marker>, StoreError> {
+        self.with(b, |bk| bk.marker(&a.rid, a.pass).cloned())
     }
 }

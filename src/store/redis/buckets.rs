@@ -42,9 +42,11 @@ steps! {
         keys: [b(Bk::Stock), K::Given("tk"), b(Bk::Orders), b(Bk::Xfer), b(Bk::Adds), b(Bk::Sealed)],
         argv: {
             qty: u32, order: String, taken: String, record: String, marker: u64,
-            undone: Option<String>, kept: Option<bool>,
+            undone: Option<String>, kept: Option<bool>, confirmed: Option<String>,
         },
-        reply: Reply::Codes(&[reply::STALE, reply::TAKEN, reply::SHORT, reply::UNDONE]),
+        reply: Reply::Codes(&[
+            reply::STALE, reply::TAKEN, reply::SHORT, reply::UNDONE, reply::LINE_CONFIRMED,
+        ]),
         writes: [Marker, Stream],
     }
     /// Gives back what a take took.
@@ -555,6 +557,7 @@ pub(super) fn take_step(bucket: &BucketRef, now_ms: i64, a: &TakeArgs) -> steps:
         marker: a.marker_ttl_ms.max(1),
         undone: None,
         kept: None,
+        confirmed: None,
     }
 }
 

@@ -370,6 +370,7 @@ impl Releases for RedisStore {
         let mut step = super::buckets::take_step(bucket, now_ms, a);
         step.undone = ProbeMarker::Undone(a.order_id.to_string()).encode();
         step.kept = Some(a.keep_taken);
+        step.confirmed = ProbeMarker::Confirmed(a.order_id.to_string()).encode();
         let parts = array_or_stale(bucket, self.run(step, at).await?)?;
         self.replicated(bucket).await?;
         match code(&parts)?.as_str() {
@@ -382,6 +383,7 @@ impl Releases for RedisStore {
                 adds: num(arg(&parts, 3)?)?,
             }),
             reply::UNDONE => Ok(LineTake::Undone),
+            reply::LINE_CONFIRMED => Ok(LineTake::Confirmed),
             other => Err(unknown("take", other)),
         }
     }

@@ -40,6 +40,8 @@ pub(super) mod reply {
 
     /// take.lua (a release line's take): the line's undone marker is here.
     pub(crate) const UNDONE: &str = "U";
+    /// take.lua (a release line's take): the line's confirmed marker is here.
+    pub(crate) const LINE_CONFIRMED: &str = "K";
 
     // untake.lua
     pub(crate) const NO_TAKE: &str = "NO";
