@@ -243,8 +243,19 @@ impl<S: Store> Engine<S> {
         let Some((bucket, ticket)) = self.store.offer_at(event, position).await? else {
             return Ok(OfferStanding::Waiting);
         };
-        Ok(match self.store.ticket(&bucket, ticket).await? {
-            Some(Ticket::Open(o)) if meta.status == EventStatus::OnSale => {
+        let ticket = self.store.ticket(&bucket, ticket).await?;
+        // An open offer is shown only while the sale is: `meta` may be this
+        // instance's cached one, still on sale for a moment after another
+        // instance closed the event, so the offer is read against the meta
+        // as stored (a read for an open offer only, a handful per line).
+        let on_sale = match &ticket {
+            Some(Ticket::Open(_)) if meta.status == EventStatus::OnSale => {
+                self.reload(event).await?.status == EventStatus::OnSale
+            }
+            _ => false,
+        };
+        Ok(match ticket {
+            Some(Ticket::Open(o)) if on_sale => {
                 let key = meta
                     .spec
                     .tokens

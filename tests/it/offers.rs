@@ -285,10 +285,22 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
     told.insert(order.order_id.clone(), OrderStatus::Confirmed);
 
     // The close: #15 and #16 hold open offers, leftover with nothing else.
+    // Another instance, its meta cached on sale, shows them passed after it.
+    let other = Engine::new(engine.store().clone(), EngineOptions::default())
+        .with_clock(clock.clone().into());
+    assert!(matches!(
+        offer_of(&other, &id, &line[14]).await,
+        OfferStanding::Offered { .. }
+    ));
     let view = lifecycle::close(&engine, &ledger, &mut flusher, &id, &stop)
         .await
         .unwrap();
     assert_eq!((view.status, view.leftover), ("closed", Some(2)));
+    assert_eq!(
+        offer_of(&other, &id, &line[14]).await,
+        OfferStanding::Passed,
+        "an open offer after the close, read through a cached meta"
+    );
     let closed = engine.claim_offer(&id, &line[14], &next[2]).await;
     assert!(closed.is_err(), "a closed sale sells no offer: {closed:?}");
     // A bought offer's retry after the close still answers its order.
