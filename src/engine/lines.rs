@@ -423,12 +423,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// A pool's remaining units, read (no markers): stock and units in
-    /// transfer of every bucket.
+    /// transfer of every bucket, in the layout as stored (a reshard under
+    /// way is waited for, as a walk waits). Not the cached layout: one a
+    /// reshard switched away from since is sealed and emptied, and a
+    /// refusal would name the pool short with nothing left while it sells
+    /// (found in review; `release_reshards::*::a_refusal_names_a_resharded_pool_by_its_new_layout`).
+    /// One meta read more on a refusal's path, for each later line.
     pub(super) async fn pool_remaining(
         &self,
         pool: &crate::domain::ids::EventId,
     ) -> Result<u64, EngineError> {
-        let meta = self.meta(pool).await?;
+        let mut meta = self.reload(pool).await?;
+        if meta.status == EventStatus::Resharding {
+            meta = Box::pin(self.after_reshard(pool)).await?;
+        }
         let states = self.bucket_states(&meta).await?;
         Ok(states.iter().map(|s| s.stock + s.in_transfer).sum())
     }

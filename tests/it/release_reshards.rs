@@ -25,6 +25,7 @@ use rand::Rng;
 use shardstock::control::{lifecycle, reshard};
 use shardstock::domain::ids::EventId;
 use shardstock::domain::release::{PoolSpec, ReleaseSpec};
+use shardstock::engine::{LinesRefusal, ShortLine};
 use shardstock::{Engine, EngineError, EngineOptions, Store};
 
 use crate::harness::{event_id, eventually, ledger_for, on_every_backend};
@@ -189,4 +190,65 @@ async fn a_pool_resharded_under_a_crowd_of_orders_answers_every_one<S: Store>(en
 
 on_every_backend!(namespace_per_test:
     a_pool_resharded_under_a_crowd_of_orders_answers_every_one,
+    a_refusal_names_a_resharded_pool_by_its_new_layout,
 );
+
+/// A refusal names each short line with its pool's remaining, read in the
+/// layout as stored: an instance whose cached layout of a later pool was
+/// resharded away by another instance names that pool by its new layout,
+/// not by the sealed, emptied old one (found in review: it named a pool of
+/// 40 units short with none left).
+async fn a_refusal_names_a_resharded_pool_by_its_new_layout<S: Store>(engine: Engine<S>) {
+    let ledger = ledger_for(engine.store().kind()).await;
+    let engine = Arc::new(engine);
+    let spec = ReleaseSpec {
+        id: event_id("named"),
+        pools: [(1, 2), (40, 2)]
+            .into_iter()
+            .enumerate()
+            .map(|(k, (stock, buckets))| PoolSpec {
+                name: pool(k),
+                stock,
+                buckets,
+                auto_buckets: None,
+            })
+            .collect(),
+        per_user_limit: None,
+        max_per_order: 3,
+        starts_at: None,
+        ends_at: None,
+        hold_seconds: None,
+        homes: 8,
+    };
+    lifecycle::create_release(&engine, &ledger, spec.clone())
+        .await
+        .unwrap();
+    // This instance holds both pools' layouts; another reshards p1 2 → 4.
+    let (p0, p1) = (spec.pool_event(0).unwrap(), spec.pool_event(1).unwrap());
+    assert_eq!(engine.meta(&p1).await.unwrap().generation, 0);
+    let other = Engine::new(engine.store().clone(), EngineOptions::default());
+    reshard::reshard(&other, &p1, 4).await.unwrap();
+    assert_eq!(
+        engine.meta(&p1).await.unwrap().generation,
+        0,
+        "still cached"
+    );
+    // Two units of p0 (one left) and one of p1 (40 left): p0 alone short.
+    let out = engine
+        .buy_lines(&request(&spec, "a", vec![(pool(0), 2), (pool(1), 1)], None))
+        .await
+        .unwrap();
+    match out.result {
+        Err(LinesRefusal::SoldOut { short }) => assert_eq!(
+            short,
+            vec![ShortLine {
+                pool: p0,
+                quantity: 2,
+                remaining: 1,
+            }],
+            "only p0 is short; p1 sells 40"
+        ),
+        other => panic!("not refused sold out: {other:?}"),
+    }
+    assert_eq!(engine.view(&p1).await.unwrap().remaining, 40);
+}
