@@ -37,14 +37,7 @@ units is written with the change, never without it.
 ]]
 -- Units that come back: aside for the waiting line while the bucket's list is
 -- on (a draw's), else back in stock.
-local function give_back(units)
-  if redis.call('HGET', KEYS[9], 'on') == '1' then
-    redis.call('HINCRBY', KEYS[9], 'aside', units)
-    redis.call('HINCRBY', KEYS[9], 'units', units)
-  else
-    redis.call('INCRBY', KEYS[1], units)
-  end
-end
+--#include lib/give_back.lua
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
@@ -65,7 +58,7 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[3] .. string.sub(entry, 2))
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 end
-give_back(qty)
+give_back(KEYS[1], KEYS[9], qty)
 redis.call('INCR', KEYS[5])
 redis.call('XADD', KEYS[4], '*', 'k', ARGV[2], 'o', ARGV[1], 'h', entry)
 return {'OK', entry}

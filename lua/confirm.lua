@@ -41,14 +41,7 @@ assembled here (domain::stream::StreamEntry::from_copy).
 ]]
 -- Units that come back: aside for the waiting line while the bucket's list is
 -- on (a draw's), else back in stock.
-local function give_back(units)
-  if redis.call('HGET', KEYS[10], 'on') == '1' then
-    redis.call('HINCRBY', KEYS[10], 'aside', units)
-    redis.call('HINCRBY', KEYS[10], 'units', units)
-  else
-    redis.call('INCRBY', KEYS[1], units)
-  end
-end
+--#include lib/give_back.lua
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[6]) == 1 then
   return 'ST'
 end
@@ -78,7 +71,7 @@ redis.call('HSET', KEYS[3], ARGV[2], expired)
 if redis.call('HEXISTS', KEYS[2], user) == 1 then
   redis.call('HINCRBY', KEYS[2], user, -tonumber(qty))
 end
-give_back(qty)
+give_back(KEYS[1], KEYS[10], qty)
 redis.call('INCR', KEYS[5])
 redis.call('XADD', KEYS[4], '*', 'k', ARGV[4], 'o', ARGV[2], 'h', entry)
 return {'EX', expired, 1}

@@ -40,14 +40,7 @@ late by that skew, never lost).
 ]]
 -- Units that come back: aside for the waiting line while the bucket's list is
 -- on (a draw's), else back in stock.
-local function give_back(units)
-  if redis.call('HGET', KEYS[10], 'on') == '1' then
-    redis.call('HINCRBY', KEYS[10], 'aside', units)
-    redis.call('HINCRBY', KEYS[10], 'units', units)
-  else
-    redis.call('INCRBY', KEYS[1], units)
-  end
-end
+--#include lib/give_back.lua
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
 end
@@ -95,7 +88,7 @@ if room > 0 then
   if taken > 0 then redis.call('LTRIM', KEYS[9], taken, -1) end
 end
 if back > 0 then
-  give_back(back)
+  give_back(KEYS[1], KEYS[10], back)
   redis.call('INCR', KEYS[5])
 end
 local next = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')

@@ -117,10 +117,17 @@ use super::steps::{self, Decl, lua};
 
 /// The lines of a script that another script's text takes the place of
 /// (`purchase_groups.lua` runs `purchase.lua` as a function, and
-/// `bucket_states.lua` runs `bucket_state.lua`).
-const INCLUDES: [(&str, &str); 2] = [
+/// `bucket_states.lua` runs `bucket_state.lua`), and the functions of
+/// `lua/lib/`, which are no steps (`give_back`: units back in stock, or
+/// aside for a draw's waiting line, in `cancel.lua`, `confirm.lua` and
+/// `expire_holds.lua`).
+const INCLUDES: [(&str, &str); 3] = [
     ("--#include purchase.lua", lua!(purchase)),
     ("--#include bucket_state.lua", lua!(bucket_state)),
+    (
+        "--#include lib/give_back.lua",
+        include_str!("../../../lua/lib/give_back.lua"),
+    ),
 ];
 
 /// A script's text as it is loaded: with the included script in place of
@@ -199,6 +206,10 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
         for file in std::fs::read_dir(dir).expect("lua/ is readable") {
             let path = file.expect("lua/ is listable").path();
+            if path.is_dir() {
+                // lua/lib/: functions the scripts include (`INCLUDES`).
+                continue;
+            }
             let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
             assert!(declared.contains(&name), "lua/{name}.lua is not declared");
         }
@@ -235,6 +246,11 @@ mod tests {
             lua!(purchase),
             "other scripts are as written"
         );
+        for outer in [lua!(cancel), lua!(confirm), lua!(expire_holds)] {
+            let lua = compose(outer);
+            assert!(!lua.contains("--#include"), "the include line is replaced");
+            assert!(lua.contains("local function give_back(stock, list, units)\n"));
+        }
     }
 
     #[test]
