@@ -89,6 +89,20 @@ async fn enter<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId) -> bool {
     panic!("entry of {u} kept failing")
 }
 
+/// A read retried while the store fails: 100,000 entrants' standings at
+/// 256 at once on a loaded Cluster may time one out (a failed read changes
+/// nothing, and a client asks again).
+async fn read<T>(what: &str, mut call: impl AsyncFnMut() -> Result<T, EngineError>) -> T {
+    for _ in 0..50 {
+        match call().await {
+            Ok(v) => return v,
+            Err(EngineError::Store(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    panic!("{what} kept failing")
+}
+
 /// `engine.draw`, drawn again while the store fails (a draw is
 /// idempotent: two at once of 100,000 entries on a loaded Cluster may time
 /// a call out, and the admin's retry must give the same draw).
@@ -189,10 +203,10 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
     // The entrants, page by page, are exactly those who entered.
     let mut listed: Vec<UserId> = Vec::new();
     loop {
-        let page = engine
-            .entrants(&id, listed.last(), MAX_ENTRIES_PAGE)
-            .await
-            .unwrap();
+        let page = read("a page of entrants", async || {
+            engine.entrants(&id, listed.last(), MAX_ENTRIES_PAGE).await
+        })
+        .await;
         let last = page.len() < MAX_ENTRIES_PAGE;
         listed.extend(page);
         if last {
@@ -215,7 +229,10 @@ async fn a_draw_of_many_entries_is_recomputed_and_only_its_winners_buy<S: Store>
             .map(|(i, u)| {
                 let engine = engine.clone();
                 let id = id.clone();
-                async move { (i, engine.entry_status(&id, &u).await.unwrap()) }
+                async move {
+                    let status = read("a standing", async || engine.entry_status(&id, &u).await);
+                    (i, status.await)
+                }
             })
             .buffer_unordered(256)
             .collect()
