@@ -173,8 +173,11 @@ pub struct Claim {
 pub struct OfferLog {
     /// The line: position `p`'s user at `p - 1`.
     pub line: Vec<UserId>,
-    /// Each position's last standing seen, its own token and its deadline.
-    seen: Vec<Option<OfferStanding>>,
+    /// Each position's last standing seen (with the read count when its
+    /// read answered), its own token and its deadline.
+    seen: Vec<Option<(OfferStanding, u64)>>,
+    /// Reads begun or answered so far: orders the polls' reads.
+    reads: u64,
     tokens: Vec<Option<(String, i64)>>,
     /// Each position's ticket (generation, bucket, ticket), once the store
     /// named it.
@@ -209,19 +212,38 @@ impl OfferLog {
         }
     }
 
-    /// A standing seen now for position index `at`: it only moves on.
-    fn observe(&mut self, at: usize, now: &OfferStanding) {
+    /// A standing read is about to begin: its place among the reads.
+    fn begin_read(&mut self) -> u64 {
+        self.reads += 1;
+        self.reads
+    }
+
+    /// A standing for position index `at`, read by a read that began at
+    /// `begun` (`begin_read`) and answered now: it only moves on. Judged
+    /// against the last standing seen only when that read answered before
+    /// this one began: two polls' reads that overlap may answer in either
+    /// order (one read the ticket open just before a claim that another saw
+    /// taken), and the later answer is then no later state.
+    fn observe(&mut self, at: usize, now: &OfferStanding, begun: u64) {
         use OfferStanding::*;
-        let before = self.seen[at].clone();
+        self.reads += 1;
+        let answered = self.reads;
+        let before = match &self.seen[at] {
+            Some((_, at_read)) if *at_read > begun => {
+                if let Offered { token, deadline_ms } = now {
+                    self.tokens[at] = Some((token.clone(), *deadline_ms));
+                }
+                return;
+            }
+            seen => seen.as_ref().map(|(standing, _)| standing.clone()),
+        };
         let back = match (&before, now) {
             (None, _) | (Some(Waiting), _) => false,
             (Some(Offered { deadline_ms: a, .. }), Offered { deadline_ms: b, .. }) => a != b,
             (Some(Offered { .. }), Bought { .. } | Passed) => false,
-            // After the close an open offer reads passed; an engine whose
-            // meta is older still reads it open, with the same deadline.
-            (Some(Passed), Offered { deadline_ms, .. }) => self.tokens[at]
-                .as_ref()
-                .is_some_and(|(_, d)| d != deadline_ms),
+            // After the close an open offer reads passed, on every engine
+            // (an open ticket's standing reads the status as stored, not
+            // the engine's cached meta).
             (Some(Bought { order: a }), Bought { order: b }) => a != b,
             (Some(Passed), Passed) => false,
             (Some(_), _) => true,
@@ -235,7 +257,7 @@ impl OfferLog {
         if let Offered { token, deadline_ms } = now {
             self.tokens[at] = Some((token.clone(), *deadline_ms));
         }
-        self.seen[at] = Some(now.clone());
+        self.seen[at] = Some((now.clone(), answered));
     }
 
     fn claims_of(&self, at: usize) -> impl Iterator<Item = &Claim> {
@@ -428,6 +450,7 @@ impl<S: Store> Rig<S> {
         let line = self.log.lock().unwrap().offers.line.clone();
         self.check_placements(engine, line.len()).await;
         for at in (0..line.len()).rev() {
+            let begun = self.log.lock().unwrap().offers.begin_read();
             let standing = match Box::pin(engine.entry_status(&self.id, &line[at])).await {
                 Ok(s) => s,
                 Err(_) => {
@@ -444,7 +467,7 @@ impl<S: Store> Rig<S> {
                 ));
                 continue;
             };
-            self.log.lock().unwrap().offers.observe(at, &offer);
+            self.log.lock().unwrap().offers.observe(at, &offer, begun);
             self.act(engine, at, &offer).await;
         }
     }
@@ -767,7 +790,7 @@ impl<S: Store> Rig<S> {
         let o = &log.offers;
         v.extend(o.errors.iter().map(|e| (CHECK, e.clone())));
         // The claims' answers.
-        let mut told: HashMap<usize, OrderId> = HashMap::new();
+        let mut told: HashMap<usize, (OrderId, u32)> = HashMap::new();
         for c in &o.claims {
             let pos = c.at + 1;
             let late = c.sent_ms >= c.deadline_ms;
@@ -801,19 +824,25 @@ impl<S: Store> Rig<S> {
                         c.carried, c.sent_ms, c.answered_ms, c.deadline_ms
                     ),
                 )),
+                // One order a position, answered fresh once at most; in
+                // whatever order the answers were logged (a claim whose
+                // reply came late is logged after a retry's replay of it).
                 (_, Claimed::Bought { order, replay, .. }) => {
-                    if let Some(first) = told.get(&c.at) {
-                        if first != order || !replay {
+                    let (first, fresh) = told.entry(c.at).or_insert((order.clone(), 0));
+                    if first != order {
+                        v.push((
+                            CHECK,
+                            format!("position {pos} was answered order {first}, then {order}"),
+                        ));
+                    }
+                    if !replay {
+                        *fresh += 1;
+                        if *fresh > 1 {
                             v.push((
                                 CHECK,
-                                format!(
-                                    "position {pos} was answered order {first}, then {order} \
-                                     (replay {replay})"
-                                ),
+                                format!("position {pos}'s order {order} was answered fresh twice"),
                             ));
                         }
-                    } else {
-                        told.insert(c.at, order.clone());
                     }
                 }
             }
@@ -836,7 +865,7 @@ impl<S: Store> Rig<S> {
             }
             let named = at
                 .and_then(|at| told.get(&at))
-                .is_some_and(|t| t.as_str() == oid);
+                .is_some_and(|(t, _)| t.as_str() == oid);
             if !named || order.quantity != 1 || !rid.is_empty() {
                 v.push((
                     CHECK,
@@ -908,7 +937,7 @@ impl<S: Store> Rig<S> {
                             format!("{u} (position {}) reads {other:?}, the database has its order {db}", at + 1),
                         ));
                     }
-                    if let Some(t) = told.get(&at) {
+                    if let Some((t, _)) = told.get(&at) {
                         v.push((
                             CHECK,
                             format!(
