@@ -23,6 +23,20 @@
 //! retry with the same request id, or the sweeper that finds it stale. Only
 //! the home's compare-and-set decides, so an order is decided once.
 //!
+//! # Holds
+//! On a release with holds ([`Bounds::holds`]) the commit leaves the
+//! record held and open instead of bought. One compare-and-set at the home
+//! (`move_hold`) decides it, at any time while it is open: confirming (the
+//! buyer's confirm), cancelling (its cancel) or expiring (the sweeper past
+//! the deadline; time is not modelled, so any open hold may expire). Then
+//! each line is finished in its pool by a walk of its ring: a confirm
+//! (`confirm_line.lua`) moves the take `T` → `K`, a give-back
+//! (`undo_line.lua`, held) moves it `T` → `U` with the unit back and passes
+//! a bucket without a marker; once every line is finished the record ends
+//! (confirmed; or cancelled or expired, the user's count released). A late
+//! walk of a line, by a driver that read the record pending before the
+//! commit, may still run: it stops at the order's `T`, `U` and `K`.
+//!
 //! # What is abstracted away
 //! One unit a line and one line a pool; one probe pass; markers never
 //! expire. Drivers keep no state beyond what the store holds, so a crash
@@ -31,8 +45,9 @@
 //! stale, so a walk goes on to the next line once the previous one was
 //! taken (its marker taken or undone). The users' homes are one record per
 //! user: every home step touches one user's records, so their slots do not
-//! matter. Not modelled: the pools' reshards, rebalancing, holds and their
-//! expiry, the ledger's flusher (a record counts once the step writes it).
+//! matter. Not modelled: the pools' reshards, rebalancing, a hold's deadline
+//! as a clock (its expiry may come at any time while it is open), the
+//! ledger's flusher (a record counts once the step writes it).
 
 pub mod properties;
 pub mod state;
@@ -49,35 +64,65 @@ pub const POOLS: usize = 2;
 pub struct Bounds {
     /// Buckets of each pool.
     pub buckets: [u8; POOLS],
-    /// Units of each pool, all in its first bucket (a user homed elsewhere
-    /// walks past a short bucket).
-    pub stock: [u8; POOLS],
+    /// Units of each bucket of each pool.
+    pub stock: [&'static [u8]; POOLS],
     /// Orders of each user (one line in every pool each).
     pub orders: &'static [u8],
     /// The release-wide per-user limit, in units.
     pub limit: u8,
+    /// Whether the release holds its orders (`hold_seconds`): a commit
+    /// leaves a hold, which is confirmed, cancelled or expired.
+    pub holds: bool,
 }
 
 impl Bounds {
     /// The bound `cargo test` checks: three users, the first with two orders
     /// (the second fits the limit only once the first is released), two
     /// buckets a pool, two units of the first pool and one of the second
-    /// (orders compete for them, a user homed at the second bucket walks).
+    /// (orders compete for them, a user homed at the second bucket walks),
+    /// all in each pool's first bucket.
     pub const CI: Bounds = Bounds {
         buckets: [2, 2],
-        stock: [2, 1],
+        stock: [&[2, 0], &[1, 0]],
         orders: &[2, 1, 1],
         limit: 2,
+        holds: false,
     };
 
     /// A larger bound (`SHARDSTOCK_MODEL=release-large`): a third bucket in
     /// the first pool, so a walk passes two short buckets.
     pub const LARGE: Bounds = Bounds {
         buckets: [3, 2],
-        stock: [2, 1],
+        stock: [&[2, 0, 0], &[1, 0]],
         orders: &[2, 1, 1],
         limit: 2,
+        holds: false,
     };
+
+    /// The bound with holds that `cargo test` checks: two users, the first
+    /// with two orders (the second fits the limit once the first is
+    /// cancelled or expired), two buckets a pool; the first pool has a unit
+    /// in each bucket, so a walk that went past its own confirmed take
+    /// would find one to take again.
+    pub const HOLDS: Bounds = Bounds {
+        buckets: [2, 2],
+        stock: [&[1, 1], &[1, 0]],
+        orders: &[2, 1],
+        limit: 2,
+        holds: true,
+    };
+
+    /// A larger bound with holds (`SHARDSTOCK_MODEL=release-holds-large`):
+    /// the CI bound's three users and four orders.
+    pub const HOLDS_LARGE: Bounds = Bounds {
+        orders: &[2, 1, 1],
+        ..Bounds::HOLDS
+    };
+
+    /// Units of pool `k`.
+    pub fn pool_stock(&self, k: usize) -> u8 {
+        self.stock[k].iter().sum()
+    }
 
     /// Orders in all (a request id each).
     pub fn requests(&self) -> usize {
@@ -116,6 +161,10 @@ pub struct Variant {
     /// A walk passes an undone marker as it passes a short bucket (what
     /// `take.lua`'s reply to an undone marker, a short decision, would do).
     pub walk_past_undone: bool,
+    /// A walk passes its order's confirmed marker (`K`) as it passes a
+    /// short bucket: `take.lua` before commit 8d8b2d3, which answered `K`
+    /// as short, so a late walk took the line again further on.
+    pub walk_past_confirmed: bool,
 }
 
 impl Variant {
@@ -124,6 +173,7 @@ impl Variant {
         commit_unchecked: false,
         release_at_decision: false,
         walk_past_undone: false,
+        walk_past_confirmed: false,
     };
     /// Commit without checking the decision record.
     pub const COMMIT_UNCHECKED: Variant = Variant {
@@ -138,6 +188,11 @@ impl Variant {
     /// A late walk goes past an undone marker.
     pub const WALK_PAST_UNDONE: Variant = Variant {
         walk_past_undone: true,
+        ..Variant::DESIGNED
+    };
+    /// A late walk goes past a confirmed take (before commit 8d8b2d3).
+    pub const WALK_PAST_CONFIRMED: Variant = Variant {
+        walk_past_confirmed: true,
         ..Variant::DESIGNED
     };
 }

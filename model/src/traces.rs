@@ -1,6 +1,7 @@
 //! The checker's fixed traces: the two read-found defects, as the checker
-//! found them in the variants that bring them back, and a release's commit
-//! without its compare-and-set, and fair drops' token checked before the
+//! found them in the variants that bring them back, a release's commit
+//! without its compare-and-set and its late walk past a confirmed take,
+//! and fair drops' token checked before the
 //! take and passed offer put back on sale. `model/tests/traces.rs` plays
 //! them on the model; the trace replay (`tests/it/model_replay`) plays the
 //! event's two on the stores (the release's and fair drops' come with their
@@ -101,6 +102,26 @@ pub const UNCHECKED_COMMIT: &[release::Action] = &[
     release::Action::Take(0, 1),
     release::Action::Undo(0, 1),
     release::Action::Commit(0),
+];
+
+/// A held release order (user 1's, homed at each pool's second bucket) is
+/// taken, committed, confirmed and its first line confirmed (`T` → `K`);
+/// then a late walk of that line, whose driver read the record pending
+/// before the commit, reads the `K` as a short bucket and takes the line
+/// again in the next bucket: a unit held for good (the bug of commit
+/// 8d8b2d3, seed 1269490 of the fault schedules). Found by the checker in
+/// 9 steps on [`release::Bounds::HOLDS`]
+/// ([`release::Variant::WALK_PAST_CONFIRMED`]).
+pub const WALK_PAST_CONFIRMED: &[release::Action] = &[
+    release::Action::Reserve(0),
+    release::Action::Reserve(2),
+    release::Action::Take(2, 0),
+    release::Action::Take(2, 1),
+    release::Action::Take(2, 1),
+    release::Action::Commit(2),
+    release::Action::Confirm(2),
+    release::Action::ConfirmLine(2, 0),
+    release::Action::Take(2, 0),
 ];
 
 /// Two requests of user 0 with its one-unit token: the token is checked for

@@ -8,6 +8,7 @@ use shardstock_model::release::{self, Release, properties as rel};
 use shardstock_model::steps::{Action, Step};
 use shardstock_model::traces::{
     CHECKED_BEFORE_TAKE, PAID_THEN_CLOSED, PASSED_TO_OPEN_SALE, RESURRECTED, UNCHECKED_COMMIT,
+    WALK_PAST_CONFIRMED,
 };
 use shardstock_model::{Bounds, Protocol, State, Variant};
 use stateright::Model;
@@ -111,6 +112,36 @@ fn a_release_commits_only_what_is_still_pending() {
             .next_state(&state, action)
             .expect("every step applies");
         assert!(rel::whole(&state) && rel::once(&state) && rel::swept(&designed, &state));
+    }
+    assert!(designed.next_state(&state, *last).is_none());
+}
+
+#[test]
+fn a_late_walk_stops_at_its_confirmed_take() {
+    let model = |variant| Release::new(release::Bounds::HOLDS, variant);
+    let broken = model(release::Variant::WALK_PAST_CONFIRMED);
+    let mut state = broken.init_states().remove(0);
+    for &action in WALK_PAST_CONFIRMED {
+        state = broken
+            .next_state(&state, action)
+            .expect("every step applies");
+    }
+    assert!(!rel::once(&state) && !rel::held(&state) && !rel::swept(&broken, &state));
+    // As designed, the late walk stops at the confirmed take and changes
+    // nothing; every check holds after every step.
+    let designed = model(release::Variant::DESIGNED);
+    let mut state = designed.init_states().remove(0);
+    let (last, before) = WALK_PAST_CONFIRMED.split_last().unwrap();
+    for &action in before {
+        state = designed
+            .next_state(&state, action)
+            .expect("every step applies");
+        assert!(
+            rel::held(&state)
+                && rel::once(&state)
+                && rel::conserved(&designed, &state)
+                && rel::swept(&designed, &state)
+        );
     }
     assert!(designed.next_state(&state, *last).is_none());
 }

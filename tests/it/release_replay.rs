@@ -7,27 +7,34 @@
 //! | model action | store step |
 //! |---|---|
 //! | `Reserve(r)` | `reserve` at the user's home (units 2, the model's limit) |
-//! | `Take(r, k)` | `take_line` at the first bucket of the ring the model's walk does not pass, pass 1 |
-//! | `Commit(r)` / `Abort(r)` | `commit_order` / `abort_order`, pending → bought / refused |
-//! | `Undo(r, k)` | `undo_line` at that bucket |
+//! | `Take(r, k)` | `take_line` at each bucket of the ring from the user's home to the first the model's walk does not pass (each passed one answering short), pass 1 |
+//! | `Commit(r)` / `Abort(r)` | `commit_order` (with holds `hold_order`, pending → held open) / `abort_order`, pending → bought / refused |
+//! | `Undo(r, k)` | `undo_line` at the first bucket the walk does not pass |
 //! | `Release(r)` | `release_order`, refused → released |
+//! | `Confirm(r)` / `Cancel(r)` / `Expire(r)` | `move_hold`, open → confirming / cancelling / expiring |
+//! | `ConfirmLine(r, k)` | `confirm_line` at the bucket of the line's take |
+//! | `GiveBack(r, k)` | `give_back_line` (a cancel or expiry record) at that bucket |
+//! | `End(r)` | `move_hold` confirming → confirmed, or `release_order` cancelling / expiring → cancelled / expired |
 //!
 //! Compared after every action: each bucket's stock, each user's count,
-//! each order's record, and each line's take and void records in its
-//! pool's streams. The model's pools are buckets of made-up events made
-//! with `init_bucket` (each pool's units in its first bucket, as the
-//! model's), homes one a user. Only actions that change the model's state
-//! are drawn: the store's replays of a step are the engine's to show.
+//! each order's record, and each line's take, void, confirm and give-back
+//! records in its pool's streams. The model's pools are buckets of made-up
+//! events made with `init_bucket` (each bucket's units the model's), homes
+//! one a user. Only actions that change the model's state are drawn: the
+//! store's replays of a step are the engine's to show.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardstock::domain::ids::{EventId, OrderId, UserId};
 use shardstock::domain::keys::{BucketRef, HomeRef};
-use shardstock::domain::release::{HomeRecord, Line, OrderHead, line_order_id};
+use shardstock::domain::release::{HoldState, HomeRecord, Line, OrderHead, line_order_id};
 use shardstock::domain::stream::RecordKind;
-use shardstock::store::{Decided, LineTake, LineUndo, ReserveArgs, ReserveReply, TakeArgs};
+use shardstock::store::{
+    Decided, LineConfirm, LineTake, LineUndo, ReserveArgs, ReserveReply, TakeArgs,
+};
 use shardstock::{Engine, Store};
-use shardstock_model::release::state::{Marker, Rec};
+use shardstock_model::release::state::{Hold, Marker, Rec};
+use shardstock_model::release::steps::{finish_stop, stop};
 use shardstock_model::release::{Action, Bounds, POOLS, Release, State, Variant};
 use stateright::Model;
 
@@ -35,6 +42,9 @@ use crate::harness::{event_id, on_every_backend};
 
 const BOUNDS: Bounds = Bounds::LARGE;
 const STEPS: usize = 40;
+/// A held order's deadline (the model has no clock: any open hold may
+/// expire, which is the sweeper's decision to take, not the store's).
+const PAY_BY: i64 = 60_000;
 
 /// One trace's store objects.
 struct Replay<'a, S: Store> {
@@ -86,8 +96,22 @@ impl<S: Store> Replay<'_, S> {
             order_id: line_order_id(&self.head(r).order_id, &self.release, &self.pools[k]),
             home: (u % self.model.bounds.buckets[k] as usize) as u32,
             marker_ttl_ms: 3_600_000,
-            pay_by: None,
-            keep_taken: false,
+            pay_by: self.model.bounds.holds.then_some(PAY_BY),
+            keep_taken: self.model.bounds.holds,
+        }
+    }
+
+    fn held(&self, r: usize, state: HoldState) -> HomeRecord {
+        HomeRecord::Held(self.head(r), PAY_BY, state)
+    }
+
+    /// The store's hold state of the model's.
+    fn hold_state(hold: Hold) -> HoldState {
+        match hold {
+            Hold::Open => HoldState::Open,
+            Hold::Confirming => HoldState::Confirming,
+            Hold::Cancelling => HoldState::Cancelling,
+            Hold::Expiring => HoldState::Expiring,
         }
     }
 
@@ -127,17 +151,46 @@ impl<S: Store> Replay<'_, S> {
             }
             Action::Take(r, k) => {
                 let (r, k) = (r as usize, k as usize);
-                let j = shardstock_model::release::steps::stop(&self.model, before, r, k, false)
+                let j = stop(&self.model, before, r, k, self.model.variant)
                     .ok_or("a take with no bucket")?;
+                // The walk from the user's home: every bucket the model's
+                // walk passes must answer short on the store too.
+                for passed in self.model.bounds.ring(k, self.user(r).0) {
+                    let reply = store
+                        .take_line(&self.bucket(k, passed), 0, &self.take_args(r, k))
+                        .await
+                        .map_err(err)?;
+                    if passed == j {
+                        let want_taken = before.pools[k][j].stock >= 1;
+                        return match (&reply, want_taken) {
+                            (LineTake::Taken { .. }, true) | (LineTake::Short { .. }, false) => {
+                                Ok(())
+                            }
+                            _ => Err(format!("take at {k}/{j} answered {reply:?}")),
+                        };
+                    }
+                    if !matches!(reply, LineTake::Short { .. }) {
+                        return Err(format!("take at {k}/{passed}, passed, answered {reply:?}"));
+                    }
+                }
+                Err(format!("the walk of {r}/{k} never reached bucket {j}"))
+            }
+            Action::Commit(r) if self.model.bounds.holds => {
+                let open = self.held(r as usize, HoldState::Open);
+                let order_id = self.head(r as usize).order_id;
                 let reply = store
-                    .take_line(&self.bucket(k, j), 0, &self.take_args(r, k))
+                    .hold_order(
+                        &self.home(r as usize),
+                        &rid(r),
+                        &pending(r),
+                        &open,
+                        &order_id,
+                    )
                     .await
                     .map_err(err)?;
-                let want_taken = before.pools[k][j].stock >= 1;
-                match (&reply, want_taken) {
-                    (LineTake::Taken { .. }, true) | (LineTake::Short { .. }, false) => Ok(()),
-                    _ => Err(format!("take at {k}/{j} answered {reply:?}")),
-                }
+                (reply == Decided::Done)
+                    .then_some(())
+                    .ok_or(format!("hold answered {reply:?}"))
             }
             Action::Commit(r) => {
                 let bought = HomeRecord::Bought(self.head(r as usize));
@@ -160,7 +213,7 @@ impl<S: Store> Replay<'_, S> {
             }
             Action::Undo(r, k) => {
                 let (r, k) = (r as usize, k as usize);
-                let j = shardstock_model::release::steps::stop(&self.model, before, r, k, false)
+                let j = stop(&self.model, before, r, k, Variant::DESIGNED)
                     .ok_or("an undo with no bucket")?;
                 let reply = store
                     .undo_line(&self.bucket(k, j), 0, &self.take_args(r, k))
@@ -191,6 +244,84 @@ impl<S: Store> Replay<'_, S> {
                 (reply == Decided::Done)
                     .then_some(())
                     .ok_or(format!("release answered {reply:?}"))
+            }
+            Action::Confirm(r) | Action::Cancel(r) | Action::Expire(r) => {
+                let next = match a {
+                    Action::Confirm(_) => HoldState::Confirming,
+                    Action::Cancel(_) => HoldState::Cancelling,
+                    _ => HoldState::Expiring,
+                };
+                let r = r as usize;
+                let reply = store
+                    .move_hold(
+                        &self.home(r),
+                        &rid(r as u8),
+                        &self.held(r, HoldState::Open),
+                        &self.held(r, next),
+                        false,
+                    )
+                    .await
+                    .map_err(err)?;
+                (reply == Decided::Done)
+                    .then_some(())
+                    .ok_or(format!("move_hold to {next:?} answered {reply:?}"))
+            }
+            Action::ConfirmLine(r, k) => {
+                let (r, k) = (r as usize, k as usize);
+                let j = finish_stop(&self.model, before, r, k, Marker::Confirmed)
+                    .ok_or("a confirm with no take")?;
+                let reply = store
+                    .confirm_line(&self.bucket(k, j), 0, &self.take_args(r, k))
+                    .await
+                    .map_err(err)?;
+                (reply == LineConfirm::Confirmed)
+                    .then_some(())
+                    .ok_or(format!("confirm at {k}/{j} answered {reply:?}"))
+            }
+            Action::GiveBack(r, k) => {
+                let (r, k) = (r as usize, k as usize);
+                let kind = match before.reqs[r] {
+                    Rec::Held(Hold::Cancelling) => RecordKind::Cancel,
+                    _ => RecordKind::Expire,
+                };
+                let j = finish_stop(&self.model, before, r, k, Marker::Undone)
+                    .ok_or("a give-back with no take")?;
+                let reply = store
+                    .give_back_line(&self.bucket(k, j), 0, &self.take_args(r, k), kind)
+                    .await
+                    .map_err(err)?;
+                (reply == LineUndo::GaveBack)
+                    .then_some(())
+                    .ok_or(format!("give-back at {k}/{j} answered {reply:?}"))
+            }
+            Action::End(r) => {
+                let r = r as usize;
+                let Rec::Held(hold) = before.reqs[r] else {
+                    return Err(format!("order {r} ended from {:?}", before.reqs[r]));
+                };
+                let state = Self::hold_state(hold);
+                let (current, ended) = (self.held(r, state), self.held(r, state.ended()));
+                let head = self.head(r);
+                let reply = if hold == Hold::Confirming {
+                    store
+                        .move_hold(&self.home(r), &rid(r as u8), &current, &ended, true)
+                        .await
+                } else {
+                    store
+                        .release_order(
+                            &self.home(r),
+                            &rid(r as u8),
+                            &head.user,
+                            head.units(),
+                            &current,
+                            &ended,
+                        )
+                        .await
+                }
+                .map_err(err)?;
+                (reply == Decided::Done)
+                    .then_some(())
+                    .ok_or(format!("end of {hold:?} answered {reply:?}"))
             }
         }
     }
@@ -247,8 +378,15 @@ impl<S: Store> Replay<'_, S> {
                 Some(HomeRecord::Refused(..)) => Rec::Refused,
                 Some(HomeRecord::Released(..)) => Rec::Released,
                 Some(HomeRecord::Limit { .. }) => Rec::Limit,
-                // The model has no holds: its releases never hold an order.
-                Some(HomeRecord::Held(..)) => return Err(format!("order {r} held")),
+                Some(HomeRecord::Held(_, _, state)) => match state {
+                    HoldState::Open => Rec::Held(Hold::Open),
+                    HoldState::Confirming => Rec::Held(Hold::Confirming),
+                    HoldState::Cancelling => Rec::Held(Hold::Cancelling),
+                    HoldState::Expiring => Rec::Held(Hold::Expiring),
+                    HoldState::Confirmed => Rec::Confirmed,
+                    HoldState::Cancelled => Rec::Cancelled,
+                    HoldState::Expired => Rec::Expired,
+                },
             };
             if kind != *rec {
                 problems.push(format!("order {r}: record {kind:?}, model {rec:?}"));
@@ -262,10 +400,16 @@ impl<S: Store> Replay<'_, S> {
                         .count()
                 };
                 let (t, v) = (count(RecordKind::Order), count(RecordKind::Void));
+                let (c, g) = (
+                    count(RecordKind::Confirm),
+                    count(RecordKind::Cancel) + count(RecordKind::Expire),
+                );
                 let line = s.lines[r][k];
-                if (t, v) != (line.t as usize, line.v as usize) {
+                let model = [line.t, line.v, line.c, line.g].map(usize::from);
+                if [t, v, c, g] != model {
                     problems.push(format!(
-                        "order {r} line {k}: {t} takes {v} voids, model {line:?}"
+                        "order {r} line {k}: {t} takes {v} voids {c} confirms \
+                         {g} give-backs, model {line:?}"
                     ));
                 }
             }
@@ -318,7 +462,7 @@ async fn replay<'a, S: Store>(
         records: Vec::new(),
     };
     for k in 0..POOLS {
-        for j in 0..BOUNDS.buckets[k] as usize {
+        for j in 0..model.bounds.buckets[k] as usize {
             let stock = u64::from(state.pools[k][j].stock);
             store
                 .init_bucket(&r.bucket(k, j), stock)
@@ -341,7 +485,8 @@ async fn replay<'a, S: Store>(
     Ok(r)
 }
 
-async fn release_traces_match_the_model<S: Store>(engine: Engine<S>) {
+/// Replays seeded random traces of the designed model at `bounds`.
+async fn traces_match<S: Store>(engine: Engine<S>, bounds: Bounds) {
     let traces: u64 = std::env::var("SHARDSTOCK_RELEASE_TRACES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -354,7 +499,7 @@ async fn release_traces_match_the_model<S: Store>(engine: Engine<S>) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let model = Release::new(BOUNDS, Variant::DESIGNED);
+    let model = Release::new(bounds, Variant::DESIGNED);
     let mut parted = Vec::new();
     let mut steps = 0;
     for seed in first..first + traces {
@@ -370,6 +515,16 @@ async fn release_traces_match_the_model<S: Store>(engine: Engine<S>) {
         parted.is_empty(),
         "traces parted from the model: seeds {parted:?}"
     );
+}
+
+async fn release_traces_match_the_model<S: Store>(engine: Engine<S>) {
+    traces_match(engine, BOUNDS).await;
+}
+
+/// A release with holds: orders held, confirmed, cancelled and expired,
+/// with late walks of their lines.
+async fn held_release_traces_match_the_model<S: Store>(engine: Engine<S>) {
+    traces_match(engine, Bounds::HOLDS).await;
 }
 
 /// The replay tells a broken protocol from the built one: traces of the
@@ -419,8 +574,42 @@ async fn the_unchecked_commit_trace_leaves_the_commit_nothing_to_do<S: Store>(en
     );
 }
 
+/// The model's fixed trace of the bug of commit 8d8b2d3: a late walk of a
+/// line whose take was confirmed. The broken variant's walk passes the
+/// `K` and takes the line again; on the store the take at the `K` answers
+/// confirmed, so that trace parts from it, and the designed model's walk
+/// stops there as the store does.
+async fn a_late_walk_stops_at_its_confirmed_take_as_the_model_does<S: Store>(engine: Engine<S>) {
+    let trace = shardstock_model::traces::WALK_PAST_CONFIRMED;
+    let broken = Release::new(Bounds::HOLDS, Variant::WALK_PAST_CONFIRMED);
+    let parted = replay(engine.store(), &broken, trace)
+        .await
+        .err()
+        .expect("the broken variant's late walk parts from the store");
+    assert!(parted.contains("Confirmed"), "{parted}");
+    let model = Release::new(Bounds::HOLDS, Variant::DESIGNED);
+    let (last, before) = trace.split_last().expect("a trace");
+    assert_eq!(*last, Action::Take(2, 0));
+    let r = replay(engine.store(), &model, before).await.unwrap();
+    let mut state = model.init_states().remove(0);
+    for &a in before {
+        state = model.next_state(&state, a).expect("each step applies");
+    }
+    assert!(model.next_state(&state, *last).is_none());
+    let j = stop(&model, &state, 2, 0, Variant::DESIGNED).expect("the walk stops");
+    assert_eq!(state.pools[0][j].markers[2], Marker::Confirmed);
+    let reply = engine
+        .store()
+        .take_line(&r.bucket(0, j), 0, &r.take_args(2, 0))
+        .await
+        .unwrap();
+    assert_eq!(reply, LineTake::Confirmed);
+}
+
 on_every_backend!(namespace_per_test:
     release_traces_match_the_model,
+    held_release_traces_match_the_model,
+    a_late_walk_stops_at_its_confirmed_take_as_the_model_does,
     a_variant_that_releases_at_the_abort_parts_from_the_store,
     the_unchecked_commit_trace_leaves_the_commit_nothing_to_do,
 );

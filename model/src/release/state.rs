@@ -19,6 +19,37 @@ pub enum Rec {
     /// Refused, every line undone and the reservation released: the final
     /// record a retry is answered from.
     Released,
+    /// Committed as a hold (a release with holds): in the pending set until
+    /// the hold ends, its units still counted.
+    Held(Hold),
+    /// A confirmed hold, every line confirmed: the final record.
+    Confirmed,
+    /// A cancelled hold, every line given back and the units released.
+    Cancelled,
+    /// An expired hold, every line given back and the units released.
+    Expired,
+}
+
+/// Where a held order stands (`domain::release::HoldState` before its end):
+/// open until one compare-and-set at the home decides it, then its lines
+/// are finished as decided.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Hold {
+    Open,
+    Confirming,
+    Cancelling,
+    Expiring,
+}
+
+impl Rec {
+    /// Whether the order's units are counted at its user's home: reserved
+    /// and not released (nor refused by the limit, which counted none).
+    pub fn counted(self) -> bool {
+        matches!(
+            self,
+            Rec::Pending | Rec::Bought | Rec::Refused | Rec::Held(_) | Rec::Confirmed
+        )
+    }
 }
 
 /// An order's marker in one bucket of a line's pool (`tk:<rid>:<pass>`).
@@ -31,6 +62,8 @@ pub enum Marker {
     Short,
     /// Undone: the take given back, or a bucket closed to a late walk.
     Undone,
+    /// Confirmed (`K`): a held order's take here, its hold confirmed.
+    Confirmed,
 }
 
 /// One bucket of a pool: its stock and each order's marker.
@@ -40,17 +73,20 @@ pub struct Bucket {
     pub markers: Vec<Marker>,
 }
 
-/// The ledger's records of one line of an order: takes and voids.
+/// The ledger's records of one line of an order: takes and voids, and a
+/// held order's confirms and give-backs (cancel or expiry records).
 #[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Line {
     pub t: u8,
     pub v: u8,
+    pub c: u8,
+    pub g: u8,
 }
 
 impl Line {
     /// Units the line keeps from its pool.
     pub fn standing(&self) -> u8 {
-        self.t.saturating_sub(self.v)
+        self.t.saturating_sub(self.v + self.g)
     }
 }
 
@@ -61,6 +97,10 @@ pub enum Told {
     Bought,
     Refused,
     Limit,
+    /// A held order's end: confirmed, cancelled or expired.
+    Confirmed,
+    Cancelled,
+    Expired,
 }
 
 /// The whole state.

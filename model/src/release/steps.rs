@@ -7,9 +7,13 @@
 //! of another slot is the driver's earlier read, which may be stale: a take
 //! of the next line, and the commit, need every earlier line *taken once*
 //! (its take record), not still taken.
+//!
+//! A held order's steps (a release with holds): the decision of an open
+//! hold at the home, each line's confirm or give-back in its pool, and the
+//! record's end.
 
 use super::state::*;
-use super::{Bounds, POOLS, Release};
+use super::{Bounds, POOLS, Release, Variant};
 
 /// One transition of the model.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -30,6 +34,25 @@ pub enum Action {
     /// At the home: refused → released, the units back under the limit,
     /// once every line is closed.
     Release(u8),
+    /// At the home: an open hold → confirming (the buyer's confirm).
+    Confirm(u8),
+    /// At the home: an open hold → cancelling (the buyer's cancel).
+    Cancel(u8),
+    /// At the home: an open hold → expiring (its deadline passed).
+    Expire(u8),
+    /// The confirm of a confirming order's line takes its next step: one
+    /// `confirm_line.lua` at the first bucket of the ring holding the
+    /// line's take (`T` → `K`) or its confirmed marker.
+    ConfirmLine(u8, u8),
+    /// The give-back of a cancelling or expiring order's line takes its
+    /// next step: one `undo_line.lua` (held) at the first bucket of the
+    /// ring holding the line's take (`T` → `U`, the unit back) or its
+    /// undone marker.
+    GiveBack(u8, u8),
+    /// At the home, once every line is finished: confirming → confirmed
+    /// (`move_hold`), or cancelling / expiring → cancelled / expired with
+    /// the units back under the limit (`release_order`).
+    End(u8),
 }
 
 /// Units of an order: one a line, one line a pool.
@@ -43,7 +66,7 @@ pub fn initial(b: &Bounds) -> State {
             .map(|k| {
                 (0..b.buckets[k])
                     .map(|j| Bucket {
-                        stock: if j == 0 { b.stock[k] } else { 0 },
+                        stock: b.stock[k][j as usize],
                         markers: vec![Marker::None; orders],
                     })
                     .collect()
@@ -58,7 +81,8 @@ pub fn initial(b: &Bounds) -> State {
     }
 }
 
-/// Every action (cheap: [`apply`] decides).
+/// Every action (cheap: [`apply`] decides). The holds' actions only on a
+/// release with holds.
 pub fn candidates(b: &Bounds, out: &mut Vec<Action>) {
     for r in 0..b.requests() as u8 {
         out.extend([
@@ -70,25 +94,56 @@ pub fn candidates(b: &Bounds, out: &mut Vec<Action>) {
         for k in 0..POOLS as u8 {
             out.extend([Action::Take(r, k), Action::Undo(r, k)]);
         }
+        if b.holds {
+            out.extend([
+                Action::Confirm(r),
+                Action::Cancel(r),
+                Action::Expire(r),
+                Action::End(r),
+            ]);
+            for k in 0..POOLS as u8 {
+                out.extend([Action::ConfirmLine(r, k), Action::GiveBack(r, k)]);
+            }
+        }
     }
 }
 
 /// Where a walk of order `r`'s line in pool `k` stops: the first bucket of
 /// the ring whose marker it does not pass (a short one; in the broken
-/// variant an undone one too), or none when it passes them all.
-pub fn stop(p: &Release, s: &State, r: usize, k: usize, past_undone: bool) -> Option<usize> {
+/// variants an undone or a confirmed one too), or none when it passes them
+/// all.
+pub fn stop(p: &Release, s: &State, r: usize, k: usize, variant: Variant) -> Option<usize> {
+    p.bounds
+        .ring(k, p.bounds.user(r))
+        .find(|&j| !match s.pools[k][j].markers[r] {
+            Marker::Short => true,
+            Marker::Undone => variant.walk_past_undone,
+            Marker::Confirmed => variant.walk_past_confirmed,
+            Marker::None | Marker::Taken => false,
+        })
+}
+
+/// Where a held order's confirm or give-back of line `k` stops: the first
+/// bucket of the ring with the line's take or `at`, the marker that step
+/// leaves (a bucket with neither is one the walk passed, or a marker of the
+/// other step, which these scripts pass), or none.
+pub fn finish_stop(p: &Release, s: &State, r: usize, k: usize, at: Marker) -> Option<usize> {
     p.bounds.ring(k, p.bounds.user(r)).find(|&j| {
-        !matches!(
-            (s.pools[k][j].markers[r], past_undone),
-            (Marker::Short, _) | (Marker::Undone, true)
-        )
+        let m = s.pools[k][j].markers[r];
+        m == Marker::Taken || m == at
     })
 }
 
 /// Whether order `r`'s line `k` is closed to every walk: its walk stops at
 /// an undone marker, or passes every bucket.
 pub fn closed(p: &Release, s: &State, r: usize, k: usize) -> bool {
-    stop(p, s, r, k, false).is_none_or(|j| s.pools[k][j].markers[r] == Marker::Undone)
+    stop(p, s, r, k, Variant::DESIGNED).is_none_or(|j| s.pools[k][j].markers[r] == Marker::Undone)
+}
+
+/// Whether a held order's line `k` is finished by the step that leaves
+/// `at`: its walk finds no take before that marker.
+pub fn finished(p: &Release, s: &State, r: usize, k: usize, at: Marker) -> bool {
+    finish_stop(p, s, r, k, at).is_none_or(|j| s.pools[k][j].markers[r] == at)
 }
 
 /// Whether every line before `k` was taken once (its take record).
@@ -110,6 +165,12 @@ pub fn apply(p: &Release, s: &mut State, a: Action) {
                 release(p, s, r);
             }
         }
+        Action::Confirm(r) => decide_hold(s, r as usize, Hold::Confirming),
+        Action::Cancel(r) => decide_hold(s, r as usize, Hold::Cancelling),
+        Action::Expire(r) => decide_hold(s, r as usize, Hold::Expiring),
+        Action::ConfirmLine(r, k) => confirm_line(p, s, r as usize, k as usize),
+        Action::GiveBack(r, k) => give_back(p, s, r as usize, k as usize),
+        Action::End(r) => end(p, s, r as usize),
     }
 }
 
@@ -129,18 +190,23 @@ fn reserve(p: &Release, s: &mut State, r: usize) {
         Rec::Limit => s.told[r] = Told::Limit,
         Rec::Bought => s.told[r] = Told::Bought,
         Rec::Released => s.told[r] = Told::Refused,
-        Rec::Pending | Rec::Refused => {}
+        Rec::Confirmed => s.told[r] = Told::Confirmed,
+        Rec::Cancelled => s.told[r] = Told::Cancelled,
+        Rec::Expired => s.told[r] = Told::Expired,
+        Rec::Pending | Rec::Refused | Rec::Held(_) => {}
     }
 }
 
 /// `take.lua` at the bucket the line's walk stops at, once the order was
 /// reserved and every earlier line taken: a unit and its marker, or a short
-/// marker. A marker there already (its own take, an undone one) is replayed.
+/// marker. A marker there already (its own take, an undone or a confirmed
+/// one) is replayed. A walk may run late, after the order was decided: its
+/// driver read the record pending before.
 fn take(p: &Release, s: &mut State, r: usize, k: usize) {
     if matches!(s.reqs[r], Rec::None | Rec::Limit) || !taken_before(s, r, k) {
         return;
     }
-    let Some(j) = stop(p, s, r, k, p.variant.walk_past_undone) else {
+    let Some(j) = stop(p, s, r, k, p.variant) else {
         return; // short everywhere: the driver aborts
     };
     let bucket = &mut s.pools[k][j];
@@ -158,9 +224,9 @@ fn take(p: &Release, s: &mut State, r: usize, k: usize) {
 
 /// The commit: a driver (or the sweeper) that saw every line taken
 /// compare-and-sets the record from pending to bought and writes the order's
-/// record with it. A line's take is undone only after a refusal, which the
-/// compare-and-set excludes, so a commit that applies finds every take
-/// standing.
+/// record with it (on a release with holds, pending to held and open). A
+/// line's take is undone only after a refusal, which the compare-and-set
+/// excludes, so a commit that applies finds every take standing.
 fn commit(p: &Release, s: &mut State, r: usize) {
     let decidable = match s.reqs[r] {
         Rec::Pending => true,
@@ -168,9 +234,13 @@ fn commit(p: &Release, s: &mut State, r: usize) {
         _ => false,
     };
     if decidable && taken_before(s, r, POOLS) {
-        s.reqs[r] = Rec::Bought;
         s.bought[r] += 1;
-        s.told[r] = Told::Bought;
+        if p.bounds.holds {
+            s.reqs[r] = Rec::Held(Hold::Open);
+        } else {
+            s.reqs[r] = Rec::Bought;
+            s.told[r] = Told::Bought;
+        }
     }
 }
 
@@ -194,7 +264,7 @@ fn undo(p: &Release, s: &mut State, r: usize, k: usize) {
     if !matches!(s.reqs[r], Rec::Refused | Rec::Released) {
         return;
     }
-    let Some(j) = stop(p, s, r, k, false) else {
+    let Some(j) = stop(p, s, r, k, Variant::DESIGNED) else {
         return; // every bucket short: no walk takes here
     };
     let bucket = &mut s.pools[k][j];
@@ -204,7 +274,7 @@ fn undo(p: &Release, s: &mut State, r: usize, k: usize) {
             s.lines[r][k].v += 1;
         }
         Marker::None => {}
-        Marker::Short | Marker::Undone => return,
+        Marker::Short | Marker::Undone | Marker::Confirmed => return,
     }
     bucket.markers[r] = Marker::Undone;
 }
@@ -215,4 +285,67 @@ fn release(p: &Release, s: &mut State, r: usize) {
     s.users[u] = s.users[u].saturating_sub(QTY);
     s.reqs[r] = Rec::Released;
     s.told[r] = Told::Refused;
+}
+
+/// The compare-and-set of an open hold to `next` (`move_hold`): the one
+/// decision of a held order.
+fn decide_hold(s: &mut State, r: usize, next: Hold) {
+    if s.reqs[r] == Rec::Held(Hold::Open) {
+        s.reqs[r] = Rec::Held(next);
+    }
+}
+
+/// `confirm_line.lua` at the bucket the confirm's walk stops at, once the
+/// order is confirming: the take there confirmed (`T` → `K`) with its
+/// confirm record; a confirmed marker is replayed.
+fn confirm_line(p: &Release, s: &mut State, r: usize, k: usize) {
+    if s.reqs[r] != Rec::Held(Hold::Confirming) {
+        return;
+    }
+    if let Some(j) = finish_stop(p, s, r, k, Marker::Confirmed)
+        && s.pools[k][j].markers[r] == Marker::Taken
+    {
+        s.pools[k][j].markers[r] = Marker::Confirmed;
+        s.lines[r][k].c += 1;
+    }
+}
+
+/// `undo_line.lua` for a held order at the bucket the give-back's walk
+/// stops at, once the order is cancelling or expiring: the take there
+/// given back (`T` → `U`, the unit back) with its cancel or expiry record;
+/// an undone marker is replayed. A bucket without a marker is passed, not
+/// closed: every line of a held order was taken before its commit.
+fn give_back(p: &Release, s: &mut State, r: usize, k: usize) {
+    if !matches!(s.reqs[r], Rec::Held(Hold::Cancelling | Hold::Expiring)) {
+        return;
+    }
+    if let Some(j) = finish_stop(p, s, r, k, Marker::Undone)
+        && s.pools[k][j].markers[r] == Marker::Taken
+    {
+        let bucket = &mut s.pools[k][j];
+        bucket.markers[r] = Marker::Undone;
+        bucket.stock += 1;
+        s.lines[r][k].g += 1;
+    }
+}
+
+/// A decided hold's end, once its driver finished every line: confirming
+/// → confirmed; cancelling or expiring → cancelled or expired, the order's
+/// units back under the user's limit.
+fn end(p: &Release, s: &mut State, r: usize) {
+    let (at, ended, told) = match s.reqs[r] {
+        Rec::Held(Hold::Confirming) => (Marker::Confirmed, Rec::Confirmed, Told::Confirmed),
+        Rec::Held(Hold::Cancelling) => (Marker::Undone, Rec::Cancelled, Told::Cancelled),
+        Rec::Held(Hold::Expiring) => (Marker::Undone, Rec::Expired, Told::Expired),
+        _ => return,
+    };
+    if !(0..POOLS).all(|k| finished(p, s, r, k, at)) {
+        return;
+    }
+    if at == Marker::Undone {
+        let u = p.bounds.user(r);
+        s.users[u] = s.users[u].saturating_sub(QTY);
+    }
+    s.reqs[r] = ended;
+    s.told[r] = told;
 }
