@@ -13,6 +13,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A package install cut off earlier (a machine image saved mid-install)
+# leaves dpkg "interrupted", and every apt-get install refuses until it is
+# finished: finish it first when anything is to be installed.
+finish_dpkg() {
+  if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ]; then
+    echo "tools.sh: finishing an interrupted dpkg run"
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a
+  fi
+}
+if ! command -v promtool >/dev/null || [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/chromium ]; then
+  finish_dpkg
+fi
 if ! command -v promtool >/dev/null || [ ! -x /usr/bin/prometheus ]; then
   echo "tools.sh: installing Prometheus and promtool"
   bash deploy/local/install.sh
