@@ -21,6 +21,7 @@ use shardstock::store::StoreError;
 
 use super::offers::OfferLog;
 use super::plan::Carry;
+use super::tokens::Rotation;
 use super::told::{Call, Story, Told, Via};
 
 /// What one answer to a purchase says about the request.
@@ -129,6 +130,8 @@ pub struct Log {
     pub carried: HashMap<String, Carry>,
     /// A draw schedule's waiting list: its line, claims and rounds.
     pub offers: OfferLog,
+    /// A token schedule's key rotation, once it applied (`faults::tokens`).
+    pub rotation: Option<Rotation>,
 }
 
 impl Log {
@@ -144,6 +147,7 @@ impl Log {
             errors: Vec::new(),
             carried: HashMap::new(),
             offers: OfferLog::default(),
+            rotation: None,
         }
     }
 
