@@ -61,8 +61,10 @@ impl<S: Store> Engine<S> {
     }
 
     /// Reloads the meta of every cached event with keys whose keys changed
-    /// in the store (a rotation by another instance). One meta read per
-    /// such event; events without keys are not read.
+    /// in the store (a rotation by another instance). One read of the keys
+    /// alone per such event (`load_token_keys`: not the meta, whose layout
+    /// history grows with every reshard), and a meta read only where they
+    /// changed; events without keys are not read.
     pub async fn refresh_token_keys(&self) -> Result<(), EngineError> {
         // A meta read begun before this point and cached after the scan
         // below would go unchecked: `reload` leaves it out of the cache.
@@ -78,8 +80,9 @@ impl<S: Store> Engine<S> {
             .collect();
         let mut first = None;
         for (event, keys) in cached {
-            match self.store.load_meta(&event).await {
-                Ok(Some(stored)) if stored.spec.tokens != keys => {
+            match self.store.load_token_keys(&event).await {
+                // Keys are never removed: none stored means the meta is gone.
+                Ok(Some(stored)) if Some(&stored) != keys.as_ref() => {
                     if let Err(e) = self.reload(&event).await {
                         first.get_or_insert(e);
                     }
