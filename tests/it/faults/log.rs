@@ -90,6 +90,7 @@ impl Answer {
 pub struct Reply {
     pub answer: Answer,
     pub sent_ms: i64,
+    pub answered_ms: i64,
     /// A 201 of a fresh purchase (not a replay): this call bought.
     pub fresh: bool,
 }
@@ -197,6 +198,7 @@ impl Log {
         sent.replies.push(Reply {
             answer: answer.clone(),
             sent_ms,
+            answered_ms,
             fresh,
         });
         self.count(format!("buy {kind}"));

@@ -25,8 +25,9 @@
 //! purchases carry their own token signed with the new key. A token of the
 //! retired key is refused as invalid, and buys nothing afresh, in every
 //! call sent once every engine read the rotation (a replay still answers
-//! the request's record), and a token of the new key in every call sent
-//! before the rotation; a token of a live key is never refused as invalid. Between
+//! the request's record), and a token of the new key in every call
+//! answered before the rotation was sent; a token of a live key is never
+//! refused as invalid. Between
 //! the two (the rotation sent, not yet read by every engine) either answer
 //! is true.
 //!
@@ -46,7 +47,7 @@ use shardstock::store::Store;
 use shardstock::{Engine, EngineError};
 
 use super::client::maybe_crash;
-use super::log::Answer;
+use super::log::{Answer, Reply};
 use super::plan::{Carry, KeyFate, Plan, USERS};
 use super::rig::Rig;
 use super::settle::{QUIET_ALLOWANCE, Violations};
@@ -68,11 +69,16 @@ pub struct Rotation {
 
 impl Rotation {
     /// Whether a token whose key has `fate` is valid for its key in a call
-    /// sent at `sent_ms`: `None` while the rotation may or may not have
-    /// reached the call's engine.
-    fn key_valid(rotation: Option<&Self>, fate: KeyFate, sent_ms: i64) -> Option<bool> {
-        let before = rotation.is_none_or(|r| sent_ms < r.sent_ms);
-        let after = rotation.is_some_and(|r| r.read_ms.is_some_and(|at| sent_ms >= at));
+    /// sent at `sent_ms` and answered at `answered_ms`: `None` while the
+    /// rotation may or may not have reached the call's engine.
+    fn key_valid(
+        rotation: Option<&Self>,
+        fate: KeyFate,
+        (sent_ms, answered_ms): (i64, i64),
+    ) -> Option<bool> {
+        let before = rotation.is_none_or(|r| answered_ms < r.sent_ms);
+        // Strictly: the clock counts whole milliseconds.
+        let after = rotation.is_some_and(|r| r.read_ms.is_some_and(|at| sent_ms > at));
         match fate {
             KeyFate::Unchanged => Some(true),
             KeyFate::Retired if before => Some(true),
@@ -186,7 +192,9 @@ impl<S: Store> Rig<S> {
             let fate = (0..USERS)
                 .find(|&i| Plan::user(i) == user)
                 .map_or(KeyFate::Unchanged, |i| self.plan.key_fate(i, carry));
-            let key_valid = |sent_ms| Rotation::key_valid(log.rotation.as_ref(), fate, sent_ms);
+            let key_valid = |r: &Reply| {
+                Rotation::key_valid(log.rotation.as_ref(), fate, (r.sent_ms, r.answered_ms))
+            };
             // A draw's loser carries no token of its own (nor another's,
             // when its neighbour lost).
             let reason = match (carry, sent.req.access_token.is_some()) {
@@ -206,7 +214,7 @@ impl<S: Store> Rig<S> {
                 for r in &sent.replies {
                     // The signature is checked first: a key not (yet) valid
                     // makes any token invalid.
-                    let valid = key_valid(r.sent_ms);
+                    let valid = key_valid(r);
                     match &r.answer {
                         // Refused before the limit and the stock are read.
                         a @ (Answer::Bought(..) | Answer::Refused(_)) => v.push((
@@ -235,7 +243,7 @@ impl<S: Store> Rig<S> {
             }
             let expires = expiry_ms(user);
             for (i, r) in sent.replies.iter().enumerate() {
-                let valid = key_valid(r.sent_ms);
+                let valid = key_valid(r);
                 match &r.answer {
                     Answer::TokenRefused(why) => {
                         let owns = match valid {
