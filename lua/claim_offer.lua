@@ -15,15 +15,18 @@ ARGV[4] now ms   ARGV[5] deadline: the offer's deadline ms
 ARGV[6] order: the order id
 ARGV[7] entry: its index entry "C|user|1|b||now" (domain::model::OrderEntry)
 ARGV[8] taken: the taken record "t|pos|user|deadline|order", stored as given
+ARGV[9] ends: the end of the event's sale window (ends_at) ms, "" without one
 
 Returns "ST" (no bucket), {"CL"} (sealed), {"R", record} (taken before: the
-record names its order), {"PA"} (passed), {"NO"} (the ticket holds no such
+record names its order), {"EN"} (now >= ends: the sale window ended, nothing
+bought, as a purchase then buys nothing), {"PA"} (passed), {"NO"} (the ticket holds no such
 offer), {"EX"} (now >= deadline: not bought; the sweeper passes it) or
 {"OK"} (bought: entry in idx, the order's record in the stream, the ticket
 taken and out of wo, units - 1). Atomic so the offer is consumed with its
 order, once: a retry finds the taken record and answers its order, also
-after the close (the taken record is read before the seal: a buyer whose
-reply was lost is told the order it has, as a purchase's retry is).
+after the close or the window's end (the taken record is read before the
+seal and the end: a buyer whose reply was lost is told the order it has,
+as a purchase's retry is).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'ST'
@@ -35,6 +38,9 @@ if record and string.sub(record, 1, 1) == 't' then
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'CL'}
+end
+if ARGV[9] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[9]) then
+  return {'EN'}
 end
 if record and record == ARGV[3] then
   return {'PA'}

@@ -8,10 +8,14 @@
 //! engine when its meta is reloaded: at once on the engine that rotated,
 //! and on every other by [`Engine::refresh_token_keys`], which the draw
 //! timer runs each tick. Until then an engine verifies with the keys it
-//! had. The rotation is the usual two steps: add the new key as the first
-//! (`[new, old]`: tokens of either verify, new ones are signed with it),
+//! had; a meta read begun before a refresh never puts older keys in the
+//! cache after it (`Engine::reload` numbers its reads). The rotation is the
+//! usual two steps: add the new key as the first (`[new, old]`: tokens of
+//! either verify, new ones are signed with it),
 //! and, once the old key's tokens are spent or expired, drop the old
 //! (`[new]`).
+
+use std::sync::atomic::Ordering;
 
 use super::{Engine, EngineError};
 use crate::domain::ids::EventId;
@@ -57,21 +61,28 @@ impl<S: Store> Engine<S> {
     }
 
     /// Reloads the meta of every cached event with keys whose keys changed
-    /// in the store (a rotation by another instance). One meta read per
-    /// such event; events without keys are not read.
+    /// in the store (a rotation by another instance). One read of the keys
+    /// alone per such event (`load_token_keys`: not the meta, whose layout
+    /// history grows with every reshard), and a meta read only where they
+    /// changed; events without keys are not read.
     pub async fn refresh_token_keys(&self) -> Result<(), EngineError> {
+        // A meta read begun before this point and cached after the scan
+        // below would go unchecked: `reload` leaves it out of the cache.
+        let floor = self.meta_reads.fetch_add(1, Ordering::SeqCst);
+        self.meta_floor.fetch_max(floor, Ordering::SeqCst);
         let cached: Vec<(EventId, Option<TokenAccess>)> = self
             .events
             .read()
             .expect("meta cache poisoned")
             .iter()
-            .filter(|(_, m)| m.spec.tokens.is_some())
-            .map(|(id, m)| (id.clone(), m.spec.tokens.clone()))
+            .filter(|(_, (_, m))| m.spec.tokens.is_some())
+            .map(|(id, (_, m))| (id.clone(), m.spec.tokens.clone()))
             .collect();
         let mut first = None;
         for (event, keys) in cached {
-            match self.store.load_meta(&event).await {
-                Ok(Some(stored)) if stored.spec.tokens != keys => {
+            match self.store.load_token_keys(&event).await {
+                // Keys are never removed: none stored means the meta is gone.
+                Ok(Some(stored)) if Some(&stored) != keys.as_ref() => {
                     if let Err(e) = self.reload(&event).await {
                         first.get_or_insert(e);
                     }

@@ -44,7 +44,8 @@ mod view;
 
 use std::collections::HashMap;
 #[cfg(feature = "fault-injection")]
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -208,7 +209,15 @@ pub struct Engine<S: Store> {
     opts: EngineOptions,
     /// Identifies this process as a lease owner.
     instance: String,
-    events: RwLock<HashMap<EventId, Arc<EventMeta>>>,
+    /// The meta cache: each event's meta with the number of the read that
+    /// brought it ([`Engine::reload`]).
+    events: RwLock<HashMap<EventId, (u64, Arc<EventMeta>)>>,
+    /// Numbers meta reads in the order they begin.
+    meta_reads: AtomicU64,
+    /// A read numbered below this may not fill an empty slot of the cache:
+    /// it began before the last refresh of the keys, which could not see it
+    /// (`keys::refresh_token_keys`).
+    meta_floor: AtomicU64,
     batcher: Option<batch::Batcher<S>>,
     /// Draw entries, batched per entry shard when purchases are batched.
     entries: Option<entry_batch::EntryBatcher<S>>,
@@ -250,6 +259,8 @@ impl<S: Store> Engine<S> {
             opts,
             instance: format!("i{:016x}", rand::random::<u64>()),
             events: RwLock::new(HashMap::new()),
+            meta_reads: AtomicU64::new(0),
+            meta_floor: AtomicU64::new(0),
             #[cfg(feature = "fault-injection")]
             crash: AtomicU8::new(CrashPoint::None as u8),
             clock: Clock::system(),
@@ -364,7 +375,7 @@ impl<S: Store> Engine<S> {
 
     /// The cached meta of an event, loading it on first use.
     pub async fn meta(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
-        if let Some(meta) = self.events.read().expect("meta cache poisoned").get(event) {
+        if let Some((_, meta)) = self.events.read().expect("meta cache poisoned").get(event) {
             return Ok(meta.clone());
         }
         // Boxed: a store read's state would otherwise be part of every
@@ -374,6 +385,13 @@ impl<S: Store> Engine<S> {
 
     /// Reloads an event's meta from the store (after a `Stale` answer).
     pub async fn reload(&self, event: &EventId) -> Result<Arc<EventMeta>, EngineError> {
+        // Numbered before the read: a read begun after a change in the store
+        // (a key rotation, a layout switch) sees it, and a read begun before
+        // that ends later must not put the older meta back in the cache (the
+        // fault schedules' seed 4800001: a refresh had read a rotation, then
+        // a purchase's reload from before it brought the retired key back),
+        // nor fill an empty slot once a refresh of the keys began after it.
+        let read = self.meta_reads.fetch_add(1, Ordering::SeqCst);
         let meta = self
             .store
             .load_meta(event)
@@ -393,10 +411,14 @@ impl<S: Store> Engine<S> {
                     .remove(event);
             }
             EventStatus::OnSale | EventStatus::Resharding => {
-                self.events
-                    .write()
-                    .expect("meta cache poisoned")
-                    .insert(event.clone(), meta.clone());
+                let mut events = self.events.write().expect("meta cache poisoned");
+                match events.get(event) {
+                    Some((newer, cached)) if *newer > read => return Ok(cached.clone()),
+                    None if read < self.meta_floor.load(Ordering::SeqCst) => {}
+                    _ => {
+                        events.insert(event.clone(), (read, meta.clone()));
+                    }
+                }
             }
         }
         Ok(meta)

@@ -151,7 +151,9 @@ impl<S: Store> Engine<S> {
     }
 
     /// Buys the open offer `token` names for `user`: one unit, confirmed
-    /// (no hold). A retry answers the order bought before.
+    /// (no hold). A retry answers the order bought before, also once the
+    /// sale window ended; a first claim then buys nothing (not on sale,
+    /// "ended", as a purchase: the step checks `ends_at` with the offer).
     pub async fn claim_offer(
         &self,
         event: &EventId,
@@ -206,6 +208,7 @@ impl<S: Store> Engine<S> {
                 deadline_ms,
             },
             now_ms: now,
+            ends_ms: meta.spec.ends_at,
             order: order.clone(),
             entry: entry.clone(),
         };
@@ -226,6 +229,12 @@ impl<S: Store> Engine<S> {
             ClaimReply::Closed => Err(EngineError::NotOnSale {
                 event: event.clone(),
                 why: "closed",
+                starts_at: None,
+            }),
+            // As a purchase after the window (`purchase::check_on_sale`).
+            ClaimReply::Ended => Err(EngineError::NotOnSale {
+                event: event.clone(),
+                why: "ended",
                 starts_at: None,
             }),
         }

@@ -75,6 +75,12 @@ section! {
         /// The event's meta, `None` if it has none.
         fn load_meta(event: &EventId) -> Option<EventMeta>;
 
+        /// The event's keys alone (the meta's `tokens` field), `None` without
+        /// meta or keys: what a refresh of an engine's keys reads each second
+        /// per cached event with keys, instead of the whole meta and its
+        /// layout history.
+        fn load_token_keys(event: &EventId) -> Option<TokenAccess>;
+
         /// Moves the status from `from` to `to`; false if it was not `from`
         /// (`lua/set_status.lua`).
         fn set_status(event: &EventId, from: EventStatus, to: EventStatus) -> bool;

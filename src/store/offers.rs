@@ -55,6 +55,9 @@ pub struct Claim {
     /// The open offer the buyer's token names.
     pub offer: Offer,
     pub now_ms: i64,
+    /// The end of the event's sale window (`ends_at`), if it has one: a
+    /// claim at or after it buys nothing, as a purchase does not.
+    pub ends_ms: Option<i64>,
     pub order: OrderId,
     /// The order's index entry (confirmed, one unit, this bucket).
     pub entry: OrderEntry,
@@ -73,6 +76,8 @@ pub enum ClaimReply {
     Passed,
     /// The bucket is sealed: the sale is closed.
     Closed,
+    /// The sale window ended: not bought.
+    Ended,
     /// The ticket does not hold that offer.
     NotOffered,
 }

@@ -32,7 +32,8 @@ use shardstock::engine::{
 use shardstock::{Engine, Store};
 
 use crate::harness::{
-    Backend, TestApp, eid, event_id, eventually, ledger_for, on_every_backend, problem, spec,
+    Backend, TestApp, eid, event_id, eventually, ledger_for, on_every_backend, problem, settings,
+    spec,
 };
 
 on_every_backend!(namespace_per_test:
@@ -42,6 +43,7 @@ on_every_backend!(namespace_per_test:
 on_every_backend!(
     app:
     the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_its_type,
+    an_offer_claimed_after_the_window_ended_answers_not_on_sale_as_a_purchase_does,
 );
 
 const KEYS: [&str; 2] = ["draw-key-0123456789abcdef", "new-key-0123456789abcdef"];
@@ -751,4 +753,131 @@ async fn the_api_enters_draws_names_each_bad_field_and_answers_each_refusal_by_i
             "{outcome}: {metrics}"
         );
     }
+}
+
+/// Over HTTP: once the sale window ended (`ends_at`) an offer still open
+/// buys nothing, `409 not-on-sale` as a purchase then answers; an offer
+/// bought before answers `200` with its order.
+async fn an_offer_claimed_after_the_window_ended_answers_not_on_sale_as_a_purchase_does(
+    b: Backend,
+) {
+    // No rebalancer: its leader closes an event whose window ended, and the
+    // claim must meet the window's end, not the close.
+    let mut settings = settings(b);
+    settings.rebalancer.enabled = false;
+    let app = TestApp::spawn_with(settings).await;
+    let id = eid("dend");
+    let at = |ms: i64| shardstock::domain::model::rfc3339_ms::format(ms);
+    let now = shardstock::engine::Clock::system().now_ms();
+    // Entries for 2 s, the window for 12: the offers (an hour long) are
+    // open still when it ends.
+    let (until, ends) = (now + 2_000, now + 12_000);
+    app.create(
+        &id,
+        2,
+        1,
+        json!({"ends_at": at(ends), "access": "draw", "token_keys": [KEYS[0]], "draw": {"entries_until": at(until), "draw_at": at(until), "offer_seconds": 3600}}),
+    )
+    .await;
+    let entries = format!("/v1/events/{id}/entries");
+    let users = ["e-1", "e-2", "e-3", "e-4", "e-5", "e-6"];
+    for u in users {
+        let r = app.post(&entries, json!({"user_id": u})).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let standing = async |u: &str| -> Value {
+        app.get(&format!("{entries}/{u}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    };
+    eventually("the timer's draw", Duration::from_secs(30), async || {
+        (standing("e-1").await["status"] != "entered").then_some(())
+    })
+    .await;
+    // The two winners buy and cancel: their units go to the first two in line.
+    let mut won = Vec::new();
+    let mut line = Vec::new();
+    for u in users {
+        let s = standing(u).await;
+        if s["status"] == "won" {
+            let r = app
+                .post(
+                    &format!("/v1/events/{id}/purchases"),
+                    json!({"user_id": u, "quantity": 1, "request_id": format!("{u}-1"), "access_token": s["access_token"]}),
+                )
+                .await;
+            assert_eq!(r.status(), StatusCode::CREATED);
+            let o: Value = r.json().await.unwrap();
+            let r = app
+                .post(
+                    &format!("/v1/orders/{}/cancel", o["order_id"].as_str().unwrap()),
+                    json!({}),
+                )
+                .await;
+            assert_eq!(r.status(), StatusCode::OK);
+            won.push((u, s["access_token"].clone()));
+        } else {
+            line.push((s["position"].as_u64().unwrap(), u));
+        }
+    }
+    line.sort();
+    assert_eq!((won.len(), line.len()), (2, 4));
+    let mut tokens = Vec::new();
+    for (_, u) in &line[..2] {
+        let s = eventually("the offer", Duration::from_secs(30), async || {
+            let s = standing(u).await;
+            (s["status"] == "offered").then_some(s)
+        })
+        .await;
+        tokens.push(s["offer_token"].clone());
+    }
+    let claim = |u: &str, token: &Value| {
+        let path = format!("/v1/events/{id}/entries/{u}/offer");
+        let body = json!({"offer_token": token});
+        let app = &app;
+        async move { app.post(&path, body).await }
+    };
+    let r = claim(line[0].1, &tokens[0]).await;
+    assert_eq!(r.status(), StatusCode::CREATED, "bought within the window");
+    let bought: Value = r.json().await.unwrap();
+
+    let wait = ends - shardstock::engine::Clock::system().now_ms() + 100;
+    assert!(
+        wait > 0,
+        "the offers came after the window ended: a slow machine"
+    );
+    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    // Ended, or sold out: every unit is bought or aside for an offer.
+    let view: Value = app
+        .get(&format!("/v1/events/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        view["status"] == "ended" || view["status"] == "sold_out",
+        "on sale still, not closed: {view}"
+    );
+    problem(claim(line[1].1, &tokens[1]).await, 409, "not-on-sale").await;
+    let (u, token) = &won[0];
+    let r = app
+        .post(
+            &format!("/v1/events/{id}/purchases"),
+            json!({"user_id": u, "quantity": 1, "request_id": format!("{u}-2"), "access_token": token}),
+        )
+        .await;
+    problem(r, 409, "not-on-sale").await;
+    assert_eq!(
+        standing(line[1].1).await["status"],
+        "offered",
+        "nothing bought"
+    );
+    let r = claim(line[0].1, &tokens[0]).await;
+    assert_eq!(r.status(), StatusCode::OK, "a retry after the window");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["order_id"],
+        bought["order_id"]
+    );
 }

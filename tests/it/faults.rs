@@ -34,7 +34,9 @@
 //! first (`draw`), whose winners' tokens the buyers carry; there offer
 //! rounds run too, and the draw's losers claim the offers their standings
 //! show, replay, let them pass, claim late or with another's or a forged
-//! offer token (`offers`).
+//! offer token (`offers`). Half the token events that are not draws rotate
+//! their keys mid-sale, and some purchases carry a token of the new key
+//! (`tokens`).
 //!
 //! `SHARDSTOCK_FAULT_SCHEDULES` (default [`DEFAULT_SCHEDULES`]) schedules run
 //! per backend after the fixed [`SEEDS`]; `SHARDSTOCK_FAULT_SEED` sets the
@@ -248,7 +250,12 @@ pub const CHECKS: &[Check] = &[
                orders' units, cancelled and expired too (they do not give the allowance back), \
                within the allowance. From the store after the close: each user's home in the \
                last layout counts as bought exactly the units of their orders in the database, \
-               and no layout keeps a reservation or a saga's link to its token",
+               and no layout keeps a reservation or a saga's link to its token. Half the token \
+               events that are not draws rotate their keys mid-sale (the call dropped or failing \
+               before or after it applied, then every engine refreshed) and some purchases carry \
+               a token of the new key: a retired key's token refused as invalid in every call \
+               sent once every engine read the rotation, a new key's in every call sent before \
+               it, a live key's never",
     },
     Check {
         name: "draws",
@@ -354,6 +361,12 @@ const SEEDS: &[u64] = &[
     // reads that did not overlap (seen in a third of the runs once an open
     // offer's read also read the event's stored status).
     91000028,
+    // A key rotation mid-sale (tokens, on the Cluster): a token of the
+    // retired key was answered "over the limit" in a call sent after every
+    // engine had read the rotation: a purchase's meta read begun before the
+    // rotation ended after the refresh and put the old keys back in the
+    // engine's cache. A read now replaces only a cached meta read before it.
+    4800001,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

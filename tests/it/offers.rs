@@ -38,6 +38,7 @@ on_every_backend!(
     namespace_per_test:
     unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought_or_leftover,
     an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim_reply_replays,
+    an_offer_claimed_after_the_window_ended_buys_nothing_and_one_bought_before_still_answers,
 );
 
 const KEY: &str = "offer-key-0123456789abcdef";
@@ -440,4 +441,90 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
             order: order.order_id.to_string()
         }
     );
+}
+
+/// The sale window's end holds for a waiting list's offer as for a
+/// purchase: a claim at or after `ends_at` buys nothing (not on sale,
+/// "ended"), though the offer is open still; a claim that bought before
+/// answers its order.
+async fn an_offer_claimed_after_the_window_ended_buys_nothing_and_one_bought_before_still_answers<
+    S: Store,
+>(
+    engine: Engine<S>,
+) {
+    let url = if engine.store().kind() == "memory" {
+        sqlite_url()
+    } else {
+        pg_url()
+    };
+    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let clock = ManualClock::starting_now();
+    let engine = engine.with_clock(clock.clone().into());
+
+    // 2 units, 6 entrants: 2 winners buy and cancel, the first two in line
+    // are offered their units for an hour; the window ends in half of it.
+    let id = event_id("offend");
+    let mut s = spec(&id, 2, 1);
+    s.tokens = Some(TokenAccess {
+        keys: vec![KEY.to_owned()],
+    });
+    s.draw = Some(DrawSpec::new(clock.now_ms() + 1_000, None, 1.0, 1, 3_600, 3_600).unwrap());
+    s.ends_at = Some(clock.now_ms() + 30 * 60_000);
+    engine.commit_draw(&mut s).await.unwrap();
+    lifecycle::create(&engine, &ledger, s).await.unwrap();
+    let users: Vec<UserId> = (0..6).map(|i| uid(&format!("e{i}"))).collect();
+    for u in &users {
+        engine.enter(&id, u).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    engine.draw(&id).await.unwrap();
+    let mut line: Vec<(u64, UserId)> = Vec::new();
+    for u in &users {
+        let st = engine.entry_status(&id, u).await.unwrap();
+        match st.standing {
+            Standing::Won => {
+                let req = PurchaseRequest {
+                    event: id.clone(),
+                    user: u.clone(),
+                    quantity: 1,
+                    request_id: Some(RequestId::parse(format!("r-{u}")).unwrap()),
+                    access_token: Some(st.token.unwrap().0),
+                };
+                let o = purchase_final(&engine, &req).await.unwrap().result.unwrap();
+                engine.cancel(o.order_id.as_str()).await.unwrap();
+            }
+            Standing::Waiting(p) => line.push((p, u.clone())),
+            other => panic!("{u}: {other:?}"),
+        }
+    }
+    line.sort();
+    let line: Vec<UserId> = line.into_iter().map(|(_, u)| u).collect();
+    assert_eq!(line.len(), 4);
+    assert_eq!(offer_round(&engine, &id).await.made, 2);
+    let tokens = [
+        token_of(&offer_of(&engine, &id, &line[0]).await),
+        token_of(&offer_of(&engine, &id, &line[1]).await),
+    ];
+    let (bought, replay) = engine.claim_offer(&id, &line[0], &tokens[0]).await.unwrap();
+    assert!(!replay, "bought within the window");
+
+    clock.advance(Duration::from_secs(31 * 60));
+    let late = engine.claim_offer(&id, &line[1], &tokens[1]).await;
+    assert!(
+        matches!(late, Err(EngineError::NotOnSale { why: "ended", .. })),
+        "a claim after the window: {late:?}"
+    );
+    assert!(
+        matches!(
+            offer_of(&engine, &id, &line[1]).await,
+            OfferStanding::Offered { .. }
+        ),
+        "nothing bought: the offer is as it was"
+    );
+    let (again, replay) = engine.claim_offer(&id, &line[0], &tokens[0]).await.unwrap();
+    assert!(
+        replay,
+        "a retry after the window answers the order it bought"
+    );
+    assert_eq!(again.order_id, bought.order_id);
 }

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::harness::faulty::Faulty;
 use crate::harness::{
     Backend, TOKEN, TestApp, eid, event_id, ledger_for, on_every_backend, problem, spec, user,
     user_homed_at,
@@ -39,6 +40,7 @@ on_every_backend!(
     a_release_does_not_adopt_a_token_event_as_a_pool,
     a_batch_of_token_purchases_answers_each_entry_as_alone,
     keys_rotated_on_a_live_event_verify_on_every_engine_within_a_refresh,
+    a_refresh_reads_the_keys_alone_and_still_picks_up_a_rotation,
 );
 
 on_every_backend!(
@@ -902,6 +904,55 @@ async fn a_batch_of_token_purchases_answers_each_entry_as_alone<S: Store>(engine
 /// the other once it refreshes (the draw timer's tick), and not before.
 /// Then an open event, a closed one and bad keys are refused, each by its
 /// field or state, and nothing changes.
+/// The draw timer's refresh, each second on every instance, reads each
+/// cached event's keys alone (`load_token_keys`), and the whole meta only
+/// where they changed.
+async fn a_refresh_reads_the_keys_alone_and_still_picks_up_a_rotation<S: Store>(engine: Engine<S>) {
+    // The other instance counts its store calls.
+    let other = Engine::new(
+        Faulty::plain(engine.store().clone()),
+        engine.options().clone(),
+    );
+    let ledger = ledger_for(engine.store().kind()).await;
+    let id = event_id("refresh-keys");
+    lifecycle::create(&engine, &ledger, token_spec(&id, 10, 2))
+        .await
+        .unwrap();
+    other.reload(&id).await.unwrap();
+    let calls = |step| other.store().calls(step);
+    let (metas, keys) = (calls("load_meta"), calls("load_token_keys"));
+    other.refresh_token_keys().await.unwrap();
+    assert_eq!(calls("load_token_keys") - keys, 1, "one read of the keys");
+    assert_eq!(
+        calls("load_meta") - metas,
+        0,
+        "no meta read: nothing changed"
+    );
+
+    const NEW: &str = "refreshed-key-0123456789ab";
+    let rotated = TokenAccess {
+        keys: vec![NEW.to_owned(), KEYS[0].to_owned()],
+    };
+    engine.rotate_token_keys(&id, rotated).await.unwrap();
+    let token = Some(mint(NEW, &id, "k1", 1, LATER));
+    let before = answer(&other, &buy(&id, "k1", 1, "refresh-k1-a", token.clone())).await;
+    assert_eq!(
+        before.result.map(|_| ()),
+        Err(Refusal::Token(TokenRefusal::Invalid)),
+        "the other instance's cached keys, until it refreshes"
+    );
+    let (metas, keys) = (calls("load_meta"), calls("load_token_keys"));
+    other.refresh_token_keys().await.unwrap();
+    assert_eq!(calls("load_token_keys") - keys, 1);
+    assert_eq!(
+        calls("load_meta") - metas,
+        1,
+        "the meta read again: keys changed"
+    );
+    let after = answer(&other, &buy(&id, "k1", 1, "refresh-k1-b", token)).await;
+    assert!(after.result.is_ok(), "the rotation picked up: {after:?}");
+}
+
 async fn keys_rotated_on_a_live_event_verify_on_every_engine_within_a_refresh<S: Store>(
     engine: Engine<S>,
 ) {

@@ -94,6 +94,13 @@ impl Events for MemoryStore {
         Ok(self.with_event(event, |s| s.meta.clone()))
     }
 
+    /// The meta's `tokens` field, as Redis's HGET reads it.
+    async fn load_token_keys(&self, event: &EventId) -> Result<Option<TokenAccess>, StoreError> {
+        Ok(self
+            .with_event(event, |s| s.meta.spec.tokens.clone())
+            .flatten())
+    }
+
     /// Mirrors `lua/set_status.lua`.
     async fn set_status(
         &self,

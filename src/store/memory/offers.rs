@@ -181,6 +181,9 @@ impl Offers for MemoryStore {
             if bk.sealed {
                 return ClaimReply::Closed;
             }
+            if c.ends_ms.is_some_and(|e| c.now_ms >= e) {
+                return ClaimReply::Ended;
+            }
             match bk.wait.tickets.get(&c.ticket) {
                 Some(Ticket::Passed(o)) if *o == c.offer => return ClaimReply::Passed,
                 Some(Ticket::Open(o)) if *o == c.offer => {}

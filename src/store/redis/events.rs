@@ -219,6 +219,15 @@ impl Events for RedisStore {
         parse_meta(fields).map(Some)
     }
 
+    /// One HGET of the meta hash's `tokens` field (empty or absent: none).
+    async fn load_token_keys(&self, event: &EventId) -> Result<Option<TokenAccess>, StoreError> {
+        let key = self.event_keys(event).meta;
+        let field: Option<String> = self
+            .call(|| self.client.hget(key.clone(), "tokens"))
+            .await?;
+        Ok(field.as_deref().and_then(TokenAccess::decode))
+    }
+
     async fn set_status(
         &self,
         event: &EventId,

@@ -44,11 +44,11 @@ steps! {
         keys: [b(Bk::Stock), b(Bk::Sealed), b(Bk::Wl), b(Bk::Wo), b(Bk::Idx), b(Bk::Orders)],
         argv: {
             ticket: u64, open: String, passed: String, now: i64, deadline: i64, order: String,
-            entry: String, taken: String,
+            entry: String, taken: String, ends: String,
         },
         reply: Reply::Codes(&[
-            reply::STALE, reply::CLOSED, reply::REPLAY, reply::OFFER_PASSED, reply::NOT_OFFERED,
-            reply::OFFER_EXPIRED, reply::OK,
+            reply::STALE, reply::CLOSED, reply::REPLAY, reply::SALE_ENDED, reply::OFFER_PASSED,
+            reply::NOT_OFFERED, reply::OFFER_EXPIRED, reply::OK,
         ]),
         writes: [OrderEntry, Stream],
     }
@@ -195,6 +195,7 @@ impl Offers for RedisStore {
             order: c.order.to_string(),
             entry: c.entry.encode(),
             taken: Ticket::Taken(c.offer.clone(), c.order.to_string()).encode(),
+            ends: c.ends_ms.map_or_else(String::new, |e| e.to_string()),
         };
         let parts = self.run_bucket(bucket, step).await?;
         let answer = match code(&parts)?.as_str() {
@@ -211,6 +212,7 @@ impl Offers for RedisStore {
             reply::NOT_OFFERED => ClaimReply::NotOffered,
             reply::OFFER_EXPIRED => ClaimReply::Expired,
             reply::CLOSED => ClaimReply::Closed,
+            reply::SALE_ENDED => ClaimReply::Ended,
             other => return Err(unknown("claim_offer", other)),
         };
         if answer == ClaimReply::Bought {

@@ -100,6 +100,8 @@ pub(super) mod reply {
     pub(crate) const OFFER_PASSED: &str = "PA";
     pub(crate) const NOT_OFFERED: &str = "NO";
     pub(crate) const OFFER_EXPIRED: &str = "EX";
+    /// The sale window ended (`now >= ends_at`): not bought.
+    pub(crate) const SALE_ENDED: &str = "EN";
     // assign_offer.lua (also OK)
     /// The event has no waiting list (yet).
     pub(crate) const NO_LIST: &str = "W";

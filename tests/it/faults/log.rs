@@ -21,6 +21,7 @@ use shardstock::store::StoreError;
 
 use super::offers::OfferLog;
 use super::plan::Carry;
+use super::tokens::Rotation;
 use super::told::{Call, Story, Told, Via};
 
 /// What one answer to a purchase says about the request.
@@ -89,6 +90,7 @@ impl Answer {
 pub struct Reply {
     pub answer: Answer,
     pub sent_ms: i64,
+    pub answered_ms: i64,
     /// A 201 of a fresh purchase (not a replay): this call bought.
     pub fresh: bool,
 }
@@ -129,6 +131,8 @@ pub struct Log {
     pub carried: HashMap<String, Carry>,
     /// A draw schedule's waiting list: its line, claims and rounds.
     pub offers: OfferLog,
+    /// A token schedule's key rotation, once it applied (`faults::tokens`).
+    pub rotation: Option<Rotation>,
 }
 
 impl Log {
@@ -144,6 +148,7 @@ impl Log {
             errors: Vec::new(),
             carried: HashMap::new(),
             offers: OfferLog::default(),
+            rotation: None,
         }
     }
 
@@ -193,6 +198,7 @@ impl Log {
         sent.replies.push(Reply {
             answer: answer.clone(),
             sent_ms,
+            answered_ms,
             fresh,
         });
         self.count(format!("buy {kind}"));

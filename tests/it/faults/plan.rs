@@ -22,7 +22,10 @@
 //! and expiry and what each purchase carries ([`Carry`]) come from a fourth
 //! generator, after everything else is drawn, for the same reason; half of
 //! those events are draw events ([`DrawPlan`]), whose winners' tokens the
-//! buyers carry.
+//! buyers carry. Half of the token events that are not draw events rotate
+//! their keys mid-sale ([`Op::Rotate`]), and some purchases carry a token
+//! of the rotation's new key ([`Carry::Rotated`]): from a sixth generator,
+//! after everything else.
 
 use std::time::Duration;
 
@@ -49,6 +52,10 @@ pub const USERS: usize = 12;
 /// The keys of a token schedule's event: tokens are minted under either
 /// (two, as while one is rotated).
 const TOKEN_KEYS: [&str; 2] = ["fault-key-0123456789abcdef", "fault-key-fedcba9876543210"];
+/// The key a rotation adds: the event's keys go from `TOKEN_KEYS` to
+/// `[ROTATED_KEY, TOKEN_KEYS[0]]`, so the second key retires and the first
+/// stays live throughout.
+const ROTATED_KEY: &str = "fault-key-rotated-0a1b2c3d4e";
 /// An expiry far in the future (unix seconds, 2100-01-01): past every
 /// `Op::End` too.
 const LATER: i64 = 4_102_444_800;
@@ -66,6 +73,25 @@ pub enum Carry {
     Expired,
     /// No token at all.
     Missing,
+    /// The buyer's own token (the same allowance and expiry, so the same
+    /// token record), signed with the key a rotation adds: invalid until
+    /// the rotation reaches the engine.
+    Rotated,
+}
+
+/// Which of a token schedule's keys signed a token: whether a rotation
+/// ([`Op::Rotate`]) makes it valid, invalid, or leaves it as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFate {
+    /// Valid before and after the rotation (`TOKEN_KEYS[0]`), or a token
+    /// no key signs (forged) or none at all: the rotation changes nothing.
+    Unchanged,
+    /// `TOKEN_KEYS[1]`: valid until the rotation, invalid once every
+    /// engine read it.
+    Retired,
+    /// [`ROTATED_KEY`]: invalid until the rotation, valid once every engine
+    /// read it.
+    Added,
 }
 
 /// A token schedule's tokens: each user's allowance and expiry.
@@ -84,6 +110,8 @@ pub struct Tokens {
     pub draw: Option<DrawPlan>,
     /// A draw schedule's tokens, once drawn: each buyer's if it won.
     pub won: Option<Vec<Option<String>>>,
+    /// The schedule rotates the event's keys ([`Op::Rotate`]).
+    pub rotates: bool,
 }
 
 /// A draw schedule's entries and draw (`faults::draw`).
@@ -157,6 +185,11 @@ pub enum Op {
     Claims,
     /// The clock passes the offer window (`offers::OFFER_SECONDS`).
     PassOffers,
+    /// A token schedule's key rotation ([`Plan::rotated_keys`]) through the
+    /// actor's engine, then every engine's refresh (`faults::tokens`).
+    Rotate {
+        crash: Option<Duration>,
+    },
 }
 
 /// A schedule, drawn from its seed.
@@ -308,6 +341,7 @@ impl Plan {
         if plan.draws() {
             plan.offers = Some(OfferPlan::draw(seed, &mut plan.actors));
         }
+        plan.draw_rotation();
         plan
     }
 
@@ -335,6 +369,7 @@ impl Plan {
             start_s: 0,
             draw: None,
             won: None,
+            rotates: false,
         };
         for op in self.actors.iter_mut().flatten() {
             if let Op::Buy { carry, .. } = op {
@@ -377,6 +412,62 @@ impl Plan {
         }
     }
 
+    /// Half the token events that are not draw events rotate their keys
+    /// once, at a third to two thirds of an actor's operations (the call
+    /// dropped in some), and a quarter of the purchases that carried the
+    /// buyer's own token carry it signed with the new key instead.
+    fn draw_rotation(&mut self) {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x6e75_5eed);
+        let Some(tokens) = self.tokens.as_mut().filter(|t| t.draw.is_none()) else {
+            return;
+        };
+        if !rng.random_bool(0.5) {
+            return;
+        }
+        tokens.rotates = true;
+        let actor = rng.random_range(0..self.actors.len());
+        let len = self.actors[actor].len();
+        let at = rng.random_range(len / 3..=len * 2 / 3);
+        let crash = rng
+            .random_bool(0.3)
+            .then(|| Duration::from_millis(rng.random_range(0..10)));
+        self.actors[actor].insert(at, Op::Rotate { crash });
+        for op in self.actors.iter_mut().flatten() {
+            if let Op::Buy { carry, .. } = op
+                && *carry == Carry::Own
+                && rng.random_bool(0.25)
+            {
+                *carry = Carry::Rotated;
+            }
+        }
+    }
+
+    /// The keys a rotation sets: the second key retired, a new one added.
+    pub fn rotated_keys() -> TokenAccess {
+        TokenAccess {
+            keys: vec![ROTATED_KEY.to_string(), TOKEN_KEYS[0].to_string()],
+        }
+    }
+
+    /// Which key signed what a purchase by user `user` carries, as a
+    /// rotation sees it.
+    pub fn key_fate(&self, user: usize, carry: Carry) -> KeyFate {
+        let Some(t) = self.tokens.as_ref().filter(|t| t.rotates) else {
+            return KeyFate::Unchanged;
+        };
+        let signer = match carry {
+            Carry::Own => user,
+            Carry::Theirs => (user + 1) % USERS,
+            Carry::Rotated => return KeyFate::Added,
+            Carry::Forged | Carry::Expired | Carry::Missing => return KeyFate::Unchanged,
+        };
+        if t.won.is_none() && signer % 2 == 1 {
+            KeyFate::Retired
+        } else {
+            KeyFate::Unchanged
+        }
+    }
+
     /// Whether the event is a draw event.
     pub fn draws(&self) -> bool {
         self.tokens.as_ref().is_some_and(|t| t.draw.is_some())
@@ -398,6 +489,7 @@ impl Plan {
             )),
             Carry::Expired => Some(mint(TOKEN_KEYS[0], event, &user_name(user), 3, 1_000_000)),
             Carry::Missing => None,
+            Carry::Rotated => t.signed(ROTATED_KEY, event, user),
         }
     }
 
@@ -439,11 +531,12 @@ impl Plan {
     }
 
     /// A fresh buyer's own token (the settling's quiet phase): `allowance`
-    /// units, no expiry within the schedule. `None` on an open event.
+    /// units, no expiry within the schedule, signed with the key no
+    /// rotation retires. `None` on an open event.
     pub fn quiet_token(&self, event: &EventId, user: &str, allowance: u32) -> Option<String> {
         self.tokens
             .as_ref()
-            .map(|_| mint(TOKEN_KEYS[1], event, user, allowance, LATER))
+            .map(|_| mint(TOKEN_KEYS[0], event, user, allowance, LATER))
     }
 
     /// The options of engine `i`: batched and not, short waits (a schedule
@@ -490,9 +583,14 @@ impl Tokens {
         if let Some(won) = &self.won {
             return won[user].clone();
         }
+        self.signed(TOKEN_KEYS[user % 2], event, user)
+    }
+
+    /// User `user`'s own token (its allowance and expiry) signed with `key`.
+    fn signed(&self, key: &str, event: &EventId, user: usize) -> Option<String> {
         let expiry = self.expires_after[user].map_or(LATER, |s| self.start_s + s);
         Some(mint(
-            TOKEN_KEYS[user % 2],
+            key,
             event,
             &user_name(user),
             self.allowance[user],

@@ -89,7 +89,7 @@ impl<S: Store> Rig<S> {
         }
     }
 
-    fn tally(&self, what: &str) {
+    pub(super) fn tally(&self, what: &str) {
         self.log.lock().unwrap().count(what.to_owned());
     }
 
@@ -154,6 +154,7 @@ impl<S: Store> Rig<S> {
             Op::Offers { both } => self.offers_op(actor, both).await,
             Op::Claims => self.claims_op(engine).await,
             Op::PassOffers => self.pass_offers_op(),
+            Op::Rotate { crash } => self.rotate_op(engine, crash).await,
             Op::Transfer { from, to, units } => {
                 let Ok(meta) = engine.reload(&self.id).await else {
                     return;

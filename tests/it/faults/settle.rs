@@ -59,6 +59,7 @@ impl<S: Store> Rig<S> {
         for e in &self.engines {
             e.store().heal();
         }
+        self.refresh_settler(plain).await;
         // Work the engines finish on their own (a batch whose callers went
         // away, a step delayed by a fault) lands before anything is judged.
         eventually(
