@@ -769,9 +769,10 @@ async fn an_offer_claimed_after_the_window_ended_answers_not_on_sale_as_a_purcha
     let id = eid("dend");
     let at = |ms: i64| shardstock::domain::model::rfc3339_ms::format(ms);
     let now = shardstock::engine::Clock::system().now_ms();
-    // Entries for 2 s, the window for 12: the offers (an hour long) are
-    // open still when it ends.
-    let (until, ends) = (now + 2_000, now + 12_000);
+    // Entries for 2 s, the window for 25 (the draw, two purchases and
+    // their cancels, and two offers fit in it on a loaded CI machine): the
+    // offers (an hour long) are open still when it ends.
+    let (until, ends) = (now + 2_000, now + 25_000);
     app.create(
         &id,
         2,
