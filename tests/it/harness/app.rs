@@ -57,13 +57,26 @@ impl TestApp {
         Self::spawn_with(settings(backend)).await
     }
 
+    /// Builds and serves the app. A store that does not answer its first
+    /// call within the configured timeout is asked again, four times: at
+    /// the smallest accepted timeout (100 ms, `bounds.rs`) a loaded machine's
+    /// Redis once missed it (CI, 2026-12-07). One that is down still fails,
+    /// loudly, with the command that starts it.
     pub async fn spawn_with(settings: Settings) -> Self {
-        let app = Application::build(settings).await.unwrap_or_else(|e| {
-            panic!(
-                "cannot build the app ({e:#}); is Redis up? start it with:\n  {}",
-                super::START_REDIS
-            )
-        });
+        let mut tries = 0;
+        let app = loop {
+            match Application::build(settings.clone()).await {
+                Ok(app) => break app,
+                Err(e) if tries < 4 && format!("{e:#}").contains("store unavailable") => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!(
+                    "cannot build the app ({e:#}); is Redis up? start it with:\n  {}",
+                    super::START_REDIS
+                ),
+            }
+        };
         Self::serve(app)
     }
 
