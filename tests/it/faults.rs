@@ -367,6 +367,11 @@ const SEEDS: &[u64] = &[
     // rotation ended after the refresh and put the old keys back in the
     // engine's cache. A read now replaces only a cached meta read before it.
     4800001,
+    // A draw whose sale window ends while its waiting line claims offers
+    // (offers): with the claim's end-of-window check taken out of the step,
+    // two claims sent after the end bought. Kept so every run has claims
+    // on both sides of a window's end.
+    7015,
 ];
 
 /// Schedules per backend when `SHARDSTOCK_FAULT_SCHEDULES` is not set.

@@ -74,6 +74,46 @@ async fn offer_of<S: Store>(engine: &Engine<S>, id: &EventId, u: &UserId) -> Off
     s.offer.expect("a waiting user's offer standing")
 }
 
+/// Users `<prefix>0`.. enter, the clock passes the entry window and the
+/// draw runs; each winner buys one unit with its token. Returns the
+/// winners' orders and the waiting users in line order.
+async fn enter_draw_and_buy<S: Store>(
+    engine: &Engine<S>,
+    clock: &ManualClock,
+    id: &EventId,
+    prefix: &str,
+    users: usize,
+) -> (Vec<OrderId>, Vec<UserId>) {
+    let users: Vec<UserId> = (0..users).map(|i| uid(&format!("{prefix}{i}"))).collect();
+    for u in &users {
+        engine.enter(id, u).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    engine.draw(id).await.unwrap();
+    let mut orders = Vec::new();
+    let mut line: Vec<(u64, UserId)> = Vec::new();
+    for u in &users {
+        let st = engine.entry_status(id, u).await.unwrap();
+        match st.standing {
+            Standing::Won => {
+                let req = PurchaseRequest {
+                    event: id.clone(),
+                    user: u.clone(),
+                    quantity: 1,
+                    request_id: Some(RequestId::parse(format!("r-{u}")).unwrap()),
+                    access_token: Some(st.token.unwrap().0),
+                };
+                let o = purchase_final(engine, &req).await.unwrap().result.unwrap();
+                orders.push(o.order_id);
+            }
+            Standing::Waiting(p) => line.push((p, u.clone())),
+            other => panic!("{u}: {other:?}"),
+        }
+    }
+    line.sort();
+    (orders, line.into_iter().map(|(_, u)| u).collect())
+}
+
 fn token_of(o: &OfferStanding) -> String {
     match o {
         OfferStanding::Offered { token, .. } => token.clone(),
@@ -357,34 +397,7 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
     s.draw = Some(DrawSpec::new(clock.now_ms() + 1_000, None, 1.0, 1, 3_600, OFFER_S).unwrap());
     engine.commit_draw(&mut s).await.unwrap();
     lifecycle::create(&engine, &ledger, s).await.unwrap();
-    let users: Vec<UserId> = (0..20).map(|i| uid(&format!("c{i}"))).collect();
-    for u in &users {
-        engine.enter(&id, u).await.unwrap();
-    }
-    clock.advance(Duration::from_secs(2));
-    engine.draw(&id).await.unwrap();
-    let mut orders = Vec::new();
-    let mut line: Vec<(u64, UserId)> = Vec::new();
-    for u in &users {
-        let st = engine.entry_status(&id, u).await.unwrap();
-        match st.standing {
-            Standing::Won => {
-                let req = PurchaseRequest {
-                    event: id.clone(),
-                    user: u.clone(),
-                    quantity: 1,
-                    request_id: Some(RequestId::parse(format!("r-{u}")).unwrap()),
-                    access_token: Some(st.token.unwrap().0),
-                };
-                let o = purchase_final(&engine, &req).await.unwrap().result.unwrap();
-                orders.push(o.order_id);
-            }
-            Standing::Waiting(p) => line.push((p, u.clone())),
-            other => panic!("{u}: {other:?}"),
-        }
-    }
-    line.sort();
-    let line: Vec<UserId> = line.into_iter().map(|(_, u)| u).collect();
+    let (orders, line) = enter_draw_and_buy(&engine, &clock, &id, "c", 20).await;
     assert_eq!((orders.len(), line.len()), (8, 12));
 
     // Each cut: one unit comes back, the round dies at the step, the next
@@ -472,33 +485,10 @@ async fn an_offer_claimed_after_the_window_ended_buys_nothing_and_one_bought_bef
     s.ends_at = Some(clock.now_ms() + 30 * 60_000);
     engine.commit_draw(&mut s).await.unwrap();
     lifecycle::create(&engine, &ledger, s).await.unwrap();
-    let users: Vec<UserId> = (0..6).map(|i| uid(&format!("e{i}"))).collect();
-    for u in &users {
-        engine.enter(&id, u).await.unwrap();
+    let (orders, line) = enter_draw_and_buy(&engine, &clock, &id, "e", 6).await;
+    for o in &orders {
+        engine.cancel(o.as_str()).await.unwrap();
     }
-    clock.advance(Duration::from_secs(2));
-    engine.draw(&id).await.unwrap();
-    let mut line: Vec<(u64, UserId)> = Vec::new();
-    for u in &users {
-        let st = engine.entry_status(&id, u).await.unwrap();
-        match st.standing {
-            Standing::Won => {
-                let req = PurchaseRequest {
-                    event: id.clone(),
-                    user: u.clone(),
-                    quantity: 1,
-                    request_id: Some(RequestId::parse(format!("r-{u}")).unwrap()),
-                    access_token: Some(st.token.unwrap().0),
-                };
-                let o = purchase_final(&engine, &req).await.unwrap().result.unwrap();
-                engine.cancel(o.order_id.as_str()).await.unwrap();
-            }
-            Standing::Waiting(p) => line.push((p, u.clone())),
-            other => panic!("{u}: {other:?}"),
-        }
-    }
-    line.sort();
-    let line: Vec<UserId> = line.into_iter().map(|(_, u)| u).collect();
     assert_eq!(line.len(), 4);
     assert_eq!(offer_round(&engine, &id).await.made, 2);
     let tokens = [

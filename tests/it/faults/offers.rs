@@ -25,7 +25,9 @@
 //!   invalid, and a claim sent at or after its offer's deadline is refused
 //!   (expired or passed): neither buys; an own claim before the deadline is
 //!   refused only once the deadline has come; a claim made again answers
-//!   the order the first bought, as a replay;
+//!   the order the first bought, as a replay; a claim sent once the sale
+//!   window ended buys nothing, and none is told the sale is closed before
+//!   the window's end or a close began (`OfferLog::closing_ms`);
 //! - after the final healed round: no unit sits in the list unoffered while
 //!   someone waits; if units came back during the sale and the line is not
 //!   empty, some offer was made; and while someone waits no returned unit
@@ -196,6 +198,9 @@ pub struct OfferLog {
     pub on_sale: Vec<(&'static str, u64, bool)>,
     /// Whether the healed settling ran its rounds (the event was on sale).
     pub settled: bool,
+    /// When the first close of the schedule began (ms, the schedule's
+    /// clock): from then on a claim may be answered that the sale is closed.
+    pub closing_ms: Option<i64>,
     /// The final standings' counts, for the summary: made, bought, passed.
     pub fin: (usize, usize, usize),
 }
@@ -791,10 +796,41 @@ impl<S: Store> Rig<S> {
         v.extend(o.errors.iter().map(|e| (CHECK, e.clone())));
         // The claims' answers.
         let mut told: HashMap<usize, (OrderId, u32)> = HashMap::new();
+        // The sale's end: its window's (an `Op::End` passes it) or the first
+        // close's beginning, whichever came first.
+        let ended_ms = match (self.plan.spec.ends_at, o.closing_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for c in &o.claims {
             let pos = c.at + 1;
             let late = c.sent_ms >= c.deadline_ms;
             match (&c.carried, &c.answer) {
+                // A claim sent once the window ended buys nothing, as a
+                // purchase then does (the engine's `ends_at` check).
+                (_, Claimed::Bought { replay: false, .. })
+                    if self.plan.spec.ends_at.is_some_and(|e| c.sent_ms >= e) =>
+                {
+                    v.push((
+                        CHECK,
+                        format!(
+                            "position {pos}'s claim sent at {} ms bought after the window ended \
+                             at {} ms",
+                            c.sent_ms,
+                            self.plan.spec.ends_at.unwrap_or_default()
+                        ),
+                    ));
+                }
+                // "Closed" only once the sale ended: answered before, a
+                // claim was refused while its offer stood.
+                (_, Claimed::Closed) if ended_ms.is_none_or(|e| c.answered_ms < e) => v.push((
+                    CHECK,
+                    format!(
+                        "position {pos}'s claim answered at {} ms was told the sale is closed; it \
+                         ended at {ended_ms:?} ms",
+                        c.answered_ms
+                    ),
+                )),
                 (
                     Carried::Theirs(_) | Carried::Forged,
                     Claimed::Refused(OfferRefusal::InvalidToken),

@@ -93,6 +93,14 @@ impl<S: Store> Rig<S> {
         self.log.lock().unwrap().count(what.to_owned());
     }
 
+    /// Notes that a close begins now (`OfferLog::closing_ms`: the earliest).
+    pub(super) fn closing(&self) {
+        let now = self.clock.now_ms();
+        let mut log = self.log.lock().unwrap();
+        let at = log.offers.closing_ms.get_or_insert(now);
+        *at = (*at).min(now);
+    }
+
     /// A purchase by user `user_index`, carrying what `carry` says on a
     /// token schedule (logged with its request id, for the checks).
     fn request(&self, user_index: usize, qty: u32, rid: String, carry: Carry) -> PurchaseRequest {
@@ -202,6 +210,7 @@ impl<S: Store> Rig<S> {
                 });
             }
             Op::Close { crash } => {
+                self.closing();
                 let mut flusher = Flusher::new(
                     engine.clone(),
                     self.ledger.clone(),

@@ -145,6 +145,7 @@ impl<S: Store> Rig<S> {
             "settler".into(),
             flush_options(),
         );
+        self.closing();
         if let Err(e) =
             lifecycle::close(plain, &self.ledger, &mut flusher, &self.id, &self.stop).await
         {
