@@ -5,10 +5,8 @@
 //! pool, with the line's own order id and the order's marker id: the ring
 //! from the user's home bucket in that pool, one `take_line` a bucket,
 //! passes with a consolidation between them, and "short" only from a
-//! consistent snapshot of the whole pool (the first driver takes at the
-//! ring's first bucket before it reads anything, and only found short there
-//! may refuse from the pool's sold-out mark or its one-read snapshot, as a
-//! purchase does after its home step).
+//! consistent snapshot of the whole pool (the first driver may refuse from
+//! the pool's sold-out mark or its one-read snapshot, as a purchase does).
 //! The walk stops at its own take, and at an undone marker: the order was
 //! refused and its undo came first there. A walk that meets a sealed layout
 //! waits for its pool's reshard to switch, reads the order's record again
@@ -188,39 +186,6 @@ impl<S: Store> Engine<S> {
         meta: &EventMeta,
     ) -> Result<LineEnd, EngineError> {
         let saga = self.line_saga(run, line, meta);
-        // The first driver takes at the first bucket of its walk before
-        // anything else, as a purchase takes at its home: most lines are
-        // taken there, with no read of the pool's meta (a round trip and its
-        // parse, about a quarter of a one-line order's cost). The step is
-        // the first pass's own at that bucket, in a layout read before the
-        // record (the rule above); found short, the pass goes on from the
-        // next bucket after the meta's fresh read below (its sold-out mark,
-        // its snapshot).
-        let mut first_short = None;
-        if driver == Driver::First {
-            let j = ring(saga.home, meta.spec.buckets)
-                .next()
-                .expect("a pool has a bucket");
-            let bucket = Self::bucket(meta, j);
-            let taken = self
-                .store
-                .take_line(
-                    &bucket,
-                    self.clock.now_ms(),
-                    &Self::line_args(run, &saga, 1),
-                )
-                .await;
-            self.activity.wrote(&bucket);
-            match taken? {
-                LineTake::Taken { .. } => return Ok(LineEnd::Taken),
-                LineTake::Undone | LineTake::Confirmed => return Ok(LineEnd::Decided),
-                LineTake::Short {
-                    available,
-                    fresh,
-                    adds,
-                } => first_short = Some((j, available, fresh, adds)),
-            }
-        }
         let start = self.fresh_meta(meta).await?;
         if driver == Driver::First {
             let ttl = self.opts.sold_out_mark_ttl.as_millis() as i64;
@@ -239,7 +204,7 @@ impl<S: Store> Engine<S> {
         }
         let mut lease: Option<Lease> = None;
         let end = self
-            .line_passes(run, meta, &saga, start.seq, first_short, &mut lease)
+            .line_passes(run, meta, &saga, start.seq, &mut lease)
             .await;
         if let Some(lease) = lease {
             lease.release(&self.store).await;
@@ -247,16 +212,12 @@ impl<S: Store> Engine<S> {
         end
     }
 
-    /// The walk's passes over the ring; `first_short` is the first pass's
-    /// step at its first bucket when the walk already made it there
-    /// (`walk_line`): that bucket and its answer, not asked again.
     async fn line_passes(
         &self,
         run: &OrderRun,
         meta: &EventMeta,
         saga: &Saga,
         seq: u64,
-        first_short: Option<(u32, u64, bool, u64)>,
         lease: &mut Option<Lease>,
     ) -> Result<LineEnd, EngineError> {
         let qty = u64::from(saga.qty);
@@ -272,13 +233,6 @@ impl<S: Store> Engine<S> {
             let mut fresh_all = true;
             let mut seen = Vec::with_capacity(meta.spec.buckets as usize);
             for j in ring(saga.home, meta.spec.buckets) {
-                if let (1, Some((first, available, fresh, adds))) = (pass, first_short)
-                    && j == first
-                {
-                    fresh_all &= fresh;
-                    seen.push((j, available, adds));
-                    continue;
-                }
                 let bucket = Self::bucket(meta, j);
                 let taken = self
                     .store
