@@ -26,13 +26,12 @@ use shardstock::domain::ids::{EventId, OrderId, RequestId, UserId};
 use shardstock::domain::model::OrderStatus;
 use shardstock::domain::token::{TokenAccess, mint};
 use shardstock::engine::{EngineError, ManualClock, OfferRefusal, PurchaseRequest, Refusal};
-use shardstock::ledger::Ledger;
 use shardstock::store::Store;
 use shardstock::{Engine, EngineOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::faulty::{Faulty, When};
-use crate::harness::{event_id, on_every_backend, pg_url, purchase_final, spec, sqlite_url};
+use crate::harness::{event_id, ledger_for, on_every_backend, purchase_final, spec};
 
 on_every_backend!(
     namespace_per_test:
@@ -126,12 +125,7 @@ async fn unpaid_winners_units_go_to_the_line_in_order_and_every_unit_ends_bought
 >(
     engine: Engine<S>,
 ) {
-    let url = if engine.store().kind() == "memory" {
-        sqlite_url()
-    } else {
-        pg_url()
-    };
-    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let ledger = ledger_for(engine.store().kind()).await;
     let clock = ManualClock::starting_now();
     let engine = Arc::new(engine.with_clock(clock.clone().into()));
     let mut flusher = Flusher::new(
@@ -376,12 +370,7 @@ async fn an_offer_round_cut_at_any_step_is_finished_by_the_next_and_a_lost_claim
 >(
     engine: Engine<S>,
 ) {
-    let url = if engine.store().kind() == "memory" {
-        sqlite_url()
-    } else {
-        pg_url()
-    };
-    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let ledger = ledger_for(engine.store().kind()).await;
     let clock = ManualClock::starting_now();
     let faulty = Faulty::plain(engine.store().clone());
     let engine = Arc::new(engine.with_clock(clock.clone().into()));
@@ -465,12 +454,7 @@ async fn an_offer_claimed_after_the_window_ended_buys_nothing_and_one_bought_bef
 >(
     engine: Engine<S>,
 ) {
-    let url = if engine.store().kind() == "memory" {
-        sqlite_url()
-    } else {
-        pg_url()
-    };
-    let ledger = Ledger::connect(&url, 4).await.unwrap();
+    let ledger = ledger_for(engine.store().kind()).await;
     let clock = ManualClock::starting_now();
     let engine = engine.with_clock(clock.clone().into());
 

@@ -40,19 +40,24 @@ const LAYOUTS: [u32; 2] = [8, 2];
 const HEADWAY: usize = 150;
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Pools `p0`.. of these stocks and fixed bucket counts.
+fn pools(sizes: &[(u64, u32)]) -> Vec<PoolSpec> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &(stock, buckets))| PoolSpec {
+            name: pool(k),
+            stock,
+            buckets,
+            auto_buckets: None,
+        })
+        .collect()
+}
+
 fn spec() -> ReleaseSpec {
     ReleaseSpec {
         id: event_id("crowd"),
-        pools: [(160, 2), (3_000, 4), (160, 2)]
-            .into_iter()
-            .enumerate()
-            .map(|(k, (stock, buckets))| PoolSpec {
-                name: pool(k),
-                stock,
-                buckets,
-                auto_buckets: None,
-            })
-            .collect(),
+        pools: pools(&[(160, 2), (3_000, 4), (160, 2)]),
         per_user_limit: Some(4),
         max_per_order: 3,
         starts_at: None,
@@ -203,16 +208,7 @@ async fn a_refusal_names_a_resharded_pool_by_its_new_layout<S: Store>(engine: En
     let engine = Arc::new(engine);
     let spec = ReleaseSpec {
         id: event_id("named"),
-        pools: [(1, 2), (40, 2)]
-            .into_iter()
-            .enumerate()
-            .map(|(k, (stock, buckets))| PoolSpec {
-                name: pool(k),
-                stock,
-                buckets,
-                auto_buckets: None,
-            })
-            .collect(),
+        pools: pools(&[(1, 2), (40, 2)]),
         per_user_limit: None,
         max_per_order: 3,
         starts_at: None,
