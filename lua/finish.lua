@@ -39,7 +39,8 @@ keeps its entry.
 
 A "token" event's saga that reserved its token's allowance at the home step
 ("s:<rid>" names the token) has the reservation turned into consumption
-with a B ("r:<id>" down q, "u:<id>" up q) or given back with S and A, in
+with a B ("r:<id>" down q: "t:<id>" counted it already) or given back
+with S and A ("r:<id>" and "t:<id>" down q), in
 this step: the order and its consumption are written once, together, by
 the compare-and-set on the pending record above.
 
@@ -83,8 +84,8 @@ if KEYS[9] then
   local tid = redis.call('HGET', KEYS[9], link)
   if tid then
     redis.call('HINCRBY', KEYS[9], 'r:' .. tid, -qty)
-    if outcome == 'B' then
-      redis.call('HINCRBY', KEYS[9], 'u:' .. tid, qty)
+    if outcome ~= 'B' then
+      redis.call('HINCRBY', KEYS[9], 't:' .. tid, -qty)
     end
     redis.call('HDEL', KEYS[9], link)
   end

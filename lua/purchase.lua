@@ -22,10 +22,11 @@ KEYS[11] ss:{e#g#b}:holds  ZSET order id -> pay-by ms (events with holds only)
 KEYS[12] ss:{e#g#b}:hunits units in live holds (events with holds only)
 KEYS[13] ss:{e#g#b}:hq     LIST of fast-path deadlines (events with holds only)
 KEYS[14] ss:{e#g#b}:tok    HASH access tokens of users homed here ("token" events
-                           only, which pass KEYS[11..13] too): "u:<token id>" ->
-                           units bought, "r:<token id>" -> units reserved by
-                           sagas in flight, "s:<rid>" -> the token id a pending
-                           saga reserved (finish.lua settles it)
+                           only, which pass KEYS[11..13] too): "t:<token id>" ->
+                           units of its allowance taken (bought, or reserved by
+                           sagas in flight), "r:<token id>" -> of those, units
+                           reserved by sagas in flight, "s:<rid>" -> the token
+                           id a pending saga reserved (finish.lua settles it)
 ARGV[1] now (unix ms)
 ARGV[2] b, this bucket's index
 ARGV[3] n, the number of entries
@@ -66,12 +67,13 @@ range of ARGV: no Lua table, no string built):
   only for "token" events (KEYS[14] given; a uniform call's token ids are
   distinct too, the caller checks), always after every other column (so
   from 8 + 9n without holds), for a token the engine checked (signature,
-  user, expiry) the names of its two counters in KEYS[14], built by the
-  caller so that the script neither parses nor concatenates, and its
-  allowance; for a token the engine refused, "!<why>", "" and 0:
-  ARGV[8 + 10n + 2i - 1] used          "u:<token id>", or "!<why>"
-  ARGV[8 + 10n + 2i] reserved          "r:<token id>", or ""
-  ARGV[8 + 12n + i] allowance          units the token buys in all (0: refused)
+  user, expiry) the name of its taken counter in KEYS[14], built by the
+  caller so that the fast path neither parses nor concatenates, its
+  allowance and the entry's quantity; for a token the engine refused,
+  "!<why>", 0 and the quantity:
+  ARGV[8 + 10n + i] taken              "t:<token id>", or "!<why>"
+  ARGV[8 + 11n + i] allowance          units the token buys in all (0: refused)
+  ARGV[8 + 12n + i] units              the entry's quantity (as the qty column)
   Without the user and qty columns (the common call: request ids, no
   limit), a path that needs them reads them from the entry's index entry
   (its second and third fields; a user id holds no "|"): a call that buys
@@ -162,14 +164,14 @@ per-entry path uses none.
 
 Access tokens ("token" events): the token's allowance is checked and
 consumed here, with the take, on the user's home slot: bought adds q to
-"u:<id>" in the step that writes the order; a pending saga adds q to
-"r:<id>" and links "s:<rid>" to the token, and finish.lua moves it to
-"u:<id>" with the order or gives it back (docs/DESIGN.md, "Fair drops":
+"t:<id>" in the step that writes the order; a pending saga adds q to
+"t:<id>" and to "r:<id>" and links "s:<rid>" to the token, and finish.lua
+takes it off "r:<id>" with the order or off both when it gives it back (so
+the allowance check reads one field; docs/DESIGN.md, "Fair drops":
 checked in a step of its own before the take, a one-unit token buys
 twice). An open event's call carries no KEYS[14] and pays one lookup.
 A uniform call (distinct token ids) checks every token with one HMGET of
-the "u:" and "r:" counts and writes the buyers' new "u:" counts with one
-HSET, so token purchases share the call's one XADD as open ones do: entry
+the "t:" counts and writes the buyers' new "t:" counts with one HSET, so token purchases share the call's one XADD as open ones do: entry
 by entry, a token purchase cost 1.42x the CPU of an open one over HTTP
 (BENCHMARKS.md, "Fair drops"), one XADD and three hash commands each. The
 caller sends each token's field names as columns: built here from one
@@ -228,31 +230,30 @@ if fast then
   -- A token event: an entry's token refused by the engine ("!why") or with
   -- too little allowance left is refused here as entry by entry, over[i]
   -- its code (answer "K"), before the limit as there; a buyer's new count
-  -- of units bought is tn[i] (under its used column's field). The call's
+  -- of units taken is tn[i] (under its taken column's field). The call's
   -- token ids are distinct (the caller checks), so no entry's allowance
-  -- depends on another's: one HMGET of every token's two counters (the
-  -- columns as they are: a refused entry's "!why" and "" are fields no
-  -- token has), one HSET of the buyers' new counts.
+  -- depends on another's: one HMGET of every token's taken count (the
+  -- column as it is: a refused entry's "!why" is a field no token has),
+  -- one HSET of the buyers' new counts.
   local tn
   if tok and replays < n then
     tn = {}
-    local c = redis.call('HMGET', tok, unpack(ARGV, T + 1, T + 2 * n))
+    local c = redis.call('HMGET', tok, unpack(ARGV, T + 1, T + n))
     for i = 1, n do
       if not got[i] then
-        local allowance = tonumber(ARGV[T + 2 * n + i])
+        local allowance = tonumber(ARGV[T + n + i])
         if allowance == 0 then
           over = over or {}
-          over[i] = string.sub(ARGV[T + 2 * i - 1], 2)
+          over[i] = string.sub(ARGV[T + i], 2)
           refused = refused + 1
         else
-          local used = tonumber(c[2 * i - 1] or '0')
-          local q = tonumber(cols and ARGV[Q + i] or string.match(ARGV[O + 2 * i], QP))
-          if used + tonumber(c[2 * i] or '0') + q > allowance then
+          local taken = tonumber(c[i] or '0') + tonumber(ARGV[T + 2 * n + i])
+          if taken > allowance then
             over = over or {}
             over[i] = 'used'
             refused = refused + 1
           else
-            tn[i] = used + q
+            tn[i] = taken
           end
         end
       end
@@ -304,7 +305,7 @@ if fast then
       if tn then
         local counts = {}
         for k = 1, n do
-          counts[2 * k - 1], counts[2 * k] = ARGV[T + 2 * k - 1], tn[k]
+          counts[2 * k - 1], counts[2 * k] = ARGV[T + k], tn[k]
         end
         redis.call('HSET', tok, unpack(counts))
       end
@@ -360,7 +361,7 @@ if fast then
             counts[#counts + 1] = held[k] and tonumber(held[k]) + tonumber(q) or q
           end
           if tcounts then
-            tcounts[#tcounts + 1] = ARGV[T + 2 * k - 1]
+            tcounts[#tcounts + 1] = ARGV[T + k]
             tcounts[#tcounts + 1] = tn[k]
           end
         end
@@ -429,12 +430,11 @@ for i = 1, n do
   -- A token event: the token's refusal, or (tid) its allowance holds q.
   local refused, tid = false, false
   if tok and not rec then
-    local allowance = tonumber(ARGV[T + 2 * n + i])
+    local allowance = tonumber(ARGV[T + n + i])
     if allowance == 0 then
-      refused = string.sub(ARGV[T + 2 * i - 1], 2)
+      refused = string.sub(ARGV[T + i], 2)
     else
-      local c = redis.call('HMGET', tok, ARGV[T + 2 * i - 1], ARGV[T + 2 * i])
-      if tonumber(c[1] or '0') + tonumber(c[2] or '0') + qty > allowance then
+      if tonumber(redis.call('HGET', tok, ARGV[T + i]) or '0') + qty > allowance then
         refused = 'used'
       else
         tid = true
@@ -462,7 +462,7 @@ for i = 1, n do
       redis.call('HSET', KEYS[3], rid, brec)
     end
     if tid then
-      redis.call('HINCRBY', tok, ARGV[T + 2 * i - 1], qty)
+      redis.call('HINCRBY', tok, ARGV[T + i], qty)
     end
     if holds then
       deadlines[#deadlines + 1] = ARGV[hbase + i]
@@ -480,9 +480,12 @@ for i = 1, n do
     redis.call('HSET', KEYS[3], rid, ARGV[PN + i])
     redis.call('ZADD', KEYS[10], now, rid)
     if tid then
-      redis.call('HINCRBY', tok, ARGV[T + 2 * i], qty)
-      -- The link names the token's id: its used field past "u:".
-      redis.call('HSET', tok, 's:' .. rid, string.sub(ARGV[T + 2 * i - 1], 3))
+      -- Taken, and of it reserved: finish.lua ends the reservation. The
+      -- link names the token's id: its taken field past "t:".
+      local id = string.sub(ARGV[T + i], 3)
+      redis.call('HINCRBY', tok, ARGV[T + i], qty)
+      redis.call('HINCRBY', tok, 'r:' .. id, qty)
+      redis.call('HSET', tok, 's:' .. rid, id)
     end
     out[o], out[o + 1] = 'P', stock
   end

@@ -19,7 +19,7 @@ ARGV[3 + 2n] m, then m pairs (j = 1..m):
 ARGV[4 + 2n + 2m] r, then r pairs (k = 1..r):
   ARGV[4 + 2n + 2m + 2k - 1] rid   ARGV[4 + 2n + 2m + 2k] record ("B|…", "L|…", "S|…")
 ARGV[5 + 2n + 2m + 2r] t, then t pairs (l = 1..t), "token" events:
-  ARGV[5 + 2n + 2m + 2r + 2l - 1] field: a token's "u:<token id>"
+  ARGV[5 + 2n + 2m + 2r + 2l - 1] field: a token's "t:<token id>"
   ARGV[5 + 2n + 2m + 2r + 2l] used: the units it bought (a reshard moves a
         token's consumption with its user; its reservations were ended with
         the pending sagas before, by the sealed layout's settle)

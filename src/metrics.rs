@@ -185,6 +185,40 @@ pub const SCRIPT_CALLS: &str = "shardstock_home_calls_total";
 /// over the last half second of calls (standalone Redis only).
 pub const STORE_SERVER_BUSY: &str = "shardstock_store_server_busy_ratio";
 
+/// Counts one token check of `outcome` (one of [`TOKEN_CHECK_OUTCOMES`])
+/// on handles looked up once and kept (`metrics::counter!` builds its key
+/// and searches the registry on every call: a token purchase paid that
+/// where an open one records on kept handles, `http::meters`). They are
+/// looked up again every 300 ms, under a third of the shortest
+/// `server.metrics_retention_ms` (1 s), so no handle outlives the series
+/// the recorder drops when it is idle.
+pub(crate) fn count_token_check(outcome: &'static str) {
+    use std::sync::RwLock;
+    use std::time::{Duration, Instant};
+    type Handles = Option<(Instant, [metrics::Counter; TOKEN_CHECK_OUTCOMES.len()])>;
+    static HANDLES: RwLock<Handles> = RwLock::new(None);
+    let Some(i) = TOKEN_CHECK_OUTCOMES.iter().position(|o| *o == outcome) else {
+        return metrics::counter!(TOKEN_CHECKS, "outcome" => outcome).increment(1);
+    };
+    let fresh = |h: &Handles| {
+        h.as_ref()
+            .filter(|(at, _)| at.elapsed() < Duration::from_millis(300))
+            .map(|(_, c)| c[i].clone())
+    };
+    // The read guard dropped before the write lock is taken.
+    let kept = fresh(&HANDLES.read().expect("token meters poisoned"));
+    let counter = kept.unwrap_or_else(|| {
+        let mut h = HANDLES.write().expect("token meters poisoned");
+        fresh(&h).unwrap_or_else(|| {
+            let c = TOKEN_CHECK_OUTCOMES.map(|o| metrics::counter!(TOKEN_CHECKS, "outcome" => o));
+            let counter = c[i].clone();
+            *h = Some((Instant::now(), c));
+            counter
+        })
+    });
+    counter.increment(1);
+}
+
 /// Counts a failed store call (`op`: what was being done).
 pub(crate) fn store_error(op: &'static str) {
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);

@@ -378,13 +378,53 @@ impl<'a> Parsed<'a> {
 }
 
 fn mac_b64(key: &str, event: &EventId, user: &str, allowance: u32, expiry: i64) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("any key length");
+    use std::io::Write;
+    let mut mac = keyed(key);
     // Newline-separated: no id holds one. With `.` (which event and user
     // ids may hold) event `a.b` and user `c` signed the bytes of event `a`
-    // and user `b.c`: a token for one event bought at another.
-    mac.update(format!("v1\n{event}\n{user}\n{allowance}\n{expiry}").as_bytes());
+    // and user `b.c`: a token for one event bought at another. Fed in
+    // pieces, the numbers formatted on the stack: nothing allocated.
+    let mut numbers = [0u8; 40];
+    let mut at = &mut numbers[..];
+    write!(at, "\n{allowance}\n{expiry}").expect("two numbers fit in 40 bytes");
+    let len = 40 - at.len();
+    for part in [
+        b"v1\n".as_slice(),
+        event.as_str().as_bytes(),
+        b"\n",
+        user.as_bytes(),
+    ] {
+        mac.update(part);
+    }
+    mac.update(&numbers[..len]);
     base64url(&mac.finalize().into_bytes())
 }
+
+/// The HMAC state keyed with `key`, its two key blocks hashed once per
+/// thread and cloned after (they are two of the five SHA-256 blocks a
+/// token's check hashes). At most [`KEYED_CACHED`] keys are kept, the
+/// oldest dropped first.
+fn keyed(key: &str) -> Hmac<Sha256> {
+    use std::cell::RefCell;
+    thread_local! {
+        static KEYED: RefCell<Vec<(Box<str>, Hmac<Sha256>)>> = const { RefCell::new(Vec::new()) };
+    }
+    KEYED.with_borrow_mut(|cache| {
+        if let Some((_, mac)) = cache.iter().find(|(k, _)| **k == *key) {
+            return mac.clone();
+        }
+        let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("any key length");
+        if cache.len() == KEYED_CACHED {
+            cache.remove(0);
+        }
+        cache.push((key.into(), mac.clone()));
+        mac
+    })
+}
+
+/// Keys whose HMAC state a thread keeps ([`keyed`]): two events' keys
+/// while both rotate.
+const KEYED_CACHED: usize = 4;
 
 /// Base64url without padding (RFC 4648 §5).
 pub(crate) fn base64url(bytes: &[u8]) -> String {

@@ -125,7 +125,7 @@ fn count_token_check(out: &PurchaseOutcome) {
         Err(Refusal::Token(why)) => why.outcome(),
         Err(_) => return,
     };
-    metrics::counter!(crate::metrics::TOKEN_CHECKS, "outcome" => outcome).increment(1);
+    crate::metrics::count_token_check(outcome);
 }
 
 pub(super) fn order(

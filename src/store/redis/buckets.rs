@@ -186,12 +186,17 @@ pub(super) const PURCHASE: &Decl = &Decl {
         Arg::Each {
             count: "n",
             index: 'i',
-            cols: &["used", "reserved"],
+            cols: &["taken"],
         },
         Arg::Each {
             count: "n",
             index: 'i',
             cols: &["allowance"],
+        },
+        Arg::Each {
+            count: "n",
+            index: 'i',
+            cols: &["units"],
         },
     ],
     reply: Reply::Codes(&[
@@ -487,17 +492,13 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
         }
     }
     if tokens {
-        // Each token's two counters by name, and its allowance: a refused
-        // one's code in the first, nothing in the second, allowance 0.
-        let mut allowances = Vec::with_capacity(n);
+        // Each token's taken counter by name, its allowance and the entry's
+        // quantity: a refused one's code in the first, allowance 0.
         for e in entries {
             match &e.token {
                 Some(TokenUse::Valid { id, allowance }) if *allowance > 0 => {
-                    let _ = write!(buf, "u:{id}");
-                    args.push(cut(&mut buf));
-                    let _ = write!(buf, "r:{id}");
-                    args.push(cut(&mut buf));
-                    allowances.push(Value::Integer(i64::from(*allowance)));
+                    buf.extend_from_slice(b"t:");
+                    buf.extend_from_slice(id.as_bytes());
                 }
                 refused => {
                     let why = match refused {
@@ -506,22 +507,27 @@ fn purchase_args(b: u32, now_ms: i64, entries: &[PurchaseEntry], full: bool) -> 
                         Some(TokenUse::Valid { .. }) => TokenRefusal::Used,
                         None => TokenRefusal::Missing,
                     };
-                    let _ = write!(buf, "!{}", why.code());
-                    args.push(cut(&mut buf));
-                    args.push(Value::Bytes(Bytes::new()));
-                    allowances.push(Value::Integer(0));
+                    buf.extend_from_slice(b"!");
+                    buf.extend_from_slice(why.code().as_bytes());
                 }
             }
+            args.push(cut(&mut buf));
         }
-        args.extend(allowances);
+        args.extend(entries.iter().map(|e| {
+            Value::Integer(match &e.token {
+                Some(TokenUse::Valid { allowance, .. }) => i64::from(*allowance),
+                _ => 0,
+            })
+        }));
+        args.extend(entries.iter().map(|e| Value::Integer(i64::from(e.qty))));
     }
     args
 }
 
-/// Room for a token's two counter names in the call's buffer.
+/// Room for a token's counter name in the call's buffer.
 fn token_len(token: Option<&TokenUse>) -> usize {
     match token {
-        Some(TokenUse::Valid { id, .. }) => 2 * id.len() + 4,
+        Some(TokenUse::Valid { id, .. }) => id.len() + 2,
         _ => 16,
     }
 }

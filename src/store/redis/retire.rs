@@ -211,7 +211,7 @@ impl Retirement for RedisStore {
         }
         args.push(tokens.len().to_string());
         for (id, used) in tokens {
-            args.extend([format!("u:{id}"), used.to_string()]);
+            args.extend([format!("t:{id}"), used.to_string()]);
         }
         let keys = self.keys_for(steps::RESTORE, At::Bucket(bucket), false);
         let parts = self
@@ -269,24 +269,39 @@ impl Retirement for RedisStore {
                 c.records.push((rid, record));
             }
         }
-        // Tokens' consumption, which a reshard moves; a sealed layout's
+        // Tokens' consumption, which a reshard moves: units taken ("t:",
+        // bought or reserved) less those reserved ("r:"), plus units bought
+        // under the earlier encoding ("u:", bought only). A sealed layout's
         // reservations were ended with its pending sagas (`r:` back to 0,
         // `s:` gone), so they are read only (`reserved`, `token_sagas`).
-        for (field, value) in tok {
+        let mut counts: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+        for (field, value) in &tok {
             if field.starts_with("s:") {
                 c.token_sagas += 1;
                 continue;
             }
-            let (list, id) = match (field.strip_prefix("u:"), field.strip_prefix("r:")) {
-                (Some(id), _) => (&mut c.tokens, id),
-                (None, Some(id)) => (&mut c.reserved, id),
-                (None, None) => continue,
+            let Some((kind, id)) = field.split_at_checked(2) else {
+                continue;
             };
+            if !matches!(kind, "t:" | "u:" | "r:") {
+                continue;
+            }
             let units: u64 = value
                 .parse()
                 .map_err(|_| StoreError::Protocol(format!("token field {field}: {value:?}")))?;
-            if units > 0 {
-                list.push((id.to_owned(), units));
+            let (bought, reserved) = counts.entry(id).or_default();
+            match kind {
+                "r:" => *reserved += units,
+                _ => *bought += units,
+            }
+        }
+        for (id, (taken, reserved)) in counts {
+            let bought = taken.saturating_sub(reserved);
+            if bought > 0 {
+                c.tokens.push((id.to_owned(), bought));
+            }
+            if reserved > 0 {
+                c.reserved.push((id.to_owned(), reserved));
             }
         }
         Ok(c)

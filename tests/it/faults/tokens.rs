@@ -33,9 +33,9 @@
 //!
 //! And from the store ("no token consumed without its order, nor an order
 //! without its token"): in the event's last layout each user's home counts
-//! as bought (`u:<id>`, summed over the user's tokens) exactly the units of
-//! that user's orders in the database; in every layout no reservation
-//! (`r:<id>`) and no pending saga's link to its token is left.
+//! as bought (`t:<id>` less `r:<id>`, summed over the user's tokens)
+//! exactly the units of that user's orders in the database; in every layout
+//! no reservation (`r:<id>`) and no pending saga's link to its token is left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
