@@ -163,20 +163,20 @@ the commands they save (every allocation feeds the script GC), so the
 per-entry path uses none.
 
 Access tokens ("token" events): the token's allowance is checked and
-consumed here, with the take, on the user's home slot: bought adds q to
-"t:<id>" in the step that writes the order; a pending saga adds q to
-"t:<id>" and to "r:<id>" and links "s:<rid>" to the token, and finish.lua
-takes it off "r:<id>" with the order or off both when it gives it back (so
-the allowance check reads one field; docs/DESIGN.md, "Fair drops":
-checked in a step of its own before the take, a one-unit token buys
-twice). An open event's call carries no KEYS[14] and pays one lookup.
-A uniform call (distinct token ids) checks every token with one HMGET of
-the "t:" counts and writes the buyers' new "t:" counts with one HSET, so token purchases share the call's one XADD as open ones do: entry
-by entry, a token purchase cost 1.42x the CPU of an open one over HTTP
-(BENCHMARKS.md, "Fair drops"), one XADD and three hash commands each. The
-caller sends each token's field names as columns: built here from one
-"<allowance>|<id>" column (a match and two concatenations an entry), the
-script cost Redis 30.8 us a purchase against an open one's 17.2.
+consumed here, with the take, on the user's home slot (checked in a step of
+its own before the take, a one-unit token buys twice: docs/DESIGN.md, "Fair
+drops"). Bought adds q to "t:<id>" in the step that writes the order; a
+pending saga adds q to "t:<id>" and to "r:<id>" and links "s:<rid>" to the
+token, and finish.lua takes it off "r:<id>" with the order or off both when
+it gives it back, so the check reads one field a token. An open event's call
+carries no KEYS[14] and pays one lookup. A uniform call (distinct token ids)
+checks every token with one HMGET of the "t:" counts and writes the buyers'
+new counts with one HSET, so token purchases share the call's one XADD as
+open ones do: entry by entry, a token purchase cost 1.42x the CPU of an open
+one over HTTP (BENCHMARKS.md, "Fair drops"), one XADD and three hash
+commands each. The caller sends each token's field name as a column: built
+here from one "<allowance>|<id>" column (a match and two concatenations an
+entry), the script cost Redis 30.8 us a purchase against an open one's 17.2.
 
 Why one script: the limit check, the decrement, the order record and the
 idempotency record must happen together. Split, two buyers could pass the same
